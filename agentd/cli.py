@@ -1,0 +1,49 @@
+"""`agentd [--config FILE] [flags]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import pathlib
+import sys
+
+from agentd.config import load
+from agentd.daemon import Agent
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentd", description="The Drover fleet daemon")
+    p.add_argument("--config", help="TOML file with the settings below (env DROVER_AGENTD_* overrides it)")
+    p.add_argument("--control-plane", dest="control_plane", help="host:port (default 127.0.0.1:50051)")
+    p.add_argument("--name", help="unique agent name (default: the host name)")
+    p.add_argument("--token-file", dest="token_file", help="default .drover/tokens/agent.token")
+    p.add_argument("--capacity", type=int, help="concurrent runs (default 1)")
+    p.add_argument("--label", dest="labels", action="append", help="key=value, repeatable (pool=web)")
+    p.add_argument("--work-dir", dest="work_dir", help="parent of run workspaces")
+    p.add_argument("--spool-dir", dest="spool_dir", help="run directories and outbox")
+    p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
+    p.add_argument("--default-timeout-seconds", dest="default_timeout_seconds", type=int)
+    p.add_argument("--kill-grace-seconds", dest="kill_grace_seconds", type=float)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = vars(parser().parse_args(argv))
+    file = args.pop("config")
+    logging.basicConfig(level=os.environ.get("DROVER_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load(pathlib.Path(file) if file else None, os.environ, args)
+    except (ValueError, OSError) as err:
+        print(f"agentd: {err}", file=sys.stderr)
+        return 2
+    logging.getLogger("agentd").info("agentd %s dialing %s (capacity %d, spool %s)", config.name,
+                                     config.control_plane, config.capacity, config.spool)
+    asyncio.run(Agent(config).run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""agentd settings: defaults, then a TOML file (--config), then DROVER_AGENTD_* env, then flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import socket
+import tempfile
+import tomllib
+from typing import Any, Mapping
+
+ENV_PREFIX = "DROVER_AGENTD_"
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    control_plane: str = "127.0.0.1:50051"
+    """host:port of the control plane; agentd dials out."""
+    name: str = dataclasses.field(default_factory=socket.gethostname)
+    """Unique among connected agents; keep it stable so a restarted agentd re-attaches to its runs."""
+    token_file: pathlib.Path = pathlib.Path(".drover/tokens/agent.token")
+    """The agent token; read at every connection attempt."""
+    capacity: int = 1
+    """Concurrent runs."""
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """key=value labels; pool=P puts the agent in pool P."""
+    work_dir: pathlib.Path = pathlib.Path(tempfile.gettempdir()) / "drover-workspaces"
+    """Parent of the run workspaces."""
+    spool_dir: pathlib.Path = pathlib.Path("")
+    """Run directories and the outbox; default .drover/agentd/<name>/spool."""
+    keep_workspaces: bool = False
+    """Keep each run's workspace after it ends, for debugging."""
+    default_timeout_seconds: int = 7200
+    """Timeout of runs whose Task sets none."""
+    kill_grace_seconds: float = 10.0
+    """Between SIGTERM and SIGKILL to a run's process group."""
+    tls: bool = False
+    """Dial with TLS (system roots, or ca_file)."""
+    ca_file: str = ""
+    keepalive_seconds: int = 10
+    """HTTP/2 pings keep NAT mappings open."""
+    batch_interval: float = 0.2
+    batch_bytes: int = 16 * 1024
+
+    @property
+    def spool(self) -> pathlib.Path:
+        return self.spool_dir if str(self.spool_dir) not in ("", ".") else pathlib.Path(".drover/agentd") / self.name / "spool"
+
+
+def parse_labels(value: Any) -> dict[str, str]:
+    if isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    labels = {}
+    for item in items:
+        item = str(item).strip()
+        if not item:
+            continue
+        if "=" not in item:
+            raise ValueError(f"label {item!r}: expected key=value")
+        key, _, val = item.partition("=")
+        labels[key.strip()] = val.strip()
+    return labels
+
+
+def _coerce(field: dataclasses.Field[Any], value: Any) -> Any:
+    kind = field.type
+    if field.name == "labels":
+        return parse_labels(value)
+    if "Path" in str(kind):
+        return pathlib.Path(value)
+    if kind == "bool" or kind is bool:
+        return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+    if kind == "int" or kind is int:
+        return int(value)
+    if kind == "float" or kind is float:
+        return float(value)
+    return str(value)
+
+
+def load(file: pathlib.Path | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> AgentConfig:
+    fields = {f.name: f for f in dataclasses.fields(AgentConfig)}
+    values: dict[str, Any] = {}
+    if file is not None:
+        data = tomllib.loads(file.read_text())
+        for key, value in data.items():
+            if key not in fields:
+                raise ValueError(f"{file}: unknown setting {key!r}")
+            values[key] = _coerce(fields[key], value)
+    for key, field in fields.items():
+        if ENV_PREFIX + key.upper() in env:
+            values[key] = _coerce(field, env[ENV_PREFIX + key.upper()])
+    for key, value in flags.items():
+        if value is not None:
+            values[key] = _coerce(fields[key], value)
+    config = AgentConfig(**values)
+    if config.capacity < 1:
+        raise ValueError("capacity: must be at least 1")
+    return config

@@ -1,0 +1,148 @@
+"""The connection to the control plane: dial out, hello, replay the outbox, follow control
+messages; on any failure reconnect with backoff (0.5 s doubling to 30 s, jitter)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Any, Callable
+
+import grpc
+import tenacity
+
+from agentd import __version__
+from agentd.config import AgentConfig
+from agentd.outbox import Outbox
+from drover.v1 import agent_pb2, agent_pb2_grpc
+
+log = logging.getLogger("agentd.connection")
+
+
+class SessionLost(Exception):
+    """The stream to the control plane ended or could not be opened."""
+
+
+def channel_options(config: AgentConfig) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.keepalive_time_ms", config.keepalive_seconds * 1000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    ]
+
+
+def open_channel(config: AgentConfig) -> grpc.aio.Channel:
+    if config.tls:
+        roots = open(config.ca_file, "rb").read() if config.ca_file else None
+        return grpc.aio.secure_channel(config.control_plane, grpc.ssl_channel_credentials(roots),
+                                       options=channel_options(config))
+    return grpc.aio.insecure_channel(config.control_plane, options=channel_options(config))
+
+
+def to_wire(run_id: str, message: dict[str, Any]) -> agent_pb2.AgentMessage:
+    kind = message["kind"]
+    run = agent_pb2.RunMessage(run_id=run_id, seq=message["seq"])
+    if kind == "started":
+        run.started.SetInParent()
+    elif kind == "log":
+        run.log.stream, run.log.text = message["stream"], message["text"]
+    elif kind == "finished":
+        run.finished.status = message["status"]
+        run.finished.exit_code = message.get("exit_code", 0)
+        run.finished.reason = message.get("reason", "")
+        run.finished.error = message.get("error", "")
+    elif kind == "refused":
+        run.refused.reason = message["reason"]
+    return agent_pb2.AgentMessage(run=run)
+
+
+class Connection:
+    """Keeps one session open to the control plane and hands control messages to `on_control`."""
+
+    def __init__(self, config: AgentConfig, outbox: Outbox, hello: Callable[[], agent_pb2.Hello],
+                 on_control: Callable[[agent_pb2.ControlMessage], None],
+                 on_welcome: Callable[[agent_pb2.Welcome], None]) -> None:
+        self.config = config
+        self.outbox = outbox
+        self.hello = hello
+        self.on_control = on_control
+        self.on_welcome = on_welcome
+        self.direct: collections.deque[agent_pb2.AgentMessage] = collections.deque()
+        self.connected = asyncio.Event()
+
+    def send_direct(self, message: agent_pb2.AgentMessage) -> None:
+        """A message that is not kept in the outbox (a refusal: the control plane requeues
+        an assignment that a reconnecting agent does not list anyway)."""
+        self.direct.append(message)
+        self.outbox.changed.set()
+
+    async def run_forever(self) -> None:
+        while True:
+            retrying = tenacity.AsyncRetrying(
+                retry=tenacity.retry_if_exception_type(SessionLost),
+                wait=tenacity.wait_exponential_jitter(initial=0.5, exp_base=2, max=30, jitter=0.5),
+                before_sleep=lambda state: log.warning(
+                    "control plane %s unreachable (%s); retrying in %.1f s", self.config.control_plane,
+                    state.outcome.exception() if state.outcome else "", state.upcoming_sleep),
+                reraise=True)
+            async for attempt in retrying:
+                with attempt:
+                    await self._session()
+            # A session that was up and then ended: dial again at once, backoff starting afresh.
+
+    async def _session(self) -> None:
+        try:
+            token = self.config.token_file.read_text().strip()
+        except OSError as err:
+            raise SessionLost(f"cannot read the token file {self.config.token_file}: {err.strerror}") from err
+        channel = open_channel(self.config)
+        established = False
+        try:
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            call = stub.Connect(metadata=(("authorization", f"Bearer {token}"),))
+            await call.write(agent_pb2.AgentMessage(hello=self.hello()))
+            first = await call.read()
+            if first is grpc.aio.EOF or first.WhichOneof("body") != "welcome":
+                raise SessionLost("the control plane did not answer hello")
+            established = True
+            self.on_welcome(first.welcome)
+            self.connected.set()
+            log.info("connected to %s as %s", self.config.control_plane, first.welcome.agent)
+            sender = asyncio.create_task(self._send(call), name="outbox-sender")
+            try:
+                while True:
+                    message = await call.read()
+                    if message is grpc.aio.EOF:
+                        break
+                    self.on_control(message)
+                    if sender.done():
+                        sender.result()
+            finally:
+                sender.cancel()
+                await asyncio.gather(sender, return_exceptions=True)
+        except grpc.aio.AioRpcError as err:
+            if not established:
+                raise SessionLost(f"{err.code().name}: {err.details()}") from err
+            log.warning("stream to the control plane ended: %s %s", err.code().name, err.details())
+        finally:
+            self.connected.clear()
+            await channel.close()
+        if not established:
+            raise SessionLost("stream closed before welcome")
+
+    async def _send(self, call: Any) -> None:
+        """Send every stored message not yet acked, in seq order per run, then what comes next."""
+        cursors: dict[str, int] = {}
+        while True:
+            self.outbox.changed.clear()
+            while self.direct:
+                await call.write(self.direct.popleft())
+            for run_id, box in list(self.outbox.runs.items()):
+                start = cursors.get(run_id, box.acked + 1)
+                for message in list(box.pending):
+                    if message["seq"] >= start:
+                        await call.write(to_wire(run_id, message))
+                        cursors[run_id] = message["seq"] + 1
+            await self.outbox.changed.wait()

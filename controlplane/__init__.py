@@ -1,0 +1,1 @@
+"""The Drover control plane: services, domain logic, store and scheduler."""

@@ -1,0 +1,91 @@
+"""`controlplane serve | token create | project add`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import pathlib
+import sys
+
+from controlplane import auth
+from controlplane.config import ServerConfig
+from controlplane.errors import DroverError
+from controlplane.projects import add_project
+from controlplane.server import bootstrap_tokens, open_store, serve
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", default=os.environ.get("DROVER_DATA_DIR", ".drover"),
+                   help="SQLite database, tokens (default ./.drover; env DROVER_DATA_DIR)")
+    p.add_argument("--database-url", default=os.environ.get("DROVER_DATABASE_URL", ""),
+                   help="postgresql+psycopg://... (env DROVER_DATABASE_URL); default SQLite in the data dir")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="controlplane", description="The Drover control plane")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the gRPC server")
+    _common(s)
+    s.add_argument("--listen", default=os.environ.get("DROVER_LISTEN", "127.0.0.1:50051"))
+    s.add_argument("--agent-lost-seconds", type=float,
+                   default=float(os.environ.get("DROVER_AGENT_LOST_SECONDS", "120")),
+                   help="fail the runs of an agent disconnected this long (default 120)")
+    s.add_argument("--output-limit-bytes", type=int, default=8 * 1024 * 1024)
+    s.add_argument("--grace-seconds", type=float, default=10.0)
+    t = sub.add_parser("token", help="tokens").add_subparsers(dest="token_command", required=True)
+    tc = t.add_parser("create", help="create a token and print it once")
+    _common(tc)
+    tc.add_argument("--kind", choices=auth.KINDS, required=True)
+    tc.add_argument("--name", required=True)
+    tc.add_argument("--role", choices=auth.ROLES, default="")
+    tc.add_argument("--out", help="write the token to this file (mode 0600) instead of printing it")
+    pr = sub.add_parser("project", help="projects").add_subparsers(dest="project_command", required=True)
+    pa = pr.add_parser("add", help="add or update a project")
+    _common(pa)
+    pa.add_argument("name")
+    pa.add_argument("--repo", default="", help="path or URL of the git repository (empty: no repository)")
+    pa.add_argument("--branch", default="main")
+    pa.add_argument("--pool", default="", help="only agents labelled pool=P run this project's Tasks")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=os.environ.get("DROVER_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = ServerConfig(data_dir=pathlib.Path(args.data_dir), database_url=args.database_url)
+    store = open_store(config)
+    try:
+        if args.command == "serve":
+            config = ServerConfig(listen=args.listen, data_dir=config.data_dir, database_url=config.database_url,
+                                  agent_lost_seconds=args.agent_lost_seconds,
+                                  output_limit_bytes=args.output_limit_bytes, grace_seconds=args.grace_seconds)
+            for path in bootstrap_tokens(store, config.data_dir / "tokens"):
+                print(f"wrote {path.stem} token to {path}", flush=True)
+            asyncio.run(serve(config, store))
+        elif args.command == "token":
+            token = store.transaction(auth.create_token, args.kind, args.name, args.role)
+            if args.out:
+                auth.write_token_file(pathlib.Path(args.out), token)
+                print(f"wrote {args.kind} token {args.name!r} to {args.out}")
+            else:
+                print(token)
+        elif args.command == "project":
+            repo = args.repo
+            if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
+                repo = str(pathlib.Path(repo).resolve())
+            store.transaction(add_project, args.name, repo, args.branch, args.pool)
+            print(f"project {args.name}: repo {repo or '(none)'}, branch {args.branch}, pool {args.pool or '(any)'}")
+    except DroverError as err:
+        print(f"controlplane: {err}", file=sys.stderr)
+        return 2
+    finally:
+        if args.command != "serve":
+            store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Rows to protobuf messages and back. Protobuf stops here and in the servicers (STYLE.md row 3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from google.protobuf import struct_pb2, timestamp_pb2
+
+from controlplane import graph, lifecycle, models
+from controlplane.store import aware
+from drover.v1 import agent_pb2, change_pb2, types_pb2
+
+
+def ts(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
+    value = aware(value)
+    if value is None:
+        return None
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+def change_spec(req: change_pb2.SubmitChangeRequest) -> graph.ChangeSpec:
+    return graph.ChangeSpec(
+        project=req.project, goal=req.goal, criteria=tuple(req.criteria), invariants=tuple(req.invariants),
+        budget_usd=req.budget_usd,
+        tasks=tuple(
+            graph.TaskSpec(key=t.key, kind=t.kind, objective=t.objective, depends_on=tuple(t.depends_on),
+                           command=tuple(t.command), env=dict(t.env), timeout_seconds=t.timeout_seconds)
+            for t in req.tasks
+        ),
+    )
+
+
+def task(row: models.Task, latest_run: str = "") -> types_pb2.Task:
+    return types_pb2.Task(id=row.id, key=row.key, kind=row.kind, objective=row.objective,
+                          depends_on=row.depends_on, command=row.command, env=row.env,
+                          timeout_seconds=row.timeout_seconds, status=row.status, reason=row.reason,
+                          latest_run_id=latest_run)
+
+
+def change(row: models.Change, tasks: list[types_pb2.Task]) -> types_pb2.Change:
+    return types_pb2.Change(id=row.id, project=row.project, goal=row.goal, criteria=row.criteria,
+                            invariants=row.invariants, budget_usd=row.budget_usd, tasks=tasks,
+                            status=row.status, submitted_by=row.submitted_by, created_at=ts(row.created_at),
+                            finished_at=ts(row.finished_at))
+
+
+def run(row: models.Run, task_key: str = "", project: str = "") -> types_pb2.Run:
+    return types_pb2.Run(id=row.id, change_id=row.change_id, task_id=row.task_id, task_key=task_key,
+                         state=row.state, agent=row.agent, attempt=row.attempt, exit_code=row.exit_code,
+                         reason=row.reason, created_at=ts(row.created_at), started_at=ts(row.started_at),
+                         finished_at=ts(row.finished_at), output_bytes=row.output_bytes,
+                         output_truncated=row.output_truncated, cancel_requested=row.cancel_requested,
+                         project=project)
+
+
+def agent(row: models.Agent, active: int) -> types_pb2.Agent:
+    return types_pb2.Agent(name=row.name, labels=row.labels, capacity=row.capacity, active_runs=active,
+                           connected=row.connected, draining=row.draining, drivers=row.drivers,
+                           version=row.version, connected_at=ts(row.connected_at),
+                           disconnected_at=ts(row.disconnected_at))
+
+
+def event(row: models.Event) -> types_pb2.Event:
+    data = struct_pb2.Struct()
+    data.update(_plain(row.data))
+    return types_pb2.Event(id=row.id, kind=row.kind, change_id=row.change_id, task_id=row.task_id,
+                           run_id=row.run_id, agent=row.agent, data=data, created_at=ts(row.created_at))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def log_line(row: models.RunLog) -> types_pb2.LogLine:
+    return types_pb2.LogLine(run_id=row.run_id, seq=row.seq, stream=row.stream, text=row.text,
+                             created_at=ts(row.created_at))
+
+
+def run_message(msg: agent_pb2.RunMessage) -> lifecycle.RunMessage:
+    body = msg.WhichOneof("body") or ""
+    base = dict(run_id=msg.run_id, seq=msg.seq, kind=body)
+    if body == "refused":
+        return lifecycle.RunMessage(**base, reason=msg.refused.reason)
+    if body == "log":
+        return lifecycle.RunMessage(**base, stream=msg.log.stream, text=msg.log.text)
+    if body == "finished":
+        f = msg.finished
+        return lifecycle.RunMessage(**base, status=f.status, exit_code=f.exit_code, reason=f.reason, error=f.error)
+    return lifecycle.RunMessage(**base)

@@ -1,0 +1,225 @@
+"""Agent sessions: the Connect stream of each agentd, dispatch of queued runs, lost agents.
+
+One asyncio task writes to each agent's stream from its queue; the handler reads
+the agent's messages, applies each in one transaction and acks it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import grpc
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane import convert, lifecycle, runstate
+from controlplane.config import ServerConfig
+from controlplane.models import Agent, Change, Project, Run, Task
+from controlplane.notify import Notifier
+from controlplane.scheduler import AgentSlot, QueuedRun, plan_assignments
+from controlplane.store import Store
+from drover.v1 import agent_pb2
+
+log = logging.getLogger("drover.fleet")
+MAX_NAME = 200
+
+
+@dataclasses.dataclass
+class AgentSession:
+    name: str
+    outbound: asyncio.Queue[agent_pb2.ControlMessage | None]
+
+    def send(self, message: agent_pb2.ControlMessage) -> None:
+        self.outbound.put_nowait(message)
+
+
+class Fleet:
+    def __init__(self, store: Store, config: ServerConfig, notifier: Notifier) -> None:
+        self.store = store
+        self.config = config
+        self.notifier = notifier
+        self.sessions: dict[str, AgentSession] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    # --- lifecycle of the fleet itself ----------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.store.run(lifecycle.disconnect_all)
+        self._tasks = [asyncio.create_task(self._dispatch_loop(), name="dispatch"),
+                       asyncio.create_task(self._lost_agent_loop(), name="lost-agents")]
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for session in list(self.sessions.values()):
+            session.outbound.put_nowait(None)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # --- Connect ---------------------------------------------------------------------------------
+
+    async def connect(self, context: grpc.aio.ServicerContext) -> None:
+        first = await context.read()
+        if first is grpc.aio.EOF or first.WhichOneof("body") != "hello":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "hello: the first message must be a hello")
+        hello = first.hello
+        problem = _check_hello(hello)
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if hello.name in self.sessions or self._stopping:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS if not self._stopping else grpc.StatusCode.UNAVAILABLE,
+                                f"name: an agent named {hello.name!r} is already connected"
+                                if not self._stopping else "the control plane is shutting down")
+        session = AgentSession(hello.name, asyncio.Queue())
+        self.sessions[hello.name] = session
+        writer = asyncio.create_task(self._write(session, context), name=f"write-{hello.name}")
+        try:
+            listed = set(hello.active_runs) | set(hello.undelivered_runs)
+            result = await self.store.run(
+                lifecycle.agent_connected, hello.name, dict(hello.labels), hello.capacity, list(hello.drivers),
+                hello.version, listed, hello.draining)
+            session.send(agent_pb2.ControlMessage(welcome=agent_pb2.Welcome(agent=hello.name, applied=result.applied)))
+            for run_id in result.to_cancel:
+                session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))
+            log.info("agent %s connected (capacity %d, %d runs listed)", hello.name, hello.capacity, len(listed))
+            self.notifier.notify()
+            self.wake()
+            await self._read(session, context)
+        finally:
+            if self.sessions.get(hello.name) is session:
+                del self.sessions[hello.name]
+            session.outbound.put_nowait(None)
+            writer.cancel()
+            try:
+                await self.store.run(lifecycle.agent_disconnected, hello.name)
+            except Exception:  # the store may be closing at shutdown
+                log.exception("recording the disconnect of %s", hello.name)
+            log.info("agent %s disconnected", hello.name)
+            self.notifier.notify()
+
+    async def _read(self, session: AgentSession, context: grpc.aio.ServicerContext) -> None:
+        while True:
+            message = await context.read()
+            if message is grpc.aio.EOF:
+                return
+            if message.WhichOneof("body") != "run":
+                continue
+            decoded = convert.run_message(message.run)
+            seq = await self.store.run(lifecycle.apply_run_message, session.name, decoded,
+                                       self.config.output_limit_bytes)
+            session.send(agent_pb2.ControlMessage(ack=agent_pb2.Ack(run_id=decoded.run_id, seq=seq)))
+            self.notifier.notify()
+            if decoded.kind in ("refused", "finished"):
+                self.wake()
+
+    async def _write(self, session: AgentSession, context: grpc.aio.ServicerContext) -> None:
+        while True:
+            message = await session.outbound.get()
+            if message is None:
+                return
+            await context.write(message)
+
+    # --- telling agents --------------------------------------------------------------------------
+
+    def tell_cancel(self, runs: list[tuple[str, str]], reason: str) -> None:
+        """Send cancel to the agents of (run_id, agent) pairs that are connected here; the others
+        hear it when they reconnect (their hello lists the run and the run is marked)."""
+        for run_id, agent in runs:
+            session = self.sessions.get(agent)
+            if session is not None:
+                session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason=reason)))
+
+    def tell_drain(self, agent: str) -> None:
+        session = self.sessions.get(agent)
+        if session is not None:
+            session.send(agent_pb2.ControlMessage(drain=agent_pb2.Drain()))
+
+    # --- dispatch --------------------------------------------------------------------------------
+
+    async def dispatch_once(self) -> int:
+        connected = list(self.sessions)
+        if not connected:
+            return 0
+        assignments = await self.store.run(_assign_queued, connected)
+        for agent, assignment in assignments:
+            session = self.sessions.get(agent)
+            if session is not None:
+                session.send(agent_pb2.ControlMessage(assign=assignment))
+        if assignments:
+            self.notifier.notify()
+        return len(assignments)
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.config.dispatch_interval)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.dispatch_once()
+            except Exception:
+                log.exception("dispatch failed; retrying")
+                await asyncio.sleep(1)
+
+    async def _lost_agent_loop(self) -> None:
+        window = dt.timedelta(seconds=self.config.agent_lost_seconds)
+        every = max(0.2, min(5.0, self.config.agent_lost_seconds / 4))
+        while True:
+            await asyncio.sleep(every)
+            try:
+                failed = await self.store.run(lifecycle.fail_lost_runs, window)
+            except Exception:
+                log.exception("lost-agent sweep failed")
+                continue
+            if failed:
+                log.warning("failed %d runs of lost agents", len(failed))
+                self.notifier.notify()
+                self.wake()
+
+
+def _check_hello(hello: agent_pb2.Hello) -> str:
+    if not hello.name or len(hello.name) > MAX_NAME:
+        return f"hello.name: must be 1 to {MAX_NAME} characters"
+    if hello.capacity < 1:
+        return "hello.capacity: must be at least 1"
+    return ""
+
+
+def _assign_queued(s: Session, connected: list[str]) -> list[tuple[str, agent_pb2.RunAssignment]]:
+    """In one transaction: plan and record the assignment of queued runs to connected agents."""
+    agents = list(s.scalars(select(Agent).where(Agent.name.in_(connected)).order_by(Agent.name)))
+    if not agents:
+        return []
+    active = dict(s.execute(
+        select(Run.agent, func.count()).where(Run.agent.in_(connected), Run.state.in_(runstate.ACTIVE))
+        .group_by(Run.agent)).all())
+    slots = [AgentSlot(a.name, a.labels, a.capacity - active.get(a.name, 0), frozenset(a.drivers), a.draining)
+             for a in agents]
+    if all(slot.free <= 0 or slot.draining for slot in slots):
+        return []
+    rows = s.execute(
+        select(Run, Task, Project).join(Task, Run.task_id == Task.id).join(Change, Change.id == Run.change_id)
+        .join(Project, Project.name == Change.project).where(Run.state == "queued").order_by(Run.created_at, Run.id).limit(500)).all()
+    queued = {run.id: (run, task, project) for run, task, project in rows}
+    plan = plan_assignments(
+        [QueuedRun(run.id, project.pool, "command" if task.command else "harness") for run, task, project in rows],
+        slots)
+    out: list[tuple[str, agent_pb2.RunAssignment]] = []
+    for run_id, agent in plan:
+        run, task, project = queued[run_id]
+        if lifecycle.assign(s, run_id, agent) is None:
+            continue
+        out.append((agent, agent_pb2.RunAssignment(
+            run_id=run.id, change_id=run.change_id, task_id=task.id, task_key=task.key, kind=task.kind,
+            driver="command" if task.command else "harness", attempt=run.attempt,
+            command=agent_pb2.CommandSpec(argv=task.command, env=task.env, timeout_seconds=task.timeout_seconds),
+            workspace=agent_pb2.WorkspaceSpec(project=project.name, repo=project.repo, branch=project.branch))))
+    return out
+

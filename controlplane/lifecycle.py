@@ -1,0 +1,351 @@
+"""State changes of Changes, Tasks and Runs. Each function runs inside one transaction
+and appends the Events of what it changed, so a state change and its Event land together."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from controlplane import graph, runstate
+from controlplane.errors import FailedPrecondition, NotFound
+from controlplane.models import Agent, Change, Event, Project, Run, RunLog, Task, utcnow
+from controlplane.store import aware
+
+FORGET = 1 << 62  # an applied seq that makes an agent drop every message of a run
+DROPPED_LINE = "output limit of {limit} bytes reached: later output of this run is dropped\n"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+def add_event(s: Session, kind: str, *, change_id: str = "", task_id: str = "", run_id: str = "",
+              agent: str = "", **data: Any) -> Event:
+    event = Event(kind=kind, change_id=change_id, task_id=task_id, run_id=run_id, agent=agent, data=data,
+                  created_at=utcnow())
+    s.add(event)
+    return event
+
+
+def _run_event(s: Session, kind: str, run: Run, **data: Any) -> None:
+    add_event(s, kind, change_id=run.change_id, task_id=run.task_id, run_id=run.id, agent=run.agent, **data)
+
+
+# --- Changes -------------------------------------------------------------------------------------
+
+def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str) -> str:
+    graph.validate(spec)
+    if s.get(Project, spec.project) is None:
+        raise NotFound(f"no project {spec.project!r}", field="project")
+    change = Change(id=new_id("chg"), project=spec.project, goal=spec.goal, criteria=list(spec.criteria),
+                    invariants=list(spec.invariants), budget_usd=spec.budget_usd, submitted_by=submitted_by,
+                    status="open", created_at=utcnow())
+    s.add(change)
+    s.flush()
+    add_event(s, "change.submitted", change_id=change.id, project=spec.project, tasks=len(spec.tasks))
+    for position, t in enumerate(spec.tasks):
+        s.add(Task(id=new_id("tsk"), change_id=change.id, position=position, key=t.key, kind=t.kind,
+                   objective=t.objective, depends_on=list(t.depends_on), command=list(t.command),
+                   env=dict(t.env), timeout_seconds=t.timeout_seconds, status="pending"))
+    s.flush()
+    _advance(s, change)
+    return change.id
+
+
+def _tasks(s: Session, change_id: str) -> list[Task]:
+    return list(s.scalars(select(Task).where(Task.change_id == change_id).order_by(Task.position)))
+
+
+def _advance(s: Session, change: Change) -> None:
+    """Make ready what can run, then settle the Change's status."""
+    tasks = _tasks(s, change.id)
+    by_key = {t.key: t for t in tasks}
+    statuses = {t.key: t.status for t in tasks}
+    deps = {t.key: t.depends_on for t in tasks}
+    if not change.cancel_requested:
+        for key in graph.ready_tasks(statuses, deps):
+            task = by_key[key]
+            task.status = "ready"
+            add_event(s, "task.ready", change_id=change.id, task_id=task.id, key=key)
+            queue_run(s, task, attempt=1)
+    _settle_change(s, change, tasks)
+
+
+def _settle_change(s: Session, change: Change, tasks: list[Task]) -> None:
+    if change.status in graph.TERMINAL_CHANGE:
+        return
+    active = s.scalar(select(Run.id).where(Run.change_id == change.id, Run.state.in_(runstate.ACTIVE)).limit(1))
+    started = change.status == "running" or any(t.status in ("running", "succeeded", "failed") for t in tasks)
+    status = graph.change_status((t.status for t in tasks), cancel_requested=change.cancel_requested,
+                                 started=started)
+    if status in graph.TERMINAL_CHANGE and active is not None:
+        return  # cancelled runs still winding down; the Change ends with its last run
+    if status != change.status:
+        change.status = status
+        if status in graph.TERMINAL_CHANGE:
+            change.finished_at = utcnow()
+            counts: dict[str, int] = {}
+            for t in tasks:
+                counts[t.status] = counts.get(t.status, 0) + 1
+            add_event(s, "change.finished", change_id=change.id, status=status, tasks=counts)
+        else:
+            add_event(s, f"change.{status}", change_id=change.id)
+
+
+def cancel_change(s: Session, change_id: str, reason: str = "cancelled by user") -> list[Run]:
+    """Cancel every open Task; answers the active runs whose agents must be told."""
+    change = s.get(Change, change_id)
+    if change is None:
+        raise NotFound(f"no change {change_id!r}", field="change_id")
+    if change.status in graph.TERMINAL_CHANGE:
+        return []
+    change.cancel_requested = True
+    add_event(s, "change.cancel_requested", change_id=change.id, reason=reason)
+    to_tell: list[Run] = []
+    for task in _tasks(s, change.id):
+        if task.status in graph.TERMINAL_TASK:
+            continue
+        task.status, task.reason = "cancelled", reason
+        add_event(s, "task.cancelled", change_id=change.id, task_id=task.id, key=task.key, reason=reason)
+        for run in s.scalars(select(Run).where(Run.task_id == task.id, Run.state.not_in(runstate.TERMINAL))):
+            if run.state == "queued":
+                _finish(s, run, "cancelled", reason="cancelled")
+            else:
+                run.cancel_requested = True
+                _run_event(s, "run.cancel_requested", run, reason=reason)
+                to_tell.append(run)
+    _settle_change(s, change, _tasks(s, change.id))
+    return to_tell
+
+
+# --- Runs ----------------------------------------------------------------------------------------
+
+def queue_run(s: Session, task: Task, attempt: int) -> Run:
+    run = Run(id=new_id("run"), change_id=task.change_id, task_id=task.id, attempt=attempt, state="queued",
+              created_at=utcnow())
+    s.add(run)
+    s.flush()
+    _run_event(s, "run.queued", run, key=task.key, attempt=attempt)
+    return run
+
+
+def _move(s: Session, run: Run, target: str) -> None:
+    runstate.check_move(run.state, target)
+    run.state = target
+
+
+def assign(s: Session, run_id: str, agent: str) -> Run | None:
+    """queued -> starting on `agent`; None when the run is no longer queued."""
+    run = s.get(Run, run_id)
+    if run is None or run.state != "queued":
+        return None
+    _move(s, run, "starting")
+    run.agent = agent
+    _run_event(s, "run.assigned", run)
+    return run
+
+
+def requeue(s: Session, run: Run, reason: str) -> None:
+    _move(s, run, "queued")
+    _run_event(s, "run.requeued", run, reason=reason, previous_agent=run.agent)
+    run.agent = ""
+
+
+def _finish(s: Session, run: Run, status: str, *, exit_code: int = 0, reason: str = "", error: str = "") -> None:
+    if run.state == "starting" and status != "failed":
+        _move(s, run, "running")  # a session that ended was a session that started
+    _move(s, run, status)
+    run.exit_code, run.reason, run.finished_at = exit_code, reason, utcnow()
+    data: dict[str, Any] = {"status": status, "exit_code": exit_code, "reason": reason}
+    if error:
+        data["error"] = error[:2000]
+    _run_event(s, "run.finished", run, **data)
+    task = s.get(Task, run.task_id)
+    change = s.get(Change, run.change_id)
+    assert task is not None and change is not None
+    if task.status in ("ready", "running"):
+        if status == "succeeded":
+            task.status, task.reason = "succeeded", ""
+            add_event(s, "task.succeeded", change_id=change.id, task_id=task.id, key=task.key)
+        else:
+            task.status = "cancelled" if status == "cancelled" else "failed"
+            task.reason = reason or status
+            add_event(s, f"task.{task.status}", change_id=change.id, task_id=task.id, key=task.key,
+                      reason=task.reason)
+        if task.status != "succeeded":
+            tasks = _tasks(s, change.id)
+            statuses = {t.key: t.status for t in tasks}
+            deps = {t.key: t.depends_on for t in tasks}
+            for t in tasks:
+                if t.key in graph.dependents_to_block(task.key, statuses, deps):
+                    t.status, t.reason = "blocked", f"dependency {task.key} {task.status}"
+                    add_event(s, "task.blocked", change_id=change.id, task_id=t.id, key=t.key,
+                              because=task.key)
+    s.flush()
+    _advance(s, change)
+
+
+def cancel_run(s: Session, run_id: str, reason: str) -> Run:
+    """Cancel one run: a queued run ends now, an active one is marked for its agent to stop."""
+    run = s.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id!r}", field="run_id")
+    if run.state in runstate.TERMINAL:
+        raise FailedPrecondition(f"run {run_id} already {run.state}", field="run_id")
+    if run.state == "queued":
+        _finish(s, run, "cancelled", reason="cancelled", error=reason)
+    elif not run.cancel_requested:
+        run.cancel_requested = True
+        _run_event(s, "run.cancel_requested", run, reason=reason)
+    return run
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMessage:
+    """What an agent said about a run, decoded from the wire."""
+    run_id: str
+    seq: int
+    kind: str  # refused | started | log | finished
+    stream: str = ""
+    text: str = ""
+    status: str = ""
+    exit_code: int = 0
+    reason: str = ""
+    error: str = ""
+
+
+def apply_run_message(s: Session, agent: str, msg: RunMessage, output_limit: int) -> int:
+    """Apply one message exactly once; answers the seq to ack (the run's highest applied seq)."""
+    run = s.get(Run, msg.run_id)
+    if run is None or run.agent != agent:
+        return msg.seq  # not this agent's run (any more): ack so the agent forgets it
+    if msg.seq <= run.last_seq:
+        return run.last_seq  # a duplicate after a reconnect
+    if msg.seq != run.last_seq + 1:
+        return run.last_seq  # a gap: wait for the missing message
+    run.last_seq = msg.seq
+    if msg.kind == "refused":
+        if run.state == "starting":
+            requeue(s, run, reason=msg.reason or "refused")
+    elif msg.kind == "started":
+        if run.state == "starting":
+            _move(s, run, "running")
+            run.started_at = utcnow()
+            task = s.get(Task, run.task_id)
+            assert task is not None
+            if task.status == "ready":
+                task.status = "running"
+            _run_event(s, "run.started", run)
+            change = s.get(Change, run.change_id)
+            assert change is not None
+            _settle_change(s, change, _tasks(s, change.id))
+    elif msg.kind == "log":
+        _append_output(s, run, msg.seq, msg.stream, msg.text, output_limit)
+    elif msg.kind == "finished":
+        if run.state in runstate.ACTIVE:
+            status = msg.status if msg.status in runstate.TERMINAL else "failed"
+            if status == "succeeded" and run.state == "starting":
+                _move(s, run, "running")
+            _finish(s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error)
+    return run.last_seq
+
+
+def _append_output(s: Session, run: Run, seq: int, stream: str, text: str, limit: int) -> None:
+    if run.output_truncated:
+        return
+    size = len(text.encode())
+    if run.output_bytes + size > limit:
+        room = limit - run.output_bytes
+        kept = text.encode()[:max(room, 0)].decode(errors="ignore")
+        if kept:
+            s.add(RunLog(run_id=run.id, seq=seq, stream=stream, text=kept, created_at=utcnow()))
+            run.output_bytes += len(kept.encode())
+        s.add(RunLog(run_id=run.id, seq=seq, stream="system", text=DROPPED_LINE.format(limit=limit),
+                     created_at=utcnow()))
+        run.output_truncated = True
+        _run_event(s, "run.output_truncated", run, limit=limit)
+        return
+    s.add(RunLog(run_id=run.id, seq=seq, stream=stream, text=text, created_at=utcnow()))
+    run.output_bytes += size
+
+
+# --- Agents --------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class HelloResult:
+    applied: dict[str, int]      # highest applied seq of each run the agent listed
+    to_cancel: list[str]         # listed runs whose cancel the agent may not have heard
+
+
+def agent_connected(s: Session, name: str, labels: dict[str, str], capacity: int, drivers: list[str],
+                    version: str, listed: set[str], draining: bool) -> HelloResult:
+    agent = s.get(Agent, name)
+    if agent is None:
+        agent = Agent(name=name, draining=False)
+        s.add(agent)
+    agent.labels, agent.capacity, agent.drivers, agent.version = labels, capacity, drivers, version
+    agent.connected, agent.connected_at, agent.disconnected_at = True, utcnow(), None
+    agent.draining = draining  # a drain lasts as long as the agentd process that was told
+    add_event(s, "agent.connected", agent=name, capacity=capacity, labels=labels)
+    applied: dict[str, int] = {}
+    to_cancel: list[str] = []
+    for run in s.scalars(select(Run).where(Run.agent == name, Run.state.in_(runstate.ACTIVE))):
+        if run.id in listed:
+            applied[run.id] = run.last_seq
+            if run.cancel_requested:
+                to_cancel.append(run.id)
+        elif run.state == "starting" and run.last_seq == 0:
+            requeue(s, run, reason="assignment_not_received")  # never reached the agent
+        else:
+            _finish(s, run, "failed", exit_code=-1, reason="agent_restarted",
+                    error=f"agent {name} came back without this run")
+    for run_id in listed - applied.keys():
+        # Ended here already (agent_lost, or a result whose ack was lost): take the rest of its output,
+        # which cannot change its state, and stop its session. Not this agent's run: forget it.
+        run = s.get(Run, run_id)
+        applied[run_id] = run.last_seq if run is not None and run.agent == name else FORGET
+        to_cancel.append(run_id)
+    return HelloResult(applied=applied, to_cancel=to_cancel)
+
+
+def agent_disconnected(s: Session, name: str) -> None:
+    agent = s.get(Agent, name)
+    if agent is None or not agent.connected:
+        return
+    agent.connected, agent.disconnected_at = False, utcnow()
+    add_event(s, "agent.disconnected", agent=name)
+
+
+def disconnect_all(s: Session) -> None:
+    """At start-up no agent is connected to this process yet; their lost-window starts now."""
+    s.execute(update(Agent).where(Agent.connected.is_(True)).values(connected=False, disconnected_at=utcnow()))
+
+
+def fail_lost_runs(s: Session, window: dt.timedelta) -> list[str]:
+    """Fail the active runs of agents disconnected for longer than `window`."""
+    now = utcnow()
+    failed: list[str] = []
+    for agent in s.scalars(select(Agent).where(Agent.connected.is_(False))):
+        since = aware(agent.disconnected_at)
+        if since is None or now - since < window:
+            continue
+        for run in s.scalars(select(Run).where(Run.agent == agent.name, Run.state.in_(runstate.ACTIVE))):
+            _finish(s, run, "failed", exit_code=-1, reason="agent_lost",
+                    error=f"agent {agent.name} disconnected for more than {int(window.total_seconds())} s")
+            failed.append(run.id)
+    return failed
+
+
+def drain_agent(s: Session, name: str) -> Agent:
+    agent = s.get(Agent, name)
+    if agent is None:
+        raise NotFound(f"no agent {name!r}", field="name")
+    if not agent.draining:
+        agent.draining = True
+        add_event(s, "agent.draining", agent=name)
+    return agent

@@ -1,0 +1,123 @@
+"""The store's tables (SQLAlchemy 2). The database is the one source of truth."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, dt.datetime: DateTime(timezone=True)}
+
+
+class Token(Base):
+    __tablename__ = "tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))  # agent | user
+    role: Mapped[str] = mapped_column(String(32), default="")  # submit | run.manage | admin (users)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Project(Base):
+    __tablename__ = "projects"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    repo: Mapped[str] = mapped_column(Text, default="")
+    branch: Mapped[str] = mapped_column(String(200), default="main")
+    pool: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Change(Base):
+    __tablename__ = "changes"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"))
+    goal: Mapped[str] = mapped_column(Text)
+    criteria: Mapped[list[Any]] = mapped_column(default=list)
+    invariants: Mapped[list[Any]] = mapped_column(default=list)
+    budget_usd: Mapped[float] = mapped_column(default=0.0)
+    status: Mapped[str] = mapped_column(String(32), default="open")
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    submitted_by: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    change_id: Mapped[str] = mapped_column(ForeignKey("changes.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    key: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(64))
+    objective: Mapped[str] = mapped_column(Text)
+    depends_on: Mapped[list[Any]] = mapped_column(default=list)
+    command: Mapped[list[Any]] = mapped_column(default=list)
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    timeout_seconds: Mapped[int] = mapped_column(Integer, default=0)
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)  # routing fields kept for later issues
+    status: Mapped[str] = mapped_column(String(32), default="pending")
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    change_id: Mapped[str] = mapped_column(ForeignKey("changes.id"), index=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    agent: Mapped[str] = mapped_column(String(200), default="", index=True)
+    exit_code: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+
+
+class RunLog(Base):
+    __tablename__ = "run_logs"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    stream: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    __table_args__ = (Index("ix_run_logs_run_seq", "run_id", "seq"),)
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    capacity: Mapped[int] = mapped_column(Integer, default=1)
+    drivers: Mapped[list[Any]] = mapped_column(default=list)
+    version: Mapped[str] = mapped_column(String(64), default="")
+    connected: Mapped[bool] = mapped_column(Boolean, default=False)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    connected_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    disconnected_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+
+
+class Event(Base):
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    change_id: Mapped[str] = mapped_column(String(40), default="", index=True)
+    task_id: Mapped[str] = mapped_column(String(40), default="")
+    run_id: Mapped[str] = mapped_column(String(40), default="", index=True)
+    agent: Mapped[str] = mapped_column(String(200), default="")
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,26 @@
+"""Projects: a repository, its default branch and its pool."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from controlplane.errors import InvalidArgument
+from controlplane.lifecycle import add_event
+from controlplane.models import Project
+
+
+def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "") -> Project:
+    """Create a project, or update the repository, branch and pool of an existing one."""
+    if not name.strip() or len(name) > 200:
+        raise InvalidArgument("must be 1 to 200 characters", field="name")
+    if not branch.strip():
+        raise InvalidArgument("must not be empty", field="branch")
+    project = s.get(Project, name)
+    created = project is None
+    if project is None:
+        project = Project(name=name)
+        s.add(project)
+    project.repo, project.branch, project.pool = repo, branch, pool
+    add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch,
+              pool=pool)
+    return project

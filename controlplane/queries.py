@@ -1,0 +1,104 @@
+"""Read-only queries answered to the SDK, the CLI and operators."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane import convert, runstate
+from controlplane.errors import NotFound
+from controlplane.models import Agent, Change, Event, Run, RunLog, Task
+from drover.v1 import types_pb2
+
+
+def get_change(s: Session, change_id: str) -> types_pb2.Change:
+    row = s.get(Change, change_id)
+    if row is None:
+        raise NotFound(f"no change {change_id!r}", field="change_id")
+    latest = {task_id: run_id for task_id, run_id in s.execute(
+        select(Run.task_id, Run.id).where(Run.change_id == change_id).order_by(Run.created_at, Run.id))}
+    tasks = [convert.task(t, latest.get(t.id, ""))
+             for t in s.scalars(select(Task).where(Task.change_id == change_id).order_by(Task.position))]
+    return convert.change(row, tasks)
+
+
+def list_changes(s: Session, project: str, limit: int) -> list[types_pb2.Change]:
+    q = select(Change.id).order_by(Change.created_at.desc()).limit(limit or 50)
+    if project:
+        q = q.where(Change.project == project)
+    return [get_change(s, change_id) for change_id in s.scalars(q)]
+
+
+def change_status(s: Session, change_id: str) -> str:
+    row = s.get(Change, change_id)
+    if row is None:
+        raise NotFound(f"no change {change_id!r}", field="change_id")
+    return row.status
+
+
+def events(s: Session, *, change_id: str = "", run_id: str = "", kind: str = "", after_id: int = 0,
+           limit: int = 200) -> list[types_pb2.Event]:
+    q = select(Event).where(Event.id > after_id).order_by(Event.id).limit(limit or 200)
+    if change_id:
+        q = q.where(Event.change_id == change_id)
+    if run_id:
+        q = q.where(Event.run_id == run_id)
+    if kind:
+        q = q.where(Event.kind.startswith(kind))
+    return [convert.event(e) for e in s.scalars(q)]
+
+
+def _run_rows(s: Session, q) -> list[types_pb2.Run]:  # type: ignore[no-untyped-def]
+    rows = s.execute(q.join(Task, Task.id == Run.task_id).join(Change, Change.id == Run.change_id)
+                     .add_columns(Task.key, Change.project)).all()
+    return [convert.run(run, key, project) for run, key, project in rows]
+
+
+def get_run(s: Session, run_id: str) -> types_pb2.Run:
+    found = _run_rows(s, select(Run).where(Run.id == run_id))
+    if not found:
+        raise NotFound(f"no run {run_id!r}", field="run_id")
+    return found[0]
+
+
+def list_runs(s: Session, *, change_id: str = "", state: str = "", agent: str = "",
+              limit: int = 100) -> list[types_pb2.Run]:
+    q = select(Run).order_by(Run.created_at.desc(), Run.id).limit(limit or 100)
+    if change_id:
+        q = q.where(Run.change_id == change_id)
+    if state:
+        q = q.where(Run.state == state)
+    if agent:
+        q = q.where(Run.agent == agent)
+    return _run_rows(s, q)
+
+
+def run_logs(s: Session, run_id: str, after_seq: int, limit: int = 1000) -> tuple[list[types_pb2.LogLine], str]:
+    """Output after `after_seq`, and the run's state (to know when a follower may stop)."""
+    run = s.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id!r}", field="run_id")
+    rows = s.scalars(select(RunLog).where(RunLog.run_id == run_id, RunLog.seq > after_seq)
+                     .order_by(RunLog.seq, RunLog.id).limit(limit))
+    lines = list(rows)
+    if len(lines) == limit and lines[0].seq != lines[-1].seq:
+        last = lines[-1].seq  # never cut a seq in two: the follower resumes after the last whole seq
+        lines = [r for r in lines if r.seq != last]
+    return [convert.log_line(r) for r in lines], run.state
+
+
+def list_agents(s: Session, connected_only: bool) -> list[types_pb2.Agent]:
+    q = select(Agent).order_by(Agent.name)
+    if connected_only:
+        q = q.where(Agent.connected.is_(True))
+    active = dict(s.execute(select(Run.agent, func.count()).where(Run.state.in_(runstate.ACTIVE))
+                            .group_by(Run.agent)).all())
+    return [convert.agent(a, active.get(a.name, 0)) for a in s.scalars(q)]
+
+
+def agent(s: Session, name: str) -> types_pb2.Agent:
+    row = s.get(Agent, name)
+    if row is None:
+        raise NotFound(f"no agent {name!r}", field="name")
+    active = s.scalar(select(func.count()).where(Run.agent == name, Run.state.in_(runstate.ACTIVE))) or 0
+    return convert.agent(row, active)

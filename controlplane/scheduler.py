@@ -1,0 +1,44 @@
+"""Which agent gets which queued run: a pure function over plain data."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSlot:
+    name: str
+    labels: Mapping[str, str]
+    free: int
+    drivers: frozenset[str]
+    draining: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuedRun:
+    run_id: str
+    pool: str       # "" when the project names no pool
+    driver: str     # command | harness
+
+
+def eligible(run: QueuedRun, agent: AgentSlot) -> bool:
+    if agent.draining or run.driver not in agent.drivers:
+        return False
+    return not run.pool or agent.labels.get("pool") == run.pool
+
+
+def plan_assignments(runs: Sequence[QueuedRun], agents: Sequence[AgentSlot]) -> list[tuple[str, str]]:
+    """Runs (oldest first) to agents: each to the eligible agent with the most free capacity;
+    ties go to the agent listed first. A run with no eligible agent waits."""
+    free = {a.name: a.free for a in agents}
+    plan: list[tuple[str, str]] = []
+    for run in runs:
+        best: AgentSlot | None = None
+        for agent in agents:
+            if free[agent.name] > 0 and eligible(run, agent) and (best is None or free[agent.name] > free[best.name]):
+                best = agent
+        if best is not None:
+            free[best.name] -= 1
+            plan.append((run.run_id, best.name))
+    return plan

@@ -1,0 +1,147 @@
+"""Builds and runs the gRPC server: services, auth, health, reflection, keepalive policy."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pathlib
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane import auth
+from controlplane.agent_service import AgentService
+from controlplane.auth import AuthInterceptor, Permission
+from controlplane.change_service import ChangeService
+from controlplane.config import ServerConfig
+from controlplane.fleet import Fleet
+from controlplane.models import Token
+from controlplane.notify import Notifier
+from controlplane.operations_service import OperationsService
+from controlplane.store import Store, sqlite_url
+from drover.v1 import agent_pb2, agent_pb2_grpc, change_pb2, change_pb2_grpc, operations_pb2, operations_pb2_grpc
+
+log = logging.getLogger("drover.server")
+
+USER = Permission("user")
+PERMISSIONS: dict[str, Permission] = {
+    "/drover.v1.AgentService/Connect": Permission("agent"),
+    "/drover.v1.ChangeService/SubmitChange": Permission("user", "submit"),
+    "/drover.v1.ChangeService/GetChange": USER,
+    "/drover.v1.ChangeService/ListChanges": USER,
+    "/drover.v1.ChangeService/WatchChange": USER,
+    "/drover.v1.ChangeService/CancelChange": Permission("user", "submit"),
+    "/drover.v1.OperationsService/ListAgents": USER,
+    "/drover.v1.OperationsService/DrainAgent": Permission("user", "admin"),
+    "/drover.v1.OperationsService/ListRuns": USER,
+    "/drover.v1.OperationsService/GetRun": USER,
+    "/drover.v1.OperationsService/CancelRun": Permission("user", "run.manage"),
+    "/drover.v1.OperationsService/TailRunLogs": USER,
+    "/drover.v1.OperationsService/ListEvents": USER,
+}
+SERVICE_NAMES = (
+    agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+    change_pb2.DESCRIPTOR.services_by_name["ChangeService"].full_name,
+    operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
+)
+
+
+def database_url(config: ServerConfig) -> str:
+    return config.database_url or sqlite_url(config.data_dir)
+
+
+def open_store(config: ServerConfig) -> Store:
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(database_url(config))
+    store.migrate()
+    return store
+
+
+def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path) -> list[pathlib.Path]:
+    """On first start (no token stored yet) write an admin and an agent token, mode 0600."""
+    def create(s: Session) -> dict[str, str]:
+        if s.scalar(select(func.count()).select_from(Token)):
+            return {}
+        return {"admin": auth.create_token(s, "user", "admin", "admin"),
+                "agent": auth.create_token(s, "agent", "agent")}
+    written = []
+    for name, token in store.transaction(create).items():
+        path = tokens_dir / f"{name}.token"
+        auth.write_token_file(path, token)
+        written.append(path)
+    return written
+
+
+class ControlPlane:
+    """One control-plane process: the store, the fleet and the gRPC server."""
+
+    def __init__(self, config: ServerConfig, store: Store) -> None:
+        self.config = config
+        self.store = store
+        self.notifier = Notifier()
+        self.fleet = Fleet(store, config, self.notifier)
+        self.auth = AuthInterceptor(PERMISSIONS, lambda digest: store.run(auth.lookup, digest))
+        self.health = health.aio.HealthServicer()
+        self.server = grpc.aio.server(
+            interceptors=[self.auth],
+            options=[
+                ("grpc.max_receive_message_length", config.max_message_bytes),
+                ("grpc.max_send_message_length", 16 * 1024 * 1024),
+                # Accept agentd's keepalive pings (every 10 s, also without calls in flight).
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", config.keepalive_min_ping_seconds * 1000),
+                ("grpc.http2.min_ping_interval_without_data_ms", config.keepalive_min_ping_seconds * 1000),
+                ("grpc.http2.max_ping_strikes", 0),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+            ],
+        )
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(self.fleet), self.server)
+        change_pb2_grpc.add_ChangeServiceServicer_to_server(
+            ChangeService(store, self.fleet, self.notifier, self.auth), self.server)
+        operations_pb2_grpc.add_OperationsServiceServicer_to_server(
+            OperationsService(store, self.fleet, self.notifier), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME),
+                                            self.server)
+        self.port = self.server.add_insecure_port(config.listen)
+        if self.port == 0:
+            raise SystemExit(f"cannot listen on {config.listen}")
+
+    async def start(self) -> None:
+        await self.fleet.start()
+        await self.server.start()
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self) -> None:
+        """Stop accepting, let calls in flight finish within the grace period, then close."""
+        await self.health.enter_graceful_shutdown()
+        await self.fleet.stop()
+        await self.server.stop(self.config.grace_seconds)
+        self.store.close()
+
+
+async def serve(config: ServerConfig, store: Store) -> None:
+    plane = ControlPlane(config, store)
+    await plane.start()
+    host = config.listen.rsplit(":", 1)[0]
+    log.info("control plane listening on %s:%d (database %s)", host, plane.port, _safe_url(store.url))
+    print(f"drover control plane listening on {host}:{plane.port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: draining calls for up to %.0f s", config.grace_seconds)
+    await plane.stop()
+
+
+def _safe_url(url: str) -> str:
+    """A database URL without its password, for logs."""
+    from sqlalchemy.engine import make_url
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,94 @@
+"""The store: engine, one transaction per unit of work, schema migrations.
+
+Database work is synchronous SQLAlchemy run on a small thread pool, so the
+asyncio server never blocks on the database. SQLite gets one writer thread and
+`BEGIN IMMEDIATE` (pysqlite's deferred BEGIN loses updates across processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import pathlib
+from typing import Any, Callable, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+T = TypeVar("T")
+MIGRATIONS = pathlib.Path(__file__).parent / "migrations"
+
+
+def aware(value: dt.datetime | None) -> dt.datetime | None:
+    """SQLite hands back naive datetimes; every stored time is UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    return value
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+
+
+def migrate(engine: Engine) -> None:
+    """Create or upgrade the schema to the newest revision."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+class Store:
+    """Runs units of work: `await store.run(fn, *args)` calls fn(session, *args) in one transaction."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        workers = 1 if url.startswith("sqlite") else 8
+        self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
+
+    def migrate(self) -> None:
+        migrate(self.engine)
+
+    def transaction(self, fn: Callable[..., T], *args: Any) -> T:
+        with self.sessions.begin() as session:
+            return fn(session, *args)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.transaction, fn, *args)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self.engine.dispose()
+
+
+def sqlite_url(data_dir: pathlib.Path) -> str:
+    return f"sqlite:///{(data_dir / 'drover.db').resolve()}"
+
+
+Transaction = Session

@@ -1,0 +1,194 @@
+"""`drover`: submit and follow Changes, look at runs and agents, from a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import pathlib
+import sys
+from typing import Any, Iterable
+
+from google.protobuf import json_format
+
+from drover import changefile
+from drover.client import Client
+from drover.errors import DroverError
+from drover.v1 import types_pb2
+
+DEFAULT_TOKEN_FILE = ".drover/tokens/admin.token"
+
+
+def _as_dict(message: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _clock(ts: Any) -> str:
+    if not ts.seconds:
+        return "--:--:--"
+    return dt.datetime.fromtimestamp(ts.seconds, dt.timezone.utc).strftime("%H:%M:%S")
+
+
+def format_event(event: types_pb2.Event) -> str:
+    data = _as_dict(event.data) if event.data.fields else {}
+    key = data.pop("key", "")
+    bits = [f"{_clock(event.created_at)}  {event.kind:<24}"]
+    if key:
+        bits.append(key)
+    if event.run_id:
+        bits.append(event.run_id)
+    if event.agent and event.kind.startswith(("run.", "agent.")):
+        bits.append(f"on {event.agent}")
+    for name in ("status", "exit_code", "reason", "because", "error"):
+        if name in data and data[name] not in ("", None):
+            value = data[name]
+            if name == "exit_code" and data.get("status") == "succeeded":
+                continue
+            bits.append(f"{name}={int(value) if isinstance(value, float) else value}")
+    return "  ".join(bits)
+
+
+def format_change(change: types_pb2.Change) -> str:
+    lines = [f"change {change.id}  {change.status}  project {change.project}", f"  goal: {change.goal}"]
+    for task in change.tasks:
+        deps = f"  after {', '.join(task.depends_on)}" if task.depends_on else ""
+        why = f"  ({task.reason})" if task.reason else ""
+        lines.append(f"  {task.status:<10} {task.key:<20} {task.kind:<10} {task.latest_run_id}{deps}{why}")
+    return "\n".join(lines)
+
+
+def _table(rows: Iterable[list[str]], header: list[str]) -> str:
+    rows = [header, *rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _token(args: argparse.Namespace) -> str:
+    if args.token_file:
+        return pathlib.Path(args.token_file).read_text().strip()
+    if os.environ.get("DROVER_TOKEN"):
+        return os.environ["DROVER_TOKEN"].strip()
+    return pathlib.Path(DEFAULT_TOKEN_FILE).read_text().strip()
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--target", default=os.environ.get("DROVER_TARGET", "127.0.0.1:50051"),
+                        help="control plane host:port (env DROVER_TARGET)")
+    common.add_argument("--token-file", help=f"default {DEFAULT_TOKEN_FILE}; env DROVER_TOKEN holds a token")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    p = argparse.ArgumentParser(prog="drover", description="Submit and follow Drover Changes")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("submit", parents=[common], help="submit a Change file (YAML or JSON)")
+    s.add_argument("file")
+    s.add_argument("--watch", action="store_true", help="then watch it until it ends")
+    w = sub.add_parser("watch", parents=[common], help="follow a Change's events until it ends")
+    w.add_argument("change_id")
+    lg = sub.add_parser("logs", parents=[common], help="a run's output")
+    lg.add_argument("run_id")
+    lg.add_argument("-f", "--follow", action="store_true", help="until the run ends")
+    sub.add_parser("agents", parents=[common], help="connected and known agents")
+    r = sub.add_parser("runs", parents=[common], help="recent runs")
+    r.add_argument("--change", default="")
+    r.add_argument("--state", default="")
+    r.add_argument("--agent", default="")
+    c = sub.add_parser("change", parents=[common], help="a Change and its Tasks")
+    c.add_argument("change_id")
+    cc = sub.add_parser("cancel", parents=[common], help="cancel a Change")
+    cc.add_argument("change_id")
+    cr = sub.add_parser("cancel-run", parents=[common], help="cancel one run")
+    cr.add_argument("run_id")
+    d = sub.add_parser("drain", parents=[common], help="give an agent no new runs")
+    d.add_argument("name")
+    e = sub.add_parser("events", parents=[common], help="recent events")
+    e.add_argument("--change", default="")
+    e.add_argument("--run", default="")
+    e.add_argument("--kind", default="")
+    return p
+
+
+def _watch(client: Client, change_id: str, as_json: bool) -> int:
+    for event in client.watch(change_id):
+        print(json.dumps(_as_dict(event)) if as_json else format_event(event), flush=True)
+    change = client.get_change(change_id)
+    if not as_json:
+        print(format_change(change))
+    return 0 if change.status == "succeeded" else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    out = (lambda m: print(json.dumps(_as_dict(m), indent=2))) if args.json else None
+    with Client(args.target, token=_token(args)) as client:
+        if args.command == "submit":
+            change = client.submit_change_file(changefile.load(args.file))
+            (out or (lambda c: print(f"submitted change {c.id} ({len(c.tasks)} tasks)")))(change)
+            return _watch(client, change.id, args.json) if args.watch else 0
+        if args.command == "watch":
+            return _watch(client, args.change_id, args.json)
+        if args.command == "logs":
+            for line in client.run_logs(args.run_id, follow=args.follow):
+                if args.json:
+                    print(json.dumps(_as_dict(line)), flush=True)
+                else:
+                    (sys.stderr if line.stream == "stderr" else sys.stdout).write(line.text)
+                    sys.stdout.flush()
+            return 0
+        if args.command == "agents":
+            agents = client.list_agents()
+            if args.json:
+                print(json.dumps([_as_dict(a) for a in agents], indent=2))
+            else:
+                print(_table(([a.name, "yes" if a.connected else "no", f"{a.active_runs}/{a.capacity}",
+                               "yes" if a.draining else "", ",".join(f"{k}={v}" for k, v in sorted(a.labels.items()))]
+                              for a in agents), ["NAME", "CONNECTED", "RUNS", "DRAINING", "LABELS"]))
+            return 0
+        if args.command == "runs":
+            runs = client.list_runs(change_id=args.change, state=args.state, agent=args.agent)
+            if args.json:
+                print(json.dumps([_as_dict(r) for r in runs], indent=2))
+            else:
+                print(_table(([r.id, r.state, r.task_key, r.agent, str(r.exit_code) if r.finished_at.seconds else "",
+                               r.reason, r.change_id] for r in runs),
+                             ["RUN", "STATE", "TASK", "AGENT", "EXIT", "REASON", "CHANGE"]))
+            return 0
+        if args.command == "change":
+            change = client.get_change(args.change_id)
+            (out or (lambda c: print(format_change(c))))(change)
+            return 0
+        if args.command == "cancel":
+            change = client.cancel_change(args.change_id)
+            (out or (lambda c: print(format_change(c))))(change)
+            return 0
+        if args.command == "cancel-run":
+            run_ = client.cancel_run(args.run_id)
+            (out or (lambda r: print(f"run {r.id}: {r.state}{' (cancel sent)' if r.cancel_requested else ''}")))(run_)
+            return 0
+        if args.command == "drain":
+            agent = client.drain_agent(args.name)
+            (out or (lambda a: print(f"agent {a.name}: draining")))(agent)
+            return 0
+        if args.command == "events":
+            events = client.list_events(change_id=args.change, run_id=args.run, kind=args.kind)
+            for event in events:
+                print(json.dumps(_as_dict(event)) if args.json else format_event(event))
+            return 0
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return run(args)
+    except DroverError as err:
+        print(f"drover: {err.code}: {err.message}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"drover: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The Drover SDK client (synchronous)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+
+import grpc
+
+from drover.errors import from_rpc_error
+from drover.v1 import (change_pb2, change_pb2_grpc, operations_pb2, operations_pb2_grpc, types_pb2)
+
+T = TypeVar("T")
+Change = types_pb2.Change
+Run = types_pb2.Run
+Event = types_pb2.Event
+LogLine = types_pb2.LogLine
+Agent = types_pb2.Agent
+
+
+def _mapped(fn: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+    return wrapper
+
+
+def _task(spec: Mapping[str, Any]) -> types_pb2.Task:
+    return types_pb2.Task(
+        key=str(spec.get("key", "")), kind=str(spec.get("kind", "")), objective=str(spec.get("objective", "")),
+        depends_on=[str(d) for d in spec.get("depends_on") or []],
+        command=[str(a) for a in spec.get("command") or []],
+        env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
+        timeout_seconds=int(spec.get("timeout_seconds") or 0),
+        files=list(spec.get("files") or []), resources=list(spec.get("resources") or []),
+        size=str(spec.get("size") or ""), complexity=str(spec.get("complexity") or ""),
+        risk=str(spec.get("risk") or ""), required_capabilities=list(spec.get("required_capabilities") or []),
+        flags={str(k): bool(v) for k, v in (spec.get("flags") or {}).items()})
+
+
+class Client:
+    """Submit and follow Changes. `Client("127.0.0.1:50051", token=...)`; use as a context manager
+    or call close(). Every method raises a `drover.DroverError` subclass on failure."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, token: str,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
+        options = [("grpc.max_receive_message_length", 16 * 1024 * 1024)]
+        self._channel = (grpc.secure_channel(target, credentials, options=options) if credentials
+                         else grpc.insecure_channel(target, options=options))
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._changes = change_pb2_grpc.ChangeServiceStub(self._channel)
+        self._ops = operations_pb2_grpc.OperationsServiceStub(self._channel)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    @_mapped
+    def submit_change(self, project: str, goal: str, tasks: Sequence[Mapping[str, Any]], *,
+                      criteria: Sequence[str] = (), invariants: Sequence[str] = (),
+                      budget_usd: float = 0.0) -> Change:
+        """Submit a Change: a goal and a graph of Tasks (dicts with key, kind, objective, depends_on,
+        and for command Tasks command, env, timeout_seconds)."""
+        request = change_pb2.SubmitChangeRequest(project=project, goal=goal, criteria=list(criteria),
+                                                 invariants=list(invariants), budget_usd=budget_usd,
+                                                 tasks=[_task(t) for t in tasks])
+        return self._changes.SubmitChange(request, metadata=self._metadata)
+
+    def submit_change_file(self, data: Mapping[str, Any]) -> Change:
+        """Submit the contents of a Change file (see drover.changefile.load)."""
+        return self.submit_change(data.get("project", ""), data.get("goal", ""), data.get("tasks") or [],
+                                  criteria=data.get("criteria") or [], invariants=data.get("invariants") or [],
+                                  budget_usd=float(data.get("budget_usd") or 0))
+
+    @_mapped
+    def get_change(self, change_id: str) -> Change:
+        return self._changes.GetChange(change_pb2.GetChangeRequest(change_id=change_id), metadata=self._metadata)
+
+    @_mapped
+    def list_changes(self, project: str = "", limit: int = 50) -> list[Change]:
+        return list(self._changes.ListChanges(change_pb2.ListChangesRequest(project=project, limit=limit),
+                                              metadata=self._metadata).changes)
+
+    def watch(self, change_id: str, after_event_id: int = 0) -> Iterator[Event]:
+        """Events of a Change as they happen, ending when the Change ends."""
+        try:
+            yield from self._changes.WatchChange(
+                change_pb2.WatchChangeRequest(change_id=change_id, after_event_id=after_event_id),
+                metadata=self._metadata)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+
+    def run_logs(self, run_id: str, *, follow: bool = False, after_seq: int = 0) -> Iterator[LogLine]:
+        """A run's output in order; with follow, until the run ends."""
+        try:
+            yield from self._ops.TailRunLogs(
+                operations_pb2.TailRunLogsRequest(run_id=run_id, follow=follow, after_seq=after_seq),
+                metadata=self._metadata)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+
+    @_mapped
+    def cancel_change(self, change_id: str) -> Change:
+        return self._changes.CancelChange(change_pb2.CancelChangeRequest(change_id=change_id),
+                                          metadata=self._metadata)
+
+    @_mapped
+    def cancel_run(self, run_id: str, reason: str = "") -> Run:
+        return self._ops.CancelRun(operations_pb2.CancelRunRequest(run_id=run_id, reason=reason),
+                                   metadata=self._metadata)
+
+    @_mapped
+    def get_run(self, run_id: str) -> Run:
+        return self._ops.GetRun(operations_pb2.GetRunRequest(run_id=run_id), metadata=self._metadata)
+
+    @_mapped
+    def list_runs(self, *, change_id: str = "", state: str = "", agent: str = "", limit: int = 100) -> list[Run]:
+        return list(self._ops.ListRuns(operations_pb2.ListRunsRequest(change_id=change_id, state=state,
+                                                                      agent=agent, limit=limit),
+                                       metadata=self._metadata).runs)
+
+    @_mapped
+    def list_agents(self, connected_only: bool = False) -> list[Agent]:
+        return list(self._ops.ListAgents(operations_pb2.ListAgentsRequest(connected_only=connected_only),
+                                         metadata=self._metadata).agents)
+
+    @_mapped
+    def drain_agent(self, name: str) -> Agent:
+        return self._ops.DrainAgent(operations_pb2.DrainAgentRequest(name=name), metadata=self._metadata)
+
+    @_mapped
+    def list_events(self, *, change_id: str = "", run_id: str = "", kind: str = "", after_id: int = 0,
+                    limit: int = 200) -> list[Event]:
+        return list(self._ops.ListEvents(operations_pb2.ListEventsRequest(
+            change_id=change_id, run_id=run_id, kind=kind, after_id=after_id, limit=limit),
+            metadata=self._metadata).events)

@@ -1,0 +1,58 @@
+from drover.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SubmitChangeRequest(_message.Message):
+    __slots__ = ("project", "goal", "criteria", "invariants", "budget_usd", "tasks")
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    CRITERIA_FIELD_NUMBER: _ClassVar[int]
+    INVARIANTS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_USD_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    project: str
+    goal: str
+    criteria: _containers.RepeatedScalarFieldContainer[str]
+    invariants: _containers.RepeatedScalarFieldContainer[str]
+    budget_usd: float
+    tasks: _containers.RepeatedCompositeFieldContainer[_types_pb2.Task]
+    def __init__(self, project: _Optional[str] = ..., goal: _Optional[str] = ..., criteria: _Optional[_Iterable[str]] = ..., invariants: _Optional[_Iterable[str]] = ..., budget_usd: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[_types_pb2.Task, _Mapping]]] = ...) -> None: ...
+
+class GetChangeRequest(_message.Message):
+    __slots__ = ("change_id",)
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    def __init__(self, change_id: _Optional[str] = ...) -> None: ...
+
+class ListChangesRequest(_message.Message):
+    __slots__ = ("project", "limit")
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    project: str
+    limit: int
+    def __init__(self, project: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListChangesResponse(_message.Message):
+    __slots__ = ("changes",)
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[_types_pb2.Change]
+    def __init__(self, changes: _Optional[_Iterable[_Union[_types_pb2.Change, _Mapping]]] = ...) -> None: ...
+
+class WatchChangeRequest(_message.Message):
+    __slots__ = ("change_id", "after_event_id")
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    after_event_id: int
+    def __init__(self, change_id: _Optional[str] = ..., after_event_id: _Optional[int] = ...) -> None: ...
+
+class CancelChangeRequest(_message.Message):
+    __slots__ = ("change_id",)
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    def __init__(self, change_id: _Optional[str] = ...) -> None: ...

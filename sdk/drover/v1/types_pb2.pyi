@@ -1,0 +1,198 @@
+import datetime
+
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Task(_message.Message):
+    __slots__ = ("id", "key", "kind", "objective", "depends_on", "command", "env", "timeout_seconds", "status", "files", "resources", "size", "complexity", "risk", "required_capabilities", "flags", "latest_run_id", "reason")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class FlagsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bool
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bool] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    COMPLEXITY_FIELD_NUMBER: _ClassVar[int]
+    RISK_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    key: str
+    kind: str
+    objective: str
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    command: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    timeout_seconds: int
+    status: str
+    files: _containers.RepeatedScalarFieldContainer[str]
+    resources: _containers.RepeatedScalarFieldContainer[str]
+    size: str
+    complexity: str
+    risk: str
+    required_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    flags: _containers.ScalarMap[str, bool]
+    latest_run_id: str
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., kind: _Optional[str] = ..., objective: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ..., status: _Optional[str] = ..., files: _Optional[_Iterable[str]] = ..., resources: _Optional[_Iterable[str]] = ..., size: _Optional[str] = ..., complexity: _Optional[str] = ..., risk: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., flags: _Optional[_Mapping[str, bool]] = ..., latest_run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Change(_message.Message):
+    __slots__ = ("id", "project", "goal", "criteria", "invariants", "budget_usd", "tasks", "status", "submitted_by", "created_at", "finished_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    CRITERIA_FIELD_NUMBER: _ClassVar[int]
+    INVARIANTS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_USD_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    project: str
+    goal: str
+    criteria: _containers.RepeatedScalarFieldContainer[str]
+    invariants: _containers.RepeatedScalarFieldContainer[str]
+    budget_usd: float
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    status: str
+    submitted_by: str
+    created_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., project: _Optional[str] = ..., goal: _Optional[str] = ..., criteria: _Optional[_Iterable[str]] = ..., invariants: _Optional[_Iterable[str]] = ..., budget_usd: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., status: _Optional[str] = ..., submitted_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("id", "change_id", "task_id", "task_key", "state", "agent", "attempt", "exit_code", "reason", "created_at", "started_at", "finished_at", "output_bytes", "output_truncated", "cancel_requested", "project", "tier", "model", "context_hash")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_HASH_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    change_id: str
+    task_id: str
+    task_key: str
+    state: str
+    agent: str
+    attempt: int
+    exit_code: int
+    reason: str
+    created_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    output_bytes: int
+    output_truncated: bool
+    cancel_requested: bool
+    project: str
+    tier: str
+    model: str
+    context_hash: str
+    def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., output_bytes: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., project: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., context_hash: _Optional[str] = ...) -> None: ...
+
+class Agent(_message.Message):
+    __slots__ = ("name", "labels", "capacity", "active_runs", "connected", "draining", "drivers", "version", "connected_at", "disconnected_at")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    DRIVERS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECTED_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    labels: _containers.ScalarMap[str, str]
+    capacity: int
+    active_runs: int
+    connected: bool
+    draining: bool
+    drivers: _containers.RepeatedScalarFieldContainer[str]
+    version: str
+    connected_at: _timestamp_pb2.Timestamp
+    disconnected_at: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capacity: _Optional[int] = ..., active_runs: _Optional[int] = ..., connected: _Optional[bool] = ..., draining: _Optional[bool] = ..., drivers: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., connected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disconnected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("id", "kind", "change_id", "task_id", "run_id", "agent", "data", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    kind: str
+    change_id: str
+    task_id: str
+    run_id: str
+    agent: str
+    data: _struct_pb2.Struct
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., kind: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., run_id: _Optional[str] = ..., agent: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("run_id", "seq", "stream", "text", "created_at")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    seq: int
+    stream: str
+    text: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

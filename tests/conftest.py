@@ -1,0 +1,242 @@
+"""Real processes on loopback: a control plane, agentd daemons, git repositories in tmp_path."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any, Callable, Iterator, TypeVar
+
+import pygit2
+import pytest
+import sqlalchemy
+
+from drover import Client
+
+T = TypeVar("T")
+PG_ADMIN_URL = os.environ.get("DROVER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
+    """Poll `check` until it returns something truthy; fail the test after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or check}")
+        time.sleep(interval)
+
+
+def _log_tail(path: pathlib.Path) -> str:
+    return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+
+@dataclasses.dataclass
+class ControlPlane:
+    data_dir: pathlib.Path
+    database_url: str = ""
+    args: tuple[str, ...] = ()
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def admin_token(self) -> str:
+        return (self.data_dir / "tokens" / "admin.token").read_text().strip()
+
+    @property
+    def agent_token_file(self) -> pathlib.Path:
+        return self.data_dir / "tokens" / "agent.token"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ, DROVER_LOG_LEVEL="INFO")
+        if self.database_url:
+            env["DROVER_DATABASE_URL"] = self.database_url
+        return env
+
+    def start(self) -> "ControlPlane":
+        self.starts += 1
+        log = self.data_dir / f"controlplane-{self.starts}.log"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "controlplane.cli", "serve", "--data-dir", str(self.data_dir),
+                 "--listen", f"127.0.0.1:{self.port}", *self.args],
+                stdout=out, stderr=subprocess.STDOUT, env=self.env())
+
+        def listening() -> int:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"control plane exited {self.proc.returncode}:\n{_log_tail(log)}")
+            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+            return int(found.group(1)) if found else 0
+        self.port = wait_for(listening, 60, what="the control plane to listen")
+        return self
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "controlplane.cli", *args, "--data-dir", str(self.data_dir)],
+                              capture_output=True, text=True, env=self.env(), check=True)
+
+    def add_project(self, name: str, repo: str = "", branch: str = "main", pool: str = "") -> None:
+        args = ["project", "add", name, "--repo", repo, "--branch", branch]
+        if pool:
+            args += ["--pool", pool]
+        self.cli(*args)
+
+    def client(self, token: str | None = None) -> Client:
+        return Client(self.target, token=token if token is not None else self.admin_token)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@dataclasses.dataclass
+class AgentD:
+    name: str
+    plane: ControlPlane
+    root: pathlib.Path
+    capacity: int = 1
+    labels: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def spool(self) -> pathlib.Path:
+        return self.root / "spool"
+
+    @property
+    def work_dir(self) -> pathlib.Path:
+        return self.root / "work"
+
+    def start(self) -> "AgentD":
+        self.starts += 1
+        self.root.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "agentd.cli", "--control-plane", self.plane.target, "--name", self.name,
+                "--token-file", str(self.plane.agent_token_file), "--capacity", str(self.capacity),
+                "--work-dir", str(self.work_dir), "--spool-dir", str(self.spool), *self.extra]
+        for label in self.labels:
+            args += ["--label", label]
+        with open(self.root / f"agentd-{self.starts}.log", "wb") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+        return self
+
+    def log(self) -> str:
+        return "\n".join(_log_tail(p) for p in sorted(self.root.glob("agentd-*.log")))
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+class Fleet:
+    """A control plane and its agents for one test; everything is stopped at the end."""
+
+    def __init__(self, tmp: pathlib.Path, database_url: str = "") -> None:
+        self.tmp = tmp
+        self.plane = ControlPlane(tmp / "cp", database_url)
+        self.agents: list[AgentD] = []
+
+    def start_plane(self, *args: str) -> ControlPlane:
+        self.plane.args = args
+        return self.plane.start()
+
+    def agent(self, name: str, capacity: int = 1, labels: tuple[str, ...] = (), extra: tuple[str, ...] = (),
+              wait: bool = True) -> AgentD:
+        agent = AgentD(name, self.plane, self.tmp / f"agent-{name}", capacity, labels, extra).start()
+        self.agents.append(agent)
+        if wait:
+            self.wait_connected(name)
+        return agent
+
+    def wait_connected(self, name: str, timeout: float = 30) -> None:
+        with self.plane.client() as client:
+            wait_for(lambda: any(a.name == name and a.connected for a in client.list_agents()), timeout,
+                     what=f"agent {name} to connect")
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            agent.stop()
+        self.plane.stop()
+        # Supervisors are detached on purpose; end the ones this test left behind.
+        subprocess.run(["pkill", "-f", f"agentd.supervisor {self.tmp}"], check=False)
+
+
+@pytest.fixture
+def fleet(tmp_path: pathlib.Path) -> Iterator[Fleet]:
+    f = Fleet(tmp_path)
+    yield f
+    f.stop()
+
+
+@pytest.fixture
+def git_repo(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A git repository with one commit on main."""
+    path = tmp_path / "origin"
+    repo = pygit2.init_repository(str(path), initial_head="main")
+    (path / "README.md").write_text("# sample\n")
+    (path / "app.py").write_text("print('hello')\n")
+    repo.index.add_all()
+    repo.index.write()
+    sig = pygit2.Signature("Test", "test@drover.invalid")
+    repo.create_commit("HEAD", sig, sig, "initial", repo.index.write_tree(), [])
+    return path
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database on 127.0.0.1:5432, dropped afterwards. Fails (never skips) when
+    PostgreSQL is unreachable: the store must be proved on it."""
+    name = f"drover_{uuid.uuid4().hex[:12]}"
+    admin = sqlalchemy.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+def python_command(code: str) -> list[str]:
+    """argv running a Python snippet with this interpreter."""
+    return [sys.executable, "-c", code]
+
+
+def task(key: str, command: list[str], depends_on: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+    return {"key": key, "kind": "test", "objective": f"run {key}", "command": command,
+            "depends_on": list(depends_on), **extra}
