@@ -145,14 +145,8 @@ class Runs:
         slot = self.slots.get(run_id)
         if slot is None or not slot.live:
             return
-        (slot.dir / "cancel").touch()
-        pid = self._supervisor_pid(slot)
-        if pid:
-            try:
-                os.kill(pid, 15)
-            except ProcessLookupError:
-                pass
-        log.info("run %s: cancel sent to its supervisor", run_id)
+        (slot.dir / "cancel").touch()  # the supervisor looks for it every 100 ms
+        log.info("run %s: cancel requested", run_id)
 
     def ack(self, run_id: str, seq: int) -> None:
         slot = self.slots.get(run_id)

@@ -72,15 +72,17 @@ class Supervisor:
         self.secret_env = secret_env
         self.output = Output(run_dir / "output.jsonl", list(secret_env.values()),
                              int(self.spec.get("output_limit_bytes", 8 * 1024 * 1024)) + 64 * 1024)
-        self.cancelled = False
+        self.cancel_file = run_dir / "cancel"
         self.child: subprocess.Popen[bytes] | None = None
         self.kill_grace = float(self.spec.get("kill_grace_seconds", 10))
 
-    def on_cancel(self, _signum: int, _frame: Any) -> None:
-        self.cancelled = True
+    @property
+    def cancelled(self) -> bool:
+        """agentd asks for a cancel by creating RUN_DIR/cancel: a file, unlike a signal, cannot arrive
+        before this process is ready for it, and it survives an agentd restart."""
+        return self.cancel_file.exists()
 
     def run(self) -> None:
-        signal.signal(signal.SIGTERM, self.on_cancel)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         ws = pathlib.Path(self.spec["workspace_dir"])
         repo_dir, home = ws / "repo", ws / "home"
@@ -92,6 +94,9 @@ class Supervisor:
 
     def _run(self, repo_dir: pathlib.Path, home: pathlib.Path) -> None:
         spec = self.spec
+        if self.cancelled:
+            self.output.exit("cancelled", -1, "cancelled")
+            return
         if spec.get("repo"):
             self.output.write("system", f"workspace: cloning {workspace.redact_url(spec['repo'])} "
                                         f"at {spec.get('branch') or 'its default branch'}\n")
@@ -122,20 +127,21 @@ class Supervisor:
             self.output.exit("failed", -1, "start_failed", f"cannot start {argv[0]}: {err.strerror}")
             return
         timeout = float(spec.get("timeout_seconds") or 0)
-        timed_out = self._pump(self.child, timeout)
+        stopped = self._pump(self.child, timeout)
         code = self.child.wait()
         self._kill_group(self.child.pid)
-        if timed_out:
+        if stopped == "timeout":
             self.output.exit("failed", code, "timeout", f"timed out after {timeout:.0f} s")
-        elif self.cancelled:
+        elif stopped == "cancelled":
             self.output.exit("cancelled", code, "cancelled")
         elif code == 0:
             self.output.exit("succeeded", 0, "")
         else:
             self.output.exit("failed", code, "exit_code", f"exited with {code}")
 
-    def _pump(self, child: subprocess.Popen[bytes], timeout: float) -> bool:
-        """Copy output until both pipes close; stop the group on cancel or timeout. True on timeout."""
+    def _pump(self, child: subprocess.Popen[bytes], timeout: float) -> str:
+        """Copy output until both pipes close; stop the group on cancel or timeout.
+        Answers "timeout", "cancelled" or "" (the command ended by itself)."""
         assert child.stdout is not None and child.stderr is not None
         sel = selectors.DefaultSelector()
         decoders = {}
@@ -145,13 +151,14 @@ class Supervisor:
             decoders[name] = codecs.getincrementaldecoder("utf-8")(errors="replace")
         deadline = time.monotonic() + timeout if timeout > 0 else None
         stopping_since: float | None = None
-        timed_out = False
+        stopped = ""
         open_pipes = 2
         while open_pipes:
             now = time.monotonic()
-            if stopping_since is None and (self.cancelled or (deadline is not None and now >= deadline)):
-                timed_out = not self.cancelled
-                self.output.write("system", "cancelled: stopping the process group\n" if self.cancelled
+            cancelled = stopping_since is None and self.cancelled
+            if stopping_since is None and (cancelled or (deadline is not None and now >= deadline)):
+                stopped = "cancelled" if cancelled else "timeout"
+                self.output.write("system", "cancelled: stopping the process group\n" if cancelled
                                   else f"timed out after {timeout:.0f} s: stopping the process group\n")
                 _signal_group(child.pid, signal.SIGTERM)
                 stopping_since = now
@@ -175,7 +182,7 @@ class Supervisor:
                 if _group_alive(child.pid):
                     _signal_group(child.pid, signal.SIGTERM)
                     stopping_since = time.monotonic()
-        return timed_out
+        return stopped
 
     def _kill_group(self, pgid: int) -> None:
         _signal_group(pgid, signal.SIGKILL)

@@ -43,6 +43,7 @@ class Fleet:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._cleanups: set[asyncio.Task[None]] = set()
 
     # --- lifecycle of the fleet itself ----------------------------------------------------------
 
@@ -91,17 +92,26 @@ class Fleet:
             self.notifier.notify()
             self.wake()
             await self._read(session, context)
+        except BaseException as err:
+            log.info("agent %s stream ended: %r", hello.name, err)
+            raise
         finally:
             if self.sessions.get(hello.name) is session:
                 del self.sessions[hello.name]
             session.outbound.put_nowait(None)
             writer.cancel()
-            try:
-                await self.store.run(lifecycle.agent_disconnected, hello.name)
-            except Exception:  # the store may be closing at shutdown
-                log.exception("recording the disconnect of %s", hello.name)
-            log.info("agent %s disconnected", hello.name)
-            self.notifier.notify()
+            # Not awaited here: the handler may be cancelled (the peer is gone) and must not lose this.
+            cleanup = asyncio.create_task(self._disconnected(hello.name))
+            self._cleanups.add(cleanup)
+            cleanup.add_done_callback(self._cleanups.discard)
+
+    async def _disconnected(self, name: str) -> None:
+        try:
+            await self.store.run(lifecycle.agent_disconnected, name)
+        except Exception:  # the store may be closing at shutdown
+            log.exception("recording the disconnect of %s", name)
+        log.info("agent %s disconnected", name)
+        self.notifier.notify()
 
     async def _read(self, session: AgentSession, context: grpc.aio.ServicerContext) -> None:
         while True:

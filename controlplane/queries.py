@@ -44,7 +44,9 @@ def events(s: Session, *, change_id: str = "", run_id: str = "", kind: str = "",
     if run_id:
         q = q.where(Event.run_id == run_id)
     if kind:
-        q = q.where(Event.kind.startswith(kind))
+        # A literal, case-sensitive prefix on every database (LIKE would treat % and _ as wildcards,
+        # and ignores case on SQLite).
+        q = q.where(func.substr(Event.kind, 1, len(kind)) == kind)
     return [convert.event(e) for e in s.scalars(q)]
 
 

@@ -186,12 +186,15 @@ class Fleet:
             wait_for(lambda: any(a.name == name and a.connected for a in client.list_agents()), timeout,
                      what=f"agent {name} to connect")
 
+    def stop_supervisors(self) -> None:
+        """Supervisors are detached on purpose (runs outlive agentd); end this test's ones."""
+        subprocess.run(["pkill", "-9", "-f", f"agentd.supervisor {self.tmp}"], check=False)
+
     def stop(self) -> None:
         for agent in self.agents:
             agent.stop()
         self.plane.stop()
-        # Supervisors are detached on purpose; end the ones this test left behind.
-        subprocess.run(["pkill", "-f", f"agentd.supervisor {self.tmp}"], check=False)
+        self.stop_supervisors()
 
 
 @pytest.fixture
