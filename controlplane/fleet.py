@@ -195,7 +195,7 @@ class Fleet:
 
 
 def _check_hello(hello: agent_pb2.Hello) -> str:
-    if not hello.name or len(hello.name) > MAX_NAME:
+    if not hello.name.strip() or len(hello.name) > MAX_NAME:
         return f"hello.name: must be 1 to {MAX_NAME} characters"
     if hello.capacity < 1:
         return "hello.capacity: must be at least 1"
