@@ -1,0 +1,138 @@
+"""The drover CLI, the controlplane commands and agentd's configuration, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import yaml
+
+from tests.conftest import AgentD, ControlPlane, Fleet, wait_for
+
+
+def drover(plane: ControlPlane, *args: str, token_env: bool = False, cwd: pathlib.Path | None = None,
+           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("DROVER_TOKEN", None)
+    env["DROVER_TARGET"] = plane.target
+    cmd = [sys.executable, "-m", "drover.cli", *args]
+    if token_env:
+        env["DROVER_TOKEN"] = plane.admin_token
+    else:
+        cmd += ["--token-file", str(plane.data_dir / "tokens" / "admin.token")]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+def write_change(path: pathlib.Path, fail: bool) -> pathlib.Path:
+    py = sys.executable
+    path.write_text(yaml.safe_dump({
+        "project": "cli", "goal": "from a file", "criteria": ["it works"], "budget_usd": 1.5,
+        "tasks": [
+            {"key": "hello", "kind": "test", "objective": "say hello", "command": [py, "-c", "print('hello')"]},
+            {"key": "check", "kind": "test", "objective": "check", "depends_on": ["hello"],
+             "command": [py, "-c", f"raise SystemExit({1 if fail else 0})"], "timeout_seconds": 60},
+        ]}))
+    return path
+
+
+def test_submit_and_watch_exit_with_the_change_status(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    plane = fleet.start_plane()
+    plane.add_project("cli")
+    fleet.agent("cli-agent")
+
+    ok = drover(plane, "submit", str(write_change(tmp_path / "ok.yaml", fail=False)))
+    assert ok.returncode == 0, ok.stderr
+    change_id = ok.stdout.split()[2]
+    watched = drover(plane, "watch", change_id)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "change.finished" in watched.stdout and "status=succeeded" in watched.stdout
+
+    bad = drover(plane, "submit", str(write_change(tmp_path / "bad.yaml", fail=True)), "--watch")
+    assert bad.returncode == 1
+    assert "task.failed" in bad.stdout
+    assert any(line.startswith("change ") and line.split()[2] == "failed" for line in bad.stdout.splitlines())
+
+    as_json = drover(plane, "change", change_id, "--json", token_env=True)
+    change = json.loads(as_json.stdout)
+    assert change["status"] == "succeeded" and [t["key"] for t in change["tasks"]] == ["hello", "check"]
+    run_id = change["tasks"][0]["latest_run_id"]
+    logs = drover(plane, "logs", run_id)
+    assert logs.stdout.endswith("hello\n")
+    runs = drover(plane, "runs", "--change", change_id, "--json")
+    assert {r["state"] for r in json.loads(runs.stdout)} == {"succeeded"}
+    agents = drover(plane, "agents")
+    assert "cli-agent" in agents.stdout and "yes" in agents.stdout
+    events = drover(plane, "events", "--change", change_id, "--json")
+    kinds = [json.loads(line)["kind"] for line in events.stdout.splitlines()]
+    assert kinds[0] == "change.submitted" and kinds[-1] == "change.finished"
+
+
+def test_cli_errors_are_readable(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    plane = fleet.start_plane()
+    missing = drover(plane, "change", "chg_nope")
+    assert missing.returncode == 2
+    assert "NOT_FOUND" in missing.stderr and "change_id" in missing.stderr
+    (tmp_path / "typo.yaml").write_text("project: x\ngoal: y\ntasks: [{key: a, kind: test, objectve: z}]\n")
+    typo = drover(plane, "submit", str(tmp_path / "typo.yaml"))
+    assert typo.returncode == 2 and "objectve" in typo.stderr
+
+
+def test_tokens_created_by_the_cli_carry_their_role(fleet: Fleet) -> None:
+    plane = fleet.start_plane()
+    token = plane.cli("token", "create", "--kind", "user", "--name", "viewer", "--role", "submit").stdout.strip()
+    with plane.client(token) as client:
+        assert client.list_agents() == []
+    stored = (plane.data_dir / "drover.db").read_bytes()
+    assert token.encode() not in stored  # only its hash is stored
+    assert oct((plane.data_dir / "tokens" / "admin.token").stat().st_mode & 0o777) == "0o600"
+
+
+def test_agentd_reads_toml_then_env_then_flags(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    plane = fleet.start_plane()
+    config = tmp_path / "agentd.toml"
+    config.write_text(
+        f'control_plane = "{plane.target}"\nname = "from-file"\ntoken_file = "{plane.agent_token_file}"\n'
+        f'capacity = 1\nlabels = {{ pool = "web", zone = "a" }}\nspool_dir = "{tmp_path / "spool"}"\n')
+    env = dict(os.environ, DROVER_AGENTD_CAPACITY="3")
+    proc = subprocess.Popen([sys.executable, "-m", "agentd.cli", "--config", str(config), "--label", "zone=b"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with plane.client() as client:
+            agent = wait_for(lambda: next((a for a in client.list_agents() if a.connected), None), 30,
+                             what="the agent to connect")
+        assert agent.name == "from-file"
+        assert agent.capacity == 3  # env over the file
+        assert dict(agent.labels) == {"zone": "b"}  # flags over env and file
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def test_agentd_with_no_flags_connects_next_to_the_quickstart_control_plane(tmp_path: pathlib.Path) -> None:
+    env = dict(os.environ)
+    for key in list(env):
+        if key.startswith(("DROVER_AGENTD_", "DROVER_DATABASE_URL")):
+            del env[key]
+    server = subprocess.Popen([sys.executable, "-m", "controlplane.cli", "serve"], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    agent = None
+    try:
+        banner = ""
+        while "listening on" not in banner:
+            line = server.stdout.readline()
+            assert line, f"the control plane exited: {banner}"
+            banner += line
+        assert "wrote admin token to .drover/tokens/admin.token" in banner
+        agent = subprocess.Popen([sys.executable, "-m", "agentd.cli"], cwd=tmp_path, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: any(a["connected"] for a in json.loads(subprocess.run(
+            [sys.executable, "-m", "drover.cli", "agents", "--json"], cwd=tmp_path, env=env,
+            capture_output=True, text=True).stdout or "[]")), 30, what="agentd to connect with no flags")
+    finally:
+        for proc in (agent, server):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(15)
