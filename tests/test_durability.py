@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import time
+
+import pytest
 
 from drover import Client
 from tests.conftest import Fleet, python_command, task, wait_for
@@ -30,7 +33,9 @@ def _running_run(client: Client, change_id: str) -> str:
     return wait_for(started, 30, what="the run to start")
 
 
-def test_agentd_kill9_and_restart_delivers_every_line_once(fleet: Fleet) -> None:
+@pytest.mark.parametrize("stop", ["kill9", "sigterm"])
+def test_agentd_restart_delivers_every_line_once(fleet: Fleet, stop: str) -> None:
+    """kill -9 (a crash) or SIGTERM (an upgrade): the run goes on and nothing is lost or repeated."""
     fleet.start_plane()
     fleet.plane.add_project("durable")
     agent = fleet.agent("steady")
@@ -38,7 +43,7 @@ def test_agentd_kill9_and_restart_delivers_every_line_once(fleet: Fleet) -> None
         change = client.submit_change("durable", "survive", [task("count", NUMBERED)])
         run_id = _running_run(client, change.id)
         wait_for(lambda: client.get_run(run_id).output_bytes > 20_000, 30, what="some output to arrive")
-        agent.kill9()
+        agent.kill9() if stop == "kill9" else agent.stop()
         at_kill = client.get_run(run_id).output_bytes
         assert at_kill < len(EXPECTED), "the run finished before the kill; the test proves nothing"
         time.sleep(1.0)  # the supervisor keeps printing while agentd is gone
@@ -149,3 +154,21 @@ def test_cancel_change_ends_running_and_queued_runs(fleet: Fleet) -> None:
     assert {t.key: t.status for t in final.tasks} == {"a": "cancelled", "b": "cancelled", "c": "cancelled"}
     assert sorted(r.state for r in runs) == ["cancelled", "cancelled"]
     assert events[-1].kind == "change.finished" and events[-1].data["status"] == "cancelled"
+
+
+def test_an_agentd_that_comes_back_without_its_runs_fails_them_at_once(fleet: Fleet) -> None:
+    fleet.start_plane()
+    fleet.plane.add_project("durable")
+    agent = fleet.agent("amnesiac")
+    with fleet.plane.client() as client:
+        change = client.submit_change("durable", "lose the disk", [task("sleep", python_command(
+            "import time; time.sleep(120)"))])
+        run_id = _running_run(client, change.id)
+        agent.kill9()
+        fleet.stop_supervisors()
+        shutil.rmtree(agent.spool)  # a new VM with the same name
+        agent.start()
+        events = list(client.watch(change.id))
+        run = client.get_run(run_id)
+    assert run.state == "failed" and run.reason == "agent_restarted"
+    assert [e.kind for e in events][-1] == "change.finished"
