@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
+import time
 import grpc
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -23,6 +24,7 @@ from drover.v1 import agent_pb2
 
 log = logging.getLogger("drover.fleet")
 MAX_NAME = 200
+REFUSAL_BACKOFF_SECONDS = 30.0  # an agent that refused a run is not offered it again this soon
 
 
 @dataclasses.dataclass
@@ -44,6 +46,8 @@ class Fleet:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._cleanups: set[asyncio.Task[None]] = set()
+        # run id -> {agent: monotonic time until which it is not offered the run again}
+        self._refusals: dict[str, dict[str, float]] = {}
 
     # --- lifecycle of the fleet itself ----------------------------------------------------------
 
@@ -125,6 +129,9 @@ class Fleet:
                                        self.config.output_limit_bytes)
             session.send(agent_pb2.ControlMessage(ack=agent_pb2.Ack(run_id=decoded.run_id, seq=seq)))
             self.notifier.notify()
+            if decoded.kind == "refused":
+                until = time.monotonic() + REFUSAL_BACKOFF_SECONDS
+                self._refusals.setdefault(decoded.run_id, {})[session.name] = until
             if decoded.kind in ("refused", "finished"):
                 self.wake()
 
@@ -156,7 +163,11 @@ class Fleet:
         connected = list(self.sessions)
         if not connected:
             return 0
-        assignments = await self.store.run(_assign_queued, connected)
+        now = time.monotonic()
+        self._refusals = {run: fresh for run, by in self._refusals.items()
+                          if (fresh := {a: until for a, until in by.items() if until > now})}
+        avoid = {run: frozenset(by) for run, by in self._refusals.items()}
+        assignments = await self.store.run(_assign_queued, connected, avoid)
         for agent, assignment in assignments:
             session = self.sessions.get(agent)
             if session is not None:
@@ -202,7 +213,8 @@ def _check_hello(hello: agent_pb2.Hello) -> str:
     return ""
 
 
-def _assign_queued(s: Session, connected: list[str]) -> list[tuple[str, agent_pb2.RunAssignment]]:
+def _assign_queued(s: Session, connected: list[str],
+                   avoid: dict[str, frozenset[str]]) -> list[tuple[str, agent_pb2.RunAssignment]]:
     """In one transaction: plan and record the assignment of queued runs to connected agents."""
     agents = list(s.scalars(select(Agent).where(Agent.name.in_(connected)).order_by(Agent.name)))
     if not agents:
@@ -219,7 +231,8 @@ def _assign_queued(s: Session, connected: list[str]) -> list[tuple[str, agent_pb
         .join(Project, Project.name == Change.project).where(Run.state == "queued").order_by(Run.created_at, Run.id).limit(500)).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
     plan = plan_assignments(
-        [QueuedRun(run.id, project.pool, "command" if task.command else "harness") for run, task, project in rows],
+        [QueuedRun(run.id, project.pool, "command" if task.command else "harness", avoid.get(run.id, frozenset()))
+         for run, task, project in rows],
         slots)
     out: list[tuple[str, agent_pb2.RunAssignment]] = []
     for run_id, agent in plan:

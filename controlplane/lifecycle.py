@@ -154,6 +154,7 @@ def requeue(s: Session, run: Run, reason: str) -> None:
     _move(s, run, "queued")
     _run_event(s, "run.requeued", run, reason=reason, previous_agent=run.agent)
     run.agent = ""
+    run.last_seq = 0  # the next agent numbers its messages about this run from 1
 
 
 def _finish(s: Session, run: Run, status: str, *, exit_code: int = 0, reason: str = "", error: str = "") -> None:
@@ -232,6 +233,7 @@ def apply_run_message(s: Session, agent: str, msg: RunMessage, output_limit: int
     if msg.kind == "refused":
         if run.state == "starting":
             requeue(s, run, reason=msg.reason or "refused")
+        return msg.seq  # acked as seen; the next agent numbers from 1 again
     elif msg.kind == "started":
         if run.state == "starting":
             _move(s, run, "running")

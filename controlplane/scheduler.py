@@ -20,10 +20,11 @@ class QueuedRun:
     run_id: str
     pool: str       # "" when the project names no pool
     driver: str     # command | harness
+    avoid: frozenset[str] = frozenset()  # agents that refused this run a moment ago
 
 
 def eligible(run: QueuedRun, agent: AgentSlot) -> bool:
-    if agent.draining or run.driver not in agent.drivers:
+    if agent.draining or run.driver not in agent.drivers or agent.name in run.avoid:
         return False
     return not run.pool or agent.labels.get("pool") == run.pool
 

@@ -243,3 +243,11 @@ def python_command(code: str) -> list[str]:
 def task(key: str, command: list[str], depends_on: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
     return {"key": key, "kind": "test", "objective": f"run {key}", "command": command,
             "depends_on": list(depends_on), **extra}
+
+
+@pytest.fixture
+def pg_fleet(tmp_path: pathlib.Path, pg_url: str) -> Iterator[Fleet]:
+    """A fleet whose control plane keeps its state in PostgreSQL."""
+    f = Fleet(tmp_path, database_url=pg_url)
+    yield f
+    f.stop()

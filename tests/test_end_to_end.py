@@ -110,3 +110,24 @@ def test_pool_projects_run_only_on_their_pool(fleet: Fleet) -> None:
         runs = client.list_runs(change_id=change.id)
     assert {r.agent for r in runs} == {"web-1"}
     assert all(r.state == "succeeded" for r in runs)
+
+
+def test_the_control_plane_on_postgresql_runs_a_change_and_survives_a_restart(pg_fleet: Fleet, git_repo) -> None:
+    plane = pg_fleet.start_plane()
+    plane.add_project("sample", str(git_repo))
+    pg_fleet.agent("pg-agent", capacity=2)
+    slow = python_command("import time\nfor i in range(30):\n    print(i, flush=True); time.sleep(0.05)")
+    with plane.client() as client:
+        change = client.submit_change("sample", "on postgres", [
+            task("first", slow), task("second", COUNT, depends_on=("first",))])
+        wait_for(lambda: client.get_change(change.id).status == "running", 30, what="the change to run")
+    plane.kill9()
+    plane.start()
+    with plane.client() as client:
+        events = list(client.watch(change.id))
+        final = client.get_change(change.id)
+        first = client.get_run(final.tasks[0].latest_run_id)
+        out = "".join(l.text for l in client.run_logs(first.id) if l.stream == "stdout")
+    assert final.status == "succeeded"
+    assert out == "".join(f"{i}\n" for i in range(30))
+    assert [e.kind for e in events].count("change.finished") == 1
