@@ -31,6 +31,7 @@ REFUSAL_BACKOFF_SECONDS = 30.0  # an agent that refused a run is not offered it 
 class AgentSession:
     name: str
     outbound: asyncio.Queue[agent_pb2.ControlMessage | None]
+    closing: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)  # set at shutdown
 
     def send(self, message: agent_pb2.ControlMessage) -> None:
         self.outbound.put_nowait(message)
@@ -61,8 +62,15 @@ class Fleet:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Agent streams never end by themselves: end them now so shutdown does not wait out the
+        # grace period. The agents keep their runs and outbox and dial again.
         for session in list(self.sessions.values()):
-            session.outbound.put_nowait(None)
+            session.closing.set()
+        for _ in range(100):
+            if not self.sessions:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*self._cleanups, return_exceptions=True)
 
     def wake(self) -> None:
         self._wake.set()
@@ -95,7 +103,15 @@ class Fleet:
             log.info("agent %s connected (capacity %d, %d runs listed)", hello.name, hello.capacity, len(listed))
             self.notifier.notify()
             self.wake()
-            await self._read(session, context)
+            reader = asyncio.create_task(self._read(session, context))
+            closing = asyncio.create_task(session.closing.wait())
+            await asyncio.wait({reader, closing}, return_when=asyncio.FIRST_COMPLETED)
+            closing.cancel()
+            if not reader.done():
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is shutting down")
+            reader.result()
         except BaseException as err:
             log.info("agent %s stream ended: %r", hello.name, err)
             raise

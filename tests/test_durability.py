@@ -172,3 +172,21 @@ def test_an_agentd_that_comes_back_without_its_runs_fails_them_at_once(fleet: Fl
         run = client.get_run(run_id)
     assert run.state == "failed" and run.reason == "agent_restarted"
     assert [e.kind for e in events][-1] == "change.finished"
+
+
+def test_controlplane_sigterm_stops_at_once_and_a_restart_finishes_the_run(fleet: Fleet) -> None:
+    plane = fleet.start_plane()
+    plane.add_project("durable")
+    fleet.agent("loyal")
+    with plane.client() as client:
+        change = client.submit_change("durable", "graceful", [task("count", NUMBERED)])
+        run_id = _running_run(client, change.id)
+    asked = time.monotonic()
+    plane.stop()
+    assert time.monotonic() - asked < 5, "an agent stream held the shutdown for the whole grace period"
+    assert plane.proc is not None and plane.proc.returncode == 0
+    plane.start()
+    with plane.client() as client:
+        list(client.watch(change.id))
+        assert client.get_run(run_id).state == "succeeded"
+        assert _stdout(client, run_id) == EXPECTED

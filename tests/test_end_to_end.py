@@ -131,3 +131,19 @@ def test_the_control_plane_on_postgresql_runs_a_change_and_survives_a_restart(pg
     assert final.status == "succeeded"
     assert out == "".join(f"{i}\n" for i in range(30))
     assert [e.kind for e in events].count("change.finished") == 1
+
+
+def test_a_drained_agent_gets_no_new_runs(fleet: Fleet) -> None:
+    fleet.start_plane()
+    fleet.plane.add_project("drain")
+    fleet.agent("leaving", capacity=4)
+    fleet.agent("staying", capacity=1)
+    with fleet.plane.client() as client:
+        drained = client.drain_agent("leaving")
+        assert drained.draining
+        change = client.submit_change("drain", "drain", [task(f"t{i}", ["true"]) for i in range(3)])
+        list(client.watch(change.id))
+        runs = client.list_runs(change_id=change.id)
+        agents = {a.name: a for a in client.list_agents()}
+    assert {r.agent for r in runs} == {"staying"}
+    assert agents["leaving"].draining and agents["leaving"].connected
