@@ -1,0 +1,1 @@
+"""The model harness: the Anthropic tool loop, its tools, and its durable transcript."""
