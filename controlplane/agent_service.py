@@ -2,15 +2,55 @@
 
 from __future__ import annotations
 
+import json
+
 import grpc
 
+from controlplane import changesets, metering, pricing
+from controlplane.config import HarnessConfig
 from controlplane.fleet import Fleet
-from drover.v1 import agent_pb2_grpc
+from controlplane.servicing import reporting
+from drover.v1 import agent_pb2, agent_pb2_grpc
 
 
 class AgentService(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, harness: HarnessConfig) -> None:
         self.fleet = fleet
+        self.store = fleet.store
+        self.harness = harness
 
     async def Connect(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
         await self.fleet.connect(context)
+
+    @reporting
+    async def ReserveModelCall(self, request: agent_pb2.ReserveModelCallRequest,
+                               context: grpc.aio.ServicerContext) -> agent_pb2.ReserveModelCallResponse:
+        r = await self.store.run(metering.reserve, self.harness, request.run_id, request.key, request.model,
+                                 request.purpose or "agent", request.max_output_tokens,
+                                 request.estimated_input_tokens)
+        self.fleet.notifier.notify()
+        return agent_pb2.ReserveModelCallResponse(reservation_id=r.reservation_id, granted=r.granted,
+                                                  refusal=r.refusal, calls_used=r.calls_used,
+                                                  calls_cap=r.calls_cap, estimate_micros=r.estimate_micros)
+
+    @reporting
+    async def SettleModelCall(self, request: agent_pb2.SettleModelCallRequest,
+                              context: grpc.aio.ServicerContext) -> agent_pb2.SettleModelCallResponse:
+        u = request.usage
+        usage = pricing.Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens,
+                              u.cache_read_input_tokens)
+        cost, run_cost = await self.store.run(metering.settle, self.harness, request.reservation_id, usage,
+                                              request.error)
+        return agent_pb2.SettleModelCallResponse(cost_micros=cost, run_cost_micros=run_cost)
+
+    @reporting
+    async def PublishChangeSet(self, request: agent_pb2.PublishChangeSetRequest,
+                               context: grpc.aio.ServicerContext) -> agent_pb2.ChangeSetRef:
+        published = changesets.Published(
+            run_id=request.run_id, branch=request.branch, commit=request.commit, base_commit=request.base_commit,
+            start_commit=request.start_commit, stacked_on=tuple(request.stacked_on), files=tuple(request.files),
+            own_files=tuple(request.own_files), patch=request.patch, summary=request.summary,
+            intent=json.loads(request.intent_json) if request.intent_json else {})
+        row = await self.store.run(changesets.publish, self.fleet.objects, published)
+        self.fleet.notifier.notify()
+        return agent_pb2.ChangeSetRef(changeset_id=row.id, patch_ref=row.patch_ref)

@@ -6,7 +6,7 @@ from typing import AsyncIterator
 
 import grpc
 
-from controlplane import convert, graph, lifecycle, queries
+from controlplane import changesets, convert, graph, lifecycle, queries
 from controlplane.auth import AuthInterceptor
 from controlplane.fleet import Fleet
 from controlplane.notify import Notifier
@@ -66,3 +66,15 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         self.notifier.notify()
         self.fleet.wake()
         return await self.store.run(queries.get_change, request.change_id)
+
+    @reporting
+    async def ListChangeSets(self, request: change_pb2.ListChangeSetsRequest,
+                             context: grpc.aio.ServicerContext) -> change_pb2.ListChangeSetsResponse:
+        rows = await self.store.run(changesets.list_for_change, request.change_id)
+        return change_pb2.ListChangeSetsResponse(changesets=[convert.changeset(cs, key) for cs, key in rows])
+
+    @reporting
+    async def GetPatch(self, request: change_pb2.GetPatchRequest,
+                       context: grpc.aio.ServicerContext) -> change_pb2.Patch:
+        text = await self.store.run(changesets.get_patch, self.fleet.objects, request.changeset_id)
+        return change_pb2.Patch(changeset_id=request.changeset_id, text=text)

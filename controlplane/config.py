@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import tomllib
+from typing import Any, Mapping
+
+from controlplane.pricing import Price
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,3 +30,78 @@ class ServerConfig:
     """Agents ping every 10 s by default; the server accepts pings this often without GOAWAY."""
     grace_seconds: float = 10.0
     """On SIGTERM: how long in-flight calls may finish before the server stops."""
+    harness: "HarnessConfig" = dataclasses.field(default_factory=lambda: HarnessConfig())
+    """The model harness: provider, tiers, caps and prices."""
+    object_store_dir: pathlib.Path | None = None
+    """The object store (patches, tool logs); default <data_dir>/objects."""
+
+    @property
+    def objects(self) -> pathlib.Path:
+        return self.object_store_dir or self.data_dir / "objects"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tier:
+    model: str
+    max_calls: int
+    """Model calls per run; reaching it ends the run as run_call_cap."""
+    max_output_tokens: int
+    thinking: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The Messages API thinking setting for this tier; empty: off."""
+
+
+DEFAULT_TIERS = {
+    "haiku": Tier("claude-haiku-5-5", 16, 8_000),
+    "sonnet": Tier("claude-sonnet-5-5", 32, 16_000),
+    "opus": Tier("claude-opus-5-5", 32, 16_000),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessConfig:
+    base_url: str = ""
+    """Anthropic Messages API base URL; default ANTHROPIC_BASE_URL, else https://api.anthropic.com."""
+    api_key: str = dataclasses.field(default="", repr=False)
+    """From ANTHROPIC_API_KEY or api_key_file; sent to agents only in a run's secret_env, never stored."""
+    default_tier: str = "sonnet"
+    tiers: Mapping[str, Tier] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TIERS))
+    prices: Mapping[str, Price] = dataclasses.field(default_factory=dict)
+    """Per model id, USD per million tokens; models not named use DEFAULT_PRICES."""
+    context_window_tokens: int = 200_000
+    fold_fraction: float = 0.7
+    """Fold older turns into a summary past this fraction of the context window."""
+    stall_timeout_seconds: int = 120
+    max_attempts: int = 4
+    """Attempts per model call (the first included) for retryable errors."""
+
+
+def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessConfig:
+    """The [anthropic], [harness], [tiers.*] and [prices.*] tables of the control plane's TOML file."""
+    data = tomllib.loads(file.read_text()) if file else {}
+    unknown = set(data) - {"anthropic", "harness", "tiers", "prices"}
+    if unknown:
+        raise ValueError(f"{file}: unknown tables {sorted(unknown)}")
+    anthropic = dict(data.get("anthropic", {}))
+    harness = dict(data.get("harness", {}))
+    key = env.get("ANTHROPIC_API_KEY", "")
+    if anthropic.get("api_key_file"):
+        key = pathlib.Path(anthropic["api_key_file"]).read_text().strip()
+    tiers = dict(DEFAULT_TIERS)
+    for name, spec in data.get("tiers", {}).items():
+        base = tiers.get(name, DEFAULT_TIERS["sonnet"])
+        tiers[name] = Tier(spec.get("model", base.model), int(spec.get("max_calls", base.max_calls)),
+                           int(spec.get("max_output_tokens", base.max_output_tokens)),
+                           dict(spec.get("thinking", base.thinking)))
+    prices = {model: Price.of(p["input"], p["output"], p.get("cache_write"), p.get("cache_read"))
+              for model, p in data.get("prices", {}).items()}
+    config = HarnessConfig(
+        base_url=anthropic.get("base_url") or env.get("ANTHROPIC_BASE_URL", "") or "https://api.anthropic.com",
+        api_key=key, tiers=tiers, prices=prices,
+        default_tier=harness.get("default_tier", "sonnet"),
+        context_window_tokens=int(harness.get("context_window_tokens", 200_000)),
+        fold_fraction=float(harness.get("fold_fraction", 0.7)),
+        stall_timeout_seconds=int(harness.get("stall_timeout_seconds", 120)),
+        max_attempts=int(harness.get("max_attempts", 4)))
+    if config.default_tier not in config.tiers:
+        raise ValueError(f"harness.default_tier: no tier {config.default_tier!r}")
+    return config

@@ -44,16 +44,28 @@ def change(row: models.Change, tasks: list[types_pb2.Task]) -> types_pb2.Change:
     return types_pb2.Change(id=row.id, project=row.project, goal=row.goal, criteria=row.criteria,
                             invariants=row.invariants, budget_usd=row.budget_usd, tasks=tasks,
                             status=row.status, submitted_by=row.submitted_by, created_at=ts(row.created_at),
-                            finished_at=ts(row.finished_at))
+                            finished_at=ts(row.finished_at), candidate_branch=row.candidate_branch,
+                            candidate_commit=row.candidate_commit, reason=row.reason)
 
 
-def run(row: models.Run, task_key: str = "", project: str = "") -> types_pb2.Run:
+def changeset(row: models.ChangeSet, task_key: str = "") -> types_pb2.ChangeSet:
+    return types_pb2.ChangeSet(id=row.id, change_id=row.change_id, task_id=row.task_id, task_key=task_key,
+                               run_id=row.run_id, branch=row.branch, commit=row.commit, base_commit=row.base_commit,
+                               start_commit=row.start_commit, stacked_on=row.stacked_on, files=row.files,
+                               own_files=row.own_files, patch_ref=row.patch_ref, summary=row.summary,
+                               created_at=ts(row.created_at))
+
+
+def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0,
+        cost: int = 0) -> types_pb2.Run:
     return types_pb2.Run(id=row.id, change_id=row.change_id, task_id=row.task_id, task_key=task_key,
                          state=row.state, agent=row.agent, attempt=row.attempt, exit_code=row.exit_code,
                          reason=row.reason, created_at=ts(row.created_at), started_at=ts(row.started_at),
                          finished_at=ts(row.finished_at), output_bytes=row.output_bytes,
                          output_truncated=row.output_truncated, cancel_requested=row.cancel_requested,
-                         project=project)
+                         project=project, driver=row.driver, tier=row.tier, model=row.model,
+                         outcome=row.reason if row.driver == "harness" and row.finished_at else "",
+                         model_calls=calls, cost_micros=cost)
 
 
 def agent(row: models.Agent, active: int) -> types_pb2.Agent:

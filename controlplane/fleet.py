@@ -14,10 +14,11 @@ import grpc
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane import convert, lifecycle, runstate
-from controlplane.config import ServerConfig
+from controlplane import assignments, convert, lifecycle, runstate
+from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.models import Agent, Change, Project, Run, Task
 from controlplane.notify import Notifier
+from controlplane.objectstore import DirectoryStore
 from controlplane.scheduler import AgentSlot, QueuedRun, plan_assignments
 from controlplane.store import Store
 from drover.v1 import agent_pb2
@@ -42,6 +43,7 @@ class Fleet:
         self.store = store
         self.config = config
         self.notifier = notifier
+        self.objects = DirectoryStore(config.objects)
         self.sessions: dict[str, AgentSession] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -142,7 +144,7 @@ class Fleet:
                 continue
             decoded = convert.run_message(message.run)
             seq = await self.store.run(lifecycle.apply_run_message, session.name, decoded,
-                                       self.config.output_limit_bytes)
+                                       self.config.output_limit_bytes, self.objects)
             session.send(agent_pb2.ControlMessage(ack=agent_pb2.Ack(run_id=decoded.run_id, seq=seq)))
             self.notifier.notify()
             if decoded.kind == "refused":
@@ -183,14 +185,14 @@ class Fleet:
         self._refusals = {run: fresh for run, by in self._refusals.items()
                           if (fresh := {a: until for a, until in by.items() if until > now})}
         avoid = {run: frozenset(by) for run, by in self._refusals.items()}
-        assignments = await self.store.run(_assign_queued, connected, avoid)
-        for agent, assignment in assignments:
+        assigned = await self.store.run(_assign_queued, connected, avoid, self.config.harness)
+        for agent, assignment in assigned:
             session = self.sessions.get(agent)
             if session is not None:
                 session.send(agent_pb2.ControlMessage(assign=assignment))
-        if assignments:
+        if assigned:
             self.notifier.notify()
-        return len(assignments)
+        return len(assigned)
 
     async def _dispatch_loop(self) -> None:
         while True:
@@ -229,8 +231,8 @@ def _check_hello(hello: agent_pb2.Hello) -> str:
     return ""
 
 
-def _assign_queued(s: Session, connected: list[str],
-                   avoid: dict[str, frozenset[str]]) -> list[tuple[str, agent_pb2.RunAssignment]]:
+def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[str]],
+                   harness: HarnessConfig) -> list[tuple[str, agent_pb2.RunAssignment]]:
     """In one transaction: plan and record the assignment of queued runs to connected agents."""
     agents = list(s.scalars(select(Agent).where(Agent.name.in_(connected)).order_by(Agent.name)))
     if not agents:
@@ -247,7 +249,7 @@ def _assign_queued(s: Session, connected: list[str],
         .join(Project, Project.name == Change.project).where(Run.state == "queued").order_by(Run.created_at, Run.id).limit(500)).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
     plan = plan_assignments(
-        [QueuedRun(run.id, project.pool, "command" if task.command else "harness", avoid.get(run.id, frozenset()))
+        [QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
          for run, task, project in rows],
         slots)
     out: list[tuple[str, agent_pb2.RunAssignment]] = []
@@ -255,10 +257,8 @@ def _assign_queued(s: Session, connected: list[str],
         run, task, project = queued[run_id]
         if lifecycle.assign(s, run_id, agent) is None:
             continue
-        out.append((agent, agent_pb2.RunAssignment(
-            run_id=run.id, change_id=run.change_id, task_id=task.id, task_key=task.key, kind=task.kind,
-            driver="command" if task.command else "harness", attempt=run.attempt,
-            command=agent_pb2.CommandSpec(argv=task.command, env=task.env, timeout_seconds=task.timeout_seconds),
-            workspace=agent_pb2.WorkspaceSpec(project=project.name, repo=project.repo, branch=project.branch))))
+        if run.driver == "harness" and not run.tier:
+            run.tier = harness.default_tier  # routing (tier, member) comes with the routing issue
+            run.model = harness.tiers[run.tier].model
+        out.append((agent, assignments.build(s, run, task, project, harness)))
     return out
-

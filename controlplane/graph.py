@@ -133,3 +133,24 @@ def change_status(statuses: Iterable[str], *, cancel_requested: bool, started: b
     if any(s not in TERMINAL_TASK for s in values):
         return "running" if started else "open"
     return "cancelled" if cancel_requested else "failed"
+
+
+def depth(deps: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """Each Task's topological level: 0 without dependencies, else 1 + its deepest dependency."""
+    levels: dict[str, int] = {}
+
+    def level(key: str) -> int:
+        if key not in levels:
+            levels[key] = 1 + max((level(d) for d in deps[key]), default=-1)
+        return levels[key]
+    for key in deps:
+        level(key)
+    return levels
+
+
+def stack_order(keys: Iterable[str], deps: Mapping[str, Sequence[str]],
+                tie: Mapping[str, tuple[str, str]]) -> list[str]:
+    """Dependency ChangeSets in merge order: topological (dependencies first), then the tie-break
+    (ChangeSet creation time, then Task id) for Tasks at the same level."""
+    levels = depth(deps)
+    return sorted(keys, key=lambda k: (levels[k], *tie[k]))

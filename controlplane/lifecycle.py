@@ -11,9 +11,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from controlplane import graph, runstate
+from controlplane import graph, runstate, toollog
 from controlplane.errors import FailedPrecondition, NotFound
-from controlplane.models import Agent, Change, Event, Project, Run, RunLog, Task, utcnow
+from controlplane.models import Agent, Change, ChangeSet, Event, Project, Run, RunLog, Task, utcnow
+from controlplane.objectstore import DirectoryStore
 from controlplane.store import aware
 
 FORGET = 1 << 62  # an applied seq that makes an agent drop every message of a run
@@ -85,6 +86,13 @@ def _settle_change(s: Session, change: Change, tasks: list[Task]) -> None:
                                  started=started)
     if status in graph.TERMINAL_CHANGE and active is not None:
         return  # cancelled runs still winding down; the Change ends with its last run
+    if status == "succeeded" and change.candidate_state != "composed":
+        if change.candidate_state == "" and s.scalar(select(ChangeSet.id).where(ChangeSet.change_id == change.id)
+                                                     .limit(1)) is not None:
+            change.candidate_state = "pending"  # the composer merges the ChangeSets, then finishes it
+            add_event(s, "change.composing", change_id=change.id)
+        if change.candidate_state == "pending":
+            return
     if status != change.status:
         change.status = status
         if status in graph.TERMINAL_CHANGE:
@@ -95,6 +103,22 @@ def _settle_change(s: Session, change: Change, tasks: list[Task]) -> None:
             add_event(s, "change.finished", change_id=change.id, status=status, tasks=counts)
         else:
             add_event(s, f"change.{status}", change_id=change.id)
+
+
+def finish_composition(s: Session, change_id: str, branch: str, commit: str, conflict: str) -> None:
+    """Record the composed candidate branch, or the conflict that stopped it, and end the Change."""
+    change = s.get(Change, change_id)
+    if change is None or change.candidate_state != "pending":
+        return
+    if conflict:
+        change.candidate_state, change.reason = "failed", conflict
+        add_event(s, "change.candidate_conflict", change_id=change.id, reason=conflict)
+        change.status, change.finished_at = "failed", utcnow()
+        add_event(s, "change.finished", change_id=change.id, status="failed", reason=conflict)
+        return
+    change.candidate_state, change.candidate_branch, change.candidate_commit = "composed", branch, commit
+    add_event(s, "change.candidate_composed", change_id=change.id, branch=branch, commit=commit)
+    _settle_change(s, change, _tasks(s, change.id))
 
 
 def cancel_change(s: Session, change_id: str, reason: str = "cancelled by user") -> list[Run]:
@@ -127,7 +151,7 @@ def cancel_change(s: Session, change_id: str, reason: str = "cancelled by user")
 
 def queue_run(s: Session, task: Task, attempt: int) -> Run:
     run = Run(id=new_id("run"), change_id=task.change_id, task_id=task.id, attempt=attempt, state="queued",
-              created_at=utcnow())
+              driver="command" if task.command else "harness", created_at=utcnow())
     s.add(run)
     s.flush()
     _run_event(s, "run.queued", run, key=task.key, attempt=attempt)
@@ -167,7 +191,7 @@ def _finish(s: Session, run: Run, status: str, *, exit_code: int = 0, reason: st
         data["error"] = error[:2000]
     _run_event(s, "run.finished", run, **data)
     task = s.get(Task, run.task_id)
-    change = s.get(Change, run.change_id)
+    change = s.get(Change, run.change_id, with_for_update=True)  # one finisher at a time per Change
     assert task is not None and change is not None
     if task.status in ("ready", "running"):
         if status == "succeeded":
@@ -220,7 +244,8 @@ class RunMessage:
     error: str = ""
 
 
-def apply_run_message(s: Session, agent: str, msg: RunMessage, output_limit: int) -> int:
+def apply_run_message(s: Session, agent: str, msg: RunMessage, output_limit: int,
+                      objects: DirectoryStore | None = None) -> int:
     """Apply one message exactly once; answers the seq to ack (the run's highest applied seq)."""
     run = s.get(Run, msg.run_id)
     if run is None or run.agent != agent:
@@ -246,6 +271,9 @@ def apply_run_message(s: Session, agent: str, msg: RunMessage, output_limit: int
             change = s.get(Change, run.change_id)
             assert change is not None
             _settle_change(s, change, _tasks(s, change.id))
+    elif msg.kind == "log" and msg.stream == "tool":
+        if objects is not None:
+            toollog.record(s, objects, run, msg.text)
     elif msg.kind == "log":
         _append_output(s, run, msg.seq, msg.stream, msg.text, output_limit)
     elif msg.kind == "finished":

@@ -33,6 +33,8 @@ class Project(Base):
     repo: Mapped[str] = mapped_column(Text, default="")
     branch: Mapped[str] = mapped_column(String(200), default="main")
     pool: Mapped[str] = mapped_column(String(200), default="")
+    commands: Mapped[list[Any]] = mapped_column(default=list)  # allowlist rules; empty: the default
+    network: Mapped[bool] = mapped_column(Boolean, default=False)  # may commands use the network
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
@@ -49,6 +51,10 @@ class Change(Base):
     submitted_by: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    candidate_state: Mapped[str] = mapped_column(String(16), default="")  # "", pending, composed, failed
+    candidate_branch: Mapped[str] = mapped_column(String(300), default="")
+    candidate_commit: Mapped[str] = mapped_column(String(64), default="")
+    reason: Mapped[str] = mapped_column(Text, default="")
 
 
 class Task(Base):
@@ -79,6 +85,9 @@ class Run(Base):
     exit_code: Mapped[int] = mapped_column(Integer, default=0)
     reason: Mapped[str] = mapped_column(Text, default="")
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    driver: Mapped[str] = mapped_column(String(16), default="command")
+    tier: Mapped[str] = mapped_column(String(16), default="")
+    model: Mapped[str] = mapped_column(String(200), default="")
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     output_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     output_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -120,4 +129,45 @@ class Event(Base):
     run_id: Mapped[str] = mapped_column(String(40), default="", index=True)
     agent: Mapped[str] = mapped_column(String(200), default="")
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class ModelCall(Base):
+    """One model call attempt of a run: reserved before it, settled to its exact cost after."""
+    __tablename__ = "model_calls"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    key: Mapped[str] = mapped_column(String(200))  # the agent's idempotency key for the attempt
+    model: Mapped[str] = mapped_column(String(200))
+    purpose: Mapped[str] = mapped_column(String(16), default="agent")
+    state: Mapped[str] = mapped_column(String(16), default="reserved")  # reserved | settled
+    estimate_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    error: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    settled_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    __table_args__ = (Index("ux_model_calls_run_key", "run_id", "key", unique=True),)
+
+
+class ChangeSet(Base):
+    """A Task's published result (seed 000's ChangeSet table)."""
+    __tablename__ = "changesets"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    change_id: Mapped[str] = mapped_column(ForeignKey("changes.id"), index=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), unique=True)
+    branch: Mapped[str] = mapped_column(String(300))
+    commit: Mapped[str] = mapped_column(String(64))
+    base_commit: Mapped[str] = mapped_column(String(64))
+    start_commit: Mapped[str] = mapped_column(String(64))
+    stacked_on: Mapped[list[Any]] = mapped_column(default=list)
+    files: Mapped[list[Any]] = mapped_column(default=list)
+    own_files: Mapped[list[Any]] = mapped_column(default=list)
+    patch_ref: Mapped[str] = mapped_column(Text)
+    summary: Mapped[str] = mapped_column(Text, default="")
+    intent: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from controlplane import convert, runstate
 from controlplane.errors import NotFound
-from controlplane.models import Agent, Change, Event, Run, RunLog, Task
+from controlplane.models import Agent, Change, Event, ModelCall, Run, RunLog, Task
 from drover.v1 import types_pb2
 
 
@@ -53,7 +53,11 @@ def events(s: Session, *, change_id: str = "", run_id: str = "", kind: str = "",
 def _run_rows(s: Session, q) -> list[types_pb2.Run]:  # type: ignore[no-untyped-def]
     rows = s.execute(q.join(Task, Task.id == Run.task_id).join(Change, Change.id == Run.change_id)
                      .add_columns(Task.key, Change.project)).all()
-    return [convert.run(run, key, project) for run, key, project in rows]
+    ids = [run.id for run, _, _ in rows]
+    usage = {run_id: (calls, cost) for run_id, calls, cost in s.execute(
+        select(ModelCall.run_id, func.count(), func.coalesce(func.sum(ModelCall.cost_micros), 0))
+        .where(ModelCall.run_id.in_(ids), ModelCall.purpose == "agent").group_by(ModelCall.run_id))}
+    return [convert.run(run, key, project, *usage.get(run.id, (0, 0))) for run, key, project in rows]
 
 
 def get_run(s: Session, run_id: str) -> types_pb2.Run:

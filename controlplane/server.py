@@ -17,6 +17,7 @@ from controlplane import auth
 from controlplane.agent_service import AgentService
 from controlplane.auth import AuthInterceptor, Permission
 from controlplane.change_service import ChangeService
+from controlplane.composer import Composer
 from controlplane.config import ServerConfig
 from controlplane.fleet import Fleet
 from controlplane.models import Token
@@ -30,11 +31,16 @@ log = logging.getLogger("drover.server")
 USER = Permission("user")
 PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.AgentService/Connect": Permission("agent"),
+    "/drover.v1.AgentService/ReserveModelCall": Permission("agent"),
+    "/drover.v1.AgentService/SettleModelCall": Permission("agent"),
+    "/drover.v1.AgentService/PublishChangeSet": Permission("agent"),
     "/drover.v1.ChangeService/SubmitChange": Permission("user", "submit"),
     "/drover.v1.ChangeService/GetChange": USER,
     "/drover.v1.ChangeService/ListChanges": USER,
     "/drover.v1.ChangeService/WatchChange": USER,
     "/drover.v1.ChangeService/CancelChange": Permission("user", "submit"),
+    "/drover.v1.ChangeService/ListChangeSets": USER,
+    "/drover.v1.ChangeService/GetPatch": USER,
     "/drover.v1.OperationsService/ListAgents": USER,
     "/drover.v1.OperationsService/DrainAgent": Permission("user", "admin"),
     "/drover.v1.OperationsService/ListRuns": USER,
@@ -84,6 +90,7 @@ class ControlPlane:
         self.store = store
         self.notifier = Notifier()
         self.fleet = Fleet(store, config, self.notifier)
+        self.composer = Composer(store, self.notifier, config.data_dir / "compose")
         self.auth = AuthInterceptor(PERMISSIONS, lambda digest: store.run(auth.lookup, digest))
         self.health = health.aio.HealthServicer()
         self.server = grpc.aio.server(
@@ -100,7 +107,7 @@ class ControlPlane:
                 ("grpc.keepalive_timeout_ms", 10_000),
             ],
         )
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(self.fleet), self.server)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(self.fleet, config.harness), self.server)
         change_pb2_grpc.add_ChangeServiceServicer_to_server(
             ChangeService(store, self.fleet, self.notifier, self.auth), self.server)
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(
@@ -114,6 +121,7 @@ class ControlPlane:
 
     async def start(self) -> None:
         await self.fleet.start()
+        self._composing = asyncio.create_task(self.composer.run_forever(), name="composer")
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -121,6 +129,7 @@ class ControlPlane:
     async def stop(self) -> None:
         """Stop accepting, let calls in flight finish within the grace period, then close."""
         await self.health.enter_graceful_shutdown()
+        self._composing.cancel()
         await self.fleet.stop()
         await self.server.stop(self.config.grace_seconds)
         self.store.close()

@@ -15,7 +15,7 @@ class AgentMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., run: _Optional[_Union[RunMessage, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("name", "labels", "capacity", "drivers", "version", "active_runs", "undelivered_runs", "draining")
+    __slots__ = ("name", "labels", "capacity", "drivers", "version", "active_runs", "undelivered_runs", "draining", "resume_runs")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class Hello(_message.Message):
     ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
     UNDELIVERED_RUNS_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    RESUME_RUNS_FIELD_NUMBER: _ClassVar[int]
     name: str
     labels: _containers.ScalarMap[str, str]
     capacity: int
@@ -39,7 +40,8 @@ class Hello(_message.Message):
     active_runs: _containers.RepeatedScalarFieldContainer[str]
     undelivered_runs: _containers.RepeatedScalarFieldContainer[str]
     draining: bool
-    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capacity: _Optional[int] = ..., drivers: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., active_runs: _Optional[_Iterable[str]] = ..., undelivered_runs: _Optional[_Iterable[str]] = ..., draining: _Optional[bool] = ...) -> None: ...
+    resume_runs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capacity: _Optional[int] = ..., drivers: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., active_runs: _Optional[_Iterable[str]] = ..., undelivered_runs: _Optional[_Iterable[str]] = ..., draining: _Optional[bool] = ..., resume_runs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunMessage(_message.Message):
     __slots__ = ("run_id", "seq", "refused", "started", "log", "finished")
@@ -119,7 +121,7 @@ class Welcome(_message.Message):
     def __init__(self, agent: _Optional[str] = ..., applied: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RunAssignment(_message.Message):
-    __slots__ = ("run_id", "change_id", "task_id", "task_key", "kind", "driver", "command", "workspace", "secret_env", "attempt", "tier", "model", "base_url", "context_hash", "packet", "tools", "limits")
+    __slots__ = ("run_id", "change_id", "task_id", "task_key", "kind", "driver", "command", "workspace", "secret_env", "attempt", "tier", "model", "base_url", "context_hash", "packet", "tools", "limits", "harness", "resume")
     class SecretEnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +153,8 @@ class RunAssignment(_message.Message):
     PACKET_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    HARNESS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     change_id: str
     task_id: str
@@ -168,7 +172,53 @@ class RunAssignment(_message.Message):
     packet: bytes
     tools: _containers.RepeatedScalarFieldContainer[str]
     limits: _containers.ScalarMap[str, int]
-    def __init__(self, run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., kind: _Optional[str] = ..., driver: _Optional[str] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., workspace: _Optional[_Union[WorkspaceSpec, _Mapping]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., context_hash: _Optional[str] = ..., packet: _Optional[bytes] = ..., tools: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    harness: HarnessSpec
+    resume: bool
+    def __init__(self, run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., kind: _Optional[str] = ..., driver: _Optional[str] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., workspace: _Optional[_Union[WorkspaceSpec, _Mapping]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., context_hash: _Optional[str] = ..., packet: _Optional[bytes] = ..., tools: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ..., harness: _Optional[_Union[HarnessSpec, _Mapping]] = ..., resume: _Optional[bool] = ...) -> None: ...
+
+class HarnessSpec(_message.Message):
+    __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "stack", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts")
+    WORKSPACE_MODE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    THINKING_JSON_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_RULES_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    STACK_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_WINDOW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FOLD_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    FOLD_MODEL_FIELD_NUMBER: _ClassVar[int]
+    STALL_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    workspace_mode: str
+    max_calls: int
+    max_output_tokens: int
+    thinking_json: str
+    prompt: str
+    command_rules: _containers.RepeatedScalarFieldContainer[str]
+    network: bool
+    stack: _containers.RepeatedCompositeFieldContainer[StackedChangeSet]
+    context_window_tokens: float
+    fold_fraction: float
+    fold_model: str
+    stall_timeout_seconds: int
+    max_attempts: int
+    def __init__(self, workspace_mode: _Optional[str] = ..., max_calls: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., thinking_json: _Optional[str] = ..., prompt: _Optional[str] = ..., command_rules: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., stack: _Optional[_Iterable[_Union[StackedChangeSet, _Mapping]]] = ..., context_window_tokens: _Optional[float] = ..., fold_fraction: _Optional[float] = ..., fold_model: _Optional[str] = ..., stall_timeout_seconds: _Optional[int] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+
+class StackedChangeSet(_message.Message):
+    __slots__ = ("changeset_id", "task_id", "branch", "commit", "created_at")
+    CHANGESET_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    changeset_id: str
+    task_id: str
+    branch: str
+    commit: str
+    created_at: str
+    def __init__(self, changeset_id: _Optional[str] = ..., task_id: _Optional[str] = ..., branch: _Optional[str] = ..., commit: _Optional[str] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class CommandSpec(_message.Message):
     __slots__ = ("argv", "env", "timeout_seconds")
@@ -216,3 +266,99 @@ class Ack(_message.Message):
 class Drain(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_CREATION_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_READ_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int
+    cache_read_input_tokens: int
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_creation_input_tokens: _Optional[int] = ..., cache_read_input_tokens: _Optional[int] = ...) -> None: ...
+
+class ReserveModelCallRequest(_message.Message):
+    __slots__ = ("run_id", "key", "model", "purpose", "max_output_tokens", "estimated_input_tokens")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    key: str
+    model: str
+    purpose: str
+    max_output_tokens: int
+    estimated_input_tokens: int
+    def __init__(self, run_id: _Optional[str] = ..., key: _Optional[str] = ..., model: _Optional[str] = ..., purpose: _Optional[str] = ..., max_output_tokens: _Optional[int] = ..., estimated_input_tokens: _Optional[int] = ...) -> None: ...
+
+class ReserveModelCallResponse(_message.Message):
+    __slots__ = ("reservation_id", "granted", "refusal", "calls_used", "calls_cap", "estimate_micros")
+    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    CALLS_USED_FIELD_NUMBER: _ClassVar[int]
+    CALLS_CAP_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_MICROS_FIELD_NUMBER: _ClassVar[int]
+    reservation_id: str
+    granted: bool
+    refusal: str
+    calls_used: int
+    calls_cap: int
+    estimate_micros: int
+    def __init__(self, reservation_id: _Optional[str] = ..., granted: _Optional[bool] = ..., refusal: _Optional[str] = ..., calls_used: _Optional[int] = ..., calls_cap: _Optional[int] = ..., estimate_micros: _Optional[int] = ...) -> None: ...
+
+class SettleModelCallRequest(_message.Message):
+    __slots__ = ("reservation_id", "usage", "error")
+    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    reservation_id: str
+    usage: Usage
+    error: str
+    def __init__(self, reservation_id: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SettleModelCallResponse(_message.Message):
+    __slots__ = ("cost_micros", "run_cost_micros")
+    COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    RUN_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    cost_micros: int
+    run_cost_micros: int
+    def __init__(self, cost_micros: _Optional[int] = ..., run_cost_micros: _Optional[int] = ...) -> None: ...
+
+class PublishChangeSetRequest(_message.Message):
+    __slots__ = ("run_id", "branch", "commit", "base_commit", "start_commit", "stacked_on", "files", "own_files", "patch", "summary", "intent_json")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    BASE_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    START_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    STACKED_ON_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    OWN_FILES_FIELD_NUMBER: _ClassVar[int]
+    PATCH_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    INTENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    branch: str
+    commit: str
+    base_commit: str
+    start_commit: str
+    stacked_on: _containers.RepeatedScalarFieldContainer[str]
+    files: _containers.RepeatedScalarFieldContainer[str]
+    own_files: _containers.RepeatedScalarFieldContainer[str]
+    patch: str
+    summary: str
+    intent_json: str
+    def __init__(self, run_id: _Optional[str] = ..., branch: _Optional[str] = ..., commit: _Optional[str] = ..., base_commit: _Optional[str] = ..., start_commit: _Optional[str] = ..., stacked_on: _Optional[_Iterable[str]] = ..., files: _Optional[_Iterable[str]] = ..., own_files: _Optional[_Iterable[str]] = ..., patch: _Optional[str] = ..., summary: _Optional[str] = ..., intent_json: _Optional[str] = ...) -> None: ...
+
+class ChangeSetRef(_message.Message):
+    __slots__ = ("changeset_id", "patch_ref")
+    CHANGESET_ID_FIELD_NUMBER: _ClassVar[int]
+    PATCH_REF_FIELD_NUMBER: _ClassVar[int]
+    changeset_id: str
+    patch_ref: str
+    def __init__(self, changeset_id: _Optional[str] = ..., patch_ref: _Optional[str] = ...) -> None: ...

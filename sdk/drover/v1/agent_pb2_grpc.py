@@ -40,6 +40,21 @@ class AgentServiceStub:
                 request_serializer=drover_dot_v1_dot_agent__pb2.AgentMessage.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_agent__pb2.ControlMessage.FromString,
                 _registered_method=True)
+        self.ReserveModelCall = channel.unary_unary(
+                '/drover.v1.AgentService/ReserveModelCall',
+                request_serializer=drover_dot_v1_dot_agent__pb2.ReserveModelCallRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_agent__pb2.ReserveModelCallResponse.FromString,
+                _registered_method=True)
+        self.SettleModelCall = channel.unary_unary(
+                '/drover.v1.AgentService/SettleModelCall',
+                request_serializer=drover_dot_v1_dot_agent__pb2.SettleModelCallRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_agent__pb2.SettleModelCallResponse.FromString,
+                _registered_method=True)
+        self.PublishChangeSet = channel.unary_unary(
+                '/drover.v1.AgentService/PublishChangeSet',
+                request_serializer=drover_dot_v1_dot_agent__pb2.PublishChangeSetRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_agent__pb2.ChangeSetRef.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -54,6 +69,27 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReserveModelCall(self, request, context):
+        """Before each model call attempt: reserve it on the run's meters (a refusal ends the run).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleModelCall(self, request, context):
+        """After each attempt: settle the reservation to the exact cost of its usage.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishChangeSet(self, request, context):
+        """Record a run's ChangeSet (the branch is already pushed); idempotent by run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -61,6 +97,21 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Connect,
                     request_deserializer=drover_dot_v1_dot_agent__pb2.AgentMessage.FromString,
                     response_serializer=drover_dot_v1_dot_agent__pb2.ControlMessage.SerializeToString,
+            ),
+            'ReserveModelCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReserveModelCall,
+                    request_deserializer=drover_dot_v1_dot_agent__pb2.ReserveModelCallRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_agent__pb2.ReserveModelCallResponse.SerializeToString,
+            ),
+            'SettleModelCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleModelCall,
+                    request_deserializer=drover_dot_v1_dot_agent__pb2.SettleModelCallRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_agent__pb2.SettleModelCallResponse.SerializeToString,
+            ),
+            'PublishChangeSet': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishChangeSet,
+                    request_deserializer=drover_dot_v1_dot_agent__pb2.PublishChangeSetRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_agent__pb2.ChangeSetRef.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -91,6 +142,87 @@ class AgentService:
             '/drover.v1.AgentService/Connect',
             drover_dot_v1_dot_agent__pb2.AgentMessage.SerializeToString,
             drover_dot_v1_dot_agent__pb2.ControlMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReserveModelCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.AgentService/ReserveModelCall',
+            drover_dot_v1_dot_agent__pb2.ReserveModelCallRequest.SerializeToString,
+            drover_dot_v1_dot_agent__pb2.ReserveModelCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleModelCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.AgentService/SettleModelCall',
+            drover_dot_v1_dot_agent__pb2.SettleModelCallRequest.SerializeToString,
+            drover_dot_v1_dot_agent__pb2.SettleModelCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishChangeSet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.AgentService/PublishChangeSet',
+            drover_dot_v1_dot_agent__pb2.PublishChangeSetRequest.SerializeToString,
+            drover_dot_v1_dot_agent__pb2.ChangeSetRef.FromString,
             options,
             channel_credentials,
             insecure,

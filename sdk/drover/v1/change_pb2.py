@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from drover.v1 import types_pb2 as drover_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64rover/v1/change.proto\x12\tdrover.v1\x1a\x15\x64rover/v1/types.proto\"\x8e\x01\n\x13SubmitChangeRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\x0c\n\x04goal\x18\x02 \x01(\t\x12\x10\n\x08\x63riteria\x18\x03 \x03(\t\x12\x12\n\ninvariants\x18\x04 \x03(\t\x12\x12\n\nbudget_usd\x18\x05 \x01(\x01\x12\x1e\n\x05tasks\x18\x06 \x03(\x0b\x32\x0f.drover.v1.Task\"%\n\x10GetChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"4\n\x12ListChangesRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"9\n\x13ListChangesResponse\x12\"\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x11.drover.v1.Change\"?\n\x12WatchChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\x03\"(\n\x13\x43\x61ncelChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t2\xe2\x02\n\rChangeService\x12\x41\n\x0cSubmitChange\x12\x1e.drover.v1.SubmitChangeRequest\x1a\x11.drover.v1.Change\x12;\n\tGetChange\x12\x1b.drover.v1.GetChangeRequest\x1a\x11.drover.v1.Change\x12L\n\x0bListChanges\x12\x1d.drover.v1.ListChangesRequest\x1a\x1e.drover.v1.ListChangesResponse\x12@\n\x0bWatchChange\x12\x1d.drover.v1.WatchChangeRequest\x1a\x10.drover.v1.Event0\x01\x12\x41\n\x0c\x43\x61ncelChange\x12\x1e.drover.v1.CancelChangeRequest\x1a\x11.drover.v1.Changeb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64rover/v1/change.proto\x12\tdrover.v1\x1a\x15\x64rover/v1/types.proto\"\x8e\x01\n\x13SubmitChangeRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\x0c\n\x04goal\x18\x02 \x01(\t\x12\x10\n\x08\x63riteria\x18\x03 \x03(\t\x12\x12\n\ninvariants\x18\x04 \x03(\t\x12\x12\n\nbudget_usd\x18\x05 \x01(\x01\x12\x1e\n\x05tasks\x18\x06 \x03(\x0b\x32\x0f.drover.v1.Task\"%\n\x10GetChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"4\n\x12ListChangesRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"9\n\x13ListChangesResponse\x12\"\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x11.drover.v1.Change\"?\n\x12WatchChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\x03\"(\n\x13\x43\x61ncelChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"*\n\x15ListChangeSetsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"B\n\x16ListChangeSetsResponse\x12(\n\nchangesets\x18\x01 \x03(\x0b\x32\x14.drover.v1.ChangeSet\"\'\n\x0fGetPatchRequest\x12\x14\n\x0c\x63hangeset_id\x18\x01 \x01(\t\"+\n\x05Patch\x12\x14\n\x0c\x63hangeset_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t2\xf3\x03\n\rChangeService\x12\x41\n\x0cSubmitChange\x12\x1e.drover.v1.SubmitChangeRequest\x1a\x11.drover.v1.Change\x12;\n\tGetChange\x12\x1b.drover.v1.GetChangeRequest\x1a\x11.drover.v1.Change\x12L\n\x0bListChanges\x12\x1d.drover.v1.ListChangesRequest\x1a\x1e.drover.v1.ListChangesResponse\x12@\n\x0bWatchChange\x12\x1d.drover.v1.WatchChangeRequest\x1a\x10.drover.v1.Event0\x01\x12\x41\n\x0c\x43\x61ncelChange\x12\x1e.drover.v1.CancelChangeRequest\x1a\x11.drover.v1.Change\x12U\n\x0eListChangeSets\x12 .drover.v1.ListChangeSetsRequest\x1a!.drover.v1.ListChangeSetsResponse\x12\x38\n\x08GetPatch\x12\x1a.drover.v1.GetPatchRequest\x1a\x10.drover.v1.Patchb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,6 +44,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHCHANGEREQUEST']._serialized_end=420
   _globals['_CANCELCHANGEREQUEST']._serialized_start=422
   _globals['_CANCELCHANGEREQUEST']._serialized_end=462
-  _globals['_CHANGESERVICE']._serialized_start=465
-  _globals['_CHANGESERVICE']._serialized_end=819
+  _globals['_LISTCHANGESETSREQUEST']._serialized_start=464
+  _globals['_LISTCHANGESETSREQUEST']._serialized_end=506
+  _globals['_LISTCHANGESETSRESPONSE']._serialized_start=508
+  _globals['_LISTCHANGESETSRESPONSE']._serialized_end=574
+  _globals['_GETPATCHREQUEST']._serialized_start=576
+  _globals['_GETPATCHREQUEST']._serialized_end=615
+  _globals['_PATCH']._serialized_start=617
+  _globals['_PATCH']._serialized_end=660
+  _globals['_CHANGESERVICE']._serialized_start=663
+  _globals['_CHANGESERVICE']._serialized_end=1162
 # @@protoc_insertion_point(module_scope)

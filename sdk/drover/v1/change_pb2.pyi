@@ -56,3 +56,29 @@ class CancelChangeRequest(_message.Message):
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     change_id: str
     def __init__(self, change_id: _Optional[str] = ...) -> None: ...
+
+class ListChangeSetsRequest(_message.Message):
+    __slots__ = ("change_id",)
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    def __init__(self, change_id: _Optional[str] = ...) -> None: ...
+
+class ListChangeSetsResponse(_message.Message):
+    __slots__ = ("changesets",)
+    CHANGESETS_FIELD_NUMBER: _ClassVar[int]
+    changesets: _containers.RepeatedCompositeFieldContainer[_types_pb2.ChangeSet]
+    def __init__(self, changesets: _Optional[_Iterable[_Union[_types_pb2.ChangeSet, _Mapping]]] = ...) -> None: ...
+
+class GetPatchRequest(_message.Message):
+    __slots__ = ("changeset_id",)
+    CHANGESET_ID_FIELD_NUMBER: _ClassVar[int]
+    changeset_id: str
+    def __init__(self, changeset_id: _Optional[str] = ...) -> None: ...
+
+class Patch(_message.Message):
+    __slots__ = ("changeset_id", "text")
+    CHANGESET_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    changeset_id: str
+    text: str
+    def __init__(self, changeset_id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...

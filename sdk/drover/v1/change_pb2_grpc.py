@@ -61,6 +61,16 @@ class ChangeServiceStub:
                 request_serializer=drover_dot_v1_dot_change__pb2.CancelChangeRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_types__pb2.Change.FromString,
                 _registered_method=True)
+        self.ListChangeSets = channel.unary_unary(
+                '/drover.v1.ChangeService/ListChangeSets',
+                request_serializer=drover_dot_v1_dot_change__pb2.ListChangeSetsRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_change__pb2.ListChangeSetsResponse.FromString,
+                _registered_method=True)
+        self.GetPatch = channel.unary_unary(
+                '/drover.v1.ChangeService/GetPatch',
+                request_serializer=drover_dot_v1_dot_change__pb2.GetPatchRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_change__pb2.Patch.FromString,
+                _registered_method=True)
 
 
 class ChangeServiceServicer:
@@ -98,6 +108,19 @@ class ChangeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListChangeSets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPatch(self, request, context):
+        """A ChangeSet's patch (git diff from its start commit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ChangeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -125,6 +148,16 @@ def add_ChangeServiceServicer_to_server(servicer, server):
                     servicer.CancelChange,
                     request_deserializer=drover_dot_v1_dot_change__pb2.CancelChangeRequest.FromString,
                     response_serializer=drover_dot_v1_dot_types__pb2.Change.SerializeToString,
+            ),
+            'ListChangeSets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListChangeSets,
+                    request_deserializer=drover_dot_v1_dot_change__pb2.ListChangeSetsRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_change__pb2.ListChangeSetsResponse.SerializeToString,
+            ),
+            'GetPatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPatch,
+                    request_deserializer=drover_dot_v1_dot_change__pb2.GetPatchRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_change__pb2.Patch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +296,60 @@ class ChangeService:
             '/drover.v1.ChangeService/CancelChange',
             drover_dot_v1_dot_change__pb2.CancelChangeRequest.SerializeToString,
             drover_dot_v1_dot_types__pb2.Change.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListChangeSets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.ChangeService/ListChangeSets',
+            drover_dot_v1_dot_change__pb2.ListChangeSetsRequest.SerializeToString,
+            drover_dot_v1_dot_change__pb2.ListChangeSetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.ChangeService/GetPatch',
+            drover_dot_v1_dot_change__pb2.GetPatchRequest.SerializeToString,
+            drover_dot_v1_dot_change__pb2.Patch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,7 +65,7 @@ class Task(_message.Message):
     def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., kind: _Optional[str] = ..., objective: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ..., status: _Optional[str] = ..., files: _Optional[_Iterable[str]] = ..., resources: _Optional[_Iterable[str]] = ..., size: _Optional[str] = ..., complexity: _Optional[str] = ..., risk: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., flags: _Optional[_Mapping[str, bool]] = ..., latest_run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Change(_message.Message):
-    __slots__ = ("id", "project", "goal", "criteria", "invariants", "budget_usd", "tasks", "status", "submitted_by", "created_at", "finished_at")
+    __slots__ = ("id", "project", "goal", "criteria", "invariants", "budget_usd", "tasks", "status", "submitted_by", "created_at", "finished_at", "candidate_branch", "candidate_commit", "reason")
     ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,9 @@ class Change(_message.Message):
     SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_BRANCH_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     id: str
     project: str
     goal: str
@@ -88,10 +91,47 @@ class Change(_message.Message):
     submitted_by: str
     created_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., project: _Optional[str] = ..., goal: _Optional[str] = ..., criteria: _Optional[_Iterable[str]] = ..., invariants: _Optional[_Iterable[str]] = ..., budget_usd: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., status: _Optional[str] = ..., submitted_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    candidate_branch: str
+    candidate_commit: str
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., project: _Optional[str] = ..., goal: _Optional[str] = ..., criteria: _Optional[_Iterable[str]] = ..., invariants: _Optional[_Iterable[str]] = ..., budget_usd: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., status: _Optional[str] = ..., submitted_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., candidate_branch: _Optional[str] = ..., candidate_commit: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ChangeSet(_message.Message):
+    __slots__ = ("id", "change_id", "task_id", "task_key", "run_id", "branch", "commit", "base_commit", "start_commit", "stacked_on", "files", "own_files", "patch_ref", "summary", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    BASE_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    START_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    STACKED_ON_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    OWN_FILES_FIELD_NUMBER: _ClassVar[int]
+    PATCH_REF_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    change_id: str
+    task_id: str
+    task_key: str
+    run_id: str
+    branch: str
+    commit: str
+    base_commit: str
+    start_commit: str
+    stacked_on: _containers.RepeatedScalarFieldContainer[str]
+    files: _containers.RepeatedScalarFieldContainer[str]
+    own_files: _containers.RepeatedScalarFieldContainer[str]
+    patch_ref: str
+    summary: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., run_id: _Optional[str] = ..., branch: _Optional[str] = ..., commit: _Optional[str] = ..., base_commit: _Optional[str] = ..., start_commit: _Optional[str] = ..., stacked_on: _Optional[_Iterable[str]] = ..., files: _Optional[_Iterable[str]] = ..., own_files: _Optional[_Iterable[str]] = ..., patch_ref: _Optional[str] = ..., summary: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "change_id", "task_id", "task_key", "state", "agent", "attempt", "exit_code", "reason", "created_at", "started_at", "finished_at", "output_bytes", "output_truncated", "cancel_requested", "project", "tier", "model", "context_hash")
+    __slots__ = ("id", "change_id", "task_id", "task_key", "state", "agent", "attempt", "exit_code", "reason", "created_at", "started_at", "finished_at", "output_bytes", "output_truncated", "cancel_requested", "project", "tier", "model", "context_hash", "outcome", "model_calls", "cost_micros", "driver")
     ID_FIELD_NUMBER: _ClassVar[int]
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +151,10 @@ class Run(_message.Message):
     TIER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_HASH_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
     id: str
     change_id: str
     task_id: str
@@ -130,7 +174,11 @@ class Run(_message.Message):
     tier: str
     model: str
     context_hash: str
-    def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., output_bytes: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., project: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., context_hash: _Optional[str] = ...) -> None: ...
+    outcome: str
+    model_calls: int
+    cost_micros: int
+    driver: str
+    def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., output_bytes: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., project: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., context_hash: _Optional[str] = ..., outcome: _Optional[str] = ..., model_calls: _Optional[int] = ..., cost_micros: _Optional[int] = ..., driver: _Optional[str] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("name", "labels", "capacity", "active_runs", "connected", "draining", "drivers", "version", "connected_at", "disconnected_at")

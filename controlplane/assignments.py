@@ -1,0 +1,77 @@
+"""What an agent is sent to run: the command spec, or the harness spec with its stack and secrets."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy.orm import Session
+
+from controlplane import changesets, graph
+from controlplane.config import HarnessConfig
+from controlplane.models import Change, Project, Run, Task
+from drover.v1 import agent_pb2
+
+WRITE_KINDS = frozenset({"implement", "migrate", "test"})
+
+
+def workspace_mode(kind: str, project: Project) -> str:
+    if not project.repo:
+        return "none"
+    return "write" if kind in WRITE_KINDS else "read"
+
+
+def render_prompt(change: Change, task: Task) -> str:
+    lines = [f"# Change: {change.goal}"]
+    if change.criteria:
+        lines += ["", "Acceptance criteria:", *(f"- {c}" for c in change.criteria)]
+    if change.invariants:
+        lines += ["", "Invariants (must stay true):", *(f"- {c}" for c in change.invariants)]
+    lines += ["", f"# Your Task: {task.key} ({task.kind})", task.objective]
+    files = task.spec.get("files") if task.spec else None
+    if files:
+        lines += ["", "Declared files:", *(f"- {f}" for f in files)]
+    return "\n".join(lines)
+
+
+def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessConfig) -> agent_pb2.RunAssignment:
+    assignment = agent_pb2.RunAssignment(
+        run_id=run.id, change_id=run.change_id, task_id=task.id, task_key=task.key, kind=task.kind,
+        driver=run.driver, attempt=run.attempt,
+        workspace=agent_pb2.WorkspaceSpec(project=project.name, repo=project.repo, branch=project.branch))
+    if run.driver == "command":
+        assignment.command.CopyFrom(agent_pb2.CommandSpec(argv=task.command, env=task.env,
+                                                          timeout_seconds=task.timeout_seconds))
+        return assignment
+    change = s.get(Change, run.change_id)
+    assert change is not None
+    tier = harness.tiers.get(run.tier) or harness.tiers[harness.default_tier]
+    assignment.tier, assignment.model, assignment.base_url = run.tier, run.model, harness.base_url
+    assignment.command.timeout_seconds = task.timeout_seconds
+    if harness.api_key:
+        assignment.secret_env["ANTHROPIC_API_KEY"] = harness.api_key
+    spec = assignment.harness
+    spec.workspace_mode = workspace_mode(task.kind, project)
+    spec.max_calls, spec.max_output_tokens = tier.max_calls, tier.max_output_tokens
+    spec.thinking_json = json.dumps(dict(tier.thinking)) if tier.thinking else ""
+    spec.prompt = render_prompt(change, task)
+    spec.command_rules.extend(project.commands)
+    spec.network = project.network
+    spec.context_window_tokens = harness.context_window_tokens
+    spec.fold_fraction = harness.fold_fraction
+    spec.fold_model = harness.tiers["haiku"].model if "haiku" in harness.tiers else run.model
+    spec.stall_timeout_seconds = harness.stall_timeout_seconds
+    spec.max_attempts = harness.max_attempts
+    if spec.workspace_mode == "write" and task.depends_on:
+        spec.stack.extend(_stack(s, change, task))
+    return assignment
+
+
+def _stack(s: Session, change: Change, task: Task) -> list[agent_pb2.StackedChangeSet]:
+    tasks = {t.key: t for t in s.query(Task).filter(Task.change_id == change.id)}
+    deps = {k: t.depends_on for k, t in tasks.items()}
+    latest = changesets.latest_for_tasks(s, [tasks[k].id for k in task.depends_on])
+    present = [k for k in task.depends_on if tasks[k].id in latest]
+    tie = {k: (latest[tasks[k].id].created_at.isoformat(), tasks[k].id) for k in present}
+    return [agent_pb2.StackedChangeSet(changeset_id=cs.id, task_id=cs.task_id, branch=cs.branch, commit=cs.commit,
+                                       created_at=cs.created_at.isoformat())
+            for cs in (latest[tasks[k].id] for k in graph.stack_order(present, deps, tie))]

@@ -1,0 +1,396 @@
+"""A scripted fake of the Anthropic Messages API, served over real HTTP.
+
+Each POST /v1/messages consumes the next step of the script, in order; a
+request after the script runs out answers 500 api_error "script exhausted".
+Replies are sent as JSON, or as server-sent events when the request says
+`"stream": true` (message_start, ping, content_block_start/delta/stop,
+message_delta, message_stop), so the real `anthropic` client and its stream
+helpers can talk to it through `base_url`.
+
+In a test::
+
+    with FakeAnthropic([error(429, "rate_limit_error", "slow down", retry_after=2),
+                        tool_use("read_file", {"path": "a.py"}), text("done")]) as fake:
+        client = anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="k")
+        ...
+        assert len(fake.requests) == 3
+
+As a process (serves until SIGTERM)::
+
+    python -m drover.testing.fake_anthropic --port 0 --script script.json [--api-key K]
+    # prints: fake anthropic listening on http://127.0.0.1:PORT
+
+The script file is a JSON list; each item names a step constructor of this
+module in "step" and passes its keyword arguments::
+
+    [
+      {"step": "text", "text": "hello", "usage": {"input_tokens": 50}},
+      {"step": "tool_use", "name": "read_file", "input": {"path": "a.py"}, "text": "Reading."},
+      {"step": "tool_uses", "uses": [["list_files", {}], ["read_file", {"path": "b"}]]},
+      {"step": "error", "status": 429, "type": "rate_limit_error", "message": "slow", "retry_after": 1},
+      {"step": "error", "status": 529, "type": "overloaded_error", "message": "busy", "in_stream": true},
+      {"step": "stall", "seconds": 5}
+    ]
+
+Usage dicts may name any of input_tokens, output_tokens,
+cache_creation_input_tokens and cache_read_input_tokens; the rest default to
+100, 20, 0 and 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import signal
+import sys
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterable, Union
+
+DEFAULT_USAGE = {"input_tokens": 100, "output_tokens": 20,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """One assistant message. `content` holds API content blocks (text and tool_use)."""
+
+    content: tuple[dict[str, Any], ...]
+    usage: dict[str, int]
+
+    @property
+    def stop_reason(self) -> str:
+        return "tool_use" if any(b["type"] == "tool_use" for b in self.content) else "end_turn"
+
+
+@dataclasses.dataclass(frozen=True)
+class Error:
+    """An API error. `in_stream` sends it as an SSE `error` event after message_start."""
+
+    status: int
+    type: str
+    message: str
+    retry_after: float | None = None
+    in_stream: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Stall:
+    """Accept the request, then say nothing for `seconds` and drop the connection.
+
+    Streaming requests get the headers and message_start first.
+    """
+
+    seconds: float
+
+
+Step = Union[Reply, Error, Stall]
+
+_tool_ids = itertools.count(1)
+
+
+def _usage(usage: dict[str, int] | None) -> dict[str, int]:
+    return {**DEFAULT_USAGE, **(usage or {})}
+
+
+def text(text: str, usage: dict[str, int] | None = None) -> Reply:
+    """A plain text reply (stop_reason end_turn)."""
+    return Reply(({"type": "text", "text": text},), _usage(usage))
+
+
+def tool_uses(uses: Iterable[tuple[str, dict[str, Any]] | list[Any]], text: str | None = None,
+              usage: dict[str, int] | None = None) -> Reply:
+    """A reply with optional text, then one tool_use block per (name, input)."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for use in uses:
+        name, input_, *rest = use
+        tool_id = rest[0] if rest and rest[0] else f"toolu_fake_{next(_tool_ids):04d}"
+        blocks.append({"type": "tool_use", "id": tool_id, "name": name, "input": input_})
+    return Reply(tuple(blocks), _usage(usage))
+
+
+def tool_use(name: str, input: dict[str, Any], id: str | None = None, text: str | None = None,  # noqa: A002
+             usage: dict[str, int] | None = None) -> Reply:
+    """A reply with optional text and one tool_use block (stop_reason tool_use)."""
+    return tool_uses([(name, input, id)], text=text, usage=usage)  # type: ignore[list-item]
+
+
+def error(status: int, type: str, message: str = "", retry_after: float | None = None,  # noqa: A002
+          in_stream: bool = False) -> Error:
+    """An error response in Anthropic's shape, e.g. error(529, "overloaded_error", "Overloaded")."""
+    return Error(status, type, message or type, retry_after, in_stream)
+
+
+def stall(seconds: float) -> Stall:
+    """Hold the request silently for `seconds`."""
+    return Stall(seconds)
+
+
+_CONSTRUCTORS = {"text": text, "tool_use": tool_use, "tool_uses": tool_uses, "error": error, "stall": stall}
+
+
+def step_from_json(item: dict[str, Any]) -> Step:
+    """One step of a script file: {"step": constructor name, **its keyword arguments}."""
+    kwargs = dict(item)
+    name = kwargs.pop("step", None)
+    if name not in _CONSTRUCTORS:
+        raise ValueError(f"unknown step {name!r}; expected one of {sorted(_CONSTRUCTORS)}")
+    return _CONSTRUCTORS[name](**kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One request as the fake received it. Header names are lower case."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeAnthropic:
+    """The fake server. Use as a context manager, or call start() and stop()."""
+
+    def __init__(self, script: Iterable[Step] | None = None, *, api_key: str | None = None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.api_key = api_key
+        self._steps: list[Step] = list(script or [])
+        self._requests: list[Request] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._address = (host, port)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> FakeAnthropic:
+        fake = self
+
+        class Handler(_Handler):
+            owner = fake
+
+        self._server = ThreadingHTTPServer(self._address, Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),  # quick stop()
+                                        name="fake-anthropic", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # wakes stalled handlers
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeAnthropic:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None, "start() the fake first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def requests(self) -> list[Request]:
+        """Every request received so far, in order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def pending(self) -> int:
+        """How many script steps are not consumed yet."""
+        with self._lock:
+            return len(self._steps)
+
+    def add(self, step: Step) -> None:
+        with self._lock:
+            self._steps.append(step)
+
+    def extend(self, steps: Iterable[Step]) -> None:
+        with self._lock:
+            self._steps.extend(steps)
+
+    def _record(self, request: Request) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def _next_step(self) -> Step:
+        with self._lock:
+            if self._steps:
+                return self._steps.pop(0)
+        return Error(500, "api_error", "script exhausted")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: FakeAnthropic
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # keep test output clean
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._record(None)
+        self._send_error(Error(404, "not_found_error", f"no route {self.path}"))
+
+    def do_POST(self) -> None:  # noqa: N802
+        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        self._record(body)
+        if self.path.split("?")[0] != "/v1/messages":
+            return self._send_error(Error(404, "not_found_error", f"no route {self.path}"))
+        if not isinstance(body, dict):
+            return self._send_error(Error(400, "invalid_request_error", "body must be a JSON object"))
+        if not self._authorized():
+            return self._send_error(Error(401, "authentication_error", "invalid x-api-key"))
+        step = self.owner._next_step()
+        stream = bool(body.get("stream"))
+        model = str(body.get("model", "claude-fake"))
+        if isinstance(step, Stall):
+            return self._stall(step, stream, model)
+        if isinstance(step, Error) and not (step.in_stream and stream):
+            return self._send_error(step)
+        if stream:
+            return self._stream(step, model)
+        self._send_json(200, _message(step, model))
+
+    def _record(self, body: Any) -> None:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        self.owner._record(Request(self.command, self.path, headers, body))
+
+    def _authorized(self) -> bool:
+        key = self.headers.get("x-api-key") or ""
+        bearer = self.headers.get("authorization") or ""
+        if not key and bearer.lower().startswith("bearer "):
+            key = bearer[7:].strip()
+        return bool(key) and (self.owner.api_key is None or key == self.owner.api_key)
+
+    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("request-id", f"req_fake_{uuid.uuid4().hex[:12]}")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_error(self, err: Error) -> None:
+        headers = {"retry-after": _seconds(err.retry_after)} if err.retry_after is not None else {}
+        self._send_json(err.status, _error_body(err), headers)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("request-id", f"req_fake_{uuid.uuid4().hex[:12]}")
+        self.end_headers()
+
+    def _event(self, name: str, data: dict[str, Any]) -> None:
+        chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _stream(self, step: Reply | Error, model: str) -> None:
+        usage = step.usage if isinstance(step, Reply) else DEFAULT_USAGE
+        self._start_stream()
+        start = _message(Reply((), usage), model)
+        start.update(stop_reason=None, usage={**usage, "output_tokens": 1})
+        self._event("message_start", {"type": "message_start", "message": start})
+        self._event("ping", {"type": "ping"})
+        if isinstance(step, Error):
+            self._event("error", _error_body(step))
+            return self._end_stream()
+        for index, block in enumerate(step.content):
+            for name, data in _block_events(index, block):
+                self._event(name, data)
+        self._event("message_delta", {"type": "message_delta",
+                                      "delta": {"stop_reason": step.stop_reason, "stop_sequence": None},
+                                      "usage": {"output_tokens": usage["output_tokens"]}})
+        self._event("message_stop", {"type": "message_stop"})
+        self._end_stream()
+
+    def _stall(self, step: Stall, stream: bool, model: str) -> None:
+        try:
+            if stream:
+                self._start_stream()
+                start = _message(Reply((), DEFAULT_USAGE), model)
+                start.update(stop_reason=None, usage={**DEFAULT_USAGE, "output_tokens": 1})
+                self._event("message_start", {"type": "message_start", "message": start})
+            self.owner._stopping.wait(step.seconds)
+        except OSError:
+            pass  # the client gave up first
+        self.close_connection = True  # drop it without finishing the response
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _error_body(err: Error) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": err.type, "message": err.message}}
+
+
+def _message(reply: Reply, model: str) -> dict[str, Any]:
+    return {"id": f"msg_fake_{uuid.uuid4().hex[:16]}", "type": "message", "role": "assistant",
+            "model": model, "content": [dict(b) for b in reply.content],
+            "stop_reason": reply.stop_reason, "stop_sequence": None, "usage": dict(reply.usage)}
+
+
+def _pieces(s: str, n: int = 3) -> list[str]:
+    # Several deltas per block so clients must reassemble them.
+    size = max(1, -(-len(s) // n))
+    return [s[i:i + size] for i in range(0, len(s), size)] or [""]
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    if block["type"] == "text":
+        start = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+    else:
+        start = {**block, "input": {}}
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(json.dumps(block["input"]))]
+    return [("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
+            *(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas),
+            ("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m drover.testing.fake_anthropic", description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--script", help="JSON list of steps (see the module docstring)")
+    parser.add_argument("--api-key", default=None, help="accept only this key (default: any non-empty key)")
+    args = parser.parse_args(argv)
+    steps: list[Step] = []
+    if args.script:
+        with open(args.script, encoding="utf-8") as f:
+            steps = [step_from_json(item) for item in json.load(f)]
+    fake = FakeAnthropic(steps, api_key=args.api_key, host=args.host, port=args.port).start()
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    print(f"fake anthropic listening on {fake.base_url}", flush=True)
+    while not done.wait(0.5):
+        pass
+    fake.stop()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
