@@ -268,7 +268,7 @@ def apply_run_message(s: Session, agent: str, msg: RunMessage, output_limit: int
             if task.status == "ready":
                 task.status = "running"
             _run_event(s, "run.started", run)
-            change = s.get(Change, run.change_id)
+            change = s.get(Change, run.change_id, with_for_update=True)
             assert change is not None
             _settle_change(s, change, _tasks(s, change.id))
     elif msg.kind == "log" and msg.stream == "tool":
