@@ -27,9 +27,10 @@ class Agent:
 
     def hello(self) -> agent_pb2.Hello:
         return agent_pb2.Hello(name=self.config.name, labels=dict(self.config.labels),
-                               capacity=self.config.capacity, drivers=["command"], version=__version__,
-                               active_runs=self.runs.active_ids(), undelivered_runs=self.runs.undelivered_ids(),
-                               draining=self.draining)
+                               capacity=self.config.capacity, drivers=["command", "harness"],
+                               version=__version__, active_runs=self.runs.active_ids(),
+                               undelivered_runs=self.runs.undelivered_ids(), draining=self.draining,
+                               resume_runs=self.runs.resume_ids())
 
     def on_welcome(self, welcome: agent_pb2.Welcome) -> None:
         self.runs.forget_applied(dict(welcome.applied))

@@ -15,12 +15,16 @@ import sys
 import time
 from typing import Any
 
+from google.protobuf import json_format
+
 from agentd.config import AgentConfig
 from agentd.logbatch import LogBatcher
 from agentd.outbox import Outbox, RunOutbox
 
 log = logging.getLogger("agentd.runs")
 POLL_SECONDS = 0.05
+MAX_STARTS = 4  # a harness supervisor is started at most this often for one run (3 resumes)
+SUPERVISORS = {"command": "agentd.supervisor", "harness": "agentd.harness.supervisor"}
 
 
 class Refused(Exception):
@@ -38,6 +42,8 @@ class RunSlot:
     box: RunOutbox
     process: subprocess.Popen[bytes] | None = None
     tracker: asyncio.Task[None] | None = None
+    driver: str = "command"
+    awaiting_resume: bool = False  # a harness whose supervisor died: waiting for its secrets again
 
     @property
     def live(self) -> bool:
@@ -60,6 +66,7 @@ class Runs:
         self.outbox = outbox
         self.root = config.spool / "runs"
         self.slots: dict[str, RunSlot] = {}
+        self.secrets: dict[str, dict[str, str]] = {}
 
     # --- what hello says ------------------------------------------------------------------------
 
@@ -68,6 +75,9 @@ class Runs:
 
     def undelivered_ids(self) -> list[str]:
         return [s.run_id for s in self.slots.values() if not s.live]
+
+    def resume_ids(self) -> list[str]:
+        return [s.run_id for s in self.slots.values() if s.live and s.awaiting_resume]
 
     @property
     def busy(self) -> int:
@@ -85,7 +95,10 @@ class Runs:
             if box.delivered:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 continue
-            slot = RunSlot(run_dir.name, run_dir, box)
+            driver = json.loads((run_dir / "assignment.json").read_text()).get("driver", "command")
+            slot = RunSlot(run_dir.name, run_dir, box, driver=driver)
+            if slot.live and driver == "harness" and not self._supervisor_alive(slot):
+                slot.awaiting_resume = self._starts(slot) < MAX_STARTS
             self._add(slot)
             log.info("re-attached to run %s (%s)", slot.run_id, "live" if slot.live else "result undelivered")
 
@@ -98,45 +111,74 @@ class Runs:
     # --- start, cancel, ack ---------------------------------------------------------------------
 
     def start(self, assignment: Any) -> None:
-        """Start a run from its assignment (a drover.v1.RunAssignment)."""
-        if assignment.run_id in self.slots:
-            return  # a duplicate assignment after a reconnect
-        if assignment.driver != "command":
+        """Start a run from its assignment (a drover.v1.RunAssignment), or resume a harness run."""
+        existing = self.slots.get(assignment.run_id)
+        if existing is not None:
+            if assignment.resume and existing.awaiting_resume:
+                self._resume(existing, assignment)
+            return  # otherwise a duplicate assignment after a reconnect
+        if assignment.driver not in SUPERVISORS:
             raise Refused(f"no_driver: this agent has no {assignment.driver!r} driver")
         if self.busy >= self.config.capacity:
             raise Refused("at_capacity")
-        if not assignment.command.argv:
+        if assignment.driver == "command" and not assignment.command.argv:
             raise Refused("no_command")
         run_dir = self.root / assignment.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        timeout = assignment.command.timeout_seconds or self.config.default_timeout_seconds
         spec = {
-            "run_id": assignment.run_id, "task_key": assignment.task_key, "argv": list(assignment.command.argv),
-            "env": dict(assignment.command.env), "timeout_seconds": timeout,
+            "run_id": assignment.run_id, "driver": assignment.driver, "change_id": assignment.change_id,
+            "task_id": assignment.task_id, "task_key": assignment.task_key, "kind": assignment.kind,
+            "argv": list(assignment.command.argv), "env": dict(assignment.command.env),
+            "timeout_seconds": assignment.command.timeout_seconds or self.config.default_timeout_seconds,
             "repo": assignment.workspace.repo, "branch": assignment.workspace.branch,
             "workspace_dir": str((self.config.work_dir / assignment.run_id).resolve()),
             "keep_workspace": self.config.keep_workspaces, "kill_grace_seconds": self.config.kill_grace_seconds,
         }
+        if assignment.driver == "harness":
+            spec.update(model=assignment.model, base_url=assignment.base_url, tier=assignment.tier,
+                        prompt=assignment.harness.prompt,
+                        harness=json_format.MessageToDict(assignment.harness, preserving_proto_field_name=True,
+                                                          always_print_fields_with_no_presence=True))
         (run_dir / "assignment.json").write_text(json.dumps(spec))
         box = RunOutbox(run_dir)
-        slot = RunSlot(assignment.run_id, run_dir, box)
+        slot = RunSlot(assignment.run_id, run_dir, box, driver=assignment.driver)
         box.append("started", end=0)
-        try:
-            slot.process = self._spawn(run_dir, dict(assignment.secret_env))
-        except OSError as err:
-            box.append("finished", end=0, status="failed", exit_code=-1, reason="start_failed",
-                       error=f"cannot start the supervisor: {err}")
+        self._launch(slot, dict(assignment.secret_env))
         self._add(slot)
 
-    def _spawn(self, run_dir: pathlib.Path, secret_env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def _launch(self, slot: RunSlot, secret_env: dict[str, str]) -> None:
+        secrets: dict[str, Any] = secret_env
+        if slot.driver == "harness":
+            self.secrets[slot.run_id] = secret_env  # in memory only, to resume a supervisor that died
+            secrets = {"secret_env": secret_env, "control_plane": self.config.control_plane,
+                       "agent_token": self.config.token_file.read_text().strip()}
+        try:
+            slot.process = self._spawn(slot.dir, SUPERVISORS[slot.driver], secrets)
+            slot.awaiting_resume = False
+        except OSError as err:
+            slot.box.append("finished", end=slot.box.end, status="failed", exit_code=-1, reason="start_failed",
+                            error=f"cannot start the supervisor: {err}")
+            self.outbox.changed.set()
+
+    def _resume(self, slot: RunSlot, assignment: Any) -> None:
+        log.warning("run %s: resuming its harness from the transcript", slot.run_id)
+        self._launch(slot, dict(assignment.secret_env))
+
+    def _starts(self, slot: RunSlot) -> int:
+        try:
+            return int((slot.dir / "incarnation").read_text())
+        except (OSError, ValueError):
+            return 1
+
+    def _spawn(self, run_dir: pathlib.Path, module: str, secrets: dict[str, Any]) -> subprocess.Popen[bytes]:
         self.config.work_dir.mkdir(parents=True, exist_ok=True)
         with open(run_dir / "supervisor.log", "ab") as errlog:
             process = subprocess.Popen(
-                [sys.executable, "-m", "agentd.supervisor", str(run_dir)], stdin=subprocess.PIPE,
+                [sys.executable, "-m", module, str(run_dir)], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=errlog, start_new_session=True, close_fds=True,
                 env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
         assert process.stdin is not None
-        process.stdin.write(json.dumps(secret_env).encode())  # secrets never touch the disk
+        process.stdin.write(json.dumps(secrets).encode())  # secrets never touch the disk
         process.stdin.close()
         (run_dir / "supervisor.pid").write_text(f"{process.pid} {_proc_start_time(process.pid)}")
         return process
@@ -162,6 +204,7 @@ class Runs:
 
     def _forget(self, slot: RunSlot) -> None:
         self.slots.pop(slot.run_id, None)
+        self.secrets.pop(slot.run_id, None)
         self.outbox.runs.pop(slot.run_id, None)
         if slot.process is not None:
             slot.process.poll()
@@ -201,7 +244,7 @@ class Runs:
         offset = slot.box.end
         pending = b""
         dead_checks = 0
-        while True:
+        while not slot.box.finished:
             data = b""
             if path.exists():
                 with open(path, "rb") as f:
@@ -223,8 +266,18 @@ class Runs:
             if batcher.due(now):
                 batcher.flush()
             if not data:
+                if slot.awaiting_resume:
+                    await asyncio.sleep(POLL_SECONDS * 4)
+                    continue
                 if not self._supervisor_alive(slot):
                     dead_checks += 1
+                    if dead_checks >= 3 and slot.driver == "harness" and self._starts(slot) < MAX_STARTS:
+                        dead_checks = 0  # the transcript lets a new supervisor go on where this one died
+                        if slot.run_id in self.secrets:
+                            self._launch(slot, self.secrets[slot.run_id])
+                        else:
+                            slot.awaiting_resume = True  # the control plane sends the secrets again
+                        continue
                     if dead_checks >= 3:  # re-read twice after it died, then give up
                         batcher.flush()
                         self.outbox.append(run_id, "finished", offset, status="failed", exit_code=-1,

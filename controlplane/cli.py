@@ -10,7 +10,7 @@ import pathlib
 import sys
 
 from controlplane import auth
-from controlplane.config import ServerConfig
+from controlplane.config import ServerConfig, load_harness
 from controlplane.errors import DroverError
 from controlplane.projects import add_project
 from controlplane.server import bootstrap_tokens, open_store, serve
@@ -34,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
                    help="fail the runs of an agent disconnected this long (default 120)")
     s.add_argument("--output-limit-bytes", type=int, default=8 * 1024 * 1024)
     s.add_argument("--grace-seconds", type=float, default=10.0)
+    s.add_argument("--config", default=os.environ.get("DROVER_CONFIG", ""),
+                   help="TOML file: [anthropic], [harness], [tiers.*], [prices.*] (env DROVER_CONFIG)")
     t = sub.add_parser("token", help="tokens").add_subparsers(dest="token_command", required=True)
     tc = t.add_parser("create", help="create a token and print it once")
     _common(tc)
@@ -48,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     pa.add_argument("--repo", default="", help="path or URL of the git repository (empty: no repository)")
     pa.add_argument("--branch", default="main")
     pa.add_argument("--pool", default="", help="only agents labelled pool=P run this project's Tasks")
+    pa.add_argument("--allow", action="append", default=[], metavar="RULE",
+                    help="a command the harness may run, e.g. 'pytest [args]' (repeatable; default: Python rules)")
+    pa.add_argument("--network", action="store_true", help="let the harness's commands use the network")
     return p
 
 
@@ -59,9 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(config)
     try:
         if args.command == "serve":
+            harness = load_harness(pathlib.Path(args.config) if args.config else None, os.environ)
             config = ServerConfig(listen=args.listen, data_dir=config.data_dir, database_url=config.database_url,
                                   agent_lost_seconds=args.agent_lost_seconds,
-                                  output_limit_bytes=args.output_limit_bytes, grace_seconds=args.grace_seconds)
+                                  output_limit_bytes=args.output_limit_bytes, grace_seconds=args.grace_seconds,
+                                  harness=harness)
             for path in bootstrap_tokens(store, config.data_dir / "tokens"):
                 print(f"wrote {path.stem} token to {path}", flush=True)
             asyncio.run(serve(config, store))
@@ -76,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             repo = args.repo
             if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
                 repo = str(pathlib.Path(repo).resolve())
-            store.transaction(add_project, args.name, repo, args.branch, args.pool)
+            store.transaction(add_project, args.name, repo, args.branch, args.pool, args.allow, args.network)
             print(f"project {args.name}: repo {repo or '(none)'}, branch {args.branch}, pool {args.pool or '(any)'}")
-    except DroverError as err:
+    except (DroverError, ValueError) as err:
         print(f"controlplane: {err}", file=sys.stderr)
         return 2
     finally:

@@ -102,6 +102,10 @@ class Fleet:
             session.send(agent_pb2.ControlMessage(welcome=agent_pb2.Welcome(agent=hello.name, applied=result.applied)))
             for run_id in result.to_cancel:
                 session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))
+            if hello.resume_runs:
+                for assignment in await self.store.run(_resume_assignments, hello.name, list(hello.resume_runs),
+                                                       self.config.harness):
+                    session.send(agent_pb2.ControlMessage(assign=assignment))
             log.info("agent %s connected (capacity %d, %d runs listed)", hello.name, hello.capacity, len(listed))
             self.notifier.notify()
             self.wake()
@@ -261,4 +265,25 @@ def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[
             run.tier = harness.default_tier  # routing (tier, member) comes with the routing issue
             run.model = harness.tiers[run.tier].model
         out.append((agent, assignments.build(s, run, task, project, harness)))
+    return out
+
+
+def _resume_assignments(s: Session, agent: str, run_ids: list[str],
+                        harness: HarnessConfig) -> list[agent_pb2.RunAssignment]:
+    """Assignments sent again (secrets included) so harness runs whose supervisor died resume."""
+    out = []
+    for run_id in run_ids:
+        run = s.get(Run, run_id)
+        if run is None or run.agent != agent or run.state not in runstate.ACTIVE or run.driver != "harness":
+            continue
+        task = s.get(Task, run.task_id)
+        change = s.get(Change, run.change_id)
+        assert task is not None and change is not None
+        project = s.get(Project, change.project)
+        assert project is not None
+        assignment = assignments.build(s, run, task, project, harness)
+        assignment.resume = True
+        lifecycle.add_event(s, "run.resumed", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
+                            agent=agent)
+        out.append(assignment)
     return out

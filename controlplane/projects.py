@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from agentd.harness.allowlist import policy_from_strings
 from controlplane.errors import InvalidArgument
 from controlplane.lifecycle import add_event
 from controlplane.models import Project
 
 
-def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "") -> Project:
+def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "",
+                commands: list[str] | None = None, network: bool = False) -> Project:
     """Create a project, or update the repository, branch and pool of an existing one."""
     if not name.strip() or len(name) > 200:
         raise InvalidArgument("must be 1 to 200 characters", field="name")
@@ -20,7 +22,12 @@ def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: st
     if project is None:
         project = Project(name=name)
         s.add(project)
+    try:
+        policy_from_strings(commands or [])
+    except ValueError as err:
+        raise InvalidArgument(str(err), field="commands") from None
     project.repo, project.branch, project.pool = repo, branch, pool
+    project.commands, project.network = list(commands or []), network
     add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch,
               pool=pool)
     return project

@@ -47,6 +47,7 @@ class ControlPlane:
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def target(self) -> str:
@@ -64,6 +65,7 @@ class ControlPlane:
         env = dict(os.environ, DROVER_LOG_LEVEL="INFO")
         if self.database_url:
             env["DROVER_DATABASE_URL"] = self.database_url
+        env.update(self.extra_env)
         return env
 
     def start(self) -> "ControlPlane":
@@ -139,8 +141,10 @@ class AgentD:
                 "--work-dir", str(self.work_dir), "--spool-dir", str(self.spool), *self.extra]
         for label in self.labels:
             args += ["--label", label]
+        # This interpreter's directory first, so `python` inside the sandbox is the one with pytest.
+        env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}")
         with open(self.root / f"agentd-{self.starts}.log", "wb") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         return self
 
     def log(self) -> str:

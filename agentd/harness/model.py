@@ -88,8 +88,10 @@ class AnthropicModel:
 
     def __init__(self, base_url: str, api_key: str, model: str, policy: RetryPolicy,
                  sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
-                 on_attempt: OnAttempt | None = None) -> None:
+                 on_attempt: OnAttempt | None = None,
+                 before_attempt: Callable[[int], Awaitable[object]] | None = None) -> None:
         self.model = model
+        self._before_attempt = before_attempt  # the budget gate: it may raise to stop the call
         self.policy = policy
         self._sleep = sleep
         self._on_attempt = on_attempt
@@ -116,6 +118,8 @@ class AnthropicModel:
         while True:
             attempt += 1
             partial: list[Usage] = []  # usage seen so far in this attempt, for accounting a failure
+            if self._before_attempt is not None:
+                await self._before_attempt(attempt)
             try:
                 message = await self._attempt(params, partial)
             except (anthropic.APIError, httpx2.TransportError, _Interrupted) as err:

@@ -51,6 +51,10 @@ def format_event(event: types_pb2.Event) -> str:
 
 def format_change(change: types_pb2.Change) -> str:
     lines = [f"change {change.id}  {change.status}  project {change.project}", f"  goal: {change.goal}"]
+    if change.candidate_branch:
+        lines.append(f"  candidate: {change.candidate_branch} at {change.candidate_commit[:12]}")
+    if change.reason:
+        lines.append(f"  reason: {change.reason}")
     for task in change.tasks:
         deps = f"  after {', '.join(task.depends_on)}" if task.depends_on else ""
         why = f"  ({task.reason})" if task.reason else ""
@@ -95,6 +99,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--agent", default="")
     c = sub.add_parser("change", parents=[common], help="a Change and its Tasks")
     c.add_argument("change_id")
+    cs = sub.add_parser("changesets", parents=[common], help="the ChangeSets of a Change")
+    cs.add_argument("change_id")
+    pt = sub.add_parser("patch", parents=[common], help="a ChangeSet's patch")
+    pt.add_argument("changeset_id")
     cc = sub.add_parser("cancel", parents=[common], help="cancel a Change")
     cc.add_argument("change_id")
     cr = sub.add_parser("cancel-run", parents=[common], help="cancel one run")
@@ -155,6 +163,18 @@ def run(args: argparse.Namespace) -> int:
         if args.command == "change":
             change = client.get_change(args.change_id)
             (out or (lambda c: print(format_change(c))))(change)
+            return 0
+        if args.command == "changesets":
+            found = client.list_changesets(args.change_id)
+            if args.json:
+                print(json.dumps([_as_dict(c) for c in found], indent=2))
+            else:
+                print(_table(([c.id, c.task_key, c.branch, c.commit[:12], ",".join(c.own_files)] for c in found),
+                             ["CHANGESET", "TASK", "BRANCH", "COMMIT", "OWN FILES"]))
+            return 0
+        if args.command == "patch":
+            text = client.get_patch(args.changeset_id)
+            print(json.dumps({"changeset_id": args.changeset_id, "patch": text}) if args.json else text, end="")
             return 0
         if args.command == "cancel":
             change = client.cancel_change(args.change_id)

@@ -16,6 +16,7 @@ Run = types_pb2.Run
 Event = types_pb2.Event
 LogLine = types_pb2.LogLine
 Agent = types_pb2.Agent
+ChangeSet = types_pb2.ChangeSet
 
 
 def _mapped(fn: Callable[..., T]) -> Callable[..., T]:
@@ -106,6 +107,18 @@ class Client:
                 metadata=self._metadata)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
+
+    @_mapped
+    def list_changesets(self, change_id: str) -> list[ChangeSet]:
+        """The ChangeSets a Change's Tasks published (branch, commits, files, patch ref)."""
+        return list(self._changes.ListChangeSets(change_pb2.ListChangeSetsRequest(change_id=change_id),
+                                                 metadata=self._metadata).changesets)
+
+    @_mapped
+    def get_patch(self, changeset_id: str) -> str:
+        """A ChangeSet's patch: the git diff from its start commit."""
+        return self._changes.GetPatch(change_pb2.GetPatchRequest(changeset_id=changeset_id),
+                                      metadata=self._metadata).text
 
     @_mapped
     def cancel_change(self, change_id: str) -> Change:

@@ -1,0 +1,81 @@
+"""The budget gate: every model call attempt is reserved on the control plane before it is made
+and settled with its exact usage after, each attempt separately."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import grpc
+import tenacity
+
+from agentd.harness.loop import RunEnded
+from agentd.harness.model import ModelError, Usage
+from drover.v1 import agent_pb2, agent_pb2_grpc
+
+REFUSALS = {"run_call_cap": "run_call_cap", "run_cost_cap": "run_cost_cap", "spend_limited": "spend_limited",
+            "run_not_running": "cancelled"}
+
+
+def _unavailable(err: BaseException) -> bool:
+    return isinstance(err, grpc.aio.AioRpcError) and err.code() in (
+        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+@dataclasses.dataclass
+class Gate:
+    target: str
+    token: str
+    run_id: str
+    model: str
+    max_output_tokens: int
+    incarnation: int                  # supervisor starts: a resumed run's attempts get new keys
+    call_number: Callable[[], int]    # the model call this attempt belongs to
+    purpose: str = "agent"
+    calls_used: int = 0
+    calls_cap: int = 0
+
+    def __post_init__(self) -> None:
+        self._channel = grpc.aio.insecure_channel(self.target)
+        self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {self.token}"),)
+        self._reservations: dict[int, str] = {}
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        """One unary call; while the control plane is unreachable (restarting), keep asking for ten minutes."""
+        async for attempt in tenacity.AsyncRetrying(
+                retry=tenacity.retry_if_exception(_unavailable), reraise=True,
+                wait=tenacity.wait_exponential_jitter(initial=0.5, max=30), stop=tenacity.stop_after_delay(600)):
+            with attempt:
+                return await method(request, metadata=self._metadata)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def reserve(self, attempt: int, estimated_input_tokens: int = 0) -> None:
+        key = f"{self.purpose}:{self.incarnation}:{self.call_number()}:{attempt}"
+        request = agent_pb2.ReserveModelCallRequest(
+            run_id=self.run_id, key=key, model=self.model, purpose=self.purpose,
+            max_output_tokens=self.max_output_tokens, estimated_input_tokens=estimated_input_tokens)
+        answer = await self._call(self._stub.ReserveModelCall, request)
+        if answer.calls_cap:
+            self.calls_used, self.calls_cap = answer.calls_used, answer.calls_cap
+        if not answer.granted:
+            raise RunEnded(REFUSALS.get(answer.refusal, "spend_limited"),
+                           f"the control plane refused the model call: {answer.refusal}")
+        self._reservations[attempt] = answer.reservation_id
+
+    async def settle(self, attempt: int, usage: Usage | None, error: ModelError | None) -> None:
+        reservation = self._reservations.pop(attempt, "")
+        if not reservation:
+            return
+        u = usage or Usage()
+        request = agent_pb2.SettleModelCallRequest(
+            reservation_id=reservation, error=(error.error_type or type(error).__name__) if error else "",
+            usage=agent_pb2.Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                                  cache_creation_input_tokens=u.cache_creation_input_tokens,
+                                  cache_read_input_tokens=u.cache_read_input_tokens))
+        await self._call(self._stub.SettleModelCall, request)
+
+    async def publish(self, request: agent_pb2.PublishChangeSetRequest) -> agent_pb2.ChangeSetRef:
+        return await self._call(self._stub.PublishChangeSet, request)

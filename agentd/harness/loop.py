@@ -1,0 +1,195 @@
+"""The harness loop: ask the model, run the tools it asks for, until complete_task or fail_task.
+
+Small and exception-driven (STYLE.md rows 1-2): every way a run ends is an exception
+carrying its outcome. The transcript is written after every step, so a restarted
+supervisor resumes after the last committed step."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Awaitable, Callable, Protocol
+
+from agentd.harness import fold
+from agentd.harness.model import ModelError, ModelReply
+from agentd.harness.tools import Finished, TaskTools
+from agentd.harness.transcript import INTERRUPTED, Transcript, messages
+
+SYSTEM = ("You are a coding agent working on one Task of a Change in a git repository, unattended. "
+          "Use the tools to inspect and change the repository and to run the allowed commands. "
+          "Make the smallest change that meets the Task's objective and the Change's criteria, check it, "
+          "then call complete_task with your intent (summary, files changed, tests run, follow-ups). "
+          "If you cannot do the Task, call fail_task with the reason. Every tool result says how many "
+          "model calls remain; plan to finish before they run out.")
+
+
+class ModelClient(Protocol):
+    async def complete(self, *, system: list[dict[str, Any]], tools: list[dict[str, Any]],
+                       messages: list[dict[str, Any]], max_tokens: int,
+                       thinking: dict[str, Any] | None = None) -> ModelReply: ...
+
+
+class RunEnded(Exception):
+    """The run is over; `outcome` is one of the harness outcomes."""
+
+    def __init__(self, outcome: str, reason: str = "", intent: dict[str, Any] | None = None, code: str = "") -> None:
+        super().__init__(f"{outcome}: {reason}" if reason else outcome)
+        self.outcome, self.reason, self.intent = outcome, reason, intent or {}
+        self.code = code or outcome  # the run's reason as the control plane records it
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_calls: int
+    max_output_tokens: int
+    thinking: dict[str, Any] | None = None
+    context_window: int = 200_000
+    fold_fraction: float = 0.7
+
+
+Emit = Callable[[int, dict[str, Any]], None]
+
+
+def cached(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy whose last block carries cache_control (prompt caching)."""
+    if not blocks:
+        return blocks
+    return [*blocks[:-1], {**blocks[-1], "cache_control": {"type": "ephemeral"}}]
+
+
+class Harness:
+    def __init__(self, model: ModelClient, tools: TaskTools, transcript: Transcript, limits: Limits, prompt: str,
+                 emit: Emit, summarise: Callable[[list[dict[str, Any]]], Awaitable[str]] | None = None) -> None:
+        self.model, self.tools, self.transcript, self.limits = model, tools, transcript, limits
+        self.prompt = prompt
+        self.emit = emit              # projects a transcript entry into run events
+        self.summarise = summarise    # the fold's haiku call
+        self.fold_stalled = False
+
+    def _append(self, kind: str, **fields: Any) -> None:
+        index = self.transcript.append(kind, **fields)
+        self.emit(index, self.transcript.entries[index])
+
+    async def run(self) -> RunEnded:
+        """Run (or resume) to the end; answers how it ended, recorded in the transcript."""
+        done = self.transcript.outcome
+        if done is not None:
+            return RunEnded(done["outcome"], done.get("reason", ""), done.get("intent"))
+        if not self.transcript.entries:
+            self._append("prompt", text=self.prompt)
+        try:
+            await self._finish_open_tools()
+            while True:
+                await self.step()
+        except Finished as finished:
+            ended = RunEnded(finished.outcome, finished.reason, finished.intent)
+        except ModelError as err:
+            ended = RunEnded(err.outcome, str(err))
+        except RunEnded as err:
+            ended = err
+        self._append("outcome", outcome=ended.outcome, reason=ended.reason, intent=ended.intent)
+        return ended
+
+    async def step(self) -> None:
+        if self.transcript.model_calls >= self.limits.max_calls:
+            raise RunEnded("run_call_cap", f"{self.limits.max_calls} model calls used")
+        await self._maybe_fold()
+        conversation = messages(self.transcript)
+        conversation[-1] = {**conversation[-1], "content": cached(conversation[-1]["content"])}
+        reply = await self.model.complete(
+            system=cached([{"type": "text", "text": SYSTEM}]), tools=cached(self.tools.definitions()),
+            messages=conversation, max_tokens=self.limits.max_output_tokens, thinking=self.limits.thinking)
+        self._append("reply", call=self.transcript.model_calls + 1, content=reply.content,
+                     usage=dataclasses.asdict(reply.usage))
+        uses = [b for b in reply.content if b.get("type") == "tool_use"]
+        if not uses:
+            raise RunEnded("no_outcome", "the model ended its turn without complete_task or fail_task")
+        for use in uses:
+            await self._run_tool(use)
+
+    async def _run_tool(self, use: dict[str, Any]) -> None:
+        self._append("tool_started", id=use["id"], name=use["name"], input=use.get("input", {}))
+        try:
+            result = await self.tools.call(use["name"], use.get("input") or {})
+        except Finished as finished:
+            self._append("tool_done", id=use["id"], name=use["name"], text=f"{finished.outcome}: recorded",
+                         error=False)
+            raise
+        self._append("tool_done", id=use["id"], name=use["name"], text=result.text, error=result.error)
+
+    async def _finish_open_tools(self) -> None:
+        """After a restart: tool calls of the last reply that never started run now; one that started
+        and did not finish is reported as interrupted, never run again."""
+        exchanges = self.transcript.exchanges()
+        if not exchanges:
+            return
+        last = exchanges[-1]
+        for use in last.tool_uses:
+            if use["id"] in last.results:
+                continue
+            if use["id"] in last.started and use["name"] not in ("complete_task", "fail_task"):
+                self._append("tool_done", id=use["id"], name=use["name"], text=INTERRUPTED, error=True)
+            else:
+                await self._run_tool(use)
+
+    def _fixed_tokens(self) -> int:
+        """The system prompt, the tools and the opening message (with the running summary)."""
+        return (fold.estimate_tokens(SYSTEM) + fold.estimate_tokens(self.tools.definitions())
+                + fold.estimate_tokens(messages(self.transcript, [])[0]))
+
+    def _context_tokens(self) -> int:
+        return (fold.estimate_tokens(SYSTEM) + fold.estimate_tokens(self.tools.definitions())
+                + sum(fold.estimate_tokens(m) for m in messages(self.transcript)))
+
+    async def _maybe_fold(self) -> None:
+        if self.summarise is None or self.fold_stalled:
+            return
+        exchanges = _exchange_messages(self.transcript.exchanges())
+        previous = self.transcript.latest_fold()
+        through = previous["through"] if previous else -1
+        plan = fold.plan([fold.estimate_tokens(m) for m in exchanges], through, self._fixed_tokens(),
+                         self.limits.context_window, self.limits.fold_fraction)
+        if plan is None:
+            return
+        if plan.fold_through < 0:
+            self.fold_stalled = True  # nothing left to fold: no call, and no more tries this turn
+            return
+        summary = await self.summarise(fold.fold_request(previous["summary"] if previous else "",
+                                                         exchanges[through + 1:plan.fold_through + 1]))
+        self._append("fold", summary=summary, through=plan.fold_through)
+        if self._context_tokens() > self.limits.context_window * self.limits.fold_fraction:
+            self.fold_stalled = True  # still over the threshold: stop folding for the rest of the turn
+
+
+def _exchange_messages(exchanges: list[Any]) -> list[dict[str, Any]]:
+    """One plain record per exchange (the reply and its results), for sizing and summarising."""
+    return [{"reply": ex.reply["content"],
+             "results": [{"id": k, "text": v["text"], "error": v["error"]} for k, v in ex.results.items()]}
+            for ex in exchanges]
+
+
+def events_for(index: int, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run events (seed 003's kinds) that a transcript entry stands for."""
+    kind = entry["kind"]
+    if kind == "reply":
+        out = []
+        for block in entry["content"]:
+            if block.get("type") == "text" and block.get("text"):
+                out.append({"kind": "text", "text": block["text"]})
+            elif block.get("type") == "tool_use":
+                out.append({"kind": "tool_use", "tool": block["name"], "input": block.get("input", {})})
+        return [{**e, "step": index} for e in out]
+    if kind == "tool_done":
+        text = entry["text"].encode()[:4000].decode(errors="ignore")
+        return [{"kind": "tool_result", "tool": entry["name"], "text": text, "error": entry["error"],
+                 "step": index}]
+    if kind == "outcome":
+        return [{"kind": "result", "text": entry.get("reason", ""), "outcome": entry["outcome"],
+                 "error": entry["outcome"] != "completed", "step": index}]
+    if kind == "fold":
+        return [{"kind": "fold", "through": entry["through"], "step": index}]
+    return []
+
+
+def as_json_line(event: dict[str, Any]) -> str:
+    return json.dumps(event, ensure_ascii=False) + "\n"

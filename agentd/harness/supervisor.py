@@ -1,0 +1,226 @@
+"""The supervisor of one harness run: `python -m agentd.harness.supervisor RUN_DIR`.
+
+Secrets arrive as JSON on stdin ({"secret_env", "agent_token", "control_plane"}) and
+never touch the disk. Like the command supervisor it is detached from agentd and
+writes everything to RUN_DIR/output.jsonl: events (stream "event", one JSON object
+per line, each with the transcript step it comes from), full tool inputs and
+outputs (stream "tool"), system lines, and last the exit record. Started again on
+the same RUN_DIR it resumes from the transcript."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import sys
+import traceback
+from typing import Any
+
+from agentd import gitspace, workspace
+from agentd.harness import allowlist
+from agentd.harness.gate import Gate
+from agentd.harness.loop import Harness, Limits, RunEnded, as_json_line, events_for
+from agentd.harness.model import AnthropicModel, ModelError
+from agentd.harness.retry import RetryPolicy
+from agentd.harness.tools import TaskTools
+from agentd.harness.transcript import Transcript
+from agentd.sandbox import SandboxPolicy, detect
+from agentd.supervisor import Output
+from drover.v1 import agent_pb2
+
+STATUS = {"completed": "succeeded", "cancelled": "cancelled"}
+
+
+def emitted_through(path: pathlib.Path) -> int:
+    """The last transcript step whose events are already in output.jsonl (-1: none)."""
+    last = -1
+    if path.exists():
+        for raw in path.read_bytes().splitlines():
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if record.get("s") == "event":
+                last = max(last, json.loads(record["t"]).get("step", -1))
+    return last
+
+
+class HarnessRun:
+    def __init__(self, run_dir: pathlib.Path, secrets: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.spec = json.loads((run_dir / "assignment.json").read_text())
+        self.secret_env: dict[str, str] = secrets.get("secret_env", {})
+        self.agent_token = secrets.get("agent_token", "")
+        self.control_plane = secrets.get("control_plane", "")
+        self.already = emitted_through(run_dir / "output.jsonl")
+        hidden = [*self.secret_env.values(), self.agent_token]
+        self.output = Output(run_dir / "output.jsonl", hidden, int(self.spec.get("output_limit_bytes", 8 << 20)))
+        self.transcript = Transcript(run_dir / "transcript.jsonl")
+        counter = run_dir / "incarnation"
+        self.incarnation = int(counter.read_text()) + 1 if counter.exists() else 1
+        counter.write_text(str(self.incarnation))
+        self.cancel_file = run_dir / "cancel"
+        self.ws_dir = pathlib.Path(self.spec["workspace_dir"])
+        self.workspace: gitspace.Workspace | None = None
+
+    def emit(self, index: int, entry: dict[str, Any]) -> None:
+        if index <= self.already:
+            return  # emitted before a restart
+        for event in events_for(index, entry):
+            self.output.write("event", as_json_line(event))
+        if entry["kind"] == "tool_done":
+            started = next((e for e in self.transcript.entries
+                            if e["kind"] == "tool_started" and e["id"] == entry["id"]), {})
+            self.output.write("tool", json.dumps({"id": entry["id"], "tool": entry["name"],
+                                                  "input": started.get("input", {}), "output": entry["text"],
+                                                  "error": entry["error"]}, ensure_ascii=False) + "\n")
+
+    # --- the workspace ---------------------------------------------------------------------------
+
+    def open_root(self) -> tuple[pathlib.Path | None, bool]:
+        h = self.spec["harness"]
+        mode, repo_dir = h["workspace_mode"], self.ws_dir / "repo"
+        token = self.secret_env.get("DROVER_GIT_TOKEN", "")
+        state = self.run_dir / "workspace.json"
+        if mode == "none":
+            return None, False
+        if mode == "read":
+            if not (repo_dir / ".git").exists():
+                workspace.prepare(repo_dir, self.spec["repo"], self.spec["branch"], token)
+            return repo_dir, False
+        if state.exists() and (repo_dir / ".git").exists():  # resumed: the workspace is as the run left it
+            saved = json.loads(state.read_text())
+            self.workspace = gitspace.Workspace(repo_dir, saved["base_commit"], saved["start_commit"],
+                                                saved["stacked_on"], token, gitspace.DEFAULT_IDENTITY)
+            return repo_dir, True
+        stack = [gitspace.StackItem(**item) for item in h.get("stack", [])]
+        self.output.write("system", f"workspace: cloning {workspace.redact_url(self.spec['repo'])} at "
+                                    f"{self.spec['branch']}" + (f", merging {len(stack)} ChangeSets" if stack else "")
+                          + "\n")
+        self.workspace = gitspace.open_workspace(repo_dir, self.spec["repo"], self.spec["branch"], stack, token)
+        state.write_text(json.dumps({"base_commit": self.workspace.base_commit,
+                                     "start_commit": self.workspace.start_commit,
+                                     "stacked_on": self.workspace.stacked_on}))
+        return repo_dir, True
+
+    # --- the run ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            ended = await self._run()
+        except gitspace.MergeConflict as conflict:
+            ended = RunEnded("failed", f"dependency_merge_conflict: {', '.join(conflict.files)} "
+                                       f"({conflict.changeset_id})", code="dependency_merge_conflict")
+        except workspace.WorkspaceError as err:
+            ended = RunEnded("failed", f"workspace_failed: {err}", code="workspace_failed")
+        except Exception as err:  # a bug or an unreachable control plane: end the run, say why
+            traceback.print_exc()
+            ended = RunEnded("failed", f"harness_error: {type(err).__name__}: {err}", code="harness_error")
+        self.output.exit(STATUS.get(ended.outcome, "failed"), 0 if ended.outcome == "completed" else 1, ended.code,
+                         "" if ended.outcome == "completed" else ended.reason)
+        if not self.spec.get("keep_workspace"):
+            workspace.remove(self.ws_dir)
+
+    async def _run(self) -> RunEnded:
+        h = self.spec["harness"]
+        root, writable = self.open_root()
+        sandbox = None
+        if writable:
+            sandbox = detect(SandboxPolicy(network=bool(h.get("network"))))
+            if sandbox.warning():
+                self.output.write("system", f"WARNING: {sandbox.warning()}\n")
+        home = self.ws_dir / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8", "TZ": "UTC",
+               "HOME": str(home), "DROVER_WORKSPACE": str(root or ""), "DROVER_RUN_ID": self.spec["run_id"],
+               # test runs leave no caches behind to end up in the ChangeSet
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_ADDOPTS": "-p no:cacheprovider"}
+        rules = h.get("command_rules") or list(allowlist.DEFAULT_PYTHON_POLICY.rules)
+        limits = Limits(max_calls=int(h["max_calls"]), max_output_tokens=int(h["max_output_tokens"]),
+                        thinking=json.loads(h["thinking_json"]) if h.get("thinking_json") else None,
+                        context_window=int(h.get("context_window_tokens") or 200_000),
+                        fold_fraction=float(h.get("fold_fraction") or 0.7))
+        gate = Gate(self.control_plane, self.agent_token, self.spec["run_id"], self.spec["model"],
+                    limits.max_output_tokens, self.incarnation, lambda: self.transcript.model_calls + 1)
+        fold_gate = Gate(self.control_plane, self.agent_token, self.spec["run_id"], h.get("fold_model") or
+                         self.spec["model"], 2000, self.incarnation, lambda: len(self.transcript.entries), "fold")
+        tools = TaskTools(root, writable, allowlist.policy_from_strings(rules), sandbox, env,
+                          lambda: max(limits.max_calls - max(gate.calls_used, self.transcript.model_calls), 0))
+        policy = RetryPolicy(max_attempts=int(h.get("max_attempts") or 4),
+                             stall_timeout=float(h.get("stall_timeout_seconds") or 120))
+        api_key = self.secret_env.get("ANTHROPIC_API_KEY", "")
+        model = AnthropicModel(self.spec["base_url"], api_key, self.spec["model"], policy,
+                               before_attempt=gate.reserve, on_attempt=gate.settle)
+        folder = AnthropicModel(self.spec["base_url"], api_key, h.get("fold_model") or self.spec["model"], policy,
+                                before_attempt=fold_gate.reserve, on_attempt=fold_gate.settle)
+
+        async def summarise(request: list[dict[str, Any]]) -> str:
+            reply = await folder.complete(system=[{"type": "text", "text": _fold_system()}], tools=[],
+                                          messages=request, max_tokens=2000)
+            return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
+
+        harness = Harness(model, tools, self.transcript, limits, self.spec["prompt"], self.emit, summarise)
+        try:
+            ended = await self._watch(harness, int(self.spec.get("timeout_seconds") or 0))
+            if ended.outcome == "completed" and self.workspace is not None:
+                ended = await self._publish(gate, ended)
+            return ended
+        finally:
+            await model.close()
+            await folder.close()
+            await gate.close()
+            await fold_gate.close()
+
+    async def _watch(self, harness: Harness, timeout: int) -> RunEnded:
+        """Run the loop; a cancel file or the timeout stops it (a running tool is killed)."""
+        task = asyncio.create_task(harness.run())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout > 0 else None
+        stopped = ""
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.1)
+            if task.done():
+                break
+            if self.cancel_file.exists():
+                stopped = "cancelled"
+            elif deadline is not None and loop.time() >= deadline:
+                stopped = "timeout"
+            if stopped:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                ended = RunEnded(stopped, "cancelled by request" if stopped == "cancelled"
+                                 else f"timed out after {timeout} s")
+                harness._append("outcome", outcome=ended.outcome, reason=ended.reason, intent={})
+                return ended
+        return task.result()
+
+    async def _publish(self, gate: Gate, ended: RunEnded) -> RunEnded:
+        assert self.workspace is not None
+        summary = ended.intent.get("summary", "") or ended.reason
+        result = await asyncio.to_thread(self.workspace.publish, self.spec["change_id"], self.spec["task_id"],
+                                         f"{self.spec['task_key']}: {summary}"[:500])
+        ref = await gate.publish(agent_pb2.PublishChangeSetRequest(
+            run_id=self.spec["run_id"], branch=result.branch, commit=result.commit,
+            base_commit=result.base_commit, start_commit=result.start_commit, stacked_on=result.stacked_on,
+            files=result.files, own_files=result.own_files, patch=result.patch, summary=summary,
+            intent_json=json.dumps(ended.intent)))
+        self.output.write("system", f"published ChangeSet {ref.changeset_id} on {result.branch} "
+                                    f"({len(result.own_files)} files)\n")
+        return ended
+
+
+def _fold_system() -> str:
+    from agentd.harness.fold import FOLD_SYSTEM
+    return FOLD_SYSTEM
+
+
+def main() -> None:
+    run_dir = pathlib.Path(sys.argv[1])
+    secrets = json.loads(sys.stdin.read() or "{}")
+    sys.stdin.close()
+    asyncio.run(HarnessRun(run_dir, secrets).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""The Task tools (seed 000): what the model may do, and the text it gets back.
+
+Only implement, migrate and test Tasks have a writable workspace; other kinds read
+the canonical commit, and a project without a repository has only complete_task
+and fail_task. Every result ends by telling the model how many calls remain."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import pathlib
+import signal
+from typing import Any, Callable
+
+from agentd.harness import allowlist, edits, filewindow, paths
+from agentd.sandbox import Sandbox
+
+MAX_READS = 12
+COMMAND_OUTPUT = 12_000
+COMMAND_SECONDS = 180.0
+NO_WORKSPACE = "This Task has no workspace"
+
+
+class Finished(Exception):
+    """complete_task or fail_task ended the run."""
+
+    def __init__(self, outcome: str, reason: str, intent: dict[str, Any]) -> None:
+        super().__init__(f"{outcome}: {reason}")
+        self.outcome, self.reason, self.intent = outcome, reason, intent
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolResult:
+    text: str
+    error: bool = False
+
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+STR = {"type": "string"}
+STRS = {"type": "array", "items": {"type": "string"}}
+DEFINITIONS: dict[str, dict[str, Any]] = {
+    "list_files": {"description": "List the files of the repository (paths relative to its root).",
+                   "input_schema": _schema({}, [])},
+    "read_file": {"description": "Read a file: at most 40,000 characters from from_line (default 1), cut at a "
+                                 "line boundary; a longer file ends with a note naming the next line. "
+                                 f"At most {MAX_READS} reads per run.",
+                  "input_schema": _schema({"path": STR, "from_line": {"type": "integer", "minimum": 1}}, ["path"])},
+    "write_file": {"description": "Create or replace a whole file.",
+                   "input_schema": _schema({"path": STR, "content": STR}, ["path", "content"])},
+    "edit_file": {"description": "Change a file with exact text edits: each old_text must occur exactly once, "
+                                 "edits in the order they appear in the file; all or nothing.",
+                  "input_schema": _schema({"path": STR, "edits": {"type": "array", "items": _schema(
+                      {"old_text": STR, "new_text": STR}, ["old_text", "new_text"])}}, ["path", "edits"])},
+    "delete_file": {"description": "Delete a file.", "input_schema": _schema({"path": STR}, ["path"])},
+    "run_command": {"description": "Run an allowed command (no shell) in the workspace sandbox; output is cut at "
+                                   f"{COMMAND_OUTPUT:,} characters, {COMMAND_SECONDS:.0f} s at most.",
+                    "input_schema": _schema({"command": STR}, ["command"])},
+    "complete_task": {"description": "Finish the Task successfully with your intent: what you did and why.",
+                      "input_schema": _schema({"summary": STR, "files_changed": STRS, "tests_run": STRS,
+                                               "follow_ups": STRS}, ["summary"])},
+    "fail_task": {"description": "Give up on the Task, saying why.", "input_schema": _schema({"reason": STR},
+                                                                                            ["reason"])},
+}
+TERMINAL = ("complete_task", "fail_task")
+
+
+class TaskTools:
+    """The tools of one run. `root` is the workspace (or the canonical checkout when read-only)."""
+
+    def __init__(self, root: pathlib.Path | None, writable: bool, policy: allowlist.CommandPolicy,
+                 sandbox: Sandbox | None, env: dict[str, str], calls_left: Callable[[], int]) -> None:
+        self.root, self.writable, self.policy, self.sandbox = root, writable, policy, sandbox
+        self.env, self.calls_left = env, calls_left
+        self.reads = 0
+
+    def names(self) -> list[str]:
+        if self.root is None:
+            return list(TERMINAL)
+        return list(DEFINITIONS)
+
+    def definitions(self) -> list[dict[str, Any]]:
+        return [{"name": name, **DEFINITIONS[name]} for name in self.names()]
+
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
+        """Run one tool. complete_task and fail_task raise Finished; others answer a result."""
+        if name not in self.names():
+            result = ToolResult(f"unknown tool {name!r}; the tools are {', '.join(self.names())}", True)
+        else:
+            try:
+                result = await getattr(self, f"_{name}")(args)
+            except (paths.PathEscape, edits.EditError, allowlist.CommandRefused, ValueError, OSError) as err:
+                result = ToolResult(str(err), True)
+            except KeyError as err:
+                result = ToolResult(f"missing argument {err}", True)
+        left = self.calls_left()
+        return ToolResult(f"{result.text}\n[{left} model call{'s' if left != 1 else ''} remain]", result.error)
+
+    # --- reading -----------------------------------------------------------------------------------
+
+    async def _list_files(self, args: dict[str, Any]) -> ToolResult:
+        assert self.root is not None
+        return ToolResult("\n".join(paths.list_tree(self.root)) or "(the repository is empty)")
+
+    async def _read_file(self, args: dict[str, Any]) -> ToolResult:
+        assert self.root is not None
+        if self.reads >= MAX_READS:
+            return ToolResult(f"read limit reached: at most {MAX_READS} reads per run", True)
+        path = paths.resolve_inside(self.root, args["path"])
+        if not path.is_file():
+            return ToolResult(f"no file {args['path']!r}", True)
+        self.reads += 1
+        return ToolResult(filewindow.file_window(path.read_text(errors="replace"), int(args.get("from_line") or 1)))
+
+    # --- writing -----------------------------------------------------------------------------------
+
+    def _writable(self, relative: str) -> pathlib.Path:
+        if not self.writable or self.root is None:
+            raise ValueError(NO_WORKSPACE)
+        return paths.resolve_inside(self.root, relative)
+
+    async def _write_file(self, args: dict[str, Any]) -> ToolResult:
+        path = self._writable(args["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(args["content"])
+        return ToolResult(f"wrote {args['path']} ({len(args['content'])} characters)")
+
+    async def _edit_file(self, args: dict[str, Any]) -> ToolResult:
+        path = self._writable(args["path"])
+        if not path.is_file():
+            return ToolResult(f"no file {args['path']!r}", True)
+        changes = [edits.Edit(e["old_text"], e["new_text"]) for e in args["edits"]]
+        path.write_text(edits.apply_edits(path.read_text(), changes))
+        return ToolResult(f"edited {args['path']} ({len(changes)} edit{'s' if len(changes) != 1 else ''})")
+
+    async def _delete_file(self, args: dict[str, Any]) -> ToolResult:
+        path = self._writable(args["path"])
+        if not path.is_file():
+            return ToolResult(f"no file {args['path']!r}", True)
+        path.unlink()
+        return ToolResult(f"deleted {args['path']}")
+
+    async def _run_command(self, args: dict[str, Any]) -> ToolResult:
+        if not self.writable or self.root is None or self.sandbox is None:
+            raise ValueError(NO_WORKSPACE)
+        argv = allowlist.parse_command(args["command"])
+        allowlist.check_command(argv, self.policy)
+        wrapped, env = self.sandbox.wrap(argv, self.root, dict(self.env))
+        proc = await asyncio.create_subprocess_exec(*wrapped, cwd=self.root, env=env,
+                                                    stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), COMMAND_SECONDS)
+        except asyncio.TimeoutError:
+            _kill_group(proc.pid)
+            await proc.wait()
+            return ToolResult(f"the command ran past {COMMAND_SECONDS:.0f} s and was stopped", True)
+        except asyncio.CancelledError:
+            _kill_group(proc.pid)  # the run was cancelled while the command ran
+            raise
+        _kill_group(proc.pid)
+        text = out.decode(errors="replace")
+        if len(text) > COMMAND_OUTPUT:
+            text = f"[output cut: the first {len(text) - COMMAND_OUTPUT:,} characters are not shown]\n" \
+                   + text[-COMMAND_OUTPUT:]
+        return ToolResult(f"exit code {proc.returncode}\n{text}", proc.returncode != 0)
+
+    # --- ending ------------------------------------------------------------------------------------
+
+    async def _complete_task(self, args: dict[str, Any]) -> ToolResult:
+        intent = {"summary": str(args.get("summary", "")), "files_changed": list(args.get("files_changed") or []),
+                  "tests_run": list(args.get("tests_run") or []), "follow_ups": list(args.get("follow_ups") or [])}
+        raise Finished("completed", intent["summary"], intent)
+
+    async def _fail_task(self, args: dict[str, Any]) -> ToolResult:
+        raise Finished("failed", str(args.get("reason", "")), {})
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
