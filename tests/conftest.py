@@ -192,7 +192,7 @@ class Fleet:
 
     def stop_supervisors(self) -> None:
         """Supervisors are detached on purpose (runs outlive agentd); end this test's ones."""
-        subprocess.run(["pkill", "-9", "-f", f"agentd.supervisor {self.tmp}"], check=False)
+        subprocess.run(["pkill", "-9", "-f", f"supervisor {self.tmp}"], check=False)
 
     def stop(self) -> None:
         for agent in self.agents:

@@ -1,0 +1,160 @@
+"""Harness runs across a fleet: stacked workspaces, merge conflicts, candidates, caps, cancel, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pygit2
+import pytest
+
+from drover import Client
+from drover.testing import fake_anthropic as fake
+from tests.conftest import Fleet, wait_for
+from tests.test_harness_run import API_KEY, calc_repo, model  # noqa: F401  (fixtures)
+
+
+def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_args: str,
+          capacity: int = 1) -> None:
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane(*plane_args)
+    fleet.plane.add_project("calc", str(repo))
+    fleet.agent("worker", capacity=capacity)
+
+
+def implement(key: str, *deps: str) -> dict:
+    return {"key": key, "kind": "implement", "objective": f"do {key}", "depends_on": list(deps)}
+
+
+def events(client: Client, run_id: str) -> list[dict]:
+    return [json.loads(line) for l in client.run_logs(run_id) if l.stream == "event"
+            for line in l.text.splitlines()]
+
+
+def test_a_task_stacks_on_both_dependencies_and_the_candidate_composes_all(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
+    model.extend([
+        fake.tool_use("write_file", {"path": "schema.py", "content": "TABLE = 'users'\n"}),
+        fake.tool_use("complete_task", {"summary": "schema"}),
+        fake.tool_use("write_file", {"path": "api.py", "content": "ROUTE = '/users'\n"}),
+        fake.tool_use("complete_task", {"summary": "api"}),
+        fake.tool_use("list_files", {}),
+        fake.tool_use("write_file", {"path": "ui.py", "content": "from api import ROUTE\nfrom schema import TABLE\n"}),
+        fake.tool_use("complete_task", {"summary": "ui"}),
+    ])
+    start(fleet, model, calc_repo)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "users page", [implement("schema"), implement("api"),
+                                                             implement("ui", "schema", "api")])
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        sets = {c.task_key: c for c in client.list_changesets(change.id)}
+        ui_run = next(t.latest_run_id for t in final.tasks if t.key == "ui")
+        listing = next(e for e in events(client, ui_run) if e["kind"] == "tool_result")["text"]
+    assert final.status == "succeeded", final
+    assert "schema.py" in listing and "api.py" in listing  # both merges were in the workspace
+    assert set(sets["ui"].stacked_on) == {sets["schema"].id, sets["api"].id}
+    assert list(sets["ui"].own_files) == ["ui.py"]
+    assert sets["ui"].start_commit != sets["ui"].base_commit
+    origin = pygit2.Repository(str(calc_repo))
+    candidate = origin[origin.branches[final.candidate_branch].target].peel(pygit2.Commit)
+    assert {"schema.py", "api.py", "ui.py", "calc.py"} <= {e.name for e in candidate.tree}
+
+
+def test_conflicting_dependencies_fail_the_task_as_dependency_merge_conflict(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
+    model.extend([
+        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
+        fake.tool_use("complete_task", {"summary": "plus"}),
+        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "b + a"}]}),
+        fake.tool_use("complete_task", {"summary": "commuted"}),
+    ])
+    start(fleet, model, calc_repo)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "two fixes", [implement("one"), implement("two"),
+                                                            implement("both", "one", "two")])
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        both = next(t for t in final.tasks if t.key == "both")
+        run = client.get_run(both.latest_run_id)
+    assert final.status == "failed" and both.status == "failed"
+    assert run.reason == "dependency_merge_conflict"
+    assert len(model.requests) == 4  # the conflicting Task never called the model
+
+
+def test_the_call_cap_ends_the_run(fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path,
+                                   tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "controlplane.toml"
+    config.write_text("[tiers.sonnet]\nmax_calls = 2\n")
+    model.extend([fake.tool_use("list_files", {}) for _ in range(3)])
+    start(fleet, model, calc_repo, "--config", str(config))
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "loop", [implement("spin")])
+        list(client.watch(change.id))
+        run = client.get_run(client.get_change(change.id).tasks[0].latest_run_id)
+    assert run.state == "failed" and run.outcome == "run_call_cap" and run.model_calls == 2
+    assert len(model.requests) == 2
+
+
+SLOW_TEST = ("import pathlib, time\n\n\ndef test_slow():\n"
+             "    with open('runs.log', 'a') as f:\n        f.write('ran\\n')\n    time.sleep(60)\n")
+
+
+def test_cancel_during_a_running_tool_stops_it(fleet: Fleet, model: fake.FakeAnthropic,
+                                               calc_repo: pathlib.Path) -> None:
+    model.extend([fake.tool_use("write_file", {"path": "test_slow.py", "content": SLOW_TEST}),
+                  fake.tool_use("run_command", {"command": "python -m pytest -q test_slow.py"})])
+    start(fleet, model, calc_repo)
+    agent = fleet.agents[0]
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "slow", [implement("slow")])
+        run_id = wait_for(lambda: client.get_change(change.id).tasks[0].latest_run_id, 20)
+        marker = agent.work_dir / run_id / "repo" / "runs.log"
+        wait_for(marker.exists, 30, what="the slow test to start")
+        asked = time.monotonic()
+        client.cancel_run(run_id)
+        wait_for(lambda: client.get_run(run_id).state == "cancelled", 15, what="the run to be cancelled")
+        took = time.monotonic() - asked
+        tail = events(client, run_id)[-1]
+    assert took < 10
+    assert tail["kind"] == "result" and tail["outcome"] == "cancelled"
+    assert subprocess.run(["pgrep", "-f", "test_slow.py"], capture_output=True).returncode == 1
+
+
+def test_a_harness_run_resumes_after_agentd_and_its_supervisor_are_killed(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
+    model.extend([
+        fake.tool_use("write_file", {"path": "test_slow.py", "content": SLOW_TEST.replace("60", "30")}),
+        fake.tool_use("run_command", {"command": "python -m pytest -q test_slow.py"}),
+        fake.tool_use("complete_task", {"summary": "resumed"}),
+    ])
+    start(fleet, model, calc_repo)
+    agent = fleet.agents[0]
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "survive", [implement("survive")])
+        run_id = wait_for(lambda: client.get_change(change.id).tasks[0].latest_run_id, 20)
+        workspace = agent.work_dir / run_id / "repo"
+        wait_for((workspace / "runs.log").exists, 30, what="the slow test to start")
+        agent.kill9()
+        fleet.stop_supervisors()  # the machine went down under the run
+        subprocess.run(["pkill", "-9", "-f", "test_slow.py"], check=False)
+        agent.start()
+        list(client.watch(change.id))
+        run = client.get_run(run_id)
+        stream = events(client, run_id)
+        [cs] = client.list_changesets(change.id)
+        patch = client.get_patch(cs.id)
+    assert run.state == "succeeded" and run.outcome == "completed", agent.log()
+    # The interrupted command was reported, not run again: runs.log holds one line.
+    assert "+ran\n" in patch and patch.count("+ran") == 1
+    resumed = model.requests[-1].body["messages"][-1]["content"][0]
+    assert resumed["is_error"] and "interrupted" in resumed["content"]
+    steps = [e["step"] for e in stream]
+    assert len(steps) == len(set((e["step"], e["kind"], e.get("tool")) for e in stream))
+    assert [e["kind"] for e in stream].count("tool_use") == 3
+    assert [e["tool"] for e in stream if e["kind"] == "tool_result"] == ["write_file", "run_command",
+                                                                          "complete_task"]
