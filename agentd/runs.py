@@ -131,6 +131,8 @@ class Runs:
             "argv": list(assignment.command.argv), "env": dict(assignment.command.env),
             "timeout_seconds": assignment.command.timeout_seconds or self.config.default_timeout_seconds,
             "repo": assignment.workspace.repo, "branch": assignment.workspace.branch,
+            "stack": [json_format.MessageToDict(item, preserving_proto_field_name=True)
+                      for item in assignment.workspace.stack],
             "workspace_dir": str((self.config.work_dir / assignment.run_id).resolve()),
             "keep_workspace": self.config.keep_workspaces, "kill_grace_seconds": self.config.kill_grace_seconds,
         }

@@ -100,13 +100,21 @@ class Supervisor:
         if spec.get("repo"):
             self.output.write("system", f"workspace: cloning {workspace.redact_url(spec['repo'])} "
                                         f"at {spec.get('branch') or 'its default branch'}\n")
+        token = self.secret_env.get("DROVER_GIT_TOKEN", "")
         try:
-            commit = workspace.prepare(repo_dir, spec.get("repo", ""), spec.get("branch", ""),
-                                       self.secret_env.get("DROVER_GIT_TOKEN", ""))
+            if spec.get("stack"):  # a dependent Task runs on its dependencies' ChangeSets
+                from agentd import gitspace
+                stack = [gitspace.StackItem(**item) for item in spec["stack"]]
+                self.output.write("system", f"workspace: merging {len(stack)} ChangeSets\n")
+                commit = gitspace.open_workspace(repo_dir, spec["repo"], spec.get("branch", ""), stack,
+                                                 token).start_commit
+            else:
+                commit = workspace.prepare(repo_dir, spec.get("repo", ""), spec.get("branch", ""), token)
             home.mkdir(parents=True, exist_ok=True)
         except workspace.WorkspaceError as err:
             self.output.write("system", f"workspace: {err}\n")
-            self.output.exit("failed", -1, "workspace_failed", str(err))
+            conflict = type(err).__name__ == "MergeConflict"
+            self.output.exit("failed", -1, "dependency_merge_conflict" if conflict else "workspace_failed", str(err))
             return
         if commit:
             self.output.write("system", f"workspace: at commit {commit}\n")

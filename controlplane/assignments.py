@@ -38,12 +38,14 @@ def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessCo
         run_id=run.id, change_id=run.change_id, task_id=task.id, task_key=task.key, kind=task.kind,
         driver=run.driver, attempt=run.attempt,
         workspace=agent_pb2.WorkspaceSpec(project=project.name, repo=project.repo, branch=project.branch))
+    change = s.get(Change, run.change_id)
+    assert change is not None
+    if project.repo and task.depends_on and (run.driver == "command" or workspace_mode(task.kind, project) == "write"):
+        assignment.workspace.stack.extend(_stack(s, change, task))
     if run.driver == "command":
         assignment.command.CopyFrom(agent_pb2.CommandSpec(argv=task.command, env=task.env,
                                                           timeout_seconds=task.timeout_seconds))
         return assignment
-    change = s.get(Change, run.change_id)
-    assert change is not None
     tier = harness.tiers.get(run.tier) or harness.tiers[harness.default_tier]
     assignment.tier, assignment.model, assignment.base_url = run.tier, run.model, harness.base_url
     assignment.command.timeout_seconds = task.timeout_seconds
@@ -61,8 +63,6 @@ def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessCo
     spec.fold_model = harness.tiers["haiku"].model if "haiku" in harness.tiers else run.model
     spec.stall_timeout_seconds = harness.stall_timeout_seconds
     spec.max_attempts = harness.max_attempts
-    if spec.workspace_mode == "write" and task.depends_on:
-        spec.stack.extend(_stack(s, change, task))
     return assignment
 
 

@@ -1,8 +1,12 @@
-"""The Drover demo: a control plane, one agentd, a sample repository and a Change of command Tasks.
+"""The Drover demo: a control plane, one agentd, a sample repository and a Change of two Tasks:
+`fix`, an implement Task the model harness works on, and `test`, a command Task that runs the
+tests on fix's ChangeSet. Prints events, the harness's tool calls and the patch as they happen.
 
     python deploy/demo.py [--keep]
 
-Prints the Change's events and each run's output as they happen; exits 0 when the Change succeeded.
+Without ANTHROPIC_API_KEY the model is a scripted fake Messages API server (drover.testing.fake_anthropic);
+with it, the same demo talks to the real API (ANTHROPIC_BASE_URL and ANTHROPIC_MODEL are honoured).
+Exits 0 when the Change succeeded.
 """
 
 from __future__ import annotations
@@ -21,17 +25,26 @@ import time
 import pygit2
 
 from drover import Client
-from drover.cli import format_change, format_event
+from drover.cli import format_change, format_event, format_run_event
+from drover.testing import fake_anthropic as fake
 
 SAMPLE = {
-    "README.md": "# calc\n\nA tiny calculator the demo's Tasks build and test.\n",
-    "calc.py": "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n",
-    "test_calc.py": (
-        "import unittest\n\nimport calc\n\n\nclass CalcTest(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(calc.add(2, 3), 5)\n\n"
-        "    def test_mul(self):\n        self.assertEqual(calc.mul(4, 5), 20)\n\n\n"
-        "if __name__ == '__main__':\n    unittest.main()\n"),
+    "README.md": "# calc\n\nA tiny calculator. Run the tests with `python -m pytest -q`.\n",
+    "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+    "test_calc.py": "from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+                    "def test_mul():\n    assert mul(4, 5) == 20\n",
 }
+FAKE_KEY = "sk-demo-fake-key"
+SCRIPT = [
+    fake.tool_use("list_files", {}, text="I'll look at the repository first."),
+    fake.tool_use("read_file", {"path": "calc.py"}),
+    fake.tool_use("run_command", {"command": "python -m pytest -q"}, text="Let me see what fails."),
+    fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]},
+                  text="add() subtracts; it should add."),
+    fake.tool_use("run_command", {"command": "python -m pytest -q"}),
+    fake.tool_use("complete_task", {"summary": "add() now adds; both tests pass", "files_changed": ["calc.py"],
+                                    "tests_run": ["python -m pytest -q"], "follow_ups": []}),
+]
 
 
 def make_repo(path: pathlib.Path) -> None:
@@ -45,18 +58,11 @@ def make_repo(path: pathlib.Path) -> None:
 
 
 def change_tasks() -> list[dict]:
-    py = sys.executable
     return [
-        {"key": "inspect", "kind": "review", "objective": "List the files of the repository",
-         "command": [py, "-c", "import os; [print(f) for f in sorted(os.listdir('.')) if not f.startswith('.')]"]},
-        {"key": "compile", "kind": "test", "objective": "Byte-compile every module", "depends_on": ["inspect"],
-         "command": [py, "-m", "py_compile", "calc.py", "test_calc.py"]},
-        {"key": "unit-tests", "kind": "test", "objective": "Run the unit tests", "depends_on": ["inspect"],
-         "command": [py, "-m", "unittest", "-v", "test_calc"]},
-        {"key": "report", "kind": "summarize", "objective": "Count the lines of code",
-         "depends_on": ["compile", "unit-tests"],
-         "command": [py, "-c", "import glob; n = sum(len(open(f).readlines()) for f in glob.glob('*.py'));"
-                               " print(f'{n} lines of Python, all tests green')"]},
+        {"key": "fix", "kind": "implement",
+         "objective": "add() in calc.py returns the wrong result. Fix it so that `python -m pytest -q` passes."},
+        {"key": "test", "kind": "test", "objective": "Run the tests on the fix", "depends_on": ["fix"],
+         "command": [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]},
     ]
 
 
@@ -79,14 +85,25 @@ def main() -> int:
     root = pathlib.Path(tempfile.mkdtemp(prefix="drover-demo-"))
     data, repo = root / "controlplane", root / "sample-repo"
     procs: list[subprocess.Popen[bytes]] = []
-    env = dict(os.environ, DROVER_LOG_LEVEL="WARNING")
+    model = None
+    env = dict(os.environ, DROVER_LOG_LEVEL="WARNING",
+               PATH=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}")
     try:
         make_repo(repo)
         print(f"demo directory {root}\nsample repository {repo} (branch main)")
+        if not os.environ.get("ANTHROPIC_API_KEY"):
+            model = fake.FakeAnthropic(SCRIPT).start()
+            env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=FAKE_KEY)
+            print(f"ANTHROPIC_API_KEY is not set: the model is a SCRIPTED FAKE Messages API server at "
+                  f"{model.base_url}.\nSet ANTHROPIC_API_KEY to run the same demo against the real API.")
+        else:
+            print(f"using the Anthropic API at {env.get('ANTHROPIC_BASE_URL') or 'https://api.anthropic.com'}")
+        config = root / "controlplane.toml"
+        config.write_text(f'[tiers.sonnet]\nmodel = "{os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-5-5")}"\n')
         cp_log = root / "controlplane.log"
         procs.append(subprocess.Popen([sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0",
-                                       "--data-dir", str(data)], stdout=open(cp_log, "wb"), stderr=subprocess.STDOUT,
-                                      env=env))
+                                       "--data-dir", str(data), "--config", str(config)],
+                                      stdout=open(cp_log, "wb"), stderr=subprocess.STDOUT, env=env))
         port = wait_for_port(cp_log, procs[0])
         target = f"127.0.0.1:{port}"
         print(f"control plane on {target}")
@@ -105,20 +122,28 @@ def main() -> int:
                     raise SystemExit("agentd did not connect within 30 s")
                 time.sleep(0.1)
             print("agentd demo-agent connected\n")
-            change = client.submit_change("sample", "Check that calc builds and its tests pass", change_tasks(),
-                                          criteria=["unit tests pass"], budget_usd=0)
+            change = client.submit_change("sample", "Make calc correct", change_tasks(),
+                                          criteria=["python -m pytest -q passes"])
             print(f"submitted change {change.id}\n")
             keys = {t.id: t.key for t in change.tasks}
             for event in client.watch(change.id):
                 print(format_event(event), flush=True)
                 if event.kind == "run.finished":
                     for line in client.run_logs(event.run_id):
-                        if line.stream != "system":
-                            for text in line.text.splitlines():
-                                print(f"    {keys.get(event.task_id, '')} | {text}")
+                        texts = line.text.splitlines()
+                        if line.stream == "event":
+                            texts = [format_run_event(t) for t in texts]
+                        elif line.stream == "system":
+                            continue
+                        for text in texts:
+                            print(f"    {keys.get(event.task_id, '')} | {text}")
             final = client.get_change(change.id)
-        print("\n" + format_change(final))
-        print(f"\nthe demo's Change {final.status}")
+            changesets = client.list_changesets(change.id)
+            print("\n" + format_change(final))
+            for cs in changesets:
+                print(f"\nChangeSet {cs.id} of {cs.task_key} on branch {cs.branch}:\n")
+                print(client.get_patch(cs.id))
+        print(f"the demo's Change {final.status}")
         return 0 if final.status == "succeeded" else 1
     finally:
         for proc in reversed(procs):
@@ -128,6 +153,8 @@ def main() -> int:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if model is not None:
+            model.stop()
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 

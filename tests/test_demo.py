@@ -1,5 +1,6 @@
-"""The README's demo command works and its Change succeeds."""
+"""The README's demo command works: the harness fixes the sample and the dependent test Task passes."""
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -8,9 +9,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_the_demo_change_succeeds() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     done = subprocess.run([sys.executable, str(ROOT / "deploy" / "demo.py")], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=180, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "unit-tests | OK" in done.stdout
+    assert "SCRIPTED FAKE Messages API server" in done.stdout  # said plainly
+    assert "fix |   -> edit_file" in done.stdout
+    assert "test | 2 passed" in done.stdout.replace("    test | ", "test | ")
+    assert "-    return a - b\n+    return a + b" in done.stdout  # the ChangeSet's patch
     assert "change.finished           status=succeeded" in done.stdout
     assert done.stdout.rstrip().endswith("the demo's Change succeeded")

@@ -94,7 +94,7 @@ class HarnessRun:
             self.workspace = gitspace.Workspace(repo_dir, saved["base_commit"], saved["start_commit"],
                                                 saved["stacked_on"], token, gitspace.DEFAULT_IDENTITY)
             return repo_dir, True
-        stack = [gitspace.StackItem(**item) for item in h.get("stack", [])]
+        stack = [gitspace.StackItem(**item) for item in self.spec.get("stack", [])]
         self.output.write("system", f"workspace: cloning {workspace.redact_url(self.spec['repo'])} at "
                                     f"{self.spec['branch']}" + (f", merging {len(stack)} ChangeSets" if stack else "")
                           + "\n")

@@ -96,6 +96,8 @@ class TaskTools:
                 result = ToolResult(str(err), True)
             except KeyError as err:
                 result = ToolResult(f"missing argument {err}", True)
+            except (TypeError, AttributeError) as err:  # arguments of the wrong type: the API does not check them
+                result = ToolResult(f"bad arguments for {name}: {err}", True)
         left = self.calls_left()
         return ToolResult(f"{result.text}\n[{left} model call{'s' if left != 1 else ''} remain]", result.error)
 

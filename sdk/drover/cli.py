@@ -49,6 +49,26 @@ def format_event(event: types_pb2.Event) -> str:
     return "  ".join(bits)
 
 
+def format_run_event(line: str) -> str:
+    """One harness event (a JSON line of stream "event") for a terminal."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return line
+    kind = event.get("kind", "")
+    if kind == "text":
+        return f"  says: {event.get('text', '').strip()}"
+    if kind == "tool_use":
+        args = json.dumps(event.get("input", {}), ensure_ascii=False)
+        return f"  -> {event.get('tool')} {args[:160]}{'...' if len(args) > 160 else ''}"
+    if kind == "tool_result":
+        first = (event.get("text", "").strip().splitlines() or [""])[0]
+        return f"  <- {event.get('tool')}{' ERROR' if event.get('error') else ''}: {first[:160]}"
+    if kind == "result":
+        return f"  == {event.get('outcome')}: {event.get('text', '')}"
+    return f"  {kind}"
+
+
 def format_change(change: types_pb2.Change) -> str:
     lines = [f"change {change.id}  {change.status}  project {change.project}", f"  goal: {change.goal}"]
     if change.candidate_branch:
@@ -138,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
             for line in client.run_logs(args.run_id, follow=args.follow):
                 if args.json:
                     print(json.dumps(_as_dict(line)), flush=True)
+                elif line.stream == "event":
+                    for text in line.text.splitlines():
+                        print(format_run_event(text), flush=True)
                 else:
                     (sys.stderr if line.stream == "stderr" else sys.stdout).write(line.text)
                     sys.stdout.flush()

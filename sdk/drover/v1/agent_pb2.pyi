@@ -177,7 +177,7 @@ class RunAssignment(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., kind: _Optional[str] = ..., driver: _Optional[str] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., workspace: _Optional[_Union[WorkspaceSpec, _Mapping]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., context_hash: _Optional[str] = ..., packet: _Optional[bytes] = ..., tools: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ..., harness: _Optional[_Union[HarnessSpec, _Mapping]] = ..., resume: _Optional[bool] = ...) -> None: ...
 
 class HarnessSpec(_message.Message):
-    __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "stack", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts")
+    __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts")
     WORKSPACE_MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_CALLS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -185,7 +185,6 @@ class HarnessSpec(_message.Message):
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     COMMAND_RULES_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
-    STACK_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_WINDOW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FOLD_FRACTION_FIELD_NUMBER: _ClassVar[int]
     FOLD_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -198,13 +197,12 @@ class HarnessSpec(_message.Message):
     prompt: str
     command_rules: _containers.RepeatedScalarFieldContainer[str]
     network: bool
-    stack: _containers.RepeatedCompositeFieldContainer[StackedChangeSet]
     context_window_tokens: float
     fold_fraction: float
     fold_model: str
     stall_timeout_seconds: int
     max_attempts: int
-    def __init__(self, workspace_mode: _Optional[str] = ..., max_calls: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., thinking_json: _Optional[str] = ..., prompt: _Optional[str] = ..., command_rules: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., stack: _Optional[_Iterable[_Union[StackedChangeSet, _Mapping]]] = ..., context_window_tokens: _Optional[float] = ..., fold_fraction: _Optional[float] = ..., fold_model: _Optional[str] = ..., stall_timeout_seconds: _Optional[int] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+    def __init__(self, workspace_mode: _Optional[str] = ..., max_calls: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., thinking_json: _Optional[str] = ..., prompt: _Optional[str] = ..., command_rules: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., context_window_tokens: _Optional[float] = ..., fold_fraction: _Optional[float] = ..., fold_model: _Optional[str] = ..., stall_timeout_seconds: _Optional[int] = ..., max_attempts: _Optional[int] = ...) -> None: ...
 
 class StackedChangeSet(_message.Message):
     __slots__ = ("changeset_id", "task_id", "branch", "commit", "created_at")
@@ -238,14 +236,16 @@ class CommandSpec(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
 
 class WorkspaceSpec(_message.Message):
-    __slots__ = ("project", "repo", "branch")
+    __slots__ = ("project", "repo", "branch", "stack")
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     REPO_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
+    STACK_FIELD_NUMBER: _ClassVar[int]
     project: str
     repo: str
     branch: str
-    def __init__(self, project: _Optional[str] = ..., repo: _Optional[str] = ..., branch: _Optional[str] = ...) -> None: ...
+    stack: _containers.RepeatedCompositeFieldContainer[StackedChangeSet]
+    def __init__(self, project: _Optional[str] = ..., repo: _Optional[str] = ..., branch: _Optional[str] = ..., stack: _Optional[_Iterable[_Union[StackedChangeSet, _Mapping]]] = ...) -> None: ...
 
 class CancelRun(_message.Message):
     __slots__ = ("run_id", "reason")
