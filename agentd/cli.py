@@ -26,6 +26,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
     p.add_argument("--default-timeout-seconds", dest="default_timeout_seconds", type=int)
     p.add_argument("--kill-grace-seconds", dest="kill_grace_seconds", type=float)
+    p.add_argument("--session-user", dest="session_user", help="OS user the harness's commands run as")
     return p
 
 

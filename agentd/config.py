@@ -35,6 +35,8 @@ class AgentConfig:
     """Timeout of runs whose Task sets none."""
     kill_grace_seconds: float = 10.0
     """Between SIGTERM and SIGKILL to a run's process group."""
+    session_user: str = ""
+    """OS user the harness's commands run as inside the sandbox (agentd must be root); "": agentd's user."""
     tls: bool = False
     """Dial with TLS (system roots, or ca_file)."""
     ca_file: str = ""

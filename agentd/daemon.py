@@ -12,6 +12,7 @@ from agentd.config import AgentConfig
 from agentd.connection import Connection, to_wire
 from agentd.outbox import Outbox
 from agentd.runs import Refused, Runs
+from agentd.sandbox import SandboxPolicy, detect
 from drover.v1 import agent_pb2
 
 log = logging.getLogger("agentd")
@@ -59,8 +60,11 @@ class Agent:
                                                                     "reason": refused.reason}))
 
     async def run(self) -> None:
-        if os.geteuid() == 0:
-            log.warning("running as root: runs share this user; isolate agents in their own VM or container")
+        if os.geteuid() == 0 and not self.config.session_user:
+            log.warning("running as root: runs share this user; set session_user or isolate agents in their own VM")
+        warning = detect(SandboxPolicy(user=self.config.session_user)).warning()
+        if warning:
+            log.warning("!!! %s !!!", warning)
         self.runs.recover()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -135,6 +135,7 @@ class Runs:
                       for item in assignment.workspace.stack],
             "workspace_dir": str((self.config.work_dir / assignment.run_id).resolve()),
             "keep_workspace": self.config.keep_workspaces, "kill_grace_seconds": self.config.kill_grace_seconds,
+            "session_user": self.config.session_user,
         }
         if assignment.driver == "harness":
             spec.update(model=assignment.model, base_url=assignment.base_url, tier=assignment.tier,

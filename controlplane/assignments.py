@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from controlplane import changesets, graph
 from controlplane.config import HarnessConfig
 from controlplane.models import Change, Project, Run, Task
+from controlplane.projects import git_token
 from drover.v1 import agent_pb2
 
 WRITE_KINDS = frozenset({"implement", "migrate", "test"})
@@ -40,6 +41,9 @@ def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessCo
         workspace=agent_pb2.WorkspaceSpec(project=project.name, repo=project.repo, branch=project.branch))
     change = s.get(Change, run.change_id)
     assert change is not None
+    token = git_token(project)
+    if token:
+        assignment.secret_env["DROVER_GIT_TOKEN"] = token
     if project.repo and task.depends_on and (run.driver == "command" or workspace_mode(task.kind, project) == "write"):
         assignment.workspace.stack.extend(_stack(s, change, task))
     if run.driver == "command":

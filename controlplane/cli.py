@@ -53,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     pa.add_argument("--allow", action="append", default=[], metavar="RULE",
                     help="a command the harness may run, e.g. 'pytest [args]' (repeatable; default: Python rules)")
     pa.add_argument("--network", action="store_true", help="let the harness's commands use the network")
+    pa.add_argument("--git-token-file", default="",
+                    help="file holding the git token for an https repository; read when a run starts, never stored")
     return p
 
 
@@ -83,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             repo = args.repo
             if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
                 repo = str(pathlib.Path(repo).resolve())
-            store.transaction(add_project, args.name, repo, args.branch, args.pool, args.allow, args.network)
+            token_file = str(pathlib.Path(args.git_token_file).resolve()) if args.git_token_file else ""
+            store.transaction(add_project, args.name, repo, args.branch, args.pool, args.allow, args.network,
+                              token_file)
             print(f"project {args.name}: repo {repo or '(none)'}, branch {args.branch}, pool {args.pool or '(any)'}")
     except (DroverError, ValueError) as err:
         print(f"controlplane: {err}", file=sys.stderr)

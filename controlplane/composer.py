@@ -17,6 +17,7 @@ from agentd import gitspace
 from controlplane import changesets, graph, lifecycle
 from controlplane.models import Change, Project, Task
 from controlplane.notify import Notifier
+from controlplane.projects import git_token
 from controlplane.store import Store
 
 log = logging.getLogger("drover.composer")
@@ -26,7 +27,7 @@ def pending(s: Session) -> list[str]:
     return list(s.scalars(select(Change.id).where(Change.candidate_state == "pending").order_by(Change.created_at)))
 
 
-def inputs(s: Session, change_id: str) -> tuple[str, str, list[gitspace.StackItem]]:
+def inputs(s: Session, change_id: str) -> tuple[str, str, list[gitspace.StackItem], str]:
     """The project repository, its branch, and the Change's ChangeSets in merge order."""
     change = s.get(Change, change_id)
     assert change is not None
@@ -39,7 +40,7 @@ def inputs(s: Session, change_id: str) -> tuple[str, str, list[gitspace.StackIte
     ordered = graph.stack_order(present, {k: t.depends_on for k, t in tasks.items()}, tie)
     items = [gitspace.StackItem(cs.id, cs.task_id, cs.branch, cs.commit, cs.created_at.isoformat())
              for cs in (latest[tasks[k].id] for k in ordered)]
-    return project.repo, project.branch, items
+    return project.repo, project.branch, items, git_token(project)
 
 
 class Composer:
@@ -48,11 +49,11 @@ class Composer:
         self.work_dir = work_dir or pathlib.Path(tempfile.gettempdir()) / "drover-compose"
 
     async def compose(self, change_id: str) -> None:
-        repo, branch, items = await self.store.run(inputs, change_id)
+        repo, branch, items, token = await self.store.run(inputs, change_id)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
             result = await asyncio.to_thread(gitspace.compose_candidate, repo, branch, change_id, items,
-                                             self.work_dir)
+                                             self.work_dir, token)
             await self.store.run(lifecycle.finish_composition, change_id, result.branch, result.commit, "")
         except gitspace.MergeConflict as conflict:
             await self.store.run(lifecycle.finish_composition, change_id, "", "",

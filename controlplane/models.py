@@ -35,6 +35,7 @@ class Project(Base):
     pool: Mapped[str] = mapped_column(String(200), default="")
     commands: Mapped[list[Any]] = mapped_column(default=list)  # allowlist rules; empty: the default
     network: Mapped[bool] = mapped_column(Boolean, default=False)  # may commands use the network
+    git_token_file: Mapped[str] = mapped_column(Text, default="")  # where the git token is; never the token
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 

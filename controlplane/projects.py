@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 from sqlalchemy.orm import Session
 
 from agentd.harness.allowlist import policy_from_strings
@@ -11,7 +13,7 @@ from controlplane.models import Project
 
 
 def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "",
-                commands: list[str] | None = None, network: bool = False) -> Project:
+                commands: list[str] | None = None, network: bool = False, git_token_file: str = "") -> Project:
     """Create a project, or update the repository, branch and pool of an existing one."""
     if not name.strip() or len(name) > 200:
         raise InvalidArgument("must be 1 to 200 characters", field="name")
@@ -28,6 +30,17 @@ def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: st
         raise InvalidArgument(str(err), field="commands") from None
     project.repo, project.branch, project.pool = repo, branch, pool
     project.commands, project.network = list(commands or []), network
+    project.git_token_file = git_token_file
     add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch,
               pool=pool)
     return project
+
+
+def git_token(project: Project) -> str:
+    """The project's git token, read from its file at the moment it is needed (never stored)."""
+    if not project.git_token_file:
+        return ""
+    try:
+        return pathlib.Path(project.git_token_file).read_text().strip()
+    except OSError:
+        return ""

@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import signal
+import sys
 import subprocess
 import time
 
@@ -158,3 +159,60 @@ def test_a_harness_run_resumes_after_agentd_and_its_supervisor_are_killed(
     assert [e["kind"] for e in stream].count("tool_use") == 3
     assert [e["tool"] for e in stream if e["kind"] == "tool_result"] == ["write_file", "run_command",
                                                                           "complete_task"]
+
+
+def test_a_candidate_conflict_fails_the_change_naming_the_files(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
+    model.extend([
+        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
+        fake.tool_use("complete_task", {"summary": "plus"}),
+        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "b + a"}]}),
+        fake.tool_use("complete_task", {"summary": "commuted"}),
+    ])
+    start(fleet, model, calc_repo)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "two fixes", [implement("one"), implement("two")])
+        events_seen = [e.kind for e in client.watch(change.id)]
+        final = client.get_change(change.id)
+    assert all(t.status == "succeeded" for t in final.tasks)
+    assert final.status == "failed" and final.reason.startswith("candidate_conflict: calc.py")
+    assert "change.candidate_conflict" in events_seen and not final.candidate_branch
+
+
+def test_secrets_never_reach_the_database_objects_events_or_output(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    token = "ghp_neverleak_0123456789abcdef"
+    (tmp_path / "git.token").write_text(token + "\n")
+    model.extend(FIX_STEPS)
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane()
+    fleet.plane.cli("project", "add", "calc", "--repo", str(calc_repo), "--git-token-file", str(tmp_path / "git.token"))
+    agent = fleet.agent("keeper")
+    show_env = [sys.executable, "-c", "import os, time; print(os.environ.get('DROVER_GIT_TOKEN')); time.sleep(2)"]
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "secrets", [
+            implement("fix"), {"key": "env", "kind": "test", "objective": "print env", "command": show_env,
+                               "depends_on": ["fix"]}])
+        run_id = wait_for(lambda: next((t.latest_run_id for t in client.get_change(change.id).tasks
+                                        if t.key == "env" and t.latest_run_id), ""), 60)
+        wait_for(lambda: client.get_run(run_id).state == "running", 30)
+        on_disk = [p for p in agent.root.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        printed = "".join(l.text for l in client.run_logs(run_id))
+        everything = [l.text for t in final.tasks for l in client.run_logs(t.latest_run_id)]
+        recorded = [str(e.data) for e in client.list_events(change_id=change.id, limit=1000)]
+    assert final.status == "succeeded"
+    assert on_disk == []  # not in agentd's spool (assignment, outbox) or logs
+    assert "***" in printed and token not in printed  # the command saw it; the stream shows it redacted
+    for secret in (token, API_KEY):
+        assert all(secret not in text for text in everything + recorded)
+        assert secret.encode() not in (fleet.plane.data_dir / "drover.db").read_bytes()
+        for path in (fleet.plane.data_dir / "objects").rglob("*"):
+            assert not path.is_file() or secret.encode() not in path.read_bytes()
+
+
+FIX_STEPS = [
+    fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
+    fake.tool_use("complete_task", {"summary": "fixed"}),
+]

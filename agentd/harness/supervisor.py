@@ -127,7 +127,7 @@ class HarnessRun:
         root, writable = self.open_root()
         sandbox = None
         if writable:
-            sandbox = detect(SandboxPolicy(network=bool(h.get("network"))))
+            sandbox = detect(SandboxPolicy(network=bool(h.get("network")), user=self.spec.get("session_user", "")))
             if sandbox.warning():
                 self.output.write("system", f"WARNING: {sandbox.warning()}\n")
         home = self.ws_dir / "home"
