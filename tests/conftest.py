@@ -39,6 +39,29 @@ def _log_tail(path: pathlib.Path) -> str:
     return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
 
+def terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def make_repo(path: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    """A git repository at `path` with `files` in one commit on main."""
+    repo = pygit2.init_repository(str(path), initial_head="main")
+    for name, text in files.items():
+        (path / name).write_text(text)
+    repo.index.add_all()
+    repo.index.write()
+    sig = pygit2.Signature("Test", "test@drover.invalid")
+    repo.create_commit("HEAD", sig, sig, "initial", repo.index.write_tree(), [])
+    return path
+
+
 @dataclasses.dataclass
 class ControlPlane:
     data_dir: pathlib.Path
@@ -105,13 +128,7 @@ class ControlPlane:
         self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc)
 
 
 @dataclasses.dataclass
@@ -156,13 +173,7 @@ class AgentD:
         self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc)
 
 
 class Fleet:
@@ -211,15 +222,7 @@ def fleet(tmp_path: pathlib.Path) -> Iterator[Fleet]:
 @pytest.fixture
 def git_repo(tmp_path: pathlib.Path) -> pathlib.Path:
     """A git repository with one commit on main."""
-    path = tmp_path / "origin"
-    repo = pygit2.init_repository(str(path), initial_head="main")
-    (path / "README.md").write_text("# sample\n")
-    (path / "app.py").write_text("print('hello')\n")
-    repo.index.add_all()
-    repo.index.write()
-    sig = pygit2.Signature("Test", "test@drover.invalid")
-    repo.create_commit("HEAD", sig, sig, "initial", repo.index.write_tree(), [])
-    return path
+    return make_repo(tmp_path / "origin", {"README.md": "# sample\n", "app.py": "print('hello')\n"})
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pygit2
 import pytest
 
 from drover.testing import fake_anthropic as fake
-from tests.conftest import Fleet, wait_for
+from tests.conftest import Fleet, make_repo, wait_for
 
 API_KEY = "sk-ant-test-never-leaks-0123456789"
 
@@ -25,15 +25,9 @@ def model() -> fake.FakeAnthropic:
 
 @pytest.fixture
 def calc_repo(tmp_path: pathlib.Path) -> pathlib.Path:
-    path = tmp_path / "calc"
-    repo = pygit2.init_repository(str(path), initial_head="main")
-    (path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (path / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
-    repo.index.add_all()
-    repo.index.write()
-    sig = pygit2.Signature("Test", "test@drover.invalid")
-    repo.create_commit("HEAD", sig, sig, "calc with a bug", repo.index.write_tree(), [])
-    return path
+    return make_repo(tmp_path / "calc", {
+        "calc.py": "def add(a, b):\n    return a - b\n",
+        "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"})
 
 
 def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path | None) -> None:
