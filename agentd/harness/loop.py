@@ -152,8 +152,7 @@ class Harness:
         if plan is None:
             return
         if plan.fold_through < 0:
-            self.fold_stalled = True  # nothing left to fold: no call, and no more tries this turn
-            return
+            return  # nothing left to fold: no call (a later exchange may give the fold something to fold)
         summary = await self.summarise(fold.fold_request(previous["summary"] if previous else "",
                                                          exchanges[through + 1:plan.fold_through + 1]))
         self._append("fold", summary=summary, through=plan.fold_through)

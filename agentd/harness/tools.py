@@ -99,7 +99,7 @@ class TaskTools:
             except (TypeError, AttributeError) as err:  # arguments of the wrong type: the API does not check them
                 result = ToolResult(f"bad arguments for {name}: {err}", True)
         left = self.calls_left()
-        return ToolResult(f"{result.text}\n[{left} model call{'s' if left != 1 else ''} remain]", result.error)
+        return ToolResult(f"{result.text}\n[{left} model call{' remains' if left == 1 else 's remain'}]", result.error)
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -174,12 +174,21 @@ class TaskTools:
     # --- ending ------------------------------------------------------------------------------------
 
     async def _complete_task(self, args: dict[str, Any]) -> ToolResult:
-        intent = {"summary": str(args.get("summary", "")), "files_changed": list(args.get("files_changed") or []),
-                  "tests_run": list(args.get("tests_run") or []), "follow_ups": list(args.get("follow_ups") or [])}
+        intent = {"summary": str(args.get("summary", "")), "files_changed": _strings(args.get("files_changed")),
+                  "tests_run": _strings(args.get("tests_run")), "follow_ups": _strings(args.get("follow_ups"))}
         raise Finished("completed", intent["summary"], intent)
 
     async def _fail_task(self, args: dict[str, Any]) -> ToolResult:
         raise Finished("failed", str(args.get("reason", "")), {})
+
+
+def _strings(value: Any) -> list[str]:
+    """A list of strings from what the model sent (a lone string is one item, not its characters)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
 
 
 def _kill_group(pid: int) -> None:
