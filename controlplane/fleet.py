@@ -14,7 +14,7 @@ import grpc
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane import assignments, convert, lifecycle, runstate
+from controlplane import assignments, convert, lifecycle, metering, runstate
 from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.models import Agent, Change, Project, Run, Task
 from controlplane.notify import Notifier
@@ -25,6 +25,7 @@ from drover.v1 import agent_pb2
 
 log = logging.getLogger("drover.fleet")
 MAX_NAME = 200
+RESERVATION_TTL = dt.timedelta(minutes=15)  # longer than any model call attempt (10 min ceiling)
 REFUSAL_BACKOFF_SECONDS = 30.0  # an agent that refused a run is not offered it again this soon
 
 
@@ -218,6 +219,8 @@ class Fleet:
             await asyncio.sleep(every)
             try:
                 failed = await self.store.run(lifecycle.fail_lost_runs, window)
+                # A reservation whose settle never came (its supervisor died mid-call) settles at its estimate.
+                await self.store.run(metering.settle_expired, RESERVATION_TTL)
             except Exception:
                 log.exception("lost-agent sweep failed")
                 continue

@@ -1,0 +1,96 @@
+"""Exact cost from usage, and reserve/settle of model calls, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+from fractions import Fraction
+
+import pytest
+
+from controlplane import graph, lifecycle, metering, pricing
+from controlplane.config import HarnessConfig, Tier
+from controlplane.models import ModelCall, Run
+from controlplane.projects import add_project
+from controlplane.store import Store
+
+SONNET = pricing.Price.of(3, 15)
+
+
+@pytest.mark.parametrize("usage, micros", [
+    (pricing.Usage(), 0),
+    (pricing.Usage(input_tokens=1_000_000), 3_000_000),                  # $3 per million input tokens
+    (pricing.Usage(output_tokens=1_000), 15_000),                         # thinking is output
+    (pricing.Usage(cache_creation_input_tokens=1_000_000), 3_750_000),    # 1.25x input
+    (pricing.Usage(cache_read_input_tokens=1_000_000), 300_000),          # 0.1x input
+    (pricing.Usage(1, 1, 1, 1), 22),                                      # 3 + 15 + 3.75 + 0.3 = 22.05, half up
+    (pricing.Usage(1000, 200, 500, 3000), 3000 + 3000 + 1875 + 900),
+])
+def test_cost_is_exact_in_micro_dollars(usage: pricing.Usage, micros: int) -> None:
+    assert pricing.cost_micros(usage, SONNET) == micros
+
+
+def test_prices_fall_back_to_the_defaults_then_the_most_expensive() -> None:
+    configured = {"my-model": pricing.Price.of("0.5", "1.5")}
+    assert pricing.price_for("my-model", configured).input == Fraction(1, 2)
+    assert pricing.price_for("claude-haiku-5-5", configured) == pricing.DEFAULT_PRICES["claude-haiku-5-5"]
+    assert pricing.price_for("unknown", configured) == pricing.FALLBACK_PRICE
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path) -> Store:
+    url = f"sqlite:///{tmp_path / 'm.db'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    s = Store(url)
+    s.migrate()
+    yield s
+    s.close()
+
+
+def running_run(store: Store) -> str:
+    def make(s) -> str:
+        add_project(s, "p", "")
+        change_id = lifecycle.submit_change(s, graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),)),
+                                            "tester")
+        run = s.query(Run).filter(Run.change_id == change_id).one()
+        lifecycle.assign(s, run.id, "a1")
+        run.tier, run.model = "sonnet", "claude-sonnet-5-5"
+        return run.id
+    return store.transaction(make)
+
+
+CONFIG = HarnessConfig(tiers={"sonnet": Tier("claude-sonnet-5-5", 2, 1000)}, default_tier="sonnet")
+
+
+def test_reserve_settle_cap_and_idempotence(store: Store) -> None:
+    run_id = running_run(store)
+    r1 = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 2000)
+    assert r1.granted and r1.calls_used == 1 and r1.calls_cap == 2
+    assert r1.estimate_micros == 2000 * 3 + 1000 * 15
+    again = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 0)
+    assert again.reservation_id == r1.reservation_id  # the same attempt asked twice is one reservation
+    cost, run_cost = store.transaction(metering.settle, CONFIG, r1.reservation_id, pricing.Usage(100, 10), "")
+    assert cost == 100 * 3 + 10 * 15 == run_cost
+    assert store.transaction(metering.settle, CONFIG, r1.reservation_id, pricing.Usage(9999, 9999), "")[0] == cost
+    r2 = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:2:1", "claude-sonnet-5-5", "agent", 1000, 0)
+    assert r2.granted and r2.calls_used == 2
+    fold = store.transaction(metering.reserve, CONFIG, run_id, "fold:1:3:1", "claude-haiku-5-5", "fold", 100, 0)
+    assert fold.granted  # a fold's summary call is metered but not a model call of the run
+    refused = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:3:1", "claude-sonnet-5-5", "agent", 1, 0)
+    assert not refused.granted and refused.refusal == "run_call_cap"
+
+
+def test_a_reservation_never_settled_settles_at_its_estimate(store: Store) -> None:
+    run_id = running_run(store)
+    r = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 0)
+    assert store.transaction(metering.settle_expired, dt.timedelta(minutes=15)) == 0
+    assert store.transaction(metering.settle_expired, dt.timedelta(0)) == 1
+    call = store.transaction(lambda s: s.get(ModelCall, r.reservation_id))
+    assert (call.state, call.cost_micros, call.error) == ("settled", r.estimate_micros, "expired")
+
+
+def test_a_finished_run_gets_no_reservation(store: Store) -> None:
+    run_id = running_run(store)
+    store.transaction(lifecycle.cancel_run, run_id, "stop")
+    store.transaction(lambda s: lifecycle.apply_run_message(
+        s, "a1", lifecycle.RunMessage(run_id, 1, "finished", status="cancelled"), 1 << 20))
+    r = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:1:1", "m", "agent", 1, 0)
+    assert not r.granted and r.refusal == "run_not_running"
