@@ -24,6 +24,7 @@ class Token(Base):
     kind: Mapped[str] = mapped_column(String(16))  # agent | user
     role: Mapped[str] = mapped_column(String(32), default="")  # submit | run.manage | admin (users)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    monthly_budget_usd: Mapped[float] = mapped_column(default=0.0)  # a user's monthly budget; 0: none
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
@@ -36,6 +37,7 @@ class Project(Base):
     commands: Mapped[list[Any]] = mapped_column(default=list)  # allowlist rules; empty: the default
     network: Mapped[bool] = mapped_column(Boolean, default=False)  # may commands use the network
     git_token_file: Mapped[str] = mapped_column(Text, default="")  # where the git token is; never the token
+    monthly_budget_usd: Mapped[float] = mapped_column(default=0.0)  # 0: no Project budget
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
@@ -73,6 +75,7 @@ class Task(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(default=dict)  # routing fields kept for later issues
     status: Mapped[str] = mapped_column(String(32), default="pending")
     reason: Mapped[str] = mapped_column(Text, default="")
+    attempts_reset_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)  # a raised budget opens a window
 
 
 class Run(Base):
@@ -89,6 +92,8 @@ class Run(Base):
     driver: Mapped[str] = mapped_column(String(16), default="command")
     tier: Mapped[str] = mapped_column(String(16), default="")
     model: Mapped[str] = mapped_column(String(200), default="")
+    member: Mapped[str] = mapped_column(String(200), default="")  # the member's route key
+    not_before: Mapped[dt.datetime | None] = mapped_column(nullable=True)  # a retry or escalation waits 5 s
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     output_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     output_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -171,4 +176,37 @@ class ChangeSet(Base):
     patch_ref: Mapped[str] = mapped_column(Text)
     summary: Mapped[str] = mapped_column(Text, default="")
     intent: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Meter(Base):
+    """One spend or count meter for one period: provider month, daily calls, a Change, a Project, a user."""
+    __tablename__ = "meters"
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)  # e.g. provider-usd:2026-11, change-usd:chg_x
+    kind: Mapped[str] = mapped_column(String(32))  # provider_month | agent_calls_day | classifier_calls_day | change | project | user
+    period: Mapped[str] = mapped_column(String(16), default="")  # YYYY-MM, YYYY-MM-DD, or "" (a Change's life)
+    unit: Mapped[str] = mapped_column(String(8), default="usd")  # usd (micro-dollars) | calls
+    limit_amount: Mapped[int] = mapped_column(BigInteger, default=0)  # 0: no limit
+    used: Mapped[int] = mapped_column(BigInteger, default=0)  # settled
+    reserved: Mapped[int] = mapped_column(BigInteger, default=0)  # admitted, not yet settled
+
+
+class MeterReservation(Base):
+    """The share of one model-call reservation held on one meter until it settles."""
+    __tablename__ = "meter_reservations"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    reservation_id: Mapped[str] = mapped_column(String(40), index=True)
+    meter_key: Mapped[str] = mapped_column(ForeignKey("meters.key"))
+    amount: Mapped[int] = mapped_column(BigInteger)
+    settled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class DecisionReceipt(Base):
+    """Why a run got its tier, member and agent. Holds no model reasoning."""
+    __tablename__ = "decision_receipts"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    change_id: Mapped[str] = mapped_column(String(40), index=True)
+    task_id: Mapped[str] = mapped_column(String(40), index=True)
+    tier: Mapped[str] = mapped_column(String(16))
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)  # rule, classifier, floor, opus_disabled, escalation, members, agent
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
