@@ -151,7 +151,7 @@ def kill_leftovers(root: pathlib.Path) -> int:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"agentd.supervisor" in cmdline and needle in cmdline:
+        if b"supervisor" in cmdline and needle in cmdline:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed += 1

@@ -231,6 +231,7 @@ class FakeAnthropic:
 class _Handler(BaseHTTPRequestHandler):
     owner: FakeAnthropic
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small SSE writes otherwise wait ~40 ms for the client's delayed ACK
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # keep test output clean
