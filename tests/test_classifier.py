@@ -1,0 +1,109 @@
+"""The routing classifier call: the real AnthropicModel against the scripted fake Messages API."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Iterator
+
+import pytest
+
+from agentd.harness.model import AnthropicModel
+from agentd.harness.retry import RetryPolicy
+from controlplane.classifier import MAX_TOKENS, classify
+from controlplane.routing import CLASSIFIER_SYSTEM, ClassifierAnswer, TaskTraits, classifier_messages
+from drover.testing.fake_anthropic import FakeAnthropic, error, text
+
+pytestmark = pytest.mark.timeout(30)
+TRAITS = TaskTraits(kind="implement", resources=("api",))
+OBJECTIVE = "Add pagination to the orders endpoint."
+
+
+class Cap:
+    """A stand-in for the caller's daily meter: grants `left` reservations, counts every ask."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.asked = 0
+
+    async def reserve(self) -> bool:
+        self.asked += 1
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic(api_key="sk-route") as server:
+        yield server
+
+
+@pytest.fixture
+async def model(fake: FakeAnthropic) -> AsyncIterator[AnthropicModel]:
+    async def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"the classifier never retries, yet slept {seconds} s")
+
+    async with AnthropicModel(fake.base_url, "sk-route", "claude-haiku-test", RetryPolicy(max_attempts=1),
+                              sleep=no_sleep) as client:
+        yield client
+
+
+async def test_an_answer(fake: FakeAnthropic, model: AnthropicModel) -> None:
+    fake.add(text('{"tier":"haiku","confidence":0.9}'))
+    cap = Cap(1)
+    assert await classify(model, TRAITS, OBJECTIVE, cap.reserve) == ClassifierAnswer("haiku", 0.9, False, "answered")
+    assert cap.asked == 1 and cap.left == 0
+    [request] = fake.requests
+    body = request.body
+    assert body["model"] == "claude-haiku-test" and body["max_tokens"] == MAX_TOKENS == 100
+    assert body["system"] == [{"type": "text", "text": CLASSIFIER_SYSTEM}]
+    assert body["tools"] == [] and "thinking" not in body
+    assert body["messages"] == classifier_messages(TRAITS, OBJECTIVE)
+
+
+async def test_a_fenced_answer_in_prose(fake: FakeAnthropic, model: AnthropicModel) -> None:
+    fake.add(text('Sure.\n```json\n{"tier": "opus", "confidence": 0.75}\n```'))
+    assert await classify(model, TRAITS, OBJECTIVE, Cap(1).reserve) == ClassifierAnswer("opus", 0.75, False, "answered")
+
+
+async def test_low_confidence_abstains(fake: FakeAnthropic, model: AnthropicModel) -> None:
+    fake.add(text('{"tier": "haiku", "confidence": 0.3}'))
+    answer = await classify(model, TRAITS, OBJECTIVE, Cap(1).reserve)
+    assert answer == ClassifierAnswer(None, 0.3, True, "low_confidence")
+    assert len(fake.requests) == 1
+
+
+async def test_the_cap_reached_makes_no_call(fake: FakeAnthropic, model: AnthropicModel) -> None:
+    fake.add(text('{"tier": "haiku", "confidence": 0.9}'))
+    cap = Cap(0)
+    assert await classify(model, TRAITS, OBJECTIVE, cap.reserve) == ClassifierAnswer(None, 0.0, True, "capped")
+    assert cap.asked == 1
+    assert fake.requests == [] and fake.pending == 1
+
+
+@pytest.mark.parametrize("failure", [
+    error(500, "api_error", "internal"),
+    error(529, "overloaded_error", "busy", in_stream=True),
+    error(429, "rate_limit_error", "slow down", retry_after=5),
+    error(400, "invalid_request_error", "bad request"),
+    error(402, "billing_error", "no credit"),
+])
+async def test_a_failed_call_abstains(fake: FakeAnthropic, model: AnthropicModel, failure: object) -> None:
+    fake.add(failure)  # type: ignore[arg-type]
+    cap = Cap(1)
+    assert await classify(model, TRAITS, OBJECTIVE, cap.reserve) == ClassifierAnswer(None, 0.0, True, "failed")
+    assert len(fake.requests) == 1 and cap.left == 0  # a failed call still used its reservation
+
+
+async def test_unparseable_text_abstains(fake: FakeAnthropic, model: AnthropicModel) -> None:
+    fake.add(text("I think this one needs sonnet."))
+    assert await classify(model, TRAITS, OBJECTIVE, Cap(1).reserve) == ClassifierAnswer(None, 0.0, True, "unparseable")
+
+
+async def test_the_cap_is_shared_across_calls(fake: FakeAnthropic, model: AnthropicModel) -> None:
+    fake.extend([text('{"tier": "sonnet", "confidence": 0.8}'), text('{"tier": "haiku", "confidence": 0.8}')])
+    cap = Cap(1)
+    first = await classify(model, TRAITS, OBJECTIVE, cap.reserve)
+    second = await classify(model, TRAITS, OBJECTIVE, cap.reserve)
+    assert (first.tier, second.reason) == ("sonnet", "capped")
+    assert len(fake.requests) == 1 and fake.pending == 1
