@@ -27,17 +27,30 @@ def change_spec(req: change_pb2.SubmitChangeRequest) -> graph.ChangeSpec:
         budget_usd=req.budget_usd,
         tasks=tuple(
             graph.TaskSpec(key=t.key, kind=t.kind, objective=t.objective, depends_on=tuple(t.depends_on),
-                           command=tuple(t.command), env=dict(t.env), timeout_seconds=t.timeout_seconds)
+                           command=tuple(t.command), env=dict(t.env), timeout_seconds=t.timeout_seconds,
+                           traits=task_traits(t))
             for t in req.tasks
         ),
     )
 
 
+def task_traits(t: types_pb2.Task) -> dict[str, Any]:
+    """The routing fields of a submitted Task, kept only when set."""
+    traits: dict[str, Any] = {"files": list(t.files), "resources": list(t.resources), "size": t.size,
+                              "complexity": t.complexity, "risk": t.risk,
+                              "required_capabilities": list(t.required_capabilities), "flags": dict(t.flags)}
+    return {k: v for k, v in traits.items() if v}
+
+
 def task(row: models.Task, latest_run: str = "") -> types_pb2.Task:
+    spec = row.spec or {}
     return types_pb2.Task(id=row.id, key=row.key, kind=row.kind, objective=row.objective,
                           depends_on=row.depends_on, command=row.command, env=row.env,
                           timeout_seconds=row.timeout_seconds, status=row.status, reason=row.reason,
-                          latest_run_id=latest_run)
+                          latest_run_id=latest_run, files=spec.get("files", []),
+                          resources=spec.get("resources", []), size=spec.get("size", ""),
+                          complexity=spec.get("complexity", ""), risk=spec.get("risk", ""),
+                          required_capabilities=spec.get("required_capabilities", []), flags=spec.get("flags", {}))
 
 
 def change(row: models.Change, tasks: list[types_pb2.Task]) -> types_pb2.Change:

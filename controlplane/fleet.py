@@ -11,12 +11,12 @@ import datetime as dt
 import logging
 import time
 import grpc
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane import assignments, convert, lifecycle, metering, runstate
 from controlplane.config import HarnessConfig, ServerConfig
-from controlplane.models import Agent, Change, Project, Run, Task
+from controlplane.models import Agent, Change, Project, Run, Task, utcnow
 from controlplane.notify import Notifier
 from controlplane.objectstore import DirectoryStore
 from controlplane.scheduler import AgentSlot, QueuedRun, plan_assignments
@@ -253,7 +253,8 @@ def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[
         return []
     rows = s.execute(
         select(Run, Task, Project).join(Task, Run.task_id == Task.id).join(Change, Change.id == Run.change_id)
-        .join(Project, Project.name == Change.project).where(Run.state == "queued").order_by(Run.created_at, Run.id).limit(500)).all()
+        .join(Project, Project.name == Change.project).where(Run.state == "queued")
+        .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow())).order_by(Run.created_at, Run.id).limit(500)).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
     plan = plan_assignments(
         [QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))

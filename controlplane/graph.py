@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from controlplane.errors import InvalidArgument
 
@@ -22,6 +22,13 @@ class TaskSpec:
     command: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     timeout_seconds: int = 0
+    traits: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Routing inputs: files, resources, size, complexity, risk, required_capabilities, flags."""
+
+
+SIZES = ("", "small", "medium", "large")
+LEVELS = ("", "low", "medium", "high")
+FLAGS = frozenset({"destructive_migration", "billing", "authorization", "authorization_trivial", "design_conflict"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +73,7 @@ def validate(change: ChangeSpec) -> None:
             raise InvalidArgument("the program must not be empty", field=f"{where}.command")
         if task.timeout_seconds < 0:
             raise InvalidArgument("must not be negative", field=f"{where}.timeout_seconds")
+        _check_traits(task.traits, where)
     keys = {t.key for t in change.tasks}
     for i, task in enumerate(change.tasks):
         for dep in task.depends_on:
@@ -77,6 +85,18 @@ def validate(change: ChangeSpec) -> None:
     if cycle:
         i = next(i for i, t in enumerate(change.tasks) if t.key == cycle[0])
         raise InvalidArgument("cycle " + " -> ".join(cycle), field=f"tasks[{i}].depends_on")
+
+
+def _check_traits(traits: Mapping[str, Any], where: str) -> None:
+    if traits.get("size", "") not in SIZES:
+        raise InvalidArgument(f"must be one of {', '.join(s for s in SIZES if s)}", field=f"{where}.size")
+    for name in ("complexity", "risk"):
+        if traits.get(name, "") not in LEVELS:
+            raise InvalidArgument(f"must be one of {', '.join(s for s in LEVELS if s)}", field=f"{where}.{name}")
+    unknown = set(traits.get("flags", {})) - FLAGS
+    if unknown:
+        raise InvalidArgument(f"unknown flags {sorted(unknown)}; known: {', '.join(sorted(FLAGS))}",
+                              field=f"{where}.flags")
 
 
 def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str]:

@@ -8,12 +8,12 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from controlplane import graph, runstate, toollog
-from controlplane.errors import FailedPrecondition, NotFound
-from controlplane.models import Agent, Change, ChangeSet, Event, Project, Run, RunLog, Task, utcnow
+from controlplane import escalation, graph, runstate, toollog
+from controlplane.errors import FailedPrecondition, InvalidArgument, NotFound
+from controlplane.models import Agent, Change, ChangeSet, DecisionReceipt, Event, Project, Run, RunLog, Task, utcnow
 from controlplane.objectstore import DirectoryStore
 from controlplane.store import aware
 
@@ -52,7 +52,7 @@ def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str) -> str:
     for position, t in enumerate(spec.tasks):
         s.add(Task(id=new_id("tsk"), change_id=change.id, position=position, key=t.key, kind=t.kind,
                    objective=t.objective, depends_on=list(t.depends_on), command=list(t.command),
-                   env=dict(t.env), timeout_seconds=t.timeout_seconds, status="pending"))
+                   env=dict(t.env), timeout_seconds=t.timeout_seconds, spec=dict(t.traits), status="pending"))
     s.flush()
     _advance(s, change)
     return change.id
@@ -84,6 +84,8 @@ def _settle_change(s: Session, change: Change, tasks: list[Task]) -> None:
     started = change.status == "running" or any(t.status in ("running", "succeeded", "failed") for t in tasks)
     status = graph.change_status((t.status for t in tasks), cancel_requested=change.cancel_requested,
                                  started=started)
+    if status == "failed" and any(t.status == "blocked" and t.reason.startswith("budget_stop") for t in tasks):
+        status = "budget_blocked"  # a person raises the budget (or cancels): the Change can go on
     if status in graph.TERMINAL_CHANGE and active is not None:
         return  # cancelled runs still winding down; the Change ends with its last run
     if status == "succeeded" and change.candidate_state != "composed":
@@ -100,7 +102,8 @@ def _settle_change(s: Session, change: Change, tasks: list[Task]) -> None:
             counts: dict[str, int] = {}
             for t in tasks:
                 counts[t.status] = counts.get(t.status, 0) + 1
-            add_event(s, "change.finished", change_id=change.id, status=status, tasks=counts)
+            add_event(s, "change.finished", change_id=change.id, status=status, tasks=counts,
+                      **({"limit": change.reason} if status == "budget_blocked" else {}))
         else:
             add_event(s, f"change.{status}", change_id=change.id)
 
@@ -197,12 +200,14 @@ def _finish(s: Session, run: Run, status: str, *, exit_code: int = 0, reason: st
         if status == "succeeded":
             task.status, task.reason = "succeeded", ""
             add_event(s, "task.succeeded", change_id=change.id, task_id=task.id, key=task.key)
+        elif run.driver == "harness" and status == "failed" and _next_attempt(s, change, task, run):
+            pass  # queued again (retry or escalation) or stopped by a budget
         else:
             task.status = "cancelled" if status == "cancelled" else "failed"
             task.reason = reason or status
             add_event(s, f"task.{task.status}", change_id=change.id, task_id=task.id, key=task.key,
                       reason=task.reason)
-        if task.status != "succeeded":
+        if task.status in ("failed", "cancelled", "blocked"):
             tasks = _tasks(s, change.id)
             statuses = {t.key: t.status for t in tasks}
             deps = {t.key: t.depends_on for t in tasks}
@@ -213,6 +218,110 @@ def _finish(s: Session, run: Run, status: str, *, exit_code: int = 0, reason: st
                               because=task.key)
     s.flush()
     _advance(s, change)
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Settings the lifecycle needs from the control plane's configuration."""
+    allow_opus: bool = False
+
+
+POLICY = Policy()
+
+
+def set_policy(policy: Policy) -> None:
+    global POLICY
+    POLICY = policy
+
+
+def _attempt_window(s: Session, task: Task) -> list[escalation.Attempt]:
+    """The Task's failed harness runs since its attempt window opened (a raised budget opens one)."""
+    since = aware(task.attempts_reset_at)
+    out = []
+    for r in s.scalars(select(Run).where(Run.task_id == task.id, Run.state == "failed", Run.driver == "harness")
+                       .order_by(Run.finished_at, Run.id)):
+        finished = aware(r.finished_at)
+        if since is not None and finished is not None and finished <= since:
+            continue
+        outcome = r.reason if r.reason in escalation.OUTCOMES else "failed"
+        out.append(escalation.Attempt(r.tier if r.tier in escalation.TIERS else "sonnet", outcome,
+                                      finished or utcnow()))
+    return out
+
+
+def _next_attempt(s: Session, change: Change, task: Task, run: Run) -> bool:
+    """After a failed harness run: retry, escalate, or stop on a budget (seed 000). Answers False when
+    the Task simply fails."""
+    s.flush()
+    step = escalation.decide(_attempt_window(s, task), POLICY.allow_opus)
+    if step.action in ("retry", "escalate"):
+        task.status, task.reason = "ready", ""
+        new = queue_run(s, task, attempt=run.attempt + 1)
+        new.tier = step.tier
+        new.not_before = utcnow() + dt.timedelta(seconds=step.delay_seconds)
+        s.add(DecisionReceipt(run_id=new.id, change_id=change.id, task_id=task.id, tier=step.tier,
+                              data={"escalation": escalation.receipt_reason(step) or step.reason},
+                              created_at=utcnow()))
+        if step.action == "escalate":
+            add_event(s, "agent.escalated", change_id=change.id, task_id=task.id, run_id=new.id,
+                      key=task.key, **{"from": step.escalated_from, "to": step.escalated_to, "reason": step.reason})
+        else:
+            add_event(s, "task.retrying", change_id=change.id, task_id=task.id, run_id=new.id, key=task.key,
+                      tier=step.tier, reason=step.reason)
+        return True
+    if step.action in ("stop", "replan"):
+        task.status, task.reason = "blocked", f"budget_stop: {step.limit}"
+        add_event(s, "budget.stopped", change_id=change.id, task_id=task.id, run_id=run.id, key=task.key,
+                  limit=step.limit, reason=step.reason)
+        change.reason = step.limit
+        return True
+    return False
+
+
+def raise_budget(s: Session, change_id: str, budget_usd: float) -> Change:
+    """A higher budget: Tasks stopped by a budget get a fresh attempt window and run again."""
+    change = s.get(Change, change_id, with_for_update=True)
+    if change is None:
+        raise NotFound(f"no change {change_id!r}", field="change_id")
+    if budget_usd <= change.budget_usd:
+        raise InvalidArgument(f"must be more than the current budget {change.budget_usd:g}", field="budget_usd")
+    if change.status in ("succeeded", "failed", "cancelled"):
+        raise FailedPrecondition(f"change {change_id} is {change.status}", field="change_id")
+    old, change.budget_usd = change.budget_usd, budget_usd
+    add_event(s, "change.budget_raised", change_id=change.id, previous_usd=old, budget_usd=budget_usd)
+    from controlplane import meters  # the meters import the lifecycle's helpers
+    meters.raise_limit(s, f"change-usd:{change.id}", int(round(budget_usd * 1_000_000)))
+    tasks = _tasks(s, change.id)
+    stopped = [t for t in tasks if t.status == "blocked" and t.reason.startswith("budget_stop")]
+    for task in stopped:
+        task.status, task.reason, task.attempts_reset_at = "ready", "", utcnow()
+        last = s.scalar(select(func.max(Run.attempt)).where(Run.task_id == task.id)) or 0
+        queue_run(s, task, attempt=last + 1)
+        add_event(s, "task.ready", change_id=change.id, task_id=task.id, key=task.key, reason="budget raised")
+    if stopped:
+        reopened = {t.key for t in stopped}
+        deps = {t.key: t.depends_on for t in tasks}
+        for t in tasks:  # dependents blocked by a stopped Task wait again
+            if t.status == "blocked" and t.reason.startswith("dependency ") and _needs_any(t.key, reopened, deps):
+                t.status, t.reason = "pending", ""
+        if change.status == "budget_blocked":
+            change.status, change.finished_at, change.reason = "running", None, ""
+            add_event(s, "change.reopened", change_id=change.id)
+    s.flush()
+    _advance(s, change)
+    return change
+
+
+def _needs_any(key: str, targets: set[str], deps: dict[str, Any]) -> bool:
+    frontier, seen = list(deps[key]), set()
+    while frontier:
+        current = frontier.pop()
+        if current in targets:
+            return True
+        if current not in seen:
+            seen.add(current)
+            frontier.extend(deps[current])
+    return False
 
 
 def cancel_run(s: Session, run_id: str, reason: str) -> Run:

@@ -87,18 +87,23 @@ def test_conflicting_dependencies_fail_the_task_as_dependency_merge_conflict(
     assert len(model.requests) == 4  # the conflicting Task never called the model
 
 
-def test_the_call_cap_ends_the_run(fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path,
-                                   tmp_path: pathlib.Path) -> None:
+def test_the_call_cap_ends_the_run_and_the_task_retries_at_its_tier(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
     config = tmp_path / "controlplane.toml"
     config.write_text("[tiers.sonnet]\nmax_calls = 2\n")
-    model.extend([fake.tool_use("list_files", {}) for _ in range(3)])
+    model.extend([fake.tool_use("list_files", {}), fake.tool_use("list_files", {}),   # the first run: capped
+                  fake.tool_use("list_files", {}), fake.tool_use("complete_task", {"summary": "done"})])
     start(fleet, model, calc_repo, "--config", str(config))
     with fleet.plane.client() as client:
         change = client.submit_change("calc", "loop", [implement("spin")])
-        list(client.watch(change.id))
-        run = client.get_run(client.get_change(change.id).tasks[0].latest_run_id)
-    assert run.state == "failed" and run.outcome == "run_call_cap" and run.model_calls == 2
-    assert len(model.requests) == 2
+        seen = list(client.watch(change.id))
+        runs = sorted(client.list_runs(change_id=change.id), key=lambda r: r.attempt)
+        final = client.get_change(change.id)
+    assert [(r.outcome, r.model_calls, r.tier) for r in runs] == [("run_call_cap", 2, "sonnet"),
+                                                                   ("completed", 2, "sonnet")]
+    assert len(model.requests) == 4 and final.status == "succeeded"
+    retry = next(e for e in seen if e.kind == "task.retrying")
+    assert retry.data["reason"] == "first_failure_at_sonnet"
 
 
 SLOW_TEST = ("import pathlib, time\n\n\ndef test_slow():\n"

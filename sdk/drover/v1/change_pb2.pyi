@@ -82,3 +82,45 @@ class Patch(_message.Message):
     changeset_id: str
     text: str
     def __init__(self, changeset_id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class RaiseBudgetRequest(_message.Message):
+    __slots__ = ("change_id", "budget_usd")
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_USD_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    budget_usd: float
+    def __init__(self, change_id: _Optional[str] = ..., budget_usd: _Optional[float] = ...) -> None: ...
+
+class GetSpendRequest(_message.Message):
+    __slots__ = ("change_id",)
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    def __init__(self, change_id: _Optional[str] = ...) -> None: ...
+
+class SpendLine(_message.Message):
+    __slots__ = ("tier", "member", "model", "calls", "cost_micros")
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    tier: str
+    member: str
+    model: str
+    calls: int
+    cost_micros: int
+    def __init__(self, tier: _Optional[str] = ..., member: _Optional[str] = ..., model: _Optional[str] = ..., calls: _Optional[int] = ..., cost_micros: _Optional[int] = ...) -> None: ...
+
+class Spend(_message.Message):
+    __slots__ = ("change_id", "budget_micros", "spent_micros", "lines", "receipts")
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_MICROS_FIELD_NUMBER: _ClassVar[int]
+    SPENT_MICROS_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    budget_micros: int
+    spent_micros: int
+    lines: _containers.RepeatedCompositeFieldContainer[SpendLine]
+    receipts: _containers.RepeatedCompositeFieldContainer[_types_pb2.DecisionReceipt]
+    def __init__(self, change_id: _Optional[str] = ..., budget_micros: _Optional[int] = ..., spent_micros: _Optional[int] = ..., lines: _Optional[_Iterable[_Union[SpendLine, _Mapping]]] = ..., receipts: _Optional[_Iterable[_Union[_types_pb2.DecisionReceipt, _Mapping]]] = ...) -> None: ...

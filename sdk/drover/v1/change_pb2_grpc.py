@@ -71,6 +71,16 @@ class ChangeServiceStub:
                 request_serializer=drover_dot_v1_dot_change__pb2.GetPatchRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_change__pb2.Patch.FromString,
                 _registered_method=True)
+        self.RaiseBudget = channel.unary_unary(
+                '/drover.v1.ChangeService/RaiseBudget',
+                request_serializer=drover_dot_v1_dot_change__pb2.RaiseBudgetRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_types__pb2.Change.FromString,
+                _registered_method=True)
+        self.GetSpend = channel.unary_unary(
+                '/drover.v1.ChangeService/GetSpend',
+                request_serializer=drover_dot_v1_dot_change__pb2.GetSpendRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_change__pb2.Spend.FromString,
+                _registered_method=True)
 
 
 class ChangeServiceServicer:
@@ -121,6 +131,20 @@ class ChangeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RaiseBudget(self, request, context):
+        """Raise a Change's budget: Tasks stopped by a budget get a fresh attempt window and run again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSpend(self, request, context):
+        """What a Change spent, by tier and member, and its routing receipts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ChangeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +182,16 @@ def add_ChangeServiceServicer_to_server(servicer, server):
                     servicer.GetPatch,
                     request_deserializer=drover_dot_v1_dot_change__pb2.GetPatchRequest.FromString,
                     response_serializer=drover_dot_v1_dot_change__pb2.Patch.SerializeToString,
+            ),
+            'RaiseBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.RaiseBudget,
+                    request_deserializer=drover_dot_v1_dot_change__pb2.RaiseBudgetRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_types__pb2.Change.SerializeToString,
+            ),
+            'GetSpend': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSpend,
+                    request_deserializer=drover_dot_v1_dot_change__pb2.GetSpendRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_change__pb2.Spend.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +384,60 @@ class ChangeService:
             '/drover.v1.ChangeService/GetPatch',
             drover_dot_v1_dot_change__pb2.GetPatchRequest.SerializeToString,
             drover_dot_v1_dot_change__pb2.Patch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RaiseBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.ChangeService/RaiseBudget',
+            drover_dot_v1_dot_change__pb2.RaiseBudgetRequest.SerializeToString,
+            drover_dot_v1_dot_types__pb2.Change.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSpend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.ChangeService/GetSpend',
+            drover_dot_v1_dot_change__pb2.GetSpendRequest.SerializeToString,
+            drover_dot_v1_dot_change__pb2.Spend.FromString,
             options,
             channel_credentials,
             insecure,

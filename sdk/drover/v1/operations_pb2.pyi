@@ -86,3 +86,29 @@ class ListEventsResponse(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[_types_pb2.Event]
     def __init__(self, events: _Optional[_Iterable[_Union[_types_pb2.Event, _Mapping]]] = ...) -> None: ...
+
+class GetUsageRequest(_message.Message):
+    __slots__ = ("prefix",)
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    def __init__(self, prefix: _Optional[str] = ...) -> None: ...
+
+class GetUsageResponse(_message.Message):
+    __slots__ = ("meters",)
+    METERS_FIELD_NUMBER: _ClassVar[int]
+    meters: _containers.RepeatedCompositeFieldContainer[_types_pb2.MeterUsage]
+    def __init__(self, meters: _Optional[_Iterable[_Union[_types_pb2.MeterUsage, _Mapping]]] = ...) -> None: ...
+
+class ListReceiptsRequest(_message.Message):
+    __slots__ = ("change_id", "run_id")
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    run_id: str
+    def __init__(self, change_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class ListReceiptsResponse(_message.Message):
+    __slots__ = ("receipts",)
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    receipts: _containers.RepeatedCompositeFieldContainer[_types_pb2.DecisionReceipt]
+    def __init__(self, receipts: _Optional[_Iterable[_Union[_types_pb2.DecisionReceipt, _Mapping]]] = ...) -> None: ...

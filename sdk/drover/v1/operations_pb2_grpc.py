@@ -71,6 +71,16 @@ class OperationsServiceStub:
                 request_serializer=drover_dot_v1_dot_operations__pb2.ListEventsRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_operations__pb2.ListEventsResponse.FromString,
                 _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/drover.v1.OperationsService/GetUsage',
+                request_serializer=drover_dot_v1_dot_operations__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_operations__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
+        self.ListReceipts = channel.unary_unary(
+                '/drover.v1.OperationsService/ListReceipts',
+                request_serializer=drover_dot_v1_dot_operations__pb2.ListReceiptsRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_operations__pb2.ListReceiptsResponse.FromString,
+                _registered_method=True)
 
 
 class OperationsServiceServicer:
@@ -120,6 +130,19 @@ class OperationsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """Every meter's current value, limit and period (key prefix filter).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListReceipts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperationsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -157,6 +180,16 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.ListEvents,
                     request_deserializer=drover_dot_v1_dot_operations__pb2.ListEventsRequest.FromString,
                     response_serializer=drover_dot_v1_dot_operations__pb2.ListEventsResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.GetUsageRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_operations__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'ListReceipts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReceipts,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.ListReceiptsRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_operations__pb2.ListReceiptsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -349,6 +382,60 @@ class OperationsService:
             '/drover.v1.OperationsService/ListEvents',
             drover_dot_v1_dot_operations__pb2.ListEventsRequest.SerializeToString,
             drover_dot_v1_dot_operations__pb2.ListEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/GetUsage',
+            drover_dot_v1_dot_operations__pb2.GetUsageRequest.SerializeToString,
+            drover_dot_v1_dot_operations__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReceipts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/ListReceipts',
+            drover_dot_v1_dot_operations__pb2.ListReceiptsRequest.SerializeToString,
+            drover_dot_v1_dot_operations__pb2.ListReceiptsResponse.FromString,
             options,
             channel_credentials,
             insecure,

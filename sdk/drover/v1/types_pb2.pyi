@@ -244,3 +244,37 @@ class LogLine(_message.Message):
     text: str
     created_at: _timestamp_pb2.Timestamp
     def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class DecisionReceipt(_message.Message):
+    __slots__ = ("run_id", "task_id", "task_key", "tier", "data", "created_at")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_id: str
+    task_key: str
+    tier: str
+    data: _struct_pb2.Struct
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, run_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., tier: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class MeterUsage(_message.Message):
+    __slots__ = ("key", "kind", "period", "unit", "limit", "used", "reserved")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    kind: str
+    period: str
+    unit: str
+    limit: int
+    used: int
+    reserved: int
+    def __init__(self, key: _Optional[str] = ..., kind: _Optional[str] = ..., period: _Optional[str] = ..., unit: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., reserved: _Optional[int] = ...) -> None: ...
