@@ -440,7 +440,8 @@ def one_e2e_run(client: Client, server: TimedFake, i: int, deadline: Deadline) -
     server.extend(script)
     t0 = time.time()
     change = client.submit_change("calc", f"bench run {i}: make add correct",
-                                  [{"key": "fix", "kind": "implement", "objective": "add() must add"}],
+                                  [{"key": "fix", "kind": "implement", "objective": "add() must add",
+                                    "complexity": "medium"}],
                                   criteria=["tests pass"])
 
     def finished() -> list[Any]:

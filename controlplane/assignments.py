@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 
 from sqlalchemy.orm import Session
 
 from controlplane import changesets, graph
 from controlplane.config import HarnessConfig
+from controlplane.members import Member
+from controlplane.quota import credential
 from controlplane.models import Change, Project, Run, Task
 from controlplane.projects import git_token
 from drover.v1 import agent_pb2
@@ -50,11 +53,14 @@ def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessCo
         assignment.command.CopyFrom(agent_pb2.CommandSpec(argv=task.command, env=task.env,
                                                           timeout_seconds=task.timeout_seconds))
         return assignment
-    tier = harness.tiers.get(run.tier) or harness.tiers[harness.default_tier]
-    assignment.tier, assignment.model, assignment.base_url = run.tier, run.model, harness.base_url
+    tier = harness.tiers.get(_model_tier(harness, run.tier)) or harness.tiers[harness.default_tier]
+    member = _member(harness, run)
+    assignment.tier, assignment.model = run.tier, run.model
+    assignment.base_url = (member.base_url if member else "") or harness.base_url
     assignment.command.timeout_seconds = task.timeout_seconds
-    if harness.api_key:
-        assignment.secret_env["ANTHROPIC_API_KEY"] = harness.api_key
+    key = (credential(member, os.environ) if member else "") or harness.api_key
+    if key:
+        assignment.secret_env["ANTHROPIC_API_KEY"] = key  # the member's credential, only in secret_env
     spec = assignment.harness
     spec.workspace_mode = workspace_mode(task.kind, project)
     spec.max_calls, spec.max_output_tokens = tier.max_calls, tier.max_output_tokens
@@ -79,3 +85,13 @@ def _stack(s: Session, change: Change, task: Task) -> list[agent_pb2.StackedChan
     return [agent_pb2.StackedChangeSet(changeset_id=cs.id, task_id=cs.task_id, branch=cs.branch, commit=cs.commit,
                                        created_at=cs.created_at.isoformat())
             for cs in (latest[tasks[k].id] for k in graph.stack_order(present, deps, tie))]
+
+
+def _model_tier(harness: HarnessConfig, tier: str) -> str:
+    return "sonnet" if tier == "opus" and not harness.allow_opus else tier
+
+
+def _member(harness: HarnessConfig, run: Run) -> Member | None:
+    cls = harness.tier_class(_model_tier(harness, run.tier))
+    return next((m for m in cls.members if m.route_key == run.member and (m.model or run.model) == run.model),
+                next((m for m in cls.members if m.route_key == run.member), None))

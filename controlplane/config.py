@@ -7,6 +7,8 @@ import pathlib
 import tomllib
 from typing import Any, Mapping
 
+from controlplane.members import (PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier, parse_classes,
+                                  parse_modifiers, parse_quota_router)
 from controlplane.pricing import Price
 
 
@@ -73,12 +75,32 @@ class HarnessConfig:
     stall_timeout_seconds: int = 120
     max_attempts: int = 4
     """Attempts per model call (the first included) for retryable errors."""
+    allow_opus: bool = False
+    """Opus is off unless true: an opus tier runs on the sonnet model and receipts say opus_disabled."""
+    classes: Mapping[str, TierClass] = dataclasses.field(default_factory=dict)
+    """The members of each tier (seed 004); a tier without a class gets one PayPerApi member."""
+    modifiers: tuple[TodModifier, ...] = ()
+    quota: QuotaPolicy = QuotaPolicy()
+    provider_month_usd: float = 10.0
+    """The monthly provider budget (a meter per YYYY-MM)."""
+    agent_calls_per_day: int = 1000
+    classifier_calls_per_day: int = 200
+    warnings: tuple[str, ...] = ()
+
+    def tier_class(self, tier: str) -> TierClass:
+        """The class serving `tier`: configured, or one PayPerApi member on the harness's key."""
+        found = self.classes.get(tier)
+        if found is not None:
+            return found
+        model = self.tiers[tier].model if tier in self.tiers else ""
+        return TierClass(tier, (Member(agent="anthropic", billing=PAY_PER_API, model=model, quality_score=100),))
 
 
 def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessConfig:
     """The [anthropic], [harness], [tiers.*] and [prices.*] tables of the control plane's TOML file."""
     data = tomllib.loads(file.read_text()) if file else {}
-    unknown = set(data) - {"anthropic", "harness", "tiers", "prices"}
+    unknown = set(data) - {"anthropic", "harness", "tiers", "prices", "classes", "modifiers", "quota_router",
+                           "budgets"}
     if unknown:
         raise ValueError(f"{file}: unknown tables {sorted(unknown)}")
     anthropic = dict(data.get("anthropic", {}))
@@ -94,7 +116,14 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
                            dict(spec.get("thinking", base.thinking)))
     prices = {model: Price.of(p["input"], p["output"], p.get("cache_write"), p.get("cache_read"))
               for model, p in data.get("prices", {}).items()}
+    classes, warnings = parse_classes(data)
+    budgets = dict(data.get("budgets", {}))
     config = HarnessConfig(
+        allow_opus=bool(anthropic.get("allow_opus", False)), classes=classes, modifiers=parse_modifiers(data),
+        quota=parse_quota_router(data), warnings=tuple(warnings),
+        provider_month_usd=float(budgets.get("provider_month_usd", 10.0)),
+        agent_calls_per_day=int(budgets.get("agent_calls_per_day", 1000)),
+        classifier_calls_per_day=int(budgets.get("classifier_calls_per_day", 200)),
         base_url=anthropic.get("base_url") or env.get("ANTHROPIC_BASE_URL", "") or "https://api.anthropic.com",
         api_key=key, tiers=tiers, prices=prices,
         default_tier=harness.get("default_tier", "sonnet"),

@@ -16,9 +16,10 @@ from sqlalchemy.orm import Session
 
 from controlplane import assignments, convert, lifecycle, metering, runstate
 from controlplane.config import HarnessConfig, ServerConfig
-from controlplane.models import Agent, Change, Project, Run, Task, utcnow
+from controlplane.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
 from controlplane.notify import Notifier
 from controlplane.objectstore import DirectoryStore
+from controlplane.router import Router
 from controlplane.scheduler import AgentSlot, QueuedRun, plan_assignments
 from controlplane.store import Store
 from drover.v1 import agent_pb2
@@ -45,6 +46,7 @@ class Fleet:
         self.config = config
         self.notifier = notifier
         self.objects = DirectoryStore(config.objects)
+        self.router = Router(store, config.harness, notifier)
         self.sessions: dict[str, AgentSession] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -207,6 +209,8 @@ class Fleet:
                 pass
             self._wake.clear()
             try:
+                if await self.router.route_pending():
+                    self._wake.set()  # routed runs can be dispatched at once
                 await self.dispatch_once()
             except Exception:
                 log.exception("dispatch failed; retrying")
@@ -254,7 +258,9 @@ def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[
     rows = s.execute(
         select(Run, Task, Project).join(Task, Run.task_id == Task.id).join(Change, Change.id == Run.change_id)
         .join(Project, Project.name == Change.project).where(Run.state == "queued")
-        .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow())).order_by(Run.created_at, Run.id).limit(500)).all()
+        .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
+        .where(or_(Run.driver == "command", Run.member != ""))  # a harness run is routed first
+        .order_by(Run.created_at, Run.id).limit(500)).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
     plan = plan_assignments(
         [QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
@@ -265,9 +271,9 @@ def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[
         run, task, project = queued[run_id]
         if lifecycle.assign(s, run_id, agent) is None:
             continue
-        if run.driver == "harness" and not run.tier:
-            run.tier = harness.default_tier  # routing (tier, member) comes with the routing issue
-            run.model = harness.tiers[run.tier].model
+        receipt = s.get(DecisionReceipt, run.id)
+        if receipt is not None:
+            receipt.data = {**(receipt.data or {}), "agent": agent}
         out.append((agent, assignments.build(s, run, task, project, harness)))
     return out
 

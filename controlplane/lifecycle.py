@@ -324,6 +324,23 @@ def _needs_any(key: str, targets: set[str], deps: dict[str, Any]) -> bool:
     return False
 
 
+def fail_unroutable(s: Session, run: Run, message: str) -> None:
+    """No member can serve the run (ROUTING_NO_ELIGIBLE): the run never starts and the Task fails."""
+    task = s.get(Task, run.task_id)
+    change = s.get(Change, run.change_id, with_for_update=True)
+    assert task is not None and change is not None
+    task.status, task.reason = "failed", message
+    add_event(s, "task.failed", change_id=change.id, task_id=task.id, key=task.key, reason=message)
+    tasks = _tasks(s, change.id)
+    statuses = {t.key: t.status for t in tasks}
+    deps = {t.key: t.depends_on for t in tasks}
+    for t in tasks:
+        if t.key in graph.dependents_to_block(task.key, statuses, deps):
+            t.status, t.reason = "blocked", f"dependency {task.key} failed"
+            add_event(s, "task.blocked", change_id=change.id, task_id=t.id, key=t.key, because=task.key)
+    _finish(s, run, "cancelled", reason="routing_no_eligible", error=message)
+
+
 def cancel_run(s: Session, run_id: str, reason: str) -> Run:
     """Cancel one run: a queued run ends now, an active one is marked for its agent to stop."""
     run = s.get(Run, run_id)

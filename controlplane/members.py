@@ -270,11 +270,9 @@ def parse_quota_router(data: Mapping[str, Any]) -> QuotaPolicy:
             raise ConfigError(f"quota_router.{name}: expected an integer")
         values[name] = value
     policy = QuotaPolicy(**values)
-    if policy.unknown_policy not in UNKNOWN_POLICIES:
-        raise ConfigError(f"quota_router.unknown_policy: {policy.unknown_policy!r} is not one of {UNKNOWN_POLICIES}")
-    if policy.intra_kind_policy not in INTRA_KIND_POLICIES:
-        raise ConfigError(f"quota_router.intra_kind_policy: {policy.intra_kind_policy!r} is not one of "
-                          f"{INTRA_KIND_POLICIES}")
+    for name, allowed in (("unknown_policy", UNKNOWN_POLICIES), ("intra_kind_policy", INTRA_KIND_POLICIES)):
+        if getattr(policy, name) not in allowed:
+            raise ConfigError(f"quota_router.{name}: {getattr(policy, name)!r} is not one of {allowed}")
     if policy.min_quota_pct > 100:
         raise ConfigError("quota_router.min_quota_pct: expected 0-100")
     return policy
@@ -313,15 +311,14 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
     agent = _str(spec, "agent", where).lower()
     if not agent:
         raise ConfigError(f"{where}: agent is empty")
-    instance = _str(spec, "instance_id", where)
-    if "/" in instance:
-        prefix, _, rest = instance.partition("/")
+    raw = instance = _str(spec, "instance_id", where)
+    if "/" in raw:
+        prefix, _, instance = raw.partition("/")
         if prefix.lower() != agent:
-            raise ConfigError(f"{where}: instance_id '{instance}' has prefix '{prefix}', which does not match "
+            raise ConfigError(f"{where}: instance_id '{raw}' has prefix '{prefix}', which does not match "
                               f"agent '{agent}'")
-        instance = rest
-    if "/" in instance or instance != instance.strip():
-        raise ConfigError(f"{where}: instance_id {instance!r} is not a single name")
+    if "/" in instance or instance != instance.strip() or raw and not instance:
+        raise ConfigError(f"{where}: instance_id '{raw}' is not a name or {agent}/name")
     key = f"{agent}/{instance}" if instance else agent
     where = f"AgentClass '{class_id}': member '{key}'"
     billing = {b.lower(): b for b in BILLINGS}.get(_str(spec, "billing", where).lower())

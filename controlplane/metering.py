@@ -41,14 +41,15 @@ def run_calls(s: Session, run_id: str) -> int:
 
 
 def run_cost(s: Session, run_id: str) -> int:
-    return s.scalar(select(func.coalesce(func.sum(ModelCall.cost_micros), 0)).where(
-        ModelCall.run_id == run_id, ModelCall.state == "settled")) or 0
+    # int(): PostgreSQL sums a bigint as numeric, which would come back as a Decimal.
+    return int(s.scalar(select(func.coalesce(func.sum(ModelCall.cost_micros), 0)).where(
+        ModelCall.run_id == run_id, ModelCall.state == "settled")) or 0)
 
 
 def change_spent(s: Session, change_id: str, except_run: str = "") -> int:
     """Settled cost of the Change's model calls, leaving out one run's."""
-    return s.scalar(select(func.coalesce(func.sum(ModelCall.cost_micros), 0)).join(Run, Run.id == ModelCall.run_id)
-                    .where(Run.change_id == change_id, Run.id != except_run, ModelCall.state == "settled")) or 0
+    return int(s.scalar(select(func.coalesce(func.sum(ModelCall.cost_micros), 0)).join(Run, Run.id == ModelCall.run_id)
+                        .where(Run.change_id == change_id, Run.id != except_run, ModelCall.state == "settled")) or 0)
 
 
 def open_tasks(s: Session, change_id: str) -> int:

@@ -36,6 +36,7 @@ SAMPLE = {
 }
 FAKE_KEY = "sk-demo-fake-key"
 SCRIPT = [
+    fake.text('{"tier": "sonnet", "confidence": 0.85}'),  # the routing classifier (a haiku call) picks the tier
     fake.tool_use("list_files", {}, text="I'll look at the repository first."),
     fake.tool_use("read_file", {"path": "calc.py"}),
     fake.tool_use("run_command", {"command": "python -m pytest -q"}, text="Let me see what fails."),

@@ -28,7 +28,9 @@ def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_ar
 
 
 def implement(key: str, *deps: str) -> dict:
-    return {"key": key, "kind": "implement", "objective": f"do {key}", "depends_on": list(deps)}
+    # medium complexity routes to sonnet by rule, so no classifier call takes a scripted reply
+    return {"key": key, "kind": "implement", "objective": f"do {key}", "depends_on": list(deps),
+            "complexity": "medium"}
 
 
 def events(client: Client, run_id: str) -> list[dict]:

@@ -37,7 +37,9 @@ def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path | None) ->
     fleet.agent("harness-1")
 
 
+CLASSIFIED = fake.text('{"tier": "sonnet", "confidence": 0.9}')  # the routing classifier's answer
 FIX = [
+    CLASSIFIED,
     fake.tool_use("list_files", {}),
     fake.tool_use("read_file", {"path": "calc.py"}, text="Let me look at calc.py."),
     fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]}),
@@ -82,7 +84,9 @@ def test_a_task_becomes_a_changeset(fleet: Fleet, model: fake.FakeAnthropic, cal
     assert steps == sorted(steps)
     # The fake saw the real client: bearer auth, SDK retries off, prompt caching, calls remaining.
     requests = model.requests
-    assert len(requests) == 5 and requests[0].headers["authorization"] == f"Bearer {API_KEY}"
+    assert len(requests) == 6 and requests[0].headers["authorization"] == f"Bearer {API_KEY}"
+    assert requests[0].body["model"] == "claude-haiku-5-5" and requests[0].body["max_tokens"] == 100  # the classifier
+    requests = requests[1:]
     first = requests[0].body
     assert first["system"][-1]["cache_control"] == {"type": "ephemeral"}
     assert first["tools"][-1]["cache_control"] == {"type": "ephemeral"}

@@ -40,7 +40,8 @@ def format_event(event: types_pb2.Event) -> str:
         bits.append(event.run_id)
     if event.agent and event.kind.startswith(("run.", "agent.")):
         bits.append(f"on {event.agent}")
-    for name in ("status", "exit_code", "reason", "because", "error"):
+    for name in ("status", "exit_code", "reason", "because", "tier", "member", "rule", "from", "to", "limit",
+                 "error"):
         if name in data and data[name] not in ("", None):
             value = data[name]
             if name == "exit_code" and data.get("status") == "succeeded":

@@ -1,0 +1,181 @@
+"""Routes queued harness runs before dispatch: the tier (rules, then the classifier, floors, opus
+gating), then the member (seed 004), and writes the Decision Receipt with a model.route.decided
+event. Probes and the classifier's model call happen here, outside any transaction."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from agentd.harness.model import AnthropicModel
+from agentd.harness.retry import RetryPolicy
+from controlplane import classifier, lifecycle, members, routing, runstate
+from controlplane.config import HarnessConfig
+from controlplane.models import Change, DecisionReceipt, Meter, Run, Task, utcnow
+from controlplane.notify import Notifier
+from controlplane.quota import ObservedFailures, QuotaProbe
+from controlplane.store import Store
+
+log = logging.getLogger("drover.router")
+QUOTA_ERRORS = frozenset({"rate_limit_error", "RateLimited", "billing_error", "SpendLimited", "429"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    run_id: str
+    traits: routing.TaskTraits
+    objective: str
+    preset_tier: str  # set by an escalation or a retry: no rules, no classifier
+
+
+def traits_of(task: Task, attempt: int) -> routing.TaskTraits:
+    spec = task.spec or {}
+    flags = spec.get("flags", {})
+    return routing.TaskTraits(
+        kind=task.kind, size=spec.get("size", ""), complexity=spec.get("complexity", ""), risk=spec.get("risk", ""),
+        resources=tuple(spec.get("resources", ())), required_capabilities=tuple(spec.get("required_capabilities", ())),
+        destructive_migration=bool(flags.get("destructive_migration")), billing=bool(flags.get("billing")),
+        authorization=bool(flags.get("authorization")),
+        # seed 000: a small, low-risk Task is trivial
+        authorization_trivial=bool(flags.get("authorization_trivial"))
+        or (spec.get("size") == "small" and spec.get("risk") == "low"),
+        design_conflict=bool(flags.get("design_conflict")), attempt=attempt)
+
+
+def unrouted(s: Session) -> list[Pending]:
+    rows = s.execute(select(Run, Task).join(Task, Task.id == Run.task_id).where(
+        Run.state == "queued", Run.driver == "harness", Run.member == "",
+        or_(Run.not_before.is_(None), Run.not_before <= utcnow())).order_by(Run.created_at, Run.id).limit(100)).all()
+    return [Pending(run.id, traits_of(task, run.attempt), task.objective, run.tier) for run, task in rows]
+
+
+def active_by_member(s: Session) -> dict[str, int]:
+    return dict(s.execute(select(Run.member, func.count()).where(Run.state.in_(runstate.ACTIVE), Run.member != "")
+                          .group_by(Run.member)).all())
+
+
+def reserve_classifier_call(s: Session, cap: int) -> bool:
+    """The shared classifier meter: at most `cap` calls per UTC day."""
+    day = utcnow().strftime("%Y-%m-%d")
+    key = f"classifier-calls:{day}"
+    meter = s.get(Meter, key, with_for_update=True)
+    if meter is None:
+        meter = Meter(key=key, kind="classifier_calls_day", period=day, unit="calls", limit_amount=cap, used=0,
+                      reserved=0)
+        s.add(meter)
+        s.flush()
+    if meter.used >= cap:
+        return False
+    meter.used += 1
+    return True
+
+
+def record(s: Session, run_id: str, decision: routing.TierDecision, selection: members.Selection,
+           harness: HarnessConfig, delay: float) -> None:
+    """One transaction: the receipt and the route, or the deferral, or the Task's failure."""
+    run = s.get(Run, run_id)
+    if run is None or run.state != "queued" or run.member:
+        return
+    receipt = s.get(DecisionReceipt, run_id)
+    if receipt is None:
+        receipt = DecisionReceipt(run_id=run.id, change_id=run.change_id, task_id=run.task_id, tier="", data={},
+                                  created_at=utcnow())
+        s.add(receipt)
+    answer = decision.classifier
+    data = dict(receipt.data or {})
+    data.update(tier=decision.tier, base_tier=decision.base_tier, rule=decision.rule, floor=decision.floor or "",
+                opus_disabled=decision.opus_disabled, model_tier=decision.model_tier,
+                classifier={"tier": answer.tier, "confidence": answer.confidence, "reason": answer.reason}
+                if answer else None,
+                members=selection.candidates, outcome=selection.outcome)
+    ids = dict(change_id=run.change_id, task_id=run.task_id, run_id=run.id)
+    lifecycle.add_event(s, "quota_router.scored", **ids, tier=decision.model_tier, candidates=selection.candidates)
+    if selection.outcome == "wait":
+        run.not_before = utcnow() + dt.timedelta(seconds=delay)
+        receipt.data = data
+        lifecycle.add_event(s, "quota_router.waiting", **ids, message=selection.message)
+        lifecycle.add_event(s, "quota_router.deferred", **ids, seconds=delay)
+        return
+    if selection.outcome == "no_eligible":
+        receipt.tier, receipt.data = decision.tier, data
+        lifecycle.fail_unroutable(s, run, selection.message)
+        return
+    member = selection.chosen
+    assert member is not None
+    run.tier = decision.tier
+    run.model = member.model or harness.tiers[decision.model_tier].model
+    run.member = member.route_key
+    data["member"] = member.route_key
+    receipt.tier, receipt.data = decision.tier, data
+    lifecycle.add_event(s, "model.route.decided", **ids, tier=decision.tier, model=run.model, member=run.member,
+                        rule=decision.rule, floor=decision.floor or "", opus_disabled=decision.opus_disabled,
+                        escalation=data.get("escalation", ""))
+
+
+class Router:
+    def __init__(self, store: Store, harness: HarnessConfig, notifier: Notifier) -> None:
+        self.store, self.harness, self.notifier = store, harness, notifier
+        self.probe = QuotaProbe(policy=harness.quota)
+        self.observed = ObservedFailures()
+        self.rr: dict[str, int] = {}
+        haiku = harness.tiers.get("haiku")
+        self.classifier = AnthropicModel(harness.base_url, harness.api_key, haiku.model if haiku else "",
+                                         RetryPolicy(max_attempts=2, stall_timeout=30))
+
+    def reconfigure(self, harness: HarnessConfig) -> None:
+        self.harness = harness
+        self.probe.policy = harness.quota
+
+    def observe(self, member: str, error: str) -> None:
+        """agentd reported an attempt's error for a member: a 429 or quota error blocks an unknown probe."""
+        if member and error in QUOTA_ERRORS:
+            self.observed.record(member, utcnow())
+
+    async def route_pending(self) -> int:
+        pending = await self.store.run(unrouted)
+        for item in pending:
+            try:
+                await self.route(item)
+            except Exception:
+                log.exception("routing run %s failed; retrying later", item.run_id)
+        if pending:
+            self.notifier.notify()
+        return len(pending)
+
+    async def route(self, item: Pending) -> None:
+        h = self.harness
+        if item.preset_tier:
+            decision = routing.decide_tier(dataclasses.replace(item.traits, attempt=max(item.traits.attempt, 2)),
+                                           None, h.allow_opus)
+            model_tier = item.preset_tier
+            if model_tier == "opus" and not h.allow_opus:
+                model_tier = "sonnet"
+            decision = dataclasses.replace(decision, tier=item.preset_tier, base_tier=item.preset_tier,
+                                           rule="escalation", floor=None, opus_disabled=model_tier != item.preset_tier,
+                                           model_tier=model_tier)
+        else:
+            answer = None
+            if routing.needs_classifier(item.traits):
+                answer = await classifier.classify(
+                    self.classifier, item.traits, item.objective,
+                    lambda: self.store.run(reserve_classifier_call, h.classifier_calls_per_day))
+            decision = routing.decide_tier(item.traits, answer, h.allow_opus)
+        cls = h.tier_class(decision.model_tier)
+        snapshots = await self.probe.snapshots(cls.members)
+        now = utcnow()
+        window = dt.timedelta(minutes=h.quota.observed_failure_window_minutes)
+        observed = {m.route_key: self.observed.recent(m.route_key, window, now) for m in cls.members}
+        active = await self.store.run(active_by_member)
+        selection = members.select(cls, item.traits.required_capabilities, h.modifiers, snapshots, observed, active,
+                                   h.quota, now, rr_counters=self.rr)
+        await self.store.run(record, item.run_id, decision, selection, h, h.quota.recheck_interval_seconds)
+        for m in cls.members:
+            if m.billing == members.SUBSCRIPTION:
+                await self.store.run(lambda s, key=m.route_key: lifecycle.add_event(
+                    s, "quota_router.probed", run_id=item.run_id, member=key,
+                    available_pct=snapshots[key].available_pct))
