@@ -6,7 +6,7 @@ import json
 
 import grpc
 
-from controlplane import changesets, metering, pricing
+from controlplane import changesets, meters, metering, pricing
 from controlplane.config import HarnessConfig
 from controlplane.fleet import Fleet
 from controlplane.servicing import reporting
@@ -25,9 +25,11 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     @reporting
     async def ReserveModelCall(self, request: agent_pb2.ReserveModelCallRequest,
                                context: grpc.aio.ServicerContext) -> agent_pb2.ReserveModelCallResponse:
-        r = await self.store.run(metering.reserve, self.harness, request.run_id, request.key, request.model,
-                                 request.purpose or "agent", request.max_output_tokens,
-                                 request.estimated_input_tokens)
+        h = self.harness
+        budgets = meters.BudgetConfig(h.provider_month_usd, h.agent_calls_per_day, h.classifier_calls_per_day)
+        r = await self.store.run(lambda s: metering.reserve(
+            s, h, request.run_id, request.key, request.model, request.purpose or "agent", request.max_output_tokens,
+            request.estimated_input_tokens, budgets=budgets))
         self.fleet.notifier.notify()
         return agent_pb2.ReserveModelCallResponse(reservation_id=r.reservation_id, granted=r.granted,
                                                   refusal=r.refusal, calls_used=r.calls_used,
@@ -41,6 +43,9 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
                               u.cache_read_input_tokens)
         cost, run_cost = await self.store.run(metering.settle, self.harness, request.reservation_id, usage,
                                               request.error)
+        if request.error:  # a 429 or quota error blocks the member while its quota is unknown
+            self.fleet.router.observe(await self.store.run(metering.member_of, request.reservation_id),
+                                      request.error)
         return agent_pb2.SettleModelCallResponse(cost_micros=cost, run_cost_micros=run_cost)
 
     @reporting

@@ -78,3 +78,16 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
                        context: grpc.aio.ServicerContext) -> change_pb2.Patch:
         text = await self.store.run(changesets.get_patch, self.fleet.objects, request.changeset_id)
         return change_pb2.Patch(changeset_id=request.changeset_id, text=text)
+
+    @reporting
+    async def RaiseBudget(self, request: change_pb2.RaiseBudgetRequest,
+                          context: grpc.aio.ServicerContext) -> types_pb2.Change:
+        await self.store.run(lifecycle.raise_budget, request.change_id, request.budget_usd)
+        self.notifier.notify()
+        self.fleet.wake()
+        return await self.store.run(queries.get_change, request.change_id)
+
+    @reporting
+    async def GetSpend(self, request: change_pb2.GetSpendRequest,
+                       context: grpc.aio.ServicerContext) -> change_pb2.Spend:
+        return await self.store.run(queries.spend, request.change_id)

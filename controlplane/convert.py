@@ -119,3 +119,10 @@ def run_message(msg: agent_pb2.RunMessage) -> lifecycle.RunMessage:
         f = msg.finished
         return lifecycle.RunMessage(**base, status=f.status, exit_code=f.exit_code, reason=f.reason, error=f.error)
     return lifecycle.RunMessage(**base)
+
+
+def receipt(row: models.DecisionReceipt, task_key: str = "") -> types_pb2.DecisionReceipt:
+    data = struct_pb2.Struct()
+    data.update(_plain(row.data or {}))
+    return types_pb2.DecisionReceipt(run_id=row.run_id, task_id=row.task_id, task_key=task_key, tier=row.tier,
+                                     data=data, created_at=ts(row.created_at))

@@ -93,6 +93,10 @@ def reserve(s: Session, config: HarnessConfig, run_id: str, key: str, model: str
     estimate = pricing.estimate_micros(max(estimated_input_tokens, 0), max(max_output_tokens, 0), price)
     change = s.get(Change, run.change_id)
     assert change is not None
+    # Read before the meters are locked, to keep that lock short; the share is a per-run cap only,
+    # the Change meter holds the Change to its budget.
+    share = run_share(s, change, run_id) if change.budget_usd > 0 else 0
+    spent = run_cost(s, run_id)
     states = meters.lock_meters(s, meters.change_meters(s, change, utcnow(), budgets or meters.BudgetConfig()))
     if (call := existing()) is not None:  # the same attempt, reserved while this one waited for the meters
         return Reservation(call.id, True, "", used, tier.max_calls, call.estimate_micros)
@@ -105,12 +109,10 @@ def reserve(s: Session, config: HarnessConfig, run_id: str, key: str, model: str
                   agent=run.agent, refusal=refusal, meter=refused, limit=spec.limit, used=meter_used,
                   reserved=meter_reserved, amount=amounts[refused])
         return Reservation("", False, refusal, used, tier.max_calls, estimate, refused, spec.limit)
-    if change.budget_usd > 0:
-        share, spent = run_share(s, change, run_id), run_cost(s, run_id)
-        if spent + estimate > share:
-            add_event(s, "run.cost_cap", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
-                      agent=run.agent, share=share, run_cost=spent, estimate=estimate)
-            return Reservation("", False, "run_cost_cap", used, tier.max_calls, estimate, "", share)
+    if change.budget_usd > 0 and spent + estimate > share:
+        add_event(s, "run.cost_cap", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
+                  agent=run.agent, share=share, run_cost=spent, estimate=estimate)
+        return Reservation("", False, "run_cost_cap", used, tier.max_calls, estimate, "", share)
     call = ModelCall(id=new_id("mc"), run_id=run_id, key=key, model=model, purpose=purpose,
                      estimate_micros=estimate, created_at=utcnow())
     s.add(call)
@@ -146,3 +148,9 @@ def settle_expired(s: Session, older_than: dt.timedelta) -> int:
         call.cost_micros, call.state, call.error, call.settled_at = call.estimate_micros, "settled", "expired", utcnow()
         meters.settle_on_meters(s, call.id, {})
     return len(expired)
+
+
+def member_of(s: Session, reservation_id: str) -> str:
+    """The route key of the member a reserved call ran on."""
+    return s.scalar(select(Run.member).join(ModelCall, ModelCall.run_id == Run.id)
+                    .where(ModelCall.id == reservation_id)) or ""

@@ -4,7 +4,8 @@ they admit it, and holding and settling its shares in the store.
 `meters_for`, `classifier_meter` and `admit` are pure. The rest take a Session and do their work
 inside the caller's one transaction (`Store.transaction`). A reservation holds its amount on
 every meter or on none: meter rows are locked in key order (PostgreSQL `FOR UPDATE`; SQLite's
-`BEGIN IMMEDIATE` already serialises writers), checked, then all changed.
+`BEGIN IMMEDIATE` already serialises writers), checked, then all changed. Every writer locks in
+one order, a model call, then its shares, then meters by key, so none waits on another in a cycle.
 
 Limits: a Change, Project or user meter follows its budget column (the spec built from it);
 a provider-month or daily-call meter keeps the limit it was created with, from the
@@ -17,7 +18,7 @@ import dataclasses
 import datetime as dt
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -123,10 +124,12 @@ def admit(meters: Sequence[MeterState], amounts: Mapping[str, int]) -> str | Non
 def _create_missing(s: Session, specs: Sequence[MeterSpec]) -> None:
     rows = [{"key": p.key, "kind": p.kind, "period": p.period, "unit": p.unit, "limit_amount": p.limit,
              "used": 0, "reserved": 0} for p in sorted(specs, key=lambda p: p.key)]
+    if not rows:
+        return
     dialect = s.get_bind().dialect.name
     if dialect in ("postgresql", "sqlite"):
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        s.execute(insert(Meter).values(rows).on_conflict_do_nothing(index_elements=["key"]))
+        upsert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        s.execute(upsert(Meter).values(rows).on_conflict_do_nothing(index_elements=["key"]))
         return
     for row in rows:  # other databases: no concurrent writers are expected
         if s.get(Meter, row["key"]) is None:
@@ -154,15 +157,16 @@ def lock_meters(s: Session, specs: Sequence[MeterSpec]) -> list[MeterState]:
     return states
 
 
-def hold(s: Session, reservation_id: str, meters: Sequence[MeterState], amounts: Mapping[str, int]) -> None:
-    """Add each amount to its (locked, admitting) meter and record the shares of the reservation."""
-    for spec, _, _ in meters:
-        amount = amounts[spec.key]
-        meter = s.get(Meter, spec.key)  # in the session already: lock_meters loaded it
-        assert meter is not None
-        meter.reserved += amount
-        s.add(MeterReservation(reservation_id=reservation_id, meter_key=spec.key, amount=amount, settled=False))
-    s.flush()
+def hold(s: Session, reservation_id: str, states: Sequence[MeterState], amounts: Mapping[str, int]) -> None:
+    """Add each amount to its meter (locked by `lock_meters`, admitting) and record the reservation's shares."""
+    if not states:
+        return
+    rows = _locked(s, [spec.key for spec, _, _ in states])  # locked already: this only reads them back
+    for spec, _, _ in states:
+        rows[spec.key].reserved += amounts[spec.key]
+    s.execute(insert(MeterReservation), [
+        {"reservation_id": reservation_id, "meter_key": spec.key, "amount": amounts[spec.key], "settled": False}
+        for spec, _, _ in states])
 
 
 def reserve_on_meters(s: Session, reservation_id: str, specs: Sequence[MeterSpec],

@@ -78,3 +78,15 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
             s, change_id=request.change_id, run_id=request.run_id, kind=request.kind, after_id=request.after_id,
             limit=min(max(request.limit, 0), 1000)))
         return operations_pb2.ListEventsResponse(events=events)
+
+    @reporting
+    async def GetUsage(self, request: operations_pb2.GetUsageRequest,
+                       context: grpc.aio.ServicerContext) -> operations_pb2.GetUsageResponse:
+        return operations_pb2.GetUsageResponse(meters=await self.store.run(queries.usage, request.prefix))
+
+    @reporting
+    async def ListReceipts(self, request: operations_pb2.ListReceiptsRequest,
+                           context: grpc.aio.ServicerContext) -> operations_pb2.ListReceiptsResponse:
+        found = await self.store.run(lambda s: queries.receipts(s, change_id=request.change_id,
+                                                                run_id=request.run_id))
+        return operations_pb2.ListReceiptsResponse(receipts=found)

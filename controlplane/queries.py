@@ -7,8 +7,8 @@ from sqlalchemy.orm import Session
 
 from controlplane import convert, runstate
 from controlplane.errors import NotFound
-from controlplane.models import Agent, Change, Event, ModelCall, Run, RunLog, Task
-from drover.v1 import types_pb2
+from controlplane.models import Agent, Change, DecisionReceipt, Event, Meter, ModelCall, Run, RunLog, Task
+from drover.v1 import change_pb2, types_pb2
 
 
 def get_change(s: Session, change_id: str) -> types_pb2.Change:
@@ -108,3 +108,37 @@ def agent(s: Session, name: str) -> types_pb2.Agent:
         raise NotFound(f"no agent {name!r}", field="name")
     active = s.scalar(select(func.count()).where(Run.agent == name, Run.state.in_(runstate.ACTIVE))) or 0
     return convert.agent(row, active)
+
+
+def receipts(s: Session, change_id: str = "", run_id: str = "") -> list[types_pb2.DecisionReceipt]:
+    q = select(DecisionReceipt, Task.key).join(Task, Task.id == DecisionReceipt.task_id).order_by(
+        DecisionReceipt.created_at, DecisionReceipt.run_id)
+    if change_id:
+        q = q.where(DecisionReceipt.change_id == change_id)
+    if run_id:
+        q = q.where(DecisionReceipt.run_id == run_id)
+    return [convert.receipt(r, key) for r, key in s.execute(q).all()]
+
+
+def spend(s: Session, change_id: str) -> change_pb2.Spend:
+    """What a Change spent, by tier, member and model, with its receipts."""
+    change = s.get(Change, change_id)
+    if change is None:
+        raise NotFound(f"no change {change_id!r}", field="change_id")
+    rows = s.execute(
+        select(Run.tier, Run.member, ModelCall.model, func.count(), func.coalesce(func.sum(ModelCall.cost_micros), 0))
+        .join(Run, Run.id == ModelCall.run_id).where(Run.change_id == change_id)
+        .group_by(Run.tier, Run.member, ModelCall.model).order_by(Run.tier, Run.member, ModelCall.model)).all()
+    lines = [change_pb2.SpendLine(tier=tier, member=member, model=model, calls=calls, cost_micros=cost)
+             for tier, member, model, calls, cost in rows]
+    return change_pb2.Spend(change_id=change_id, budget_micros=int(round(change.budget_usd * 1_000_000)),
+                            spent_micros=sum(line.cost_micros for line in lines), lines=lines,
+                            receipts=receipts(s, change_id=change_id))
+
+
+def usage(s: Session, prefix: str = "") -> list[types_pb2.MeterUsage]:
+    q = select(Meter).order_by(Meter.key)
+    if prefix:
+        q = q.where(func.substr(Meter.key, 1, len(prefix)) == prefix)
+    return [types_pb2.MeterUsage(key=m.key, kind=m.kind, period=m.period, unit=m.unit, limit=m.limit_amount,
+                                 used=m.used, reserved=m.reserved) for m in s.scalars(q)]

@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 
 from agentd.harness.model import AnthropicModel
 from agentd.harness.retry import RetryPolicy
-from controlplane import classifier, lifecycle, members, routing, runstate
+from controlplane import classifier, lifecycle, members, meters, routing, runstate
 from controlplane.config import HarnessConfig
-from controlplane.models import Change, DecisionReceipt, Meter, Run, Task, utcnow
+from controlplane.models import DecisionReceipt, Run, Task, utcnow
 from controlplane.notify import Notifier
 from controlplane.quota import ObservedFailures, QuotaProbe
 from controlplane.store import Store
@@ -61,18 +61,7 @@ def active_by_member(s: Session) -> dict[str, int]:
 
 def reserve_classifier_call(s: Session, cap: int) -> bool:
     """The shared classifier meter: at most `cap` calls per UTC day."""
-    day = utcnow().strftime("%Y-%m-%d")
-    key = f"classifier-calls:{day}"
-    meter = s.get(Meter, key, with_for_update=True)
-    if meter is None:
-        meter = Meter(key=key, kind="classifier_calls_day", period=day, unit="calls", limit_amount=cap, used=0,
-                      reserved=0)
-        s.add(meter)
-        s.flush()
-    if meter.used >= cap:
-        return False
-    meter.used += 1
-    return True
+    return meters.take_classifier_call(s, lifecycle.new_id("cls"), utcnow(), cap)
 
 
 def record(s: Session, run_id: str, decision: routing.TierDecision, selection: members.Selection,

@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane import auth
+from controlplane import auth, lifecycle
 from controlplane.agent_service import AgentService
 from controlplane.auth import AuthInterceptor, Permission
 from controlplane.change_service import ChangeService
@@ -41,6 +41,8 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.ChangeService/CancelChange": Permission("user", "submit"),
     "/drover.v1.ChangeService/ListChangeSets": USER,
     "/drover.v1.ChangeService/GetPatch": USER,
+    "/drover.v1.ChangeService/RaiseBudget": Permission("user", "submit"),
+    "/drover.v1.ChangeService/GetSpend": USER,
     "/drover.v1.OperationsService/ListAgents": USER,
     "/drover.v1.OperationsService/DrainAgent": Permission("user", "admin"),
     "/drover.v1.OperationsService/ListRuns": USER,
@@ -48,6 +50,8 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.OperationsService/CancelRun": Permission("user", "run.manage"),
     "/drover.v1.OperationsService/TailRunLogs": USER,
     "/drover.v1.OperationsService/ListEvents": USER,
+    "/drover.v1.OperationsService/GetUsage": USER,
+    "/drover.v1.OperationsService/ListReceipts": USER,
 }
 SERVICE_NAMES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
@@ -89,6 +93,9 @@ class ControlPlane:
         self.config = config
         self.store = store
         self.notifier = Notifier()
+        lifecycle.set_policy(lifecycle.Policy(allow_opus=config.harness.allow_opus))
+        for warning in config.harness.warnings:
+            log.warning("%s", warning)
         self.fleet = Fleet(store, config, self.notifier)
         self.composer = Composer(store, self.notifier, config.data_dir / "compose")
         self.auth = AuthInterceptor(PERMISSIONS, lambda digest: store.run(auth.lookup, digest))

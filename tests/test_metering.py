@@ -7,9 +7,10 @@ from fractions import Fraction
 
 import pytest
 
-from controlplane import graph, lifecycle, metering, pricing
+from controlplane import graph, lifecycle, meters, metering, pricing
 from controlplane.config import HarnessConfig, Tier
-from controlplane.models import ModelCall, Run
+from controlplane.meters import BudgetConfig
+from controlplane.models import Event, ModelCall, Project, Run, Token
 from controlplane.projects import add_project
 from controlplane.store import Store
 
@@ -94,3 +95,82 @@ def test_a_finished_run_gets_no_reservation(store: Store) -> None:
         s, "a1", lifecycle.RunMessage(run_id, 1, "finished", status="cancelled"), 1 << 20))
     r = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:1:1", "m", "agent", 1, 0)
     assert not r.granted and r.refusal == "run_not_running"
+
+
+# --- meters: every budget of the Change, all or none ----------------------------------------------
+
+ESTIMATE = 2000 * 3 + 1000 * 15  # 2,000 input and 1,000 output tokens of sonnet, in micro-dollars
+
+
+def budgeted_run(store: Store, budget_usd: float = 0.0, project_usd: float = 0.0, user_usd: float | None = None,
+                 tasks: int = 1) -> str:
+    def make(s) -> str:
+        add_project(s, "p", "")
+        s.get(Project, "p").monthly_budget_usd = project_usd
+        if user_usd is not None:
+            s.add(Token(name="tester", kind="user", role="submit", token_hash="h", monthly_budget_usd=user_usd))
+        spec = graph.ChangeSpec("p", "g", tuple(graph.TaskSpec(f"t{i}", "implement", "o") for i in range(tasks)),
+                                budget_usd=budget_usd)
+        change_id = lifecycle.submit_change(s, spec, "tester")
+        run = s.query(Run).filter(Run.change_id == change_id).order_by(Run.id).first()
+        lifecycle.assign(s, run.id, "a1")
+        run.tier, run.model = "sonnet", "claude-sonnet-5-5"
+        return run.id
+    return store.transaction(make)
+
+
+def reserve(store: Store, run_id: str, key: str, budgets: BudgetConfig | None = None) -> metering.Reservation:
+    return store.transaction(metering.reserve, BIG, run_id, key, "claude-sonnet-5-5", "agent", 1000, 2000, budgets)
+
+
+BIG = HarnessConfig(tiers={"sonnet": Tier("claude-sonnet-5-5", 100, 1000)}, default_tier="sonnet")
+
+
+@pytest.mark.parametrize("setup, budgets, refusal, meter", [
+    ({}, BudgetConfig(provider_month_usd=0.05), "monthly_budget", "provider-usd:"),
+    ({}, BudgetConfig(agent_calls_per_day=2), "daily_calls", "agent-calls:"),
+    ({"budget_usd": 0.05}, None, "change_budget", "change-usd:"),
+    ({"project_usd": 0.05}, None, "project_budget", "project-usd:p:"),
+    ({"user_usd": 0.05}, None, "user_budget", "user-usd:tester:"),
+])
+def test_each_budget_refuses_by_its_name(store: Store, setup: dict, budgets: BudgetConfig | None, refusal: str,
+                                         meter: str) -> None:
+    run_id = budgeted_run(store, **setup)
+    assert reserve(store, run_id, "agent:1:1:1", budgets).granted
+    assert reserve(store, run_id, "agent:1:2:1", budgets).granted  # 2 x 21,000 fits in 50,000
+    before = store.transaction(meters.usage)
+    refused = reserve(store, run_id, "agent:1:3:1", budgets)
+    assert (refused.granted, refused.refusal, refused.reservation_id) == (False, refusal, "")
+    assert refused.meter.startswith(meter) and refused.limit in (2, 50_000)
+    assert store.transaction(meters.usage) == before  # a refusal holds nothing anywhere
+    event = store.transaction(lambda s: s.query(Event).filter(Event.kind == "run.spend_limited").one())
+    assert event.data["refusal"] == refusal and event.data["reserved"] == 2 * event.data["amount"]
+
+
+def test_a_run_is_held_to_its_share_of_the_change_budget(store: Store) -> None:
+    run_id = budgeted_run(store, budget_usd=0.1, tasks=2)  # two open Tasks: a share of 50,000
+    for i in (1, 2):
+        r = reserve(store, run_id, f"agent:1:{i}:1")
+        assert r.granted
+        store.transaction(metering.settle, BIG, r.reservation_id, pricing.Usage(2000, 1000), "")
+    capped = reserve(store, run_id, "agent:1:3:1")  # 42,000 + 21,000 > 50,000, the Change meter has room
+    assert (capped.granted, capped.refusal, capped.limit) == (False, "run_cost_cap", 50_000)
+    change_meter = store.transaction(meters.usage, "change-usd:")[0]
+    assert (change_meter["used"], change_meter["reserved"], change_meter["limit"]) == (2 * ESTIMATE, 0, 100_000)
+
+
+def test_settle_and_expiry_move_every_meter(store: Store) -> None:
+    run_id = budgeted_run(store, budget_usd=1.0)
+    r1 = reserve(store, run_id, "agent:1:1:1")
+    held = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}
+    assert held == {"provider_month": (0, ESTIMATE), "agent_calls_day": (0, 1), "change": (0, ESTIMATE),
+                    "project": (0, ESTIMATE), "user": (0, ESTIMATE)}
+    cost, _ = store.transaction(metering.settle, CONFIG, r1.reservation_id, pricing.Usage(100, 10), "")
+    store.transaction(metering.settle, CONFIG, r1.reservation_id, pricing.Usage(9999, 9999), "")
+    settled = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}
+    assert settled == {"provider_month": (cost, 0), "agent_calls_day": (1, 0), "change": (cost, 0),
+                       "project": (cost, 0), "user": (cost, 0)}
+    reserve(store, run_id, "agent:1:2:1")
+    assert store.transaction(metering.settle_expired, dt.timedelta(0)) == 1
+    expired = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}
+    assert expired["change"] == (cost + ESTIMATE, 0) and expired["agent_calls_day"] == (2, 0)

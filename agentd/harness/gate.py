@@ -32,6 +32,7 @@ class Gate:
     incarnation: int                  # supervisor starts: a resumed run's attempts get new keys
     call_number: Callable[[], int]    # the model call this attempt belongs to
     purpose: str = "agent"
+    input_estimate: Callable[[], int] = lambda: 0  # tokens of the request about to be sent
     calls_used: int = 0
     calls_cap: int = 0
 
@@ -52,11 +53,11 @@ class Gate:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def reserve(self, attempt: int, estimated_input_tokens: int = 0) -> None:
+    async def reserve(self, attempt: int) -> None:
         key = f"{self.purpose}:{self.incarnation}:{self.call_number()}:{attempt}"
         request = agent_pb2.ReserveModelCallRequest(
             run_id=self.run_id, key=key, model=self.model, purpose=self.purpose,
-            max_output_tokens=self.max_output_tokens, estimated_input_tokens=estimated_input_tokens)
+            max_output_tokens=self.max_output_tokens, estimated_input_tokens=self.input_estimate())
         answer = await self._call(self._stub.ReserveModelCall, request)
         if answer.calls_cap:
             self.calls_used, self.calls_cap = answer.calls_used, answer.calls_cap

@@ -65,6 +65,7 @@ class Harness:
         self.emit = emit              # projects a transcript entry into run events
         self.summarise = summarise    # the fold's haiku call
         self.fold_stalled = False
+        self.request_tokens = 0
 
     def _append(self, kind: str, **fields: Any) -> None:
         index = self.transcript.append(kind, **fields)
@@ -96,6 +97,7 @@ class Harness:
         await self._maybe_fold()
         conversation = messages(self.transcript)
         conversation[-1] = {**conversation[-1], "content": cached(conversation[-1]["content"])}
+        self.request_tokens = self._context_tokens()  # the budget gate reserves on this estimate
         reply = await self.model.complete(
             system=cached([{"type": "text", "text": SYSTEM}]), tools=cached(self.tools.definitions()),
             messages=conversation, max_tokens=self.limits.max_output_tokens, thinking=self.limits.thinking)

@@ -161,6 +161,7 @@ class HarnessRun:
             return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
 
         harness = Harness(model, tools, self.transcript, limits, self.spec["prompt"], self.emit, summarise)
+        gate.input_estimate = lambda: harness.request_tokens
         try:
             ended = await self._watch(harness, int(self.spec.get("timeout_seconds") or 0))
             if ended.outcome == "completed" and self.workspace is not None:

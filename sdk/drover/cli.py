@@ -124,6 +124,13 @@ def parser() -> argparse.ArgumentParser:
     cs.add_argument("change_id")
     pt = sub.add_parser("patch", parents=[common], help="a ChangeSet's patch")
     pt.add_argument("changeset_id")
+    rb = sub.add_parser("raise-budget", parents=[common], help="raise a Change's budget (USD)")
+    rb.add_argument("change_id")
+    rb.add_argument("budget_usd", type=float)
+    sp = sub.add_parser("spend", parents=[common], help="a Change's spend by tier and member, and its receipts")
+    sp.add_argument("change_id")
+    us = sub.add_parser("usage", parents=[common], help="every meter: value, limit, period")
+    us.add_argument("--prefix", default="")
     cc = sub.add_parser("cancel", parents=[common], help="cancel a Change")
     cc.add_argument("change_id")
     cr = sub.add_parser("cancel-run", parents=[common], help="cancel one run")
@@ -199,6 +206,37 @@ def run(args: argparse.Namespace) -> int:
         if args.command == "patch":
             text = client.get_patch(args.changeset_id)
             print(json.dumps({"changeset_id": args.changeset_id, "patch": text}) if args.json else text, end="")
+            return 0
+        if args.command == "raise-budget":
+            change = client.raise_budget(args.change_id, args.budget_usd)
+            (out or (lambda c: print(format_change(c))))(change)
+            return 0
+        if args.command == "spend":
+            spend = client.get_spend(args.change_id)
+            if args.json:
+                print(json.dumps(_as_dict(spend), indent=2))
+            else:
+                print(f"change {spend.change_id}: spent ${spend.spent_micros / 1e6:.6f} of "
+                      f"{'$%.2f' % (spend.budget_micros / 1e6) if spend.budget_micros else 'no budget'}")
+                print(_table(([l.tier, l.member, l.model, str(l.calls), f"${l.cost_micros / 1e6:.6f}"]
+                              for l in spend.lines), ["TIER", "MEMBER", "MODEL", "CALLS", "COST"]))
+                for r in spend.receipts:
+                    data = _as_dict(r.data)
+                    print(f"  {r.task_key} {r.run_id}: tier {r.tier} by {data.get('rule', '')}"
+                          f"{' (opus disabled)' if data.get('opus_disabled') else ''}"
+                          f"{' escalation ' + data['escalation'] if data.get('escalation') else ''}"
+                          f" member {data.get('member', '-')} agent {data.get('agent', '-')}")
+            return 0
+        if args.command == "usage":
+            meters = client.get_usage(args.prefix)
+            if args.json:
+                print(json.dumps([_as_dict(m) for m in meters], indent=2))
+            else:
+                def amount(m, v: int) -> str:
+                    return f"${v / 1e6:.6f}" if m.unit == "usd" else str(v)
+                print(_table(([m.key, m.period, amount(m, m.used), amount(m, m.reserved),
+                               amount(m, m.limit) if m.limit else "none"] for m in meters),
+                             ["METER", "PERIOD", "USED", "RESERVED", "LIMIT"]))
             return 0
         if args.command == "cancel":
             change = client.cancel_change(args.change_id)

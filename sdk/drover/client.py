@@ -121,6 +121,27 @@ class Client:
                                       metadata=self._metadata).text
 
     @_mapped
+    def raise_budget(self, change_id: str, budget_usd: float) -> Change:
+        """Raise a Change's budget; Tasks a budget stopped get a fresh attempt window and run again."""
+        return self._changes.RaiseBudget(change_pb2.RaiseBudgetRequest(change_id=change_id, budget_usd=budget_usd),
+                                         metadata=self._metadata)
+
+    @_mapped
+    def get_spend(self, change_id: str) -> change_pb2.Spend:
+        """A Change's spend by tier, member and model, and its Decision Receipts."""
+        return self._changes.GetSpend(change_pb2.GetSpendRequest(change_id=change_id), metadata=self._metadata)
+
+    @_mapped
+    def get_usage(self, prefix: str = "") -> list[types_pb2.MeterUsage]:
+        """Every meter's current value, limit and period."""
+        return list(self._ops.GetUsage(operations_pb2.GetUsageRequest(prefix=prefix), metadata=self._metadata).meters)
+
+    @_mapped
+    def list_receipts(self, *, change_id: str = "", run_id: str = "") -> list[types_pb2.DecisionReceipt]:
+        return list(self._ops.ListReceipts(operations_pb2.ListReceiptsRequest(change_id=change_id, run_id=run_id),
+                                           metadata=self._metadata).receipts)
+
+    @_mapped
     def cancel_change(self, change_id: str) -> Change:
         return self._changes.CancelChange(change_pb2.CancelChangeRequest(change_id=change_id),
                                           metadata=self._metadata)
