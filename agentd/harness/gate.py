@@ -62,8 +62,9 @@ class Gate:
         if answer.calls_cap:
             self.calls_used, self.calls_cap = answer.calls_used, answer.calls_cap
         if not answer.granted:
+            # A budget refusal is spend_limited; its reason is the exact limit (change_budget, ...).
             raise RunEnded(REFUSALS.get(answer.refusal, "spend_limited"),
-                           f"the control plane refused the model call: {answer.refusal}")
+                           f"the control plane refused the model call: {answer.refusal}", code=answer.refusal)
         self._reservations[attempt] = answer.reservation_id
 
     async def settle(self, attempt: int, usage: Usage | None, error: ModelError | None) -> None:
