@@ -14,10 +14,13 @@ from drover.v1 import agent_pb2, agent_pb2_grpc
 
 
 class AgentService(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, fleet: Fleet, harness: HarnessConfig) -> None:
+    def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         self.store = fleet.store
-        self.harness = harness
+
+    @property
+    def harness(self) -> HarnessConfig:
+        return self.fleet.config.harness  # replaced by a hot reload
 
     async def Connect(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
         await self.fleet.connect(context)

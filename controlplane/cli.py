@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                                   harness=harness)
             for path in bootstrap_tokens(store, config.data_dir / "tokens"):
                 print(f"wrote {path.stem} token to {path}", flush=True)
-            asyncio.run(serve(config, store))
+            asyncio.run(serve(config, store, pathlib.Path(args.config) if args.config else None))
         elif args.command == "token":
             token = store.transaction(auth.create_token, args.kind, args.name, args.role)
             if args.out:

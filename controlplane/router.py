@@ -119,6 +119,7 @@ class Router:
     def reconfigure(self, harness: HarnessConfig) -> None:
         self.harness = harness
         self.probe.policy = harness.quota
+        self.rr.clear()
 
     def observe(self, member: str, error: str) -> None:
         """agentd reported an attempt's error for a member: a 429 or quota error blocks an unknown probe."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 import logging
 import pathlib
 import signal
@@ -18,7 +20,7 @@ from controlplane.agent_service import AgentService
 from controlplane.auth import AuthInterceptor, Permission
 from controlplane.change_service import ChangeService
 from controlplane.composer import Composer
-from controlplane.config import ServerConfig
+from controlplane.config import ServerConfig, load_harness
 from controlplane.fleet import Fleet
 from controlplane.models import Token
 from controlplane.notify import Notifier
@@ -114,7 +116,7 @@ class ControlPlane:
                 ("grpc.keepalive_timeout_ms", 10_000),
             ],
         )
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(self.fleet, config.harness), self.server)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(self.fleet), self.server)
         change_pb2_grpc.add_ChangeServiceServicer_to_server(
             ChangeService(store, self.fleet, self.notifier, self.auth), self.server)
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(
@@ -133,6 +135,22 @@ class ControlPlane:
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
+    def reload(self, path: pathlib.Path) -> bool:
+        """SIGHUP: read the TOML file again; an invalid one is refused and the running config kept."""
+        try:
+            harness = load_harness(path, os.environ)
+        except (ValueError, OSError) as err:
+            log.error("config reload refused, keeping the running config: %s", err)
+            return False
+        for warning in harness.warnings:
+            log.warning("%s", warning)
+        self.config = dataclasses.replace(self.config, harness=harness)
+        self.fleet.config = self.config
+        self.fleet.router.reconfigure(harness)
+        lifecycle.set_policy(lifecycle.Policy(allow_opus=harness.allow_opus))
+        log.info("config reloaded from %s", path)
+        return True
+
     async def stop(self) -> None:
         """Stop accepting, let calls in flight finish within the grace period, then close."""
         await self.health.enter_graceful_shutdown()
@@ -142,7 +160,7 @@ class ControlPlane:
         self.store.close()
 
 
-async def serve(config: ServerConfig, store: Store) -> None:
+async def serve(config: ServerConfig, store: Store, config_file: pathlib.Path | None = None) -> None:
     plane = ControlPlane(config, store)
     await plane.start()
     host = config.listen.rsplit(":", 1)[0]
@@ -152,6 +170,8 @@ async def serve(config: ServerConfig, store: Store) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if config_file is not None:
+        loop.add_signal_handler(signal.SIGHUP, plane.reload, config_file)
     await stop.wait()
     log.info("shutting down: draining calls for up to %.0f s", config.grace_seconds)
     await plane.stop()

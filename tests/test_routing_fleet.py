@@ -110,3 +110,44 @@ def test_a_change_whose_budget_runs_out_blocks_exactly_the_right_tasks_and_a_rai
     assert usage["change"].used == 2 * 300_300 and usage["change"].limit == 610_000 and usage["change"].reserved == 0
     assert len(model.requests) == 4  # the refused call never reached the model
     assert final.status == "succeeded" and all(t.status == "succeeded" for t in final.tasks)
+
+
+BAD_CLASSES = '[[classes]]\nid = "sonnet"\n[[classes.members]]\nagent = "anthropic"\nbilling = "PayPerApi"\n'
+
+
+def test_an_invalid_member_config_stops_the_start_with_the_seed_message(tmp_path: pathlib.Path) -> None:
+    import subprocess
+    import sys
+    config = tmp_path / "bad.toml"
+    config.write_text(BAD_CLASSES)  # no quality_score
+    done = subprocess.run([sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0",
+                           "--data-dir", str(tmp_path / "cp"), "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "quality_score" in done.stderr and "AgentClass 'sonnet'" in done.stderr
+
+
+def test_a_hot_reload_with_an_invalid_config_keeps_the_old_one(fleet: Fleet, model: fake.FakeAnthropic,
+                                                               calc_repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    import signal
+    import time
+    config = tmp_path / "live.toml"
+    config.write_text("")
+    model.extend([fake.tool_use("complete_task", {"summary": "one"}), fake.tool_use("complete_task", {"summary": "two"})])
+    start(fleet, model, calc_repo, "--config", str(config))
+    drop = {"key": "drop", "kind": "migrate", "objective": "drop", "flags": {"destructive_migration": True}}
+    config.write_text(BAD_CLASSES)
+    fleet.plane.proc.send_signal(signal.SIGHUP)
+    time.sleep(1)
+    with fleet.plane.client() as client:
+        first = client.submit_change("calc", "still opus off", [drop])
+        list(client.watch(first.id))
+        config.write_text("[anthropic]\nallow_opus = true\n")
+        fleet.plane.proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        second = client.submit_change("calc", "opus on", [drop])
+        list(client.watch(second.id))
+        models = [client.list_runs(change_id=c.id)[0].model for c in (first, second)]
+    log = (fleet.plane.data_dir / "controlplane-1.log").read_text()
+    assert "config reload refused, keeping the running config" in log
+    assert models == ["claude-sonnet-5-5", "claude-opus-5-5"]
