@@ -151,3 +151,63 @@ def test_a_hot_reload_with_an_invalid_config_keeps_the_old_one(fleet: Fleet, mod
     log = (fleet.plane.data_dir / "controlplane-1.log").read_text()
     assert "config reload refused, keeping the running config" in log
     assert models == ["claude-sonnet-5-5", "claude-opus-5-5"]
+
+
+def test_exhausted_subscription_members_defer_the_run_until_the_probe_allows_it(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    import http.server
+    import json
+    import threading
+    quota = {"available_pct": 5.0}
+
+    class Probe(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = json.dumps(quota).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Probe)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = tmp_path / "subscription.toml"
+    config.write_text(f"""
+[[classes]]
+id = "sonnet"
+[[classes.members]]
+agent = "anthropic"
+instance_id = "acct-a"
+billing = "Subscription"
+model = "claude-sonnet-5-5"
+quality_score = 100
+credential_env = "ANTHROPIC_API_KEY"
+probe_url = "http://127.0.0.1:{server.server_port}/quota"
+
+[quota_router]
+recheck_interval_seconds = 1
+cache_ttl_seconds = 0.2
+""")
+    model.extend([fake.tool_use("complete_task", {"summary": "waited for quota"})])
+    try:
+        start(fleet, model, calc_repo, "--config", str(config))
+        with fleet.plane.client() as client:
+            change = client.submit_change("calc", "quota", [
+                {"key": "q", "kind": "implement", "objective": "q", "complexity": "medium"}])
+            from tests.conftest import wait_for
+            wait_for(lambda: client.list_events(change_id=change.id, kind="quota_router.deferred"), 20,
+                     what="the run to be deferred")
+            assert model.requests == []
+            quota["available_pct"] = 80.0
+            list(client.watch(change.id))
+            final = client.get_change(change.id)
+            [receipt] = client.list_receipts(change_id=change.id)
+            probed = client.list_events(kind="quota_router.probed")
+    finally:
+        server.shutdown()
+    assert final.status == "succeeded" and receipt.data["member"] == "anthropic/acct-a"
+    assert {e.data["available_pct"] for e in probed} >= {5.0, 80.0}
+    log = (fleet.plane.data_dir / "controlplane-1.log").read_text()
+    assert "AgentClass 'sonnet' has no PayPerApi fallback" in log
