@@ -41,7 +41,7 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(s: Session, kind: str, name: str, role: str = "") -> str:
+def create_token(s: Session, kind: str, name: str, role: str = "", monthly_budget_usd: float = 0.0) -> str:
     """Store a new token's hash; answers the token, which is shown once and never stored."""
     if kind not in KINDS:
         raise InvalidArgument(f"must be one of {', '.join(KINDS)}", field="kind")
@@ -54,7 +54,9 @@ def create_token(s: Session, kind: str, name: str, role: str = "") -> str:
     elif role:
         raise InvalidArgument("agent tokens carry no role", field="role")
     token = f"drv_{kind[0]}_{secrets.token_urlsafe(32)}"
-    s.add(Token(name=name, kind=kind, role=role, token_hash=hash_token(token)))
+    if monthly_budget_usd < 0:
+        raise InvalidArgument("must not be negative", field="monthly_budget_usd")
+    s.add(Token(name=name, kind=kind, role=role, token_hash=hash_token(token), monthly_budget_usd=monthly_budget_usd))
     return token
 
 

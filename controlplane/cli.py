@@ -43,6 +43,8 @@ def parser() -> argparse.ArgumentParser:
     tc.add_argument("--name", required=True)
     tc.add_argument("--role", choices=auth.ROLES, default="")
     tc.add_argument("--out", help="write the token to this file (mode 0600) instead of printing it")
+    tc.add_argument("--monthly-budget-usd", type=float, default=0.0,
+                    help="this user's monthly model budget (0: none)")
     pr = sub.add_parser("project", help="projects").add_subparsers(dest="project_command", required=True)
     pa = pr.add_parser("add", help="add or update a project")
     _common(pa)
@@ -53,6 +55,7 @@ def parser() -> argparse.ArgumentParser:
     pa.add_argument("--allow", action="append", default=[], metavar="RULE",
                     help="a command the harness may run, e.g. 'pytest [args]' (repeatable; default: Python rules)")
     pa.add_argument("--network", action="store_true", help="let the harness's commands use the network")
+    pa.add_argument("--monthly-budget-usd", type=float, default=0.0, help="the project's monthly model budget")
     pa.add_argument("--git-token-file", default="",
                     help="file holding the git token for an https repository; read when a run starts, never stored")
     return p
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {path.stem} token to {path}", flush=True)
             asyncio.run(serve(config, store, pathlib.Path(args.config) if args.config else None))
         elif args.command == "token":
-            token = store.transaction(auth.create_token, args.kind, args.name, args.role)
+            token = store.transaction(auth.create_token, args.kind, args.name, args.role, args.monthly_budget_usd)
             if args.out:
                 auth.write_token_file(pathlib.Path(args.out), token)
                 print(f"wrote {args.kind} token {args.name!r} to {args.out}")
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 repo = str(pathlib.Path(repo).resolve())
             token_file = str(pathlib.Path(args.git_token_file).resolve()) if args.git_token_file else ""
             store.transaction(add_project, args.name, repo, args.branch, args.pool, args.allow, args.network,
-                              token_file)
+                              token_file, args.monthly_budget_usd)
             print(f"project {args.name}: repo {repo or '(none)'}, branch {args.branch}, pool {args.pool or '(any)'}")
     except (DroverError, ValueError) as err:
         print(f"controlplane: {err}", file=sys.stderr)

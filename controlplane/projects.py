@@ -13,7 +13,8 @@ from controlplane.models import Project
 
 
 def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "",
-                commands: list[str] | None = None, network: bool = False, git_token_file: str = "") -> Project:
+                commands: list[str] | None = None, network: bool = False, git_token_file: str = "",
+                monthly_budget_usd: float = 0.0) -> Project:
     """Create a project, or update the repository, branch and pool of an existing one."""
     if not name.strip() or len(name) > 200:
         raise InvalidArgument("must be 1 to 200 characters", field="name")
@@ -31,6 +32,9 @@ def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: st
     project.repo, project.branch, project.pool = repo, branch, pool
     project.commands, project.network = list(commands or []), network
     project.git_token_file = git_token_file
+    if monthly_budget_usd < 0:
+        raise InvalidArgument("must not be negative", field="monthly_budget_usd")
+    project.monthly_budget_usd = monthly_budget_usd
     add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch,
               pool=pool)
     return project

@@ -136,3 +136,16 @@ def test_agentd_with_no_flags_connects_next_to_the_quickstart_control_plane(tmp_
             if proc is not None:
                 proc.terminate()
                 proc.wait(15)
+
+
+def test_project_and_user_monthly_budgets_from_the_cli(fleet: Fleet) -> None:
+    plane = fleet.start_plane()
+    plane.cli("project", "add", "budgeted", "--monthly-budget-usd", "12.5")
+    plane.cli("token", "create", "--kind", "user", "--name", "ann", "--monthly-budget-usd", "3")
+    bad = subprocess.run([sys.executable, "-m", "controlplane.cli", "project", "add", "x", "--monthly-budget-usd",
+                          "-1", "--data-dir", str(plane.data_dir)], capture_output=True, text=True)
+    import sqlite3
+    db = sqlite3.connect(plane.data_dir / "drover.db")
+    assert db.execute("select monthly_budget_usd from projects where name='budgeted'").fetchone() == (12.5,)
+    assert db.execute("select monthly_budget_usd from tokens where name='ann'").fetchone() == (3.0,)
+    assert bad.returncode == 2 and "monthly_budget_usd: must not be negative" in bad.stderr
