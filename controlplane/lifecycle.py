@@ -193,6 +193,8 @@ def _finish(s: Session, run: Run, status: str, *, exit_code: int = 0, reason: st
     if error:
         data["error"] = error[:2000]
     _run_event(s, "run.finished", run, **data)
+    from controlplane import claims  # claims uses this module's add_event and new_id
+    claims.release(s, run.id, utcnow())
     task = s.get(Task, run.task_id)
     change = s.get(Change, run.change_id, with_for_update=True)  # one finisher at a time per Change
     assert task is not None and change is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -94,6 +94,7 @@ class Run(Base):
     model: Mapped[str] = mapped_column(String(200), default="")
     member: Mapped[str] = mapped_column(String(200), default="")  # the member's route key
     not_before: Mapped[dt.datetime | None] = mapped_column(nullable=True)  # a retry or escalation waits 5 s
+    context_hash: Mapped[str] = mapped_column(String(64), default="")  # the Context Packet's hash; "": none
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     output_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     output_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -210,3 +211,33 @@ class DecisionReceipt(Base):
     tier: Mapped[str] = mapped_column(String(16))
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)  # rule, classifier, floor, opus_disabled, escalation, members, agent
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Claim(Base):
+    """An advisory lease of one run on one resource (DESIGN.md "Claims"). It never blocks anyone."""
+    __tablename__ = "claims"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    resource: Mapped[str] = mapped_column(Text)  # normalised: a path, a glob, or kind:name
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    change_id: Mapped[str] = mapped_column(String(40), index=True)
+    task_id: Mapped[str] = mapped_column(String(40))
+    holder: Mapped[str] = mapped_column(String(200), default="")  # the agent running the run
+    generation: Mapped[int] = mapped_column(Integer)  # per resource; a new one after expiry or release
+    acquired_at: Mapped[dt.datetime] = mapped_column()
+    renewed_at: Mapped[dt.datetime] = mapped_column()  # acquired_at until the first renewal
+    expires_at: Mapped[dt.datetime] = mapped_column()
+    released_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)  # also set when it expired and was freed
+    __table_args__ = (Index("ix_claims_resource", "resource"),)
+
+
+class Conflict(Base):
+    """Two Tasks of one Change that touched the same files or contended for the same resources."""
+    __tablename__ = "conflicts"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    change_id: Mapped[str] = mapped_column(ForeignKey("changes.id"), index=True)
+    task_a: Mapped[str] = mapped_column(String(40))  # the earlier Task of the Change
+    task_b: Mapped[str] = mapped_column(String(40))
+    files: Mapped[list[Any]] = mapped_column(default=list)
+    resources: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    __table_args__ = (UniqueConstraint("change_id", "task_a", "task_b", name="uq_conflicts_change_tasks"),)
