@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Context Packets: retrieval and compilation on a large repository.
+
+    python benchmarks/packets.py [--files N] [--runs R] [--git] [--section compile|all]
+
+compile: a generated Python repository of N files (default 10,000: packages pkg000, pkg001, ...
+of 100 files each, an __init__.py and modules of ~40 lines that import three other modules, one
+in two by absolute import, the rest by relative import within the package, plus a README and a
+CONTRIBUTING). It is held as a DictTree in memory and, with --git, also written into a bare git
+repository in a temporary directory (packed, as a clone is) and read as a GitTree (pygit2, straight from the object
+database). For a Task with 5 declared files, R times: `dependency_neighbours` (what the declared
+files import and every file that imports them: a scan of the whole tree), the items (declared,
+neighbours, conventions) and `compile_packet` at the 12,000-token limit. Reported in ms: p50 and
+p99 of the whole and of each part, and the packet's size. The generated repository is the same
+on every run (a seeded random.Random). Nothing is asserted; figures are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import pygit2  # noqa: E402
+
+from controlplane.packet import CompiledPacket, PacketInputs, compile_packet  # noqa: E402
+from controlplane.retrieval import (DictTree, GitTree, Tree, conventions, declared_items,  # noqa: E402
+                                    dependency_neighbours, neighbour_items)
+
+AT = "2025-01-01T00:00:00+00:00"
+PER_PACKAGE = 100
+
+
+def generate_repo(n_files: int, seed: int = 7) -> dict[str, str]:
+    """Path -> text of a Python repository of `n_files` files (two of them docs)."""
+    rnd = random.Random(seed)
+    n_packages = max(1, (n_files - 2 + PER_PACKAGE - 1) // PER_PACKAGE)
+    modules = [(p, m) for p in range(n_packages) for m in range(1, PER_PACKAGE)][:max(0, n_files - 2 - n_packages)]
+    files = {"README.md": "# Generated\n\nA generated repository.\n" * 20,
+             "CONTRIBUTING.md": "Run `python -m pytest -q` before sending a change.\n" * 10}
+    files |= {f"pkg{p:03d}/__init__.py": f'"""Package {p}."""\n' for p in range(n_packages)}
+    for p, m in modules:
+        lines = [f'"""Module {m} of package {p}."""', "", "from __future__ import annotations", ""]
+        for _ in range(3):
+            op, om = rnd.choice(modules)
+            if rnd.random() < 0.5:
+                lines.append(f"from pkg{op:03d} import mod{om:03d}")
+            else:
+                lines.append(f"from . import mod{rnd.randrange(1, PER_PACKAGE):03d}")
+        lines.append("")
+        for f in range(8):
+            lines += [f"def function_{f}(value: int) -> int:", f'    """Function {f}."""',
+                      f"    return value * {rnd.randrange(100)} + {f}", "", ""]
+        files[f"pkg{p:03d}/mod{m:03d}.py"] = "\n".join(lines)
+    return files
+
+
+def write_git_repo(files: dict[str, str], path: pathlib.Path) -> str:
+    """A bare repository at `path` with `files` in one commit on main, packed like a clone (the
+    loose objects removed); answers the commit id."""
+    repo = pygit2.init_repository(str(path), bare=True, initial_head="main")
+    index = pygit2.Index()
+    for name, text in files.items():
+        index.add(pygit2.IndexEntry(name, repo.create_blob(text.encode()), pygit2.enums.FileMode.BLOB))
+    sig = pygit2.Signature("Bench", "bench@drover.invalid", 1_700_000_000, 0)
+    commit = str(repo.create_commit("refs/heads/main", sig, sig, "generated", index.write_tree(repo), []))
+    repo.pack()
+    for loose in (path / "objects").iterdir():
+        if len(loose.name) == 2:
+            shutil.rmtree(loose)
+    return commit
+
+
+def percentiles(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return f"p50 {statistics.median(ordered):8.2f}  p99 {p99:8.2f}"
+
+
+def timed(fn: Callable[[], object]) -> tuple[object, float]:
+    start = time.perf_counter()
+    value = fn()
+    return value, (time.perf_counter() - start) * 1000
+
+
+def packet_for(tree: Tree, commit: str, declared: list[str]) -> tuple[CompiledPacket, dict[str, float]]:
+    """Retrieval and compilation for one Task, with the time of each part in ms."""
+    neighbours, t_neigh = timed(lambda: dependency_neighbours(tree, declared))
+    assert isinstance(neighbours, list)
+    items, t_items = timed(lambda: (declared_items(tree, declared, AT) + neighbour_items(tree, neighbours, AT),
+                                    conventions(tree, AT)))
+    assert isinstance(items, tuple)
+    inputs = PacketInputs(
+        change={"goal": "Speed up function_3 everywhere", "criteria": ["tests pass"], "invariants": []},
+        task={"key": "speed", "kind": "implement", "objective": "Make function_3 faster", "resources": [],
+              "risk": "low", "files": declared},
+        canonical_commit=commit, file_list=tuple(tree.files()), conventions=tuple(items[1]),
+        tools=("list_files", "read_file", "edit_file", "run_command", "complete_task", "fail_task"),
+        budget={"usd": 2.0, "calls": 32}, items=tuple(items[0]), semantic_note="not measured here")
+    compiled, t_compile = timed(lambda: compile_packet(inputs))
+    assert isinstance(compiled, CompiledPacket)
+    return compiled, {"neighbours": t_neigh, "items": t_items, "compile": t_compile,
+                      "total": t_neigh + t_items + t_compile}
+
+
+def bench_compile(args: argparse.Namespace) -> None:
+    """Section: dependency_neighbours + items + compile_packet on an N-file repository."""
+    files, t_gen = timed(lambda: generate_repo(args.files))
+    assert isinstance(files, dict)
+    declared = [p for p in sorted(files) if p.endswith(".py") and "__init__" not in p][::len(files) // 5][:5]
+    print(f"== compile: {len(files)} files ({sum(map(len, files.values())) / 1e6:.1f} MB), "
+          f"{args.runs} runs, declared: {', '.join(declared)} (generated in {t_gen:.0f} ms)")
+    tmp = tempfile.TemporaryDirectory(prefix="drover-packets-")
+    commit = "0" * 40
+    if args.git:
+        written, t_write = timed(lambda: write_git_repo(files, pathlib.Path(tmp.name) / "repo.git"))
+        commit = str(written)
+        print(f"   git repository written in {t_write:.0f} ms (same commit id for both trees: same packet)")
+    trees: list[tuple[str, Callable[[], tuple[Tree, str]]]] = [("DictTree", lambda: (DictTree(files), commit))]
+    if args.git:
+        trees.append(("GitTree", lambda: (lambda t: (t, t.commit))(GitTree(pathlib.Path(tmp.name) / "repo.git"))))
+    try:
+        for name, make in trees:
+            opened, t_open = timed(make)
+            assert isinstance(opened, tuple)
+            tree, commit = opened
+            samples: dict[str, list[float]] = {}
+            compiled = None
+            for _ in range(args.runs):
+                compiled, parts = packet_for(tree, commit, declared)
+                for part, ms in parts.items():
+                    samples.setdefault(part, []).append(ms)
+            assert compiled is not None
+            packet = compiled.packet
+            kinds = [i["source"] for i in packet["items"]]
+            print(f"-- {name} (opened in {t_open:.1f} ms)")
+            for part in ("neighbours", "items", "compile", "total"):
+                print(f"   {part:<11} ms  {percentiles(samples[part])}")
+            print(f"   packet: {len(compiled.data)} bytes, {compiled.tokens} tokens, "
+                  f"{kinds.count('declared_file')} declared + {kinds.count('dependency_neighbour')} neighbour items, "
+                  f"{len(compiled.dropped)} dropped, file list {len(packet['file_list']['paths'])} of "
+                  f"{packet['file_list']['total']}, sha256 {compiled.sha256[:16]}")
+    finally:
+        tmp.cleanup()
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {"compile": bench_compile}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--files", type=int, default=10_000, help="files in the generated repository (default 10000)")
+    p.add_argument("--runs", type=int, default=30, help="timed runs per tree (default 30)")
+    p.add_argument("--git", action="store_true", help="also write a real git repository and read it as a GitTree")
+    p.add_argument("--section", choices=(*SECTIONS, "all"), default="all")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    for name, section in SECTIONS.items():
+        if args.section in (name, "all"):
+            section(args)
+
+
+if __name__ == "__main__":
+    main()
