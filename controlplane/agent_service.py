@@ -6,7 +6,8 @@ import json
 
 import grpc
 
-from controlplane import changesets, meters, metering, pricing
+from controlplane import changesets, claims, meters, metering, pricing
+from controlplane.models import utcnow
 from controlplane.config import HarnessConfig
 from controlplane.fleet import Fleet
 from controlplane.servicing import reporting
@@ -33,6 +34,8 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         r = await self.store.run(lambda s: metering.reserve(
             s, h, request.run_id, request.key, request.model, request.purpose or "agent", request.max_output_tokens,
             request.estimated_input_tokens, budgets=budgets))
+        if r.granted:  # each model call renews the run's claims at half-life
+            await self.store.run(lambda s: claims.renew_due(s, request.run_id, utcnow()))
         self.fleet.notifier.notify()
         return agent_pb2.ReserveModelCallResponse(reservation_id=r.reservation_id, granted=r.granted,
                                                   refusal=r.refusal, calls_used=r.calls_used,

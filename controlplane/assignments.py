@@ -7,11 +7,12 @@ import os
 
 from sqlalchemy.orm import Session
 
-from controlplane import changesets, graph
+from controlplane import changesets, graph, packet
 from controlplane.config import HarnessConfig
 from controlplane.members import Member
 from controlplane.quota import credential
 from controlplane.models import Change, Project, Run, Task
+from controlplane.objectstore import DirectoryStore
 from controlplane.projects import git_token
 from drover.v1 import agent_pb2
 
@@ -37,7 +38,8 @@ def render_prompt(change: Change, task: Task) -> str:
     return "\n".join(lines)
 
 
-def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessConfig) -> agent_pb2.RunAssignment:
+def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessConfig,
+          objects: DirectoryStore | None = None) -> agent_pb2.RunAssignment:
     assignment = agent_pb2.RunAssignment(
         run_id=run.id, change_id=run.change_id, task_id=task.id, task_key=task.key, kind=task.kind,
         driver=run.driver, attempt=run.attempt,
@@ -65,7 +67,12 @@ def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessCo
     spec.workspace_mode = workspace_mode(task.kind, project)
     spec.max_calls, spec.max_output_tokens = tier.max_calls, tier.max_output_tokens
     spec.thinking_json = json.dumps(dict(tier.thinking)) if tier.thinking else ""
-    spec.prompt = render_prompt(change, task)
+    if run.context_hash and objects is not None:  # the prompt is rendered from the packet and nothing else
+        key = f"context/{project.name}/{change.id}/{task.id}/{run.context_hash}.json"
+        spec.prompt = packet.render_prompt(json.loads(objects.get(key)))
+        assignment.context_hash = run.context_hash
+    else:
+        spec.prompt = render_prompt(change, task)
     spec.command_rules.extend(project.commands)
     spec.network = project.network
     spec.context_window_tokens = harness.context_window_tokens

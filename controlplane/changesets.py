@@ -56,6 +56,9 @@ def publish(s: Session, objects: DirectoryStore, p: Published) -> ChangeSet:
     s.add(changeset)
     add_event(s, "changeset.published", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
               agent=run.agent, changeset_id=changeset.id, branch=p.branch, files=list(p.files))
+    s.flush()
+    from controlplane import claims  # claims imports this module's neighbours
+    claims.detect_conflicts(s, run.change_id)  # overlapping ChangeSets of one Change
     return changeset
 
 

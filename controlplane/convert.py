@@ -78,7 +78,7 @@ def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0,
                          output_truncated=row.output_truncated, cancel_requested=row.cancel_requested,
                          project=project, driver=row.driver, tier=row.tier, model=row.model,
                          outcome=row.reason if row.driver == "harness" and row.finished_at else "",
-                         model_calls=calls, cost_micros=cost)
+                         model_calls=calls, cost_micros=cost, context_hash=row.context_hash)
 
 
 def agent(row: models.Agent, active: int) -> types_pb2.Agent:

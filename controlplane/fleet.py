@@ -14,7 +14,7 @@ import grpc
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from controlplane import assignments, convert, lifecycle, metering, runstate
+from controlplane import assignments, claims, convert, lifecycle, metering, runstate
 from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
 from controlplane.notify import Notifier
@@ -46,7 +46,7 @@ class Fleet:
         self.config = config
         self.notifier = notifier
         self.objects = DirectoryStore(config.objects)
-        self.router = Router(store, config.harness, notifier)
+        self.router = Router(store, config.harness, notifier, self.objects, config.data_dir / "mirrors")
         self.sessions: dict[str, AgentSession] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -107,7 +107,7 @@ class Fleet:
                 session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))
             if hello.resume_runs:
                 for assignment in await self.store.run(_resume_assignments, hello.name, list(hello.resume_runs),
-                                                       self.config.harness):
+                                                       self.config.harness, self.objects):
                     session.send(agent_pb2.ControlMessage(assign=assignment))
             log.info("agent %s connected (capacity %d, %d runs listed)", hello.name, hello.capacity, len(listed))
             self.notifier.notify()
@@ -192,7 +192,7 @@ class Fleet:
         self._refusals = {run: fresh for run, by in self._refusals.items()
                           if (fresh := {a: until for a, until in by.items() if until > now})}
         avoid = {run: frozenset(by) for run, by in self._refusals.items()}
-        assigned = await self.store.run(_assign_queued, connected, avoid, self.config.harness)
+        assigned = await self.store.run(_assign_queued, connected, avoid, self.config.harness, self.objects)
         for agent, assignment in assigned:
             session = self.sessions.get(agent)
             if session is not None:
@@ -225,6 +225,7 @@ class Fleet:
                 failed = await self.store.run(lifecycle.fail_lost_runs, window)
                 # A reservation whose settle never came (its supervisor died mid-call) settles at its estimate.
                 await self.store.run(metering.settle_expired, RESERVATION_TTL)
+                await self.store.run(_renew_claims, list(self.sessions))
             except Exception:
                 log.exception("lost-agent sweep failed")
                 continue
@@ -242,8 +243,8 @@ def _check_hello(hello: agent_pb2.Hello) -> str:
     return ""
 
 
-def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[str]],
-                   harness: HarnessConfig) -> list[tuple[str, agent_pb2.RunAssignment]]:
+def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[str]], harness: HarnessConfig,
+                   objects: DirectoryStore) -> list[tuple[str, agent_pb2.RunAssignment]]:
     """In one transaction: plan and record the assignment of queued runs to connected agents."""
     agents = list(s.scalars(select(Agent).where(Agent.name.in_(connected)).order_by(Agent.name)))
     if not agents:
@@ -259,7 +260,7 @@ def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[
         select(Run, Task, Project).join(Task, Run.task_id == Task.id).join(Change, Change.id == Run.change_id)
         .join(Project, Project.name == Change.project).where(Run.state == "queued")
         .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
-        .where(or_(Run.driver == "command", Run.member != ""))  # a harness run is routed first
+        .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
         .order_by(Run.created_at, Run.id).limit(500)).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
     plan = plan_assignments(
@@ -274,12 +275,15 @@ def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[
         receipt = s.get(DecisionReceipt, run.id)
         if receipt is not None:
             receipt.data = {**(receipt.data or {}), "agent": agent}
-        out.append((agent, assignments.build(s, run, task, project, harness)))
+        resources = claims.task_resources(task.spec or {})
+        if resources:  # advisory: a claim another run holds is recorded as contended, never blocks
+            claims.acquire(s, run.id, resources, utcnow())
+        out.append((agent, assignments.build(s, run, task, project, harness, objects)))
     return out
 
 
-def _resume_assignments(s: Session, agent: str, run_ids: list[str],
-                        harness: HarnessConfig) -> list[agent_pb2.RunAssignment]:
+def _resume_assignments(s: Session, agent: str, run_ids: list[str], harness: HarnessConfig,
+                        objects: DirectoryStore) -> list[agent_pb2.RunAssignment]:
     """Assignments sent again (secrets included) so harness runs whose supervisor died resume."""
     out = []
     for run_id in run_ids:
@@ -291,9 +295,16 @@ def _resume_assignments(s: Session, agent: str, run_ids: list[str],
         assert task is not None and change is not None
         project = s.get(Project, change.project)
         assert project is not None
-        assignment = assignments.build(s, run, task, project, harness)
+        assignment = assignments.build(s, run, task, project, harness, objects)
         assignment.resume = True
         lifecycle.add_event(s, "run.resumed", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
                             agent=agent)
         out.append(assignment)
     return out
+
+
+def _renew_claims(s: Session, connected: list[str]) -> None:
+    """The liveness check renews the claims of live runs on connected agents at half-life."""
+    now = utcnow()
+    for run_id in s.scalars(select(Run.id).where(Run.agent.in_(connected), Run.state.in_(runstate.ACTIVE))):
+        claims.renew_due(s, run_id, now)

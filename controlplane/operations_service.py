@@ -90,3 +90,15 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         found = await self.store.run(lambda s: queries.receipts(s, change_id=request.change_id,
                                                                 run_id=request.run_id))
         return operations_pb2.ListReceiptsResponse(receipts=found)
+
+    @reporting
+    async def ListClaims(self, request: operations_pb2.ListClaimsRequest,
+                         context: grpc.aio.ServicerContext) -> operations_pb2.ListClaimsResponse:
+        found = await self.store.run(queries.list_claims, request.change_id, request.include_released)
+        return operations_pb2.ListClaimsResponse(claims=found)
+
+    @reporting
+    async def GetPacket(self, request: operations_pb2.GetPacketRequest,
+                        context: grpc.aio.ServicerContext) -> operations_pb2.Packet:
+        context_hash, text = await self.store.run(queries.packet_of, self.fleet.objects, request.run_id)
+        return operations_pb2.Packet(run_id=request.run_id, context_hash=context_hash, json=text)

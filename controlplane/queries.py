@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane import convert, runstate
-from controlplane.errors import NotFound
-from controlplane.models import Agent, Change, DecisionReceipt, Event, Meter, ModelCall, Run, RunLog, Task
+from controlplane.errors import FailedPrecondition, NotFound
+from controlplane.models import (Agent, Change, Conflict, DecisionReceipt, Event, Meter, ModelCall, Run, RunLog,
+                                 Task)
 from drover.v1 import change_pb2, types_pb2
 
 
@@ -19,7 +22,9 @@ def get_change(s: Session, change_id: str) -> types_pb2.Change:
         select(Run.task_id, Run.id).where(Run.change_id == change_id).order_by(Run.created_at, Run.id))}
     tasks = [convert.task(t, latest.get(t.id, ""))
              for t in s.scalars(select(Task).where(Task.change_id == change_id).order_by(Task.position))]
-    return convert.change(row, tasks)
+    out = convert.change(row, tasks)
+    out.conflicts.extend(conflicts(s, change_id))
+    return out
 
 
 def list_changes(s: Session, project: str, limit: int) -> list[types_pb2.Change]:
@@ -142,3 +147,33 @@ def usage(s: Session, prefix: str = "") -> list[types_pb2.MeterUsage]:
         q = q.where(func.substr(Meter.key, 1, len(prefix)) == prefix)
     return [types_pb2.MeterUsage(key=m.key, kind=m.kind, period=m.period, unit=m.unit, limit=m.limit_amount,
                                  used=m.used, reserved=m.reserved) for m in s.scalars(q)]
+
+
+def packet_of(s: Session, objects: Any, run_id: str) -> tuple[str, str]:
+    """A run's Context Packet: its hash and canonical JSON."""
+    run = s.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id!r}", field="run_id")
+    if not run.context_hash:
+        raise FailedPrecondition(f"run {run_id} has no Context Packet (a command run, or not routed yet)",
+                                 field="run_id")
+    change = s.get(Change, run.change_id)
+    assert change is not None
+    key = f"context/{change.project}/{change.id}/{run.task_id}/{run.context_hash}.json"
+    return run.context_hash, objects.get(key).decode()
+
+
+def list_claims(s: Session, change_id: str, include_released: bool) -> list[types_pb2.Claim]:
+    from controlplane import claims
+    found = claims.list_claims(s, include_released, change_id=change_id)
+    return [types_pb2.Claim(resource=c.resource, run_id=c.run_id, holder=c.holder, generation=c.generation,
+                            acquired_at=convert.ts(c.acquired_at), expires_at=convert.ts(c.expires_at),
+                            change_id=getattr(c, "change_id", ""), task_id=getattr(c, "task_id", ""))
+            for c in found]
+
+
+def conflicts(s: Session, change_id: str) -> list[types_pb2.Conflict]:
+    keys = {t.id: t.key for t in s.scalars(select(Task).where(Task.change_id == change_id))}
+    return [types_pb2.Conflict(task_a=keys.get(c.task_a, c.task_a), task_b=keys.get(c.task_b, c.task_b),
+                               files=c.files, resources=c.resources, created_at=convert.ts(c.created_at))
+            for c in s.scalars(select(Conflict).where(Conflict.change_id == change_id).order_by(Conflict.id))]

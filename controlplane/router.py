@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import pathlib
 from typing import Any
 
 from sqlalchemy import func, or_, select
@@ -14,9 +15,10 @@ from sqlalchemy.orm import Session
 
 from agentd.harness.model import AnthropicModel
 from agentd.harness.retry import RetryPolicy
-from controlplane import classifier, lifecycle, members, meters, routing, runstate
+from controlplane import classifier, lifecycle, members, meters, routing, runstart, runstate
 from controlplane.config import HarnessConfig
-from controlplane.models import DecisionReceipt, Run, Task, utcnow
+from controlplane.models import Conflict, DecisionReceipt, Run, Task, utcnow
+from controlplane.objectstore import DirectoryStore
 from controlplane.notify import Notifier
 from controlplane.quota import ObservedFailures, QuotaProbe
 from controlplane.store import Store
@@ -48,8 +50,9 @@ def traits_of(task: Task, attempt: int) -> routing.TaskTraits:
 
 
 def unrouted(s: Session) -> list[Pending]:
+    """Queued harness runs without a member, or routed but without their Context Packet yet."""
     rows = s.execute(select(Run, Task).join(Task, Task.id == Run.task_id).where(
-        Run.state == "queued", Run.driver == "harness", Run.member == "",
+        Run.state == "queued", Run.driver == "harness", or_(Run.member == "", Run.context_hash == ""),
         or_(Run.not_before.is_(None), Run.not_before <= utcnow())).order_by(Run.created_at, Run.id).limit(100)).all()
     return [Pending(run.id, traits_of(task, run.attempt), task.objective, run.tier) for run, task in rows]
 
@@ -96,6 +99,12 @@ def record(s: Session, run_id: str, decision: routing.TierDecision, selection: m
         return
     member = selection.chosen
     assert member is not None
+    conflicts = [{"tasks": [c.task_a, c.task_b], "files": c.files, "resources": c.resources}
+                 for c in s.scalars(select(Conflict).where(Conflict.change_id == run.change_id,
+                                                           or_(Conflict.task_a == run.task_id,
+                                                               Conflict.task_b == run.task_id)))]
+    if conflicts:
+        data["conflicts"] = conflicts
     run.tier = decision.tier
     run.model = member.model or harness.tiers[decision.model_tier].model
     run.member = member.route_key
@@ -106,9 +115,16 @@ def record(s: Session, run_id: str, decision: routing.TierDecision, selection: m
                         escalation=data.get("escalation", ""))
 
 
+def _routed(s: Session, run_id: str) -> bool:
+    run = s.get(Run, run_id)
+    return run is not None and bool(run.member)
+
+
 class Router:
-    def __init__(self, store: Store, harness: HarnessConfig, notifier: Notifier) -> None:
+    def __init__(self, store: Store, harness: HarnessConfig, notifier: Notifier, objects: DirectoryStore,
+                 mirrors: pathlib.Path) -> None:
         self.store, self.harness, self.notifier = store, harness, notifier
+        self.objects, self.mirrors = objects, mirrors
         self.probe = QuotaProbe(policy=harness.quota)
         self.observed = ObservedFailures()
         self.rr: dict[str, int] = {}
@@ -138,6 +154,9 @@ class Router:
         return len(pending)
 
     async def route(self, item: Pending) -> None:
+        if await self.store.run(_routed, item.run_id):  # routed before its packet was compiled
+            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id)
+            return
         h = self.harness
         if item.preset_tier:
             decision = routing.decide_tier(dataclasses.replace(item.traits, attempt=max(item.traits.attempt, 2)),
@@ -164,6 +183,8 @@ class Router:
         selection = members.select(cls, item.traits.required_capabilities, h.modifiers, snapshots, observed, active,
                                    h.quota, now, rr_counters=self.rr)
         await self.store.run(record, item.run_id, decision, selection, h, h.quota.recheck_interval_seconds)
+        if selection.outcome == "chosen":
+            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id)
         for m in cls.members:
             if m.billing == members.SUBSCRIPTION:
                 await self.store.run(lambda s, key=m.route_key: lifecycle.add_event(

@@ -54,6 +54,8 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.OperationsService/ListEvents": USER,
     "/drover.v1.OperationsService/GetUsage": USER,
     "/drover.v1.OperationsService/ListReceipts": USER,
+    "/drover.v1.OperationsService/ListClaims": USER,
+    "/drover.v1.OperationsService/GetPacket": USER,
 }
 SERVICE_NAMES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,

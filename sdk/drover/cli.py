@@ -76,6 +76,8 @@ def format_change(change: types_pb2.Change) -> str:
         lines.append(f"  candidate: {change.candidate_branch} at {change.candidate_commit[:12]}")
     if change.reason:
         lines.append(f"  reason: {change.reason}")
+    for c in change.conflicts:
+        lines.append(f"  conflict: {c.task_a} and {c.task_b} touch {', '.join([*c.files, *c.resources])}")
     for task in change.tasks:
         deps = f"  after {', '.join(task.depends_on)}" if task.depends_on else ""
         why = f"  ({task.reason})" if task.reason else ""
@@ -131,6 +133,10 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("change_id")
     us = sub.add_parser("usage", parents=[common], help="every meter: value, limit, period")
     us.add_argument("--prefix", default="")
+    pk = sub.add_parser("packet", parents=[common], help="a run's Context Packet")
+    pk.add_argument("run_id")
+    cl = sub.add_parser("claims", parents=[common], help="advisory claims: holder, resource, generation, expiry")
+    cl.add_argument("--change", default="")
     cc = sub.add_parser("cancel", parents=[common], help="cancel a Change")
     cc.add_argument("change_id")
     cr = sub.add_parser("cancel-run", parents=[common], help="cancel one run")
@@ -237,6 +243,19 @@ def run(args: argparse.Namespace) -> int:
                 print(_table(([m.key, m.period, amount(m, m.used), amount(m, m.reserved),
                                amount(m, m.limit) if m.limit else "none"] for m in meters),
                              ["METER", "PERIOD", "USED", "RESERVED", "LIMIT"]))
+            return 0
+        if args.command == "packet":
+            found = client.get_packet(args.run_id)
+            print(json.dumps(found, indent=2, ensure_ascii=False))
+            return 0
+        if args.command == "claims":
+            found = client.list_claims(args.change)
+            if args.json:
+                print(json.dumps([_as_dict(c) for c in found], indent=2))
+            else:
+                print(_table(([c.resource, c.run_id, c.holder, str(c.generation),
+                               dt.datetime.fromtimestamp(c.expires_at.seconds, dt.timezone.utc).strftime("%H:%M:%S")]
+                              for c in found), ["RESOURCE", "RUN", "HOLDER", "GENERATION", "EXPIRES"]))
             return 0
         if args.command == "cancel":
             change = client.cancel_change(args.change_id)

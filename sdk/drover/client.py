@@ -142,6 +142,19 @@ class Client:
                                            metadata=self._metadata).receipts)
 
     @_mapped
+    def get_packet(self, run_id: str) -> dict[str, Any]:
+        """A run's Context Packet (the parsed canonical JSON); its hash is run.context_hash."""
+        import json
+        return json.loads(self._ops.GetPacket(operations_pb2.GetPacketRequest(run_id=run_id),
+                                              metadata=self._metadata).json)
+
+    @_mapped
+    def list_claims(self, change_id: str = "", include_released: bool = False) -> list[types_pb2.Claim]:
+        return list(self._ops.ListClaims(operations_pb2.ListClaimsRequest(change_id=change_id,
+                                                                          include_released=include_released),
+                                         metadata=self._metadata).claims)
+
+    @_mapped
     def cancel_change(self, change_id: str) -> Change:
         return self._changes.CancelChange(change_pb2.CancelChangeRequest(change_id=change_id),
                                           metadata=self._metadata)

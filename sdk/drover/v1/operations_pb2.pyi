@@ -112,3 +112,33 @@ class ListReceiptsResponse(_message.Message):
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     receipts: _containers.RepeatedCompositeFieldContainer[_types_pb2.DecisionReceipt]
     def __init__(self, receipts: _Optional[_Iterable[_Union[_types_pb2.DecisionReceipt, _Mapping]]] = ...) -> None: ...
+
+class ListClaimsRequest(_message.Message):
+    __slots__ = ("change_id", "include_released")
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    include_released: bool
+    def __init__(self, change_id: _Optional[str] = ..., include_released: _Optional[bool] = ...) -> None: ...
+
+class ListClaimsResponse(_message.Message):
+    __slots__ = ("claims",)
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    claims: _containers.RepeatedCompositeFieldContainer[_types_pb2.Claim]
+    def __init__(self, claims: _Optional[_Iterable[_Union[_types_pb2.Claim, _Mapping]]] = ...) -> None: ...
+
+class GetPacketRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class Packet(_message.Message):
+    __slots__ = ("run_id", "context_hash", "json")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_HASH_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    context_hash: str
+    json: str
+    def __init__(self, run_id: _Optional[str] = ..., context_hash: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...

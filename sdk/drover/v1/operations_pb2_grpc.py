@@ -81,6 +81,16 @@ class OperationsServiceStub:
                 request_serializer=drover_dot_v1_dot_operations__pb2.ListReceiptsRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_operations__pb2.ListReceiptsResponse.FromString,
                 _registered_method=True)
+        self.ListClaims = channel.unary_unary(
+                '/drover.v1.OperationsService/ListClaims',
+                request_serializer=drover_dot_v1_dot_operations__pb2.ListClaimsRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_operations__pb2.ListClaimsResponse.FromString,
+                _registered_method=True)
+        self.GetPacket = channel.unary_unary(
+                '/drover.v1.OperationsService/GetPacket',
+                request_serializer=drover_dot_v1_dot_operations__pb2.GetPacketRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_operations__pb2.Packet.FromString,
+                _registered_method=True)
 
 
 class OperationsServiceServicer:
@@ -143,6 +153,20 @@ class OperationsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListClaims(self, request, context):
+        """Live advisory claims: holder, resource, generation and expiry.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPacket(self, request, context):
+        """A run's Context Packet (canonical JSON) and its hash.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperationsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -190,6 +214,16 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.ListReceipts,
                     request_deserializer=drover_dot_v1_dot_operations__pb2.ListReceiptsRequest.FromString,
                     response_serializer=drover_dot_v1_dot_operations__pb2.ListReceiptsResponse.SerializeToString,
+            ),
+            'ListClaims': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListClaims,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.ListClaimsRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_operations__pb2.ListClaimsResponse.SerializeToString,
+            ),
+            'GetPacket': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPacket,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.GetPacketRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_operations__pb2.Packet.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -436,6 +470,60 @@ class OperationsService:
             '/drover.v1.OperationsService/ListReceipts',
             drover_dot_v1_dot_operations__pb2.ListReceiptsRequest.SerializeToString,
             drover_dot_v1_dot_operations__pb2.ListReceiptsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListClaims(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/ListClaims',
+            drover_dot_v1_dot_operations__pb2.ListClaimsRequest.SerializeToString,
+            drover_dot_v1_dot_operations__pb2.ListClaimsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPacket(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/GetPacket',
+            drover_dot_v1_dot_operations__pb2.GetPacketRequest.SerializeToString,
+            drover_dot_v1_dot_operations__pb2.Packet.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,7 +65,7 @@ class Task(_message.Message):
     def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., kind: _Optional[str] = ..., objective: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ..., status: _Optional[str] = ..., files: _Optional[_Iterable[str]] = ..., resources: _Optional[_Iterable[str]] = ..., size: _Optional[str] = ..., complexity: _Optional[str] = ..., risk: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., flags: _Optional[_Mapping[str, bool]] = ..., latest_run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Change(_message.Message):
-    __slots__ = ("id", "project", "goal", "criteria", "invariants", "budget_usd", "tasks", "status", "submitted_by", "created_at", "finished_at", "candidate_branch", "candidate_commit", "reason")
+    __slots__ = ("id", "project", "goal", "criteria", "invariants", "budget_usd", "tasks", "status", "submitted_by", "created_at", "finished_at", "candidate_branch", "candidate_commit", "reason", "conflicts")
     ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,7 @@ class Change(_message.Message):
     CANDIDATE_BRANCH_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_COMMIT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     project: str
     goal: str
@@ -94,7 +95,42 @@ class Change(_message.Message):
     candidate_branch: str
     candidate_commit: str
     reason: str
-    def __init__(self, id: _Optional[str] = ..., project: _Optional[str] = ..., goal: _Optional[str] = ..., criteria: _Optional[_Iterable[str]] = ..., invariants: _Optional[_Iterable[str]] = ..., budget_usd: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., status: _Optional[str] = ..., submitted_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., candidate_branch: _Optional[str] = ..., candidate_commit: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    conflicts: _containers.RepeatedCompositeFieldContainer[Conflict]
+    def __init__(self, id: _Optional[str] = ..., project: _Optional[str] = ..., goal: _Optional[str] = ..., criteria: _Optional[_Iterable[str]] = ..., invariants: _Optional[_Iterable[str]] = ..., budget_usd: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., status: _Optional[str] = ..., submitted_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., candidate_branch: _Optional[str] = ..., candidate_commit: _Optional[str] = ..., reason: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ...) -> None: ...
+
+class Conflict(_message.Message):
+    __slots__ = ("task_a", "task_b", "files", "resources", "created_at")
+    TASK_A_FIELD_NUMBER: _ClassVar[int]
+    TASK_B_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    task_a: str
+    task_b: str
+    files: _containers.RepeatedScalarFieldContainer[str]
+    resources: _containers.RepeatedScalarFieldContainer[str]
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, task_a: _Optional[str] = ..., task_b: _Optional[str] = ..., files: _Optional[_Iterable[str]] = ..., resources: _Optional[_Iterable[str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Claim(_message.Message):
+    __slots__ = ("resource", "run_id", "change_id", "task_id", "holder", "generation", "acquired_at", "expires_at")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    run_id: str
+    change_id: str
+    task_id: str
+    holder: str
+    generation: int
+    acquired_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, resource: _Optional[str] = ..., run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., acquired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ChangeSet(_message.Message):
     __slots__ = ("id", "change_id", "task_id", "task_key", "run_id", "branch", "commit", "base_commit", "start_commit", "stacked_on", "files", "own_files", "patch_ref", "summary", "created_at")

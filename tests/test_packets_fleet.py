@@ -1,0 +1,80 @@
+"""Context Packets and claims through real processes and the scripted fake model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+
+from controlplane import packet
+from drover.testing import fake_anthropic as fake
+from tests.conftest import Fleet
+from tests.test_harness_run import API_KEY, calc_repo, model  # noqa: F401  (fixtures)
+
+
+def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, capacity: int = 1) -> None:
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane()
+    fleet.plane.add_project("calc", str(repo))
+    fleet.agent("packer", capacity=capacity)
+
+
+def test_a_dependent_task_gets_its_dependency_s_intent_and_files_and_the_prompt_is_the_packet(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
+    model.extend([
+        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
+        fake.tool_use("complete_task", {"summary": "add() adds now", "files_changed": ["calc.py"]}),
+        fake.tool_use("complete_task", {"summary": "documented"}),
+    ])
+    start(fleet, model, calc_repo)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "fix and document", [
+            {"key": "fix", "kind": "implement", "objective": "fix add", "complexity": "medium",
+             "files": ["calc.py"], "resources": ["module:calc"]},
+            {"key": "docs", "kind": "implement", "objective": "document add", "complexity": "medium",
+             "files": ["test_calc.py"], "depends_on": ["fix"]}])
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        runs = {t.key: client.get_run(t.latest_run_id) for t in final.tasks}
+        docs_packet = client.get_packet(runs["docs"].id)
+        fix_packet = client.get_packet(runs["fix"].id)
+        claimed = client.list_events(change_id=change.id, kind="claim.")
+    assert final.status == "succeeded"
+    # The packet is stored by the hash of its canonical bytes, which the run keeps.
+    stored = (fleet.plane.data_dir / "objects" / "context" / "calc" / change.id / final.tasks[1].id
+              / f"{runs['docs'].context_hash}.json").read_bytes()
+    assert hashlib.sha256(stored).hexdigest() == runs["docs"].context_hash
+    assert json.loads(stored) == docs_packet and docs_packet["packet_version"] == 1
+    # The dependency's intent and the files it touched are in the dependent's packet.
+    intents = [i for i in docs_packet["items"] if i["source"] == "dependency_intent"]
+    assert len(intents) == 1 and "add() adds now" in intents[0]["text"] and "calc.py" in intents[0]["text"]
+    assert intents[0]["source_version"].startswith("cs_")
+    declared = [i for i in docs_packet["items"] if i["source"] == "declared_file"]
+    assert declared[0]["item_id"].startswith("file:test_calc.py@")
+    neighbours = [i["item_id"] for i in fix_packet["items"] if i["source"] == "dependency_neighbour"]
+    assert any(n.startswith("file:test_calc.py@") for n in neighbours)  # test_calc imports calc
+    assert all({"item_id", "source", "source_version", "captured_at"} <= set(i) for i in docs_packet["items"])
+    # The model received exactly the prompt rendered from that packet.
+    docs_request = model.requests[-1].body
+    assert docs_request["messages"][0]["content"][0]["text"] == packet.render_prompt(docs_packet)
+    # Claims were taken on the Task's files and resources and released when each run ended.
+    kinds = [e.kind for e in claimed]
+    assert kinds.count("claim.acquired") == 2 and kinds.count("claim.released") == 2
+
+
+def test_contended_resources_never_block_and_the_change_records_the_conflict(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
+    model.extend([fake.tool_use("complete_task", {"summary": "done"}) for _ in range(2)])
+    start(fleet, model, calc_repo, capacity=2)
+    users = {"kind": "implement", "complexity": "medium", "resources": ["table:users"]}
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "two on one table", [
+            {"key": "left", "objective": "left", **users}, {"key": "right", "objective": "right", **users}])
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        contended = client.list_events(change_id=change.id, kind="claim.contended")
+        live = client.list_claims(change.id)
+    assert final.status == "succeeded"  # a contended claim never blocks
+    assert len(contended) == 1 and contended[0].data["resource"] == "table:users"
+    assert [(c.task_a, c.task_b, list(c.resources)) for c in final.conflicts] == [("left", "right", ["table:users"])]
+    assert live == []  # every run end released its claims
