@@ -10,8 +10,10 @@ import pathlib
 import sys
 
 from controlplane import auth
-from controlplane.config import ServerConfig, load_harness
-from controlplane.errors import DroverError
+from controlplane.config import ServerConfig, load_harness, load_memory
+from typing import Any
+
+from controlplane.errors import DroverError, InvalidArgument, NotFound
 from controlplane.projects import add_project
 from controlplane.server import bootstrap_tokens, open_store, serve
 
@@ -58,7 +60,33 @@ def parser() -> argparse.ArgumentParser:
     pa.add_argument("--monthly-budget-usd", type=float, default=0.0, help="the project's monthly model budget")
     pa.add_argument("--git-token-file", default="",
                     help="file holding the git token for an https repository; read when a run starts, never stored")
+    ix = sub.add_parser("index", help="semantic memory").add_subparsers(dest="index_command", required=True)
+    ib = ix.add_parser("build", help="index a project's canonical tree (incremental by blob id)")
+    _common(ib)
+    ib.add_argument("project")
+    ib.add_argument("--config", default=os.environ.get("DROVER_CONFIG", ""), help="TOML with a [memory] table")
     return p
+
+
+def _index_build(store: Any, config: ServerConfig, name: str, file: pathlib.Path | None) -> None:
+    from controlplane.canonical import open_canonical
+    from controlplane.models import Project
+    from controlplane.projects import git_token
+    from controlplane.recall import Recall
+    project = store.transaction(lambda s: s.get(Project, name))
+    if project is None:
+        raise NotFound(f"no project {name!r}", field="project")
+    if not project.repo:
+        raise InvalidArgument("the project has no repository to index", field="project")
+    repo, commit = open_canonical(project.name, project.repo, project.branch, config.data_dir / "mirrors",
+                                  git_token(project))
+    if not commit:
+        raise InvalidArgument(f"branch {project.branch} has no commit", field="project")
+
+    async def build() -> Any:
+        return await Recall(store, config.data_dir, load_memory(file, os.environ)).build(name, repo.path, commit)
+    report = asyncio.run(build())
+    print(f"indexed {name} at {commit[:12]}: {report}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,11 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(config)
     try:
         if args.command == "serve":
-            harness = load_harness(pathlib.Path(args.config) if args.config else None, os.environ)
+            file = pathlib.Path(args.config) if args.config else None
+            harness = load_harness(file, os.environ)
             config = ServerConfig(listen=args.listen, data_dir=config.data_dir, database_url=config.database_url,
                                   agent_lost_seconds=args.agent_lost_seconds,
                                   output_limit_bytes=args.output_limit_bytes, grace_seconds=args.grace_seconds,
-                                  harness=harness)
+                                  harness=harness, memory=load_memory(file, os.environ))
             for path in bootstrap_tokens(store, config.data_dir / "tokens"):
                 print(f"wrote {path.stem} token to {path}", flush=True)
             asyncio.run(serve(config, store, pathlib.Path(args.config) if args.config else None))
@@ -84,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {args.kind} token {args.name!r} to {args.out}")
             else:
                 print(token)
+        elif args.command == "index":
+            _index_build(store, config, args.project, pathlib.Path(args.config) if args.config else None)
         elif args.command == "project":
             repo = args.repo
             if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from controlplane.members import (PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier, parse_classes,
                                   parse_modifiers, parse_quota_router)
 from controlplane.pricing import Price
+from controlplane.recall import MemoryConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,8 @@ class ServerConfig:
     """On SIGTERM: how long in-flight calls may finish before the server stops."""
     harness: "HarnessConfig" = dataclasses.field(default_factory=lambda: HarnessConfig())
     """The model harness: provider, tiers, caps and prices."""
+    memory: MemoryConfig = MemoryConfig()
+    """Semantic memory: chroma (in the data dir, or a server by URL) with an offline ONNX model."""
     object_store_dir: pathlib.Path | None = None
     """The object store (patches, tool logs); default <data_dir>/objects."""
 
@@ -100,7 +103,7 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
     """The [anthropic], [harness], [tiers.*] and [prices.*] tables of the control plane's TOML file."""
     data = tomllib.loads(file.read_text()) if file else {}
     unknown = set(data) - {"anthropic", "harness", "tiers", "prices", "classes", "modifiers", "quota_router",
-                           "budgets"}
+                           "budgets", "memory"}
     if unknown:
         raise ValueError(f"{file}: unknown tables {sorted(unknown)}")
     anthropic = dict(data.get("anthropic", {}))
@@ -134,3 +137,15 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
     if config.default_tier not in config.tiers:
         raise ValueError(f"harness.default_tier: no tier {config.default_tier!r}")
     return config
+
+
+def load_memory(file: pathlib.Path | None, env: Mapping[str, str]) -> MemoryConfig:
+    """The [memory] table (env DROVER_MEMORY_URL, DROVER_MEMORY_MODEL_DIR, DROVER_MEMORY=off override it)."""
+    data = tomllib.loads(file.read_text()).get("memory", {}) if file else {}
+    unknown = set(data) - {"enabled", "url", "model_dir", "queries_per_day"}
+    if unknown:
+        raise ValueError(f"memory: unknown settings {sorted(unknown)}")
+    return MemoryConfig(enabled=bool(data.get("enabled", True)) and env.get("DROVER_MEMORY", "") != "off",
+                        url=env.get("DROVER_MEMORY_URL", data.get("url", "")),
+                        model_dir=env.get("DROVER_MEMORY_MODEL_DIR", data.get("model_dir", "")),
+                        queries_per_day=int(data.get("queries_per_day", 1000)))

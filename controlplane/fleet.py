@@ -19,6 +19,7 @@ from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
 from controlplane.notify import Notifier
 from controlplane.objectstore import DirectoryStore
+from controlplane.recall import Recall
 from controlplane.router import Router
 from controlplane.scheduler import AgentSlot, QueuedRun, plan_assignments
 from controlplane.store import Store
@@ -46,7 +47,8 @@ class Fleet:
         self.config = config
         self.notifier = notifier
         self.objects = DirectoryStore(config.objects)
-        self.router = Router(store, config.harness, notifier, self.objects, config.data_dir / "mirrors")
+        self.recall = Recall(store, config.data_dir, config.memory)
+        self.router = Router(store, config.harness, notifier, self.objects, config.data_dir / "mirrors", self.recall)
         self.sessions: dict[str, AgentSession] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []

@@ -2,7 +2,7 @@
 
 One collection per project, `drover-<project>`, in cosine space, embedded with `OnnxEmbedder`.
 A file is split into chunks of `CHUNK_LINES` (40) lines. The embedder truncates each to its
-`max_length` (256 tokens); 40 lines of this repository's Python are a median 510 tokens, so a
+`max_length` (256 tokens); 20 lines of this repository's Python are a median 510 tokens, so a
 chunk's vector mostly reflects its first 20 or so lines. The chunk alone is embedded: prefixing
 its path lowered the similarity of related pairs by about 0.09 with all-MiniLM-L6-v2, which the
 fixed 0.6 threshold cannot afford. Chunk ids are `file:<path>:<n>@<blob>`, so a file whose blob
@@ -32,7 +32,7 @@ from chromadb.config import Settings
 
 from controlplane.embedding import OnnxEmbedder, find_model
 
-CHUNK_LINES = 40
+CHUNK_LINES = 20
 ADD_BATCH = 256
 """Chunks embedded and added per chroma call."""
 STALE_BUILD_SECONDS = 3600.0

@@ -21,6 +21,7 @@ from controlplane.models import Conflict, DecisionReceipt, Run, Task, utcnow
 from controlplane.objectstore import DirectoryStore
 from controlplane.notify import Notifier
 from controlplane.quota import ObservedFailures, QuotaProbe
+from controlplane.recall import Recall
 from controlplane.store import Store
 
 log = logging.getLogger("drover.router")
@@ -122,9 +123,10 @@ def _routed(s: Session, run_id: str) -> bool:
 
 class Router:
     def __init__(self, store: Store, harness: HarnessConfig, notifier: Notifier, objects: DirectoryStore,
-                 mirrors: pathlib.Path) -> None:
+                 mirrors: pathlib.Path, recall: Recall | None = None) -> None:
         self.store, self.harness, self.notifier = store, harness, notifier
         self.objects, self.mirrors = objects, mirrors
+        self.recall = recall
         self.probe = QuotaProbe(policy=harness.quota)
         self.observed = ObservedFailures()
         self.rr: dict[str, int] = {}
@@ -155,7 +157,7 @@ class Router:
 
     async def route(self, item: Pending) -> None:
         if await self.store.run(_routed, item.run_id):  # routed before its packet was compiled
-            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id)
+            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall)
             return
         h = self.harness
         if item.preset_tier:
@@ -184,7 +186,7 @@ class Router:
                                    h.quota, now, rr_counters=self.rr)
         await self.store.run(record, item.run_id, decision, selection, h, h.quota.recheck_interval_seconds)
         if selection.outcome == "chosen":
-            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id)
+            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall)
         for m in cls.members:
             if m.billing == members.SUBSCRIPTION:
                 await self.store.run(lambda s, key=m.route_key: lifecycle.add_event(

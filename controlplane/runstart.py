@@ -109,27 +109,41 @@ def gather(s: Session, run_id: str) -> Gathered | None:
         owners=tuple(owners), failures=tuple(failures))
 
 
-def compile_for(g: Gathered, mirrors: pathlib.Path, semantic: tuple[packet.Item, ...] = (),
+@dataclasses.dataclass(frozen=True)
+class Located:
+    """Where the canonical tree is: a repository on this machine and the commit."""
+    repo_path: str
+    commit: str
+    captured_at: str  # the commit's time: file items were captured as of it
+
+
+def locate(g: Gathered, mirrors: pathlib.Path) -> Located | None:
+    if not g.repo:
+        return None
+    repo, commit = open_canonical(g.project, g.repo, g.branch, mirrors, g.token)
+    if not commit:
+        return Located(repo.path, "", "")
+    when = dt.datetime.fromtimestamp(repo[commit].peel(pygit2.Commit).commit_time, dt.timezone.utc)
+    return Located(repo.path, commit, when.isoformat())
+
+
+def compile_for(g: Gathered, where: Located | None, semantic: tuple[packet.Item, ...] = (),
                 semantic_note: str = "") -> packet.CompiledPacket:
     """Read the canonical tree and compile. Runs in a thread: git I/O, no transaction."""
-    commit, captured, tree = "", "", None
-    if g.repo:
-        repo, commit = open_canonical(g.project, g.repo, g.branch, mirrors, g.token)
-        if commit:
-            tree = retrieval.GitTree(repo.path, commit)
-            captured = dt.datetime.fromtimestamp(repo[commit].peel(pygit2.Commit).commit_time,
-                                                 dt.timezone.utc).isoformat()
     items: list[packet.Item] = []
     conventions: list[packet.Item] = []
     files: tuple[str, ...] = ()
-    if tree is not None:
+    commit = where.commit if where else ""
+    captured = where.captured_at if where else ""
+    if where is not None and where.commit:
+        tree = retrieval.GitTree(where.repo_path, where.commit)
         files = tuple(tree.files())
         conventions = retrieval.conventions(tree, captured)
         items += retrieval.declared_items(tree, g.declared, captured)
         items += retrieval.neighbour_items(tree, retrieval.dependency_neighbours(tree, g.declared), captured)
     items += retrieval.resource_owner_items(g.owners, captured)
     items += retrieval.intent_items([i for i in g.intents], captured)
-    items += semantic
+    items += [dataclasses.replace(i, captured_at=captured) for i in semantic]
     failures = retrieval.failure_items([{k: v for k, v in f.items() if k != "captured_at"} for f in g.failures],
                                        captured)
     return packet.compile_packet(packet.PacketInputs(
@@ -147,12 +161,20 @@ def record(s: Session, run_id: str, context_hash: str, dropped: list[str]) -> No
                         context_hash=context_hash, dropped=dropped)
 
 
-async def prepare(store: Store, objects: DirectoryStore, mirrors: pathlib.Path, run_id: str) -> str:
+async def prepare(store: Store, objects: DirectoryStore, mirrors: pathlib.Path, run_id: str,
+                  recall: Any = None) -> str:
     """Compile and store the run's packet; answers its hash ("" when the run is no longer queued)."""
     g = await store.run(gather, run_id)
     if g is None:
         return ""
-    compiled = await asyncio.to_thread(compile_for, g, mirrors)
+    where = await asyncio.to_thread(locate, g, mirrors)
+    semantic: tuple[packet.Item, ...] = ()
+    note = ""
+    if recall is not None and where is not None and where.commit:
+        files = set(await asyncio.to_thread(lambda: retrieval.GitTree(where.repo_path, where.commit).files()))
+        semantic, note = await recall.items(g.project, where.repo_path, where.commit,
+                                            f"{g.change['goal']}\n{g.task['objective']}", files)
+    compiled = await asyncio.to_thread(compile_for, g, where, semantic, note)
     objects.put(f"{g.key}/{compiled.sha256}.json", compiled.data)  # before the row names it
     await store.run(record, run_id, compiled.sha256, list(compiled.dropped))
     return compiled.sha256
