@@ -1,9 +1,9 @@
 """Semantic memory: a chroma index per project of the canonical tree's files and ChangeSet intents.
 
 One collection per project, `drover-<project>`, in cosine space, embedded with `OnnxEmbedder`.
-A file is split into chunks of `CHUNK_LINES` (40) lines. The embedder truncates each to its
-`max_length` (256 tokens); 20 lines of this repository's Python are a median 510 tokens, so a
-chunk's vector mostly reflects its first 20 or so lines. The chunk alone is embedded: prefixing
+A file is split into chunks of `CHUNK_LINES` (20) lines: the embedder truncates each to its
+`max_length` (256 tokens), and 40 lines of this repository's Python are a median 510 tokens, so
+longer chunks would be embedded by their first half only. The chunk alone is embedded: prefixing
 its path lowered the similarity of related pairs by about 0.09 with all-MiniLM-L6-v2, which the
 fixed 0.6 threshold cannot afford. Chunk ids are `file:<path>:<n>@<blob>`, so a file whose blob
 id did not change keeps its vectors and a rebuild embeds only new and changed files. An intent's
