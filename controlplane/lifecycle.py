@@ -401,7 +401,7 @@ def apply_run_message(s: Session, agent: str, msg: RunMessage, output_limit: int
             _settle_change(s, change, _tasks(s, change.id))
     elif msg.kind == "log" and msg.stream == "tool":
         if objects is not None:
-            toollog.record(s, objects, run, msg.text)
+            toollog.record(s, objects, run, msg.seq, msg.text)
     elif msg.kind == "log":
         _append_output(s, run, msg.seq, msg.stream, msg.text, output_limit)
     elif msg.kind == "finished":

@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from agentd.harness.model import AnthropicModel
+from agentd.harness.model import AnthropicModel, ModelError
 from agentd.harness.retry import RetryPolicy
-from controlplane import classifier, lifecycle, members, meters, routing, runstart, runstate
+from controlplane import classifier, lifecycle, members, meters, pricing, routing, runstart, runstate
 from controlplane.config import HarnessConfig
 from controlplane.models import Conflict, DecisionReceipt, Run, Task, utcnow
 from controlplane.objectstore import DirectoryStore
@@ -134,6 +134,37 @@ class Router:
         self.classifier = AnthropicModel(harness.base_url, harness.api_key, haiku.model if haiku else "",
                                          RetryPolicy(max_attempts=2, stall_timeout=30))
 
+    async def compact(self, log: str) -> str:
+        """A metered haiku call that compacts a failure log; "" when a meter refuses or the call fails."""
+        h = self.harness
+        model = self.classifier.model
+        price = pricing.price_for(model, h.prices)
+        estimate = pricing.estimate_micros(runstart.packet.estimate_tokens(log), 1000, price)
+        reservation = lifecycle.new_id("cmp")
+        budgets = meters.BudgetConfig(h.provider_month_usd, h.agent_calls_per_day, h.classifier_calls_per_day)
+
+        def reserve(s: Session) -> bool:
+            # the fleet's meters: the monthly provider budget and the daily call cap
+            specs = meters.meters_for(utcnow(), "", 0, "", 0, "", 0, meters.usd_micros(budgets.provider_month_usd),
+                                      budgets.agent_calls_per_day)[:2]
+            return meters.reserve_on_meters(s, reservation, specs, meters.amounts_for(specs, estimate)) is None
+        if not await self.store.run(reserve):
+            return ""
+        cost = 0
+        try:
+            reply = await self.classifier.complete(
+                system=[{"type": "text", "text": runstart.COMPACT_SYSTEM}], tools=[], max_tokens=1000,
+                messages=[{"role": "user", "content": [{"type": "text", "text": log}]}])
+            u = reply.usage
+            cost = pricing.cost_micros(pricing.Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens,
+                                                     u.cache_read_input_tokens), price)
+            return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
+        except ModelError as err:
+            log.warning("compacting a failure log failed: %s", err)
+            return ""
+        finally:
+            await self.store.run(lambda s: meters.settle_on_meters(s, reservation, meters.exact_for(cost)))
+
     def reconfigure(self, harness: HarnessConfig) -> None:
         self.harness = harness
         self.probe.policy = harness.quota
@@ -157,7 +188,7 @@ class Router:
 
     async def route(self, item: Pending) -> None:
         if await self.store.run(_routed, item.run_id):  # routed before its packet was compiled
-            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall)
+            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall, self.compact)
             return
         h = self.harness
         if item.preset_tier:
@@ -186,7 +217,7 @@ class Router:
                                    h.quota, now, rr_counters=self.rr)
         await self.store.run(record, item.run_id, decision, selection, h, h.quota.recheck_interval_seconds)
         if selection.outcome == "chosen":
-            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall)
+            await runstart.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall, self.compact)
         for m in cls.members:
             if m.billing == members.SUBSCRIPTION:
                 await self.store.run(lambda s, key=m.route_key: lifecycle.add_event(

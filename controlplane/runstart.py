@@ -9,7 +9,7 @@ import dataclasses
 import datetime as dt
 import json
 import pathlib
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import pygit2
 from sqlalchemy import select
@@ -24,7 +24,12 @@ from controlplane.objectstore import DirectoryStore
 from controlplane.projects import git_token
 from controlplane.store import Store, aware
 
-FAILURE_LOG_CHARS = 24_000  # about 6,000 tokens of a failed run's log (compacted past that)
+FAILURE_LOG_CHARS = 400_000  # read at most this much of a failed run's log
+COMPACT_ABOVE_TOKENS = 6_000   # longer failure logs are compacted by a metered haiku call
+COMPACT_SYSTEM = ("You compact the log of a coding agent's failed attempt at a Task so the next attempt can "
+                  "learn from it. Keep what was tried, what failed and why (errors, failing tests, refused "
+                  "commands), and what was left undone. Plain text, at most 300 words, no preamble.")
+Compactor = Callable[[str], Awaitable[str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,12 +166,26 @@ def record(s: Session, run_id: str, context_hash: str, dropped: list[str]) -> No
                         context_hash=context_hash, dropped=dropped)
 
 
+async def compact_failures(g: Gathered, compact: Compactor | None) -> Gathered:
+    """Failure logs over 6,000 tokens are compacted before compiling (a metered haiku call); without a
+    compactor, or when it fails, the log's last 6,000 tokens are kept."""
+    failures = []
+    for failure in g.failures:
+        log = failure["log"]
+        if packet.estimate_tokens(log) > COMPACT_ABOVE_TOKENS:
+            compacted = await compact(log) if compact is not None else ""
+            log = f"[compacted log]\n{compacted}" if compacted else log[-COMPACT_ABOVE_TOKENS * 4:]
+        failures.append({**failure, "log": log})
+    return dataclasses.replace(g, failures=tuple(failures))
+
+
 async def prepare(store: Store, objects: DirectoryStore, mirrors: pathlib.Path, run_id: str,
-                  recall: Any = None) -> str:
+                  recall: Any = None, compact: Compactor | None = None) -> str:
     """Compile and store the run's packet; answers its hash ("" when the run is no longer queued)."""
     g = await store.run(gather, run_id)
     if g is None:
         return ""
+    g = await compact_failures(g, compact)
     where = await asyncio.to_thread(locate, g, mirrors)
     semantic: tuple[packet.Item, ...] = ()
     note = ""

@@ -78,3 +78,34 @@ def test_contended_resources_never_block_and_the_change_records_the_conflict(
     assert len(contended) == 1 and contended[0].data["resource"] == "table:users"
     assert [(c.task_a, c.task_b, list(c.resources)) for c in final.conflicts] == [("left", "right", ["table:users"])]
     assert live == []  # every run end released its claims
+
+
+def test_a_long_failure_log_is_compacted_by_a_metered_haiku_call_before_the_retry(
+        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
+    noisy = "x" * 30_000  # a tool result of ~7,500 tokens lands in the failed run's event log
+    model.extend([
+        fake.tool_use("write_file", {"path": "noise.txt", "content": noisy}),
+        fake.tool_use("read_file", {"path": "noise.txt"}),
+        fake.tool_use("fail_task", {"reason": "gave up"}),
+        fake.text("Tried writing and reading noise.txt; gave up without touching calc.py."),  # the compaction
+        fake.tool_use("complete_task", {"summary": "second time lucky"}),
+    ])
+    start(fleet, model, calc_repo)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "retry", [
+            {"key": "t", "kind": "implement", "objective": "t", "complexity": "medium"}])
+        list(client.watch(change.id))
+        runs = sorted(client.list_runs(change_id=change.id), key=lambda r: r.attempt)
+        retry_packet = client.get_packet(runs[1].id)
+        usage = {m.kind: m for m in client.get_usage("agent-calls:")}
+    compaction = model.requests[3].body
+    assert compaction["model"] == "claude-haiku-5-5" and "noise" in compaction["messages"][0]["content"][0]["text"]
+    [failure] = retry_packet["prior_failures"]
+    assert "[compacted log]" in failure["text"] and "gave up without touching calc.py" in failure["text"]
+    assert runs[1].outcome == "completed"
+    assert usage["agent_calls_day"].used >= 5  # the compaction call was metered with the run's calls
+    # The 30,000-character tool result arrived in pieces and is stored whole.
+    tools = json.loads((fleet.plane.data_dir / "objects" / "context" / "calc" / change.id / runs[0].task_id
+                        / f"tools-{runs[0].id}.json").read_text())
+    read = next(c for c in tools["calls"] if c["tool"] == "read_file")
+    assert read["output"].startswith(noisy) and tools["pending"] == {}
