@@ -109,3 +109,27 @@ def test_a_long_failure_log_is_compacted_by_a_metered_haiku_call_before_the_retr
                         / f"tools-{runs[0].id}.json").read_text())
     read = next(c for c in tools["calls"] if c["tool"] == "read_file")
     assert read["output"].startswith(noisy) and tools["pending"] == {}
+
+
+NET = ('import time\n\n\ndef fetch_with_retry(url, attempts=5):\n'
+       '    """Retry an HTTP request with exponential backoff: wait 1 s, 2 s, 4 s... between attempts."""\n'
+       '    for attempt in range(attempts):\n        try:\n            return get(url)\n'
+       '        except IOError:\n            time.sleep(2 ** attempt)\n')
+
+
+def test_semantic_memory_indexes_the_tree_at_run_start_and_adds_related_files(
+        fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path) -> None:
+    from tests.conftest import make_repo
+    repo = make_repo(tmp_path / "net", {"net.py": NET, "colors.py": "RED = '#ff0000'\nBLUE = '#0000ff'\n"})
+    model.extend([fake.tool_use("complete_task", {"summary": "ok"})])
+    start(fleet, model, repo)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "retry an HTTP request with exponential backoff", [
+            {"key": "r", "kind": "implement", "objective": "retry an HTTP request with exponential backoff",
+             "complexity": "medium"}])
+        list(client.watch(change.id))
+        run_id = client.get_change(change.id).tasks[0].latest_run_id
+        found = client.get_packet(run_id)
+    semantic = [i for i in found["items"] if i["source"] == "semantic"]
+    assert [i["item_id"].split("@")[0] for i in semantic] == ["semantic:net.py"], found.get("semantic_note")
+    assert semantic[0]["score"] >= 0.6 and "fetch_with_retry" in semantic[0]["text"]
