@@ -11,7 +11,6 @@ from typing import Any, Callable
 import grpc
 import tenacity
 
-from agentd import __version__
 from agentd.config import AgentConfig
 from agentd.outbox import Outbox
 from drover.v1 import agent_pb2, agent_pb2_grpc

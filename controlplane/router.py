@@ -8,7 +8,6 @@ import dataclasses
 import datetime as dt
 import logging
 import pathlib
-from typing import Any
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session

@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy
 
 from drover import Client
+from drover.testing import fake_anthropic as fake
 
 T = TypeVar("T")
 PG_ADMIN_URL = os.environ.get("DROVER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -258,3 +259,22 @@ def pg_fleet(tmp_path: pathlib.Path, pg_url: str) -> Iterator[Fleet]:
     f = Fleet(tmp_path, database_url=pg_url)
     yield f
     f.stop()
+
+
+API_KEY = "sk-ant-test-never-leaks-0123456789"
+
+
+@pytest.fixture
+def model() -> Iterator[fake.FakeAnthropic]:
+    """The scripted fake Messages API server; tests add the replies."""
+    server = fake.FakeAnthropic(api_key=API_KEY).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def calc_repo(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A git repository whose add() subtracts, with a test that says so."""
+    return make_repo(tmp_path / "calc", {
+        "calc.py": "def add(a, b):\n    return a - b\n",
+        "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"})

@@ -10,7 +10,7 @@ import sys
 
 import yaml
 
-from tests.conftest import AgentD, ControlPlane, Fleet, wait_for
+from tests.conftest import ControlPlane, Fleet, wait_for
 
 
 def drover(plane: ControlPlane, *args: str, token_env: bool = False, cwd: pathlib.Path | None = None,

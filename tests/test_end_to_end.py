@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
-from drover import Client
 from tests.conftest import Fleet, python_command, task, wait_for
 
 COUNT = python_command("import sys\nfor i in range(200):\n    print(f'line {i}')\nprint('done', file=sys.stderr)")

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import signal
 import sys
 import subprocess
 import time
 
 import pygit2
-import pytest
 
 from drover import Client
 from drover.testing import fake_anthropic as fake
-from tests.conftest import Fleet, wait_for
-from tests.test_harness_run import API_KEY, calc_repo, model  # noqa: F401  (fixtures)
+from tests.conftest import API_KEY, Fleet, wait_for
 
 
 def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_args: str,

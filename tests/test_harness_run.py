@@ -5,29 +5,11 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sqlite3
 
 import pygit2
-import pytest
 
 from drover.testing import fake_anthropic as fake
-from tests.conftest import Fleet, make_repo, wait_for
-
-API_KEY = "sk-ant-test-never-leaks-0123456789"
-
-
-@pytest.fixture
-def model() -> fake.FakeAnthropic:
-    server = fake.FakeAnthropic(api_key=API_KEY).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def calc_repo(tmp_path: pathlib.Path) -> pathlib.Path:
-    return make_repo(tmp_path / "calc", {
-        "calc.py": "def add(a, b):\n    return a - b\n",
-        "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"})
+from tests.conftest import API_KEY, Fleet
 
 
 def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path | None) -> None:

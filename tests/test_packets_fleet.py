@@ -8,8 +8,7 @@ import pathlib
 
 from controlplane import packet
 from drover.testing import fake_anthropic as fake
-from tests.conftest import Fleet
-from tests.test_harness_run import API_KEY, calc_repo, model  # noqa: F401  (fixtures)
+from tests.conftest import API_KEY, Fleet
 
 
 def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, capacity: int = 1) -> None:

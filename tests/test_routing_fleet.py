@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
-import pytest
-
 from drover.testing import fake_anthropic as fake
-from tests.conftest import Fleet
-from tests.test_harness_run import API_KEY, calc_repo, model  # noqa: F401  (fixtures)
+from tests.conftest import API_KEY, Fleet
 
 
 def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_args: str) -> None:

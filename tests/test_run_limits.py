@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import time
 
-from tests.conftest import Fleet, python_command, task, wait_for
+from tests.conftest import Fleet, python_command, task
 
 SLEEP = python_command("import time; print('sleeping', flush=True); time.sleep(120)")
 

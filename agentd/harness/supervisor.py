@@ -21,7 +21,7 @@ from agentd import gitspace, workspace
 from agentd.harness import allowlist
 from agentd.harness.gate import Gate
 from agentd.harness.loop import Harness, Limits, RunEnded, as_json_line, events_for
-from agentd.harness.model import AnthropicModel, ModelError
+from agentd.harness.model import AnthropicModel
 from agentd.harness.retry import RetryPolicy
 from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import Transcript
