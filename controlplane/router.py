@@ -129,16 +129,14 @@ class Router:
         self.probe = QuotaProbe(policy=harness.quota)
         self.observed = ObservedFailures()
         self.rr: dict[str, int] = {}
-        haiku = harness.tiers.get("haiku")
-        self.classifier = AnthropicModel(harness.base_url, harness.api_key, haiku.model if haiku else "",
-                                         RetryPolicy(max_attempts=2, stall_timeout=30))
+        self.classifier = self._haiku(harness)
 
-    async def compact(self, log: str) -> str:
+    async def compact(self, text: str) -> str:
         """A metered haiku call that compacts a failure log; "" when a meter refuses or the call fails."""
         h = self.harness
         model = self.classifier.model
         price = pricing.price_for(model, h.prices)
-        estimate = pricing.estimate_micros(runstart.packet.estimate_tokens(log), 1000, price)
+        estimate = pricing.estimate_micros(runstart.packet.estimate_tokens(text), 1000, price)
         reservation = lifecycle.new_id("cmp")
         budgets = meters.BudgetConfig(h.provider_month_usd, h.agent_calls_per_day, h.classifier_calls_per_day)
 
@@ -153,7 +151,7 @@ class Router:
         try:
             reply = await self.classifier.complete(
                 system=[{"type": "text", "text": runstart.COMPACT_SYSTEM}], tools=[], max_tokens=1000,
-                messages=[{"role": "user", "content": [{"type": "text", "text": log}]}])
+                messages=[{"role": "user", "content": [{"type": "text", "text": text}]}])
             u = reply.usage
             cost = pricing.cost_micros(pricing.Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens,
                                                      u.cache_read_input_tokens), price)
@@ -168,6 +166,14 @@ class Router:
         self.harness = harness
         self.probe.policy = harness.quota
         self.rr.clear()
+        self.classifier = self._haiku(harness)
+
+    @staticmethod
+    def _haiku(harness: HarnessConfig) -> AnthropicModel:
+        """The haiku model the control plane calls itself: the routing classifier and log compaction."""
+        haiku = harness.tiers.get("haiku")
+        return AnthropicModel(harness.base_url, harness.api_key, haiku.model if haiku else "",
+                              RetryPolicy(max_attempts=2, stall_timeout=30))
 
     def observe(self, member: str, error: str) -> None:
         """agentd reported an attempt's error for a member: a 429 or quota error blocks an unknown probe."""
