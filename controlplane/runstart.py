@@ -38,7 +38,7 @@ class Gathered:
     project: str
     repo: str
     branch: str
-    token: str
+    token: str = dataclasses.field(repr=False)  # the git token: never shown
     key: str  # the object-store prefix context/<project>/<change>/<task>
     change: dict[str, Any]
     task: dict[str, Any]
