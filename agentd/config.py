@@ -39,6 +39,10 @@ class AgentConfig:
     tls: bool = False
     """Dial with TLS (system roots, or ca_file)."""
     ca_file: str = ""
+    """CA bundle that signed the control plane's certificate; "": the system roots."""
+    tls_cert: str = ""
+    """This agent's client certificate (PEM) for a control plane that requires mTLS."""
+    tls_key: str = ""
     keepalive_seconds: int = 10
     """HTTP/2 pings keep NAT mappings open."""
     batch_interval: float = 0.2

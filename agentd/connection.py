@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import pathlib
 from typing import Any, Callable
 
 import grpc
@@ -34,9 +35,10 @@ def channel_options(config: AgentConfig) -> list[tuple[str, Any]]:
 
 def open_channel(config: AgentConfig) -> grpc.aio.Channel:
     if config.tls:
-        roots = open(config.ca_file, "rb").read() if config.ca_file else None
-        return grpc.aio.secure_channel(config.control_plane, grpc.ssl_channel_credentials(roots),
-                                       options=channel_options(config))
+        def read(path: str) -> bytes | None:
+            return pathlib.Path(path).read_bytes() if path else None
+        credentials = grpc.ssl_channel_credentials(read(config.ca_file), read(config.tls_key), read(config.tls_cert))
+        return grpc.aio.secure_channel(config.control_plane, credentials, options=channel_options(config))
     return grpc.aio.insecure_channel(config.control_plane, options=channel_options(config))
 
 

@@ -36,6 +36,12 @@ def parser() -> argparse.ArgumentParser:
                    help="fail the runs of an agent disconnected this long (default 120)")
     s.add_argument("--output-limit-bytes", type=int, default=8 * 1024 * 1024)
     s.add_argument("--grace-seconds", type=float, default=10.0)
+    s.add_argument("--tls-cert", default=os.environ.get("DROVER_TLS_CERT", ""), help="PEM certificate chain")
+    s.add_argument("--tls-key", default=os.environ.get("DROVER_TLS_KEY", ""), help="PEM private key")
+    s.add_argument("--tls-client-ca", default=os.environ.get("DROVER_TLS_CLIENT_CA", ""),
+                   help="require client certificates signed by this CA (mTLS)")
+    s.add_argument("--allow-plaintext", action="store_true",
+                   help="serve plaintext on a non-loopback address (a private network only)")
     s.add_argument("--config", default=os.environ.get("DROVER_CONFIG", ""),
                    help="TOML file: [anthropic], [harness], [tiers.*], [prices.*] (env DROVER_CONFIG)")
     t = sub.add_parser("token", help="tokens").add_subparsers(dest="token_command", required=True)
@@ -102,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             config = ServerConfig(listen=args.listen, data_dir=config.data_dir, database_url=config.database_url,
                                   agent_lost_seconds=args.agent_lost_seconds,
                                   output_limit_bytes=args.output_limit_bytes, grace_seconds=args.grace_seconds,
-                                  harness=harness, memory=load_memory(file, os.environ))
+                                  harness=harness, memory=load_memory(file, os.environ),
+                                  tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
+                                  allow_plaintext=args.allow_plaintext)
             for path in bootstrap_tokens(store, config.data_dir / "tokens"):
                 print(f"wrote {path.stem} token to {path}", flush=True)
             asyncio.run(serve(config, store, pathlib.Path(args.config) if args.config else None))

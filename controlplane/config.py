@@ -33,6 +33,13 @@ class ServerConfig:
     """Agents ping every 10 s by default; the server accepts pings this often without GOAWAY."""
     grace_seconds: float = 10.0
     """On SIGTERM: how long in-flight calls may finish before the server stops."""
+    tls_cert: str = ""
+    """PEM certificate chain; with tls_key the server speaks TLS."""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    """PEM CA bundle: when set, clients must present a certificate it signed (mTLS)."""
+    allow_plaintext: bool = False
+    """Plaintext is served only on loopback unless this is set (e.g. a private container network)."""
     harness: "HarnessConfig" = dataclasses.field(default_factory=lambda: HarnessConfig())
     """The model harness: provider, tiers, caps and prices."""
     memory: MemoryConfig = MemoryConfig()

@@ -30,6 +30,7 @@ from drover.v1 import agent_pb2, agent_pb2_grpc, change_pb2, change_pb2_grpc, op
 
 log = logging.getLogger("drover.server")
 
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 USER = Permission("user")
 PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.AgentService/Connect": Permission("agent"),
@@ -126,9 +127,25 @@ class ControlPlane:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME),
                                             self.server)
-        self.port = self.server.add_insecure_port(config.listen)
+        self.port = self._bind(config)
         if self.port == 0:
             raise SystemExit(f"cannot listen on {config.listen}")
+
+    def _bind(self, config: ServerConfig) -> int:
+        """TLS (mTLS with a client CA) when configured; plaintext only on loopback unless allowed."""
+        if config.tls_cert or config.tls_key:
+            if not (config.tls_cert and config.tls_key):
+                raise SystemExit("controlplane: --tls-cert and --tls-key go together")
+            ca = pathlib.Path(config.tls_client_ca).read_bytes() if config.tls_client_ca else None
+            credentials = grpc.ssl_server_credentials(
+                [(pathlib.Path(config.tls_key).read_bytes(), pathlib.Path(config.tls_cert).read_bytes())],
+                root_certificates=ca, require_client_auth=ca is not None)
+            return self.server.add_secure_port(config.listen, credentials)
+        host = config.listen.rsplit(":", 1)[0].strip("[]")
+        if host not in LOOPBACK and not config.allow_plaintext:
+            raise SystemExit(f"controlplane: refusing plaintext on {config.listen} (not loopback): give "
+                             "--tls-cert and --tls-key, or --allow-plaintext on a private network")
+        return self.server.add_insecure_port(config.listen)
 
     async def start(self) -> None:
         await self.fleet.start()

@@ -10,6 +10,7 @@ import pathlib
 import sys
 from typing import Any, Iterable
 
+import grpc
 from google.protobuf import json_format
 
 from drover import changefile
@@ -105,6 +106,8 @@ def parser() -> argparse.ArgumentParser:
                         help="control plane host:port (env DROVER_TARGET)")
     common.add_argument("--token-file", help=f"default {DEFAULT_TOKEN_FILE}; env DROVER_TOKEN holds a token")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--tls-ca", default=os.environ.get("DROVER_TLS_CA", ""),
+                        help="dial with TLS, trusting this CA bundle (env DROVER_TLS_CA)")
     p = argparse.ArgumentParser(prog="drover", description="Submit and follow Drover Changes")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("submit", parents=[common], help="submit a Change file (YAML or JSON)")
@@ -161,7 +164,8 @@ def _watch(client: Client, change_id: str, as_json: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     out = (lambda m: print(json.dumps(_as_dict(m), indent=2))) if args.json else None
-    with Client(args.target, token=_token(args)) as client:
+    credentials = grpc.ssl_channel_credentials(pathlib.Path(args.tls_ca).read_bytes()) if args.tls_ca else None
+    with Client(args.target, token=_token(args), credentials=credentials) as client:
         if args.command == "submit":
             change = client.submit_change_file(changefile.load(args.file))
             (out or (lambda c: print(f"submitted change {c.id} ({len(c.tasks)} tasks)")))(change)
