@@ -210,14 +210,7 @@ def _finish(s: Session, run: Run, status: str, *, exit_code: int = 0, reason: st
             add_event(s, f"task.{task.status}", change_id=change.id, task_id=task.id, key=task.key,
                       reason=task.reason)
         if task.status in ("failed", "cancelled", "blocked"):
-            tasks = _tasks(s, change.id)
-            statuses = {t.key: t.status for t in tasks}
-            deps = {t.key: t.depends_on for t in tasks}
-            for t in tasks:
-                if t.key in graph.dependents_to_block(task.key, statuses, deps):
-                    t.status, t.reason = "blocked", f"dependency {task.key} {task.status}"
-                    add_event(s, "task.blocked", change_id=change.id, task_id=t.id, key=t.key,
-                              because=task.key)
+            _block_dependents(s, change, task)
     s.flush()
     _advance(s, change)
 
@@ -326,6 +319,17 @@ def _needs_any(key: str, targets: set[str], deps: dict[str, Any]) -> bool:
     return False
 
 
+def _block_dependents(s: Session, change: Change, task: Task) -> None:
+    """Pending Tasks that needed `task` (directly or through others) can no longer run."""
+    tasks = _tasks(s, change.id)
+    blocked = set(graph.dependents_to_block(task.key, {t.key: t.status for t in tasks},
+                                            {t.key: t.depends_on for t in tasks}))
+    for t in tasks:
+        if t.key in blocked:
+            t.status, t.reason = "blocked", f"dependency {task.key} {task.status}"
+            add_event(s, "task.blocked", change_id=change.id, task_id=t.id, key=t.key, because=task.key)
+
+
 def fail_unroutable(s: Session, run: Run, message: str) -> None:
     """No member can serve the run (ROUTING_NO_ELIGIBLE): the run never starts and the Task fails."""
     task = s.get(Task, run.task_id)
@@ -333,13 +337,7 @@ def fail_unroutable(s: Session, run: Run, message: str) -> None:
     assert task is not None and change is not None
     task.status, task.reason = "failed", message
     add_event(s, "task.failed", change_id=change.id, task_id=task.id, key=task.key, reason=message)
-    tasks = _tasks(s, change.id)
-    statuses = {t.key: t.status for t in tasks}
-    deps = {t.key: t.depends_on for t in tasks}
-    for t in tasks:
-        if t.key in graph.dependents_to_block(task.key, statuses, deps):
-            t.status, t.reason = "blocked", f"dependency {task.key} failed"
-            add_event(s, "task.blocked", change_id=change.id, task_id=t.id, key=t.key, because=task.key)
+    _block_dependents(s, change, task)
     _finish(s, run, "cancelled", reason="routing_no_eligible", error=message)
 
 
