@@ -7,12 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "run")
+    __slots__ = ("hello", "run", "heartbeat")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     run: RunMessage
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., run: _Optional[_Union[RunMessage, _Mapping]] = ...) -> None: ...
+    heartbeat: Heartbeat
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., run: _Optional[_Union[RunMessage, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("name", "labels", "capacity", "drivers", "version", "active_runs", "undelivered_runs", "draining", "resume_runs")
@@ -219,7 +225,7 @@ class StackedChangeSet(_message.Message):
     def __init__(self, changeset_id: _Optional[str] = ..., task_id: _Optional[str] = ..., branch: _Optional[str] = ..., commit: _Optional[str] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class CommandSpec(_message.Message):
-    __slots__ = ("argv", "env", "timeout_seconds")
+    __slots__ = ("argv", "env", "timeout_seconds", "network")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -230,10 +236,12 @@ class CommandSpec(_message.Message):
     ARGV_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
     timeout_seconds: int
-    def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+    network: bool
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[bool] = ...) -> None: ...
 
 class WorkspaceSpec(_message.Message):
     __slots__ = ("project", "repo", "branch", "stack")

@@ -30,18 +30,24 @@ class GetChangeRequest(_message.Message):
     def __init__(self, change_id: _Optional[str] = ...) -> None: ...
 
 class ListChangesRequest(_message.Message):
-    __slots__ = ("project", "limit")
+    __slots__ = ("project", "limit", "page_size", "page_token")
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     project: str
     limit: int
-    def __init__(self, project: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, project: _Optional[str] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListChangesResponse(_message.Message):
-    __slots__ = ("changes",)
+    __slots__ = ("changes", "next_page_token")
     CHANGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     changes: _containers.RepeatedCompositeFieldContainer[_types_pb2.Change]
-    def __init__(self, changes: _Optional[_Iterable[_Union[_types_pb2.Change, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, changes: _Optional[_Iterable[_Union[_types_pb2.Change, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WatchChangeRequest(_message.Message):
     __slots__ = ("change_id", "after_event_id")
@@ -58,16 +64,22 @@ class CancelChangeRequest(_message.Message):
     def __init__(self, change_id: _Optional[str] = ...) -> None: ...
 
 class ListChangeSetsRequest(_message.Message):
-    __slots__ = ("change_id",)
+    __slots__ = ("change_id", "page_size", "page_token")
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     change_id: str
-    def __init__(self, change_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, change_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListChangeSetsResponse(_message.Message):
-    __slots__ = ("changesets",)
+    __slots__ = ("changesets", "next_page_token")
     CHANGESETS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     changesets: _containers.RepeatedCompositeFieldContainer[_types_pb2.ChangeSet]
-    def __init__(self, changesets: _Optional[_Iterable[_Union[_types_pb2.ChangeSet, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, changesets: _Optional[_Iterable[_Union[_types_pb2.ChangeSet, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetPatchRequest(_message.Message):
     __slots__ = ("changeset_id",)

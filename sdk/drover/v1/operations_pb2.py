@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from drover.v1 import types_pb2 as drover_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64rover/v1/operations.proto\x12\tdrover.v1\x1a\x15\x64rover/v1/types.proto\"+\n\x11ListAgentsRequest\x12\x16\n\x0e\x63onnected_only\x18\x01 \x01(\x08\"6\n\x12ListAgentsResponse\x12 \n\x06\x61gents\x18\x01 \x03(\x0b\x32\x10.drover.v1.Agent\"!\n\x11\x44rainAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"Q\n\x0fListRunsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\"0\n\x10ListRunsResponse\x12\x1c\n\x04runs\x18\x01 \x03(\x0b\x32\x0e.drover.v1.Run\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x12TailRunLogsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"e\n\x11ListEventsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x10\n\x08\x61\x66ter_id\x18\x04 \x01(\x03\x12\r\n\x05limit\x18\x05 \x01(\x05\"6\n\x12ListEventsResponse\x12 \n\x06\x65vents\x18\x01 \x03(\x0b\x32\x10.drover.v1.Event\"!\n\x0fGetUsageRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\"9\n\x10GetUsageResponse\x12%\n\x06meters\x18\x01 \x03(\x0b\x32\x15.drover.v1.MeterUsage\"8\n\x13ListReceiptsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"D\n\x14ListReceiptsResponse\x12,\n\x08receipts\x18\x01 \x03(\x0b\x32\x1a.drover.v1.DecisionReceipt\"@\n\x11ListClaimsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x18\n\x10include_released\x18\x02 \x01(\x08\"6\n\x12ListClaimsResponse\x12 \n\x06\x63laims\x18\x01 \x03(\x0b\x32\x10.drover.v1.Claim\"\"\n\x10GetPacketRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"<\n\x06Packet\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontext_hash\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t2\xfc\x05\n\x11OperationsService\x12I\n\nListAgents\x12\x1c.drover.v1.ListAgentsRequest\x1a\x1d.drover.v1.ListAgentsResponse\x12<\n\nDrainAgent\x12\x1c.drover.v1.DrainAgentRequest\x1a\x10.drover.v1.Agent\x12\x43\n\x08ListRuns\x12\x1a.drover.v1.ListRunsRequest\x1a\x1b.drover.v1.ListRunsResponse\x12\x32\n\x06GetRun\x12\x18.drover.v1.GetRunRequest\x1a\x0e.drover.v1.Run\x12\x38\n\tCancelRun\x12\x1b.drover.v1.CancelRunRequest\x1a\x0e.drover.v1.Run\x12\x42\n\x0bTailRunLogs\x12\x1d.drover.v1.TailRunLogsRequest\x1a\x12.drover.v1.LogLine0\x01\x12I\n\nListEvents\x12\x1c.drover.v1.ListEventsRequest\x1a\x1d.drover.v1.ListEventsResponse\x12\x43\n\x08GetUsage\x12\x1a.drover.v1.GetUsageRequest\x1a\x1b.drover.v1.GetUsageResponse\x12O\n\x0cListReceipts\x12\x1e.drover.v1.ListReceiptsRequest\x1a\x1f.drover.v1.ListReceiptsResponse\x12I\n\nListClaims\x12\x1c.drover.v1.ListClaimsRequest\x1a\x1d.drover.v1.ListClaimsResponse\x12;\n\tGetPacket\x12\x1b.drover.v1.GetPacketRequest\x1a\x11.drover.v1.Packetb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64rover/v1/operations.proto\x12\tdrover.v1\x1a\x15\x64rover/v1/types.proto\"R\n\x11ListAgentsRequest\x12\x16\n\x0e\x63onnected_only\x18\x01 \x01(\x08\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"O\n\x12ListAgentsResponse\x12 \n\x06\x61gents\x18\x01 \x03(\x0b\x32\x10.drover.v1.Agent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"!\n\x11\x44rainAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"x\n\x0fListRunsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"I\n\x10ListRunsResponse\x12\x1c\n\x04runs\x18\x01 \x03(\x0b\x32\x0e.drover.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x12TailRunLogsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"\x8c\x01\n\x11ListEventsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x10\n\x08\x61\x66ter_id\x18\x04 \x01(\x03\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\"O\n\x12ListEventsResponse\x12 \n\x06\x65vents\x18\x01 \x03(\x0b\x32\x10.drover.v1.Event\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"H\n\x0fGetUsageRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"R\n\x10GetUsageResponse\x12%\n\x06meters\x18\x01 \x03(\x0b\x32\x15.drover.v1.MeterUsage\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"_\n\x13ListReceiptsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"]\n\x14ListReceiptsResponse\x12,\n\x08receipts\x18\x01 \x03(\x0b\x32\x1a.drover.v1.DecisionReceipt\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"g\n\x11ListClaimsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x18\n\x10include_released\x18\x02 \x01(\x08\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"O\n\x12ListClaimsResponse\x12 \n\x06\x63laims\x18\x01 \x03(\x0b\x32\x10.drover.v1.Claim\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x10GetPacketRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"<\n\x06Packet\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontext_hash\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t2\xfc\x05\n\x11OperationsService\x12I\n\nListAgents\x12\x1c.drover.v1.ListAgentsRequest\x1a\x1d.drover.v1.ListAgentsResponse\x12<\n\nDrainAgent\x12\x1c.drover.v1.DrainAgentRequest\x1a\x10.drover.v1.Agent\x12\x43\n\x08ListRuns\x12\x1a.drover.v1.ListRunsRequest\x1a\x1b.drover.v1.ListRunsResponse\x12\x32\n\x06GetRun\x12\x18.drover.v1.GetRunRequest\x1a\x0e.drover.v1.Run\x12\x38\n\tCancelRun\x12\x1b.drover.v1.CancelRunRequest\x1a\x0e.drover.v1.Run\x12\x42\n\x0bTailRunLogs\x12\x1d.drover.v1.TailRunLogsRequest\x1a\x12.drover.v1.LogLine0\x01\x12I\n\nListEvents\x12\x1c.drover.v1.ListEventsRequest\x1a\x1d.drover.v1.ListEventsResponse\x12\x43\n\x08GetUsage\x12\x1a.drover.v1.GetUsageRequest\x1a\x1b.drover.v1.GetUsageResponse\x12O\n\x0cListReceipts\x12\x1e.drover.v1.ListReceiptsRequest\x1a\x1f.drover.v1.ListReceiptsResponse\x12I\n\nListClaims\x12\x1c.drover.v1.ListClaimsRequest\x1a\x1d.drover.v1.ListClaimsResponse\x12;\n\tGetPacket\x12\x1b.drover.v1.GetPacketRequest\x1a\x11.drover.v1.Packetb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,41 +33,41 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'drover.v1.operations_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTAGENTSREQUEST']._serialized_start=64
-  _globals['_LISTAGENTSREQUEST']._serialized_end=107
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=109
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=163
-  _globals['_DRAINAGENTREQUEST']._serialized_start=165
-  _globals['_DRAINAGENTREQUEST']._serialized_end=198
-  _globals['_LISTRUNSREQUEST']._serialized_start=200
-  _globals['_LISTRUNSREQUEST']._serialized_end=281
-  _globals['_LISTRUNSRESPONSE']._serialized_start=283
-  _globals['_LISTRUNSRESPONSE']._serialized_end=331
-  _globals['_GETRUNREQUEST']._serialized_start=333
-  _globals['_GETRUNREQUEST']._serialized_end=364
-  _globals['_CANCELRUNREQUEST']._serialized_start=366
-  _globals['_CANCELRUNREQUEST']._serialized_end=416
-  _globals['_TAILRUNLOGSREQUEST']._serialized_start=418
-  _globals['_TAILRUNLOGSREQUEST']._serialized_end=489
-  _globals['_LISTEVENTSREQUEST']._serialized_start=491
-  _globals['_LISTEVENTSREQUEST']._serialized_end=592
-  _globals['_LISTEVENTSRESPONSE']._serialized_start=594
-  _globals['_LISTEVENTSRESPONSE']._serialized_end=648
-  _globals['_GETUSAGEREQUEST']._serialized_start=650
-  _globals['_GETUSAGEREQUEST']._serialized_end=683
-  _globals['_GETUSAGERESPONSE']._serialized_start=685
-  _globals['_GETUSAGERESPONSE']._serialized_end=742
-  _globals['_LISTRECEIPTSREQUEST']._serialized_start=744
-  _globals['_LISTRECEIPTSREQUEST']._serialized_end=800
-  _globals['_LISTRECEIPTSRESPONSE']._serialized_start=802
-  _globals['_LISTRECEIPTSRESPONSE']._serialized_end=870
-  _globals['_LISTCLAIMSREQUEST']._serialized_start=872
-  _globals['_LISTCLAIMSREQUEST']._serialized_end=936
-  _globals['_LISTCLAIMSRESPONSE']._serialized_start=938
-  _globals['_LISTCLAIMSRESPONSE']._serialized_end=992
-  _globals['_GETPACKETREQUEST']._serialized_start=994
-  _globals['_GETPACKETREQUEST']._serialized_end=1028
-  _globals['_PACKET']._serialized_start=1030
-  _globals['_PACKET']._serialized_end=1090
-  _globals['_OPERATIONSSERVICE']._serialized_start=1093
-  _globals['_OPERATIONSSERVICE']._serialized_end=1857
+  _globals['_LISTAGENTSREQUEST']._serialized_end=146
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=148
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=227
+  _globals['_DRAINAGENTREQUEST']._serialized_start=229
+  _globals['_DRAINAGENTREQUEST']._serialized_end=262
+  _globals['_LISTRUNSREQUEST']._serialized_start=264
+  _globals['_LISTRUNSREQUEST']._serialized_end=384
+  _globals['_LISTRUNSRESPONSE']._serialized_start=386
+  _globals['_LISTRUNSRESPONSE']._serialized_end=459
+  _globals['_GETRUNREQUEST']._serialized_start=461
+  _globals['_GETRUNREQUEST']._serialized_end=492
+  _globals['_CANCELRUNREQUEST']._serialized_start=494
+  _globals['_CANCELRUNREQUEST']._serialized_end=544
+  _globals['_TAILRUNLOGSREQUEST']._serialized_start=546
+  _globals['_TAILRUNLOGSREQUEST']._serialized_end=617
+  _globals['_LISTEVENTSREQUEST']._serialized_start=620
+  _globals['_LISTEVENTSREQUEST']._serialized_end=760
+  _globals['_LISTEVENTSRESPONSE']._serialized_start=762
+  _globals['_LISTEVENTSRESPONSE']._serialized_end=841
+  _globals['_GETUSAGEREQUEST']._serialized_start=843
+  _globals['_GETUSAGEREQUEST']._serialized_end=915
+  _globals['_GETUSAGERESPONSE']._serialized_start=917
+  _globals['_GETUSAGERESPONSE']._serialized_end=999
+  _globals['_LISTRECEIPTSREQUEST']._serialized_start=1001
+  _globals['_LISTRECEIPTSREQUEST']._serialized_end=1096
+  _globals['_LISTRECEIPTSRESPONSE']._serialized_start=1098
+  _globals['_LISTRECEIPTSRESPONSE']._serialized_end=1191
+  _globals['_LISTCLAIMSREQUEST']._serialized_start=1193
+  _globals['_LISTCLAIMSREQUEST']._serialized_end=1296
+  _globals['_LISTCLAIMSRESPONSE']._serialized_start=1298
+  _globals['_LISTCLAIMSRESPONSE']._serialized_end=1377
+  _globals['_GETPACKETREQUEST']._serialized_start=1379
+  _globals['_GETPACKETREQUEST']._serialized_end=1413
+  _globals['_PACKET']._serialized_start=1415
+  _globals['_PACKET']._serialized_end=1475
+  _globals['_OPERATIONSSERVICE']._serialized_start=1478
+  _globals['_OPERATIONSSERVICE']._serialized_end=2242
 # @@protoc_insertion_point(module_scope)

@@ -8,16 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ListAgentsRequest(_message.Message):
-    __slots__ = ("connected_only",)
+    __slots__ = ("connected_only", "page_size", "page_token")
     CONNECTED_ONLY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     connected_only: bool
-    def __init__(self, connected_only: _Optional[bool] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, connected_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListAgentsResponse(_message.Message):
-    __slots__ = ("agents",)
+    __slots__ = ("agents", "next_page_token")
     AGENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     agents: _containers.RepeatedCompositeFieldContainer[_types_pb2.Agent]
-    def __init__(self, agents: _Optional[_Iterable[_Union[_types_pb2.Agent, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, agents: _Optional[_Iterable[_Union[_types_pb2.Agent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DrainAgentRequest(_message.Message):
     __slots__ = ("name",)
@@ -26,22 +32,28 @@ class DrainAgentRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
-    __slots__ = ("change_id", "state", "agent", "limit")
+    __slots__ = ("change_id", "state", "agent", "limit", "page_size", "page_token")
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     change_id: str
     state: str
     agent: str
     limit: int
-    def __init__(self, change_id: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, change_id: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListRunsResponse(_message.Message):
-    __slots__ = ("runs",)
+    __slots__ = ("runs", "next_page_token")
     RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
-    def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("run_id",)
@@ -68,64 +80,88 @@ class TailRunLogsRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
 
 class ListEventsRequest(_message.Message):
-    __slots__ = ("change_id", "run_id", "kind", "after_id", "limit")
+    __slots__ = ("change_id", "run_id", "kind", "after_id", "limit", "page_size", "page_token")
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     AFTER_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     change_id: str
     run_id: str
     kind: str
     after_id: int
     limit: int
-    def __init__(self, change_id: _Optional[str] = ..., run_id: _Optional[str] = ..., kind: _Optional[str] = ..., after_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, change_id: _Optional[str] = ..., run_id: _Optional[str] = ..., kind: _Optional[str] = ..., after_id: _Optional[int] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListEventsResponse(_message.Message):
-    __slots__ = ("events",)
+    __slots__ = ("events", "next_page_token")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[_types_pb2.Event]
-    def __init__(self, events: _Optional[_Iterable[_Union[_types_pb2.Event, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, events: _Optional[_Iterable[_Union[_types_pb2.Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetUsageRequest(_message.Message):
-    __slots__ = ("prefix",)
+    __slots__ = ("prefix", "page_size", "page_token")
     PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     prefix: str
-    def __init__(self, prefix: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class GetUsageResponse(_message.Message):
-    __slots__ = ("meters",)
+    __slots__ = ("meters", "next_page_token")
     METERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     meters: _containers.RepeatedCompositeFieldContainer[_types_pb2.MeterUsage]
-    def __init__(self, meters: _Optional[_Iterable[_Union[_types_pb2.MeterUsage, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, meters: _Optional[_Iterable[_Union[_types_pb2.MeterUsage, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListReceiptsRequest(_message.Message):
-    __slots__ = ("change_id", "run_id")
+    __slots__ = ("change_id", "run_id", "page_size", "page_token")
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     change_id: str
     run_id: str
-    def __init__(self, change_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, change_id: _Optional[str] = ..., run_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListReceiptsResponse(_message.Message):
-    __slots__ = ("receipts",)
+    __slots__ = ("receipts", "next_page_token")
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     receipts: _containers.RepeatedCompositeFieldContainer[_types_pb2.DecisionReceipt]
-    def __init__(self, receipts: _Optional[_Iterable[_Union[_types_pb2.DecisionReceipt, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, receipts: _Optional[_Iterable[_Union[_types_pb2.DecisionReceipt, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListClaimsRequest(_message.Message):
-    __slots__ = ("change_id", "include_released")
+    __slots__ = ("change_id", "include_released", "page_size", "page_token")
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     change_id: str
     include_released: bool
-    def __init__(self, change_id: _Optional[str] = ..., include_released: _Optional[bool] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, change_id: _Optional[str] = ..., include_released: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListClaimsResponse(_message.Message):
-    __slots__ = ("claims",)
+    __slots__ = ("claims", "next_page_token")
     CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     claims: _containers.RepeatedCompositeFieldContainer[_types_pb2.Claim]
-    def __init__(self, claims: _Optional[_Iterable[_Union[_types_pb2.Claim, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, claims: _Optional[_Iterable[_Union[_types_pb2.Claim, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetPacketRequest(_message.Message):
     __slots__ = ("run_id",)
