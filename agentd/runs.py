@@ -136,7 +136,10 @@ class Runs:
             "workspace_dir": str((self.config.work_dir / assignment.run_id).resolve()),
             "keep_workspace": self.config.keep_workspaces, "kill_grace_seconds": self.config.kill_grace_seconds,
             "session_user": self.config.session_user,
+            "network": assignment.command.network,
         }
+        if assignment.limits.get("output_bytes", 0) > 0:  # the supervisors stop recording past it
+            spec["output_limit_bytes"] = assignment.limits["output_bytes"]
         if assignment.driver == "harness":
             spec.update(model=assignment.model, base_url=assignment.base_url, tier=assignment.tier,
                         prompt=assignment.harness.prompt,

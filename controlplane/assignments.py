@@ -39,11 +39,13 @@ def render_prompt(change: Change, task: Task) -> str:
 
 
 def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessConfig,
-          objects: DirectoryStore | None = None) -> agent_pb2.RunAssignment:
+          objects: DirectoryStore | None = None, output_limit_bytes: int = 0) -> agent_pb2.RunAssignment:
     assignment = agent_pb2.RunAssignment(
         run_id=run.id, change_id=run.change_id, task_id=task.id, task_key=task.key, kind=task.kind,
         driver=run.driver, attempt=run.attempt,
         workspace=agent_pb2.WorkspaceSpec(project=project.name, repo=project.repo, branch=project.branch))
+    if output_limit_bytes > 0:  # agentd stops recording a run's output past what the control plane keeps
+        assignment.limits["output_bytes"] = output_limit_bytes
     change = s.get(Change, run.change_id)
     assert change is not None
     token = git_token(project)
@@ -53,7 +55,8 @@ def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessCo
         assignment.workspace.stack.extend(_stack(s, change, task))
     if run.driver == "command":
         assignment.command.CopyFrom(agent_pb2.CommandSpec(argv=task.command, env=task.env,
-                                                          timeout_seconds=task.timeout_seconds))
+                                                          timeout_seconds=task.timeout_seconds,
+                                                          network=project.network))
         return assignment
     tier = harness.tiers.get(_model_tier(harness, run.tier)) or harness.tiers[harness.default_tier]
     member = _member(harness, run)

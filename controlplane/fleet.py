@@ -109,7 +109,8 @@ class Fleet:
                 session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))
             if hello.resume_runs:
                 for assignment in await self.store.run(_resume_assignments, hello.name, list(hello.resume_runs),
-                                                       self.config.harness, self.objects):
+                                                       self.config.harness, self.objects,
+                                                       self.config.output_limit_bytes):
                     session.send(agent_pb2.ControlMessage(assign=assignment))
             log.info("agent %s connected (capacity %d, %d runs listed)", hello.name, hello.capacity, len(listed))
             self.notifier.notify()
@@ -194,7 +195,8 @@ class Fleet:
         self._refusals = {run: fresh for run, by in self._refusals.items()
                           if (fresh := {a: until for a, until in by.items() if until > now})}
         avoid = {run: frozenset(by) for run, by in self._refusals.items()}
-        assigned = await self.store.run(_assign_queued, connected, avoid, self.config.harness, self.objects)
+        assigned = await self.store.run(_assign_queued, connected, avoid, self.config.harness, self.objects,
+                                        self.config.output_limit_bytes)
         for agent, assignment in assigned:
             session = self.sessions.get(agent)
             if session is not None:
@@ -246,7 +248,7 @@ def _check_hello(hello: agent_pb2.Hello) -> str:
 
 
 def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[str]], harness: HarnessConfig,
-                   objects: DirectoryStore) -> list[tuple[str, agent_pb2.RunAssignment]]:
+                   objects: DirectoryStore, output_limit: int = 0) -> list[tuple[str, agent_pb2.RunAssignment]]:
     """In one transaction: plan and record the assignment of queued runs to connected agents."""
     agents = list(s.scalars(select(Agent).where(Agent.name.in_(connected)).order_by(Agent.name)))
     if not agents:
@@ -280,12 +282,12 @@ def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[
         resources = claims.task_resources(task.spec or {})
         if resources:  # advisory: a claim another run holds is recorded as contended, never blocks
             claims.acquire(s, run.id, resources, utcnow())
-        out.append((agent, assignments.build(s, run, task, project, harness, objects)))
+        out.append((agent, assignments.build(s, run, task, project, harness, objects, output_limit)))
     return out
 
 
 def _resume_assignments(s: Session, agent: str, run_ids: list[str], harness: HarnessConfig,
-                        objects: DirectoryStore) -> list[agent_pb2.RunAssignment]:
+                        objects: DirectoryStore, output_limit: int = 0) -> list[agent_pb2.RunAssignment]:
     """Assignments sent again (secrets included) so harness runs whose supervisor died resume."""
     out = []
     for run_id in run_ids:
@@ -297,7 +299,7 @@ def _resume_assignments(s: Session, agent: str, run_ids: list[str], harness: Har
         assert task is not None and change is not None
         project = s.get(Project, change.project)
         assert project is not None
-        assignment = assignments.build(s, run, task, project, harness, objects)
+        assignment = assignments.build(s, run, task, project, harness, objects, output_limit)
         assignment.resume = True
         lifecycle.add_event(s, "run.resumed", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
                             agent=agent)
