@@ -17,8 +17,6 @@ import dataclasses
 import datetime as dt
 import fnmatch
 import itertools
-import posixpath
-import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from sqlalchemy import func, select, text
@@ -28,16 +26,13 @@ from controlplane import changesets, runstate
 from controlplane.errors import FailedPrecondition, InvalidArgument, NotFound
 from controlplane.lifecycle import add_event, new_id
 from controlplane.models import Change, Claim, Conflict, Event, Run, Task, utcnow
+from controlplane.resources import GLOB as _GLOB, NAMED as _NAMED, normalise
 from controlplane.store import aware
 
 LEASE = dt.timedelta(seconds=120)
 """How long a claim lasts without renewal."""
 LOCK_KEY = 0x44524F5645520001
 """PostgreSQL advisory lock that serialises acquisitions and renewals (SQLite's BEGIN IMMEDIATE does)."""
-
-_NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*):(.*)$")
-_GLOB = frozenset("*?[")
-
 
 # --- pure ------------------------------------------------------------------------------------------
 
@@ -48,24 +43,6 @@ def lease_expired(expires_at: dt.datetime, now: dt.datetime) -> bool:
 def needs_renewal(acquired_or_renewed_at: dt.datetime, expires_at: dt.datetime, now: dt.datetime) -> bool:
     """At half-life: a 120 s lease taken or renewed at t is due from t + 60 s."""
     return now >= acquired_or_renewed_at + (expires_at - acquired_or_renewed_at) / 2
-
-
-def normalise(resource: str) -> str:
-    """A declared file or glob becomes a clean repository path (`./src//a.py` -> `src/a.py`; `file:`
-    is dropped); a named resource becomes `kind:name` with the kind in lower case (`Table:users` ->
-    `table:users`, `endpoint:/api/x`)."""
-    stripped = resource.strip()
-    named = _NAMED.match(stripped)
-    if named and named.group(1).lower() != "file":
-        kind, name = named.group(1).lower(), named.group(2).strip()
-        if not name:
-            raise InvalidArgument(f"{resource!r} names no {kind}", field="resources")
-        return f"{kind}:{name}"
-    path = (named.group(2) if named else stripped).strip().replace("\\", "/")
-    path = posixpath.normpath(path).lstrip("/") if path else ""
-    if path in ("", ".", "..") or path.startswith("../"):
-        raise InvalidArgument(f"{resource!r} is not a path inside the repository", field="resources")
-    return path
 
 
 def normalise_all(resources: Iterable[str]) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
-from controlplane import graph, lifecycle, models
+from controlplane import graph, lifecycle, models, resources
 from controlplane.store import aware
 from drover.v1 import agent_pb2, change_pb2, types_pb2
 
@@ -35,11 +35,16 @@ def change_spec(req: change_pb2.SubmitChangeRequest) -> graph.ChangeSpec:
 
 
 def task_traits(t: types_pb2.Task) -> dict[str, Any]:
-    """The routing fields of a submitted Task, kept only when set."""
-    traits: dict[str, Any] = {"files": list(t.files), "resources": list(t.resources), "size": t.size,
+    """The routing fields of a submitted Task, kept only when set; files and resources normalised (the
+    request was checked, so each one normalises)."""
+    traits: dict[str, Any] = {"files": _normalised(t.files), "resources": _normalised(t.resources), "size": t.size,
                               "complexity": t.complexity, "risk": t.risk,
                               "required_capabilities": list(t.required_capabilities), "flags": dict(t.flags)}
     return {k: v for k, v in traits.items() if v}
+
+
+def _normalised(entries: Any) -> list[str]:
+    return list(dict.fromkeys(resources.normalise(e) for e in entries))
 
 
 def task(row: models.Task, latest_run: str = "") -> types_pb2.Task:
