@@ -16,12 +16,14 @@ from sqlalchemy.orm import Session
 
 from controlplane import assignments, claims, convert, lifecycle, metering, runstate
 from controlplane.config import HarnessConfig, ServerConfig
+from controlplane.errors import DroverError
 from controlplane.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
 from controlplane.notify import Notifier
 from controlplane.objectstore import DirectoryStore
 from controlplane.recall import Recall
 from controlplane.router import Router
 from controlplane.scheduler import AgentSlot, QueuedRun, plan_assignments
+from controlplane.servicing import error_id
 from controlplane.store import Store
 from drover.v1 import agent_pb2
 
@@ -195,15 +197,18 @@ class Fleet:
         self._refusals = {run: fresh for run, by in self._refusals.items()
                           if (fresh := {a: until for a, until in by.items() if until > now})}
         avoid = {run: frozenset(by) for run, by in self._refusals.items()}
-        assigned = await self.store.run(_assign_queued, connected, avoid, self.config.harness, self.objects,
-                                        self.config.output_limit_bytes)
-        for agent, assignment in assigned:
+        done = await self.store.run(_assign_queued, connected, avoid, self.config.harness, self.objects,
+                                    self.config.output_limit_bytes)
+        for agent, assignment in done.assigned:
             session = self.sessions.get(agent)
             if session is not None:
                 session.send(agent_pb2.ControlMessage(assign=assignment))
-        if assigned:
+        for run_id, reason in done.failed:
+            log.warning("run %s cannot be assigned: %s", run_id, reason)
+            await self.store.run(lifecycle.fail_unassignable, run_id, reason)
+        if done.assigned or done.failed:
             self.notifier.notify()
-        return len(assigned)
+        return len(done.assigned)
 
     async def _dispatch_loop(self) -> None:
         while True:
@@ -248,18 +253,19 @@ def _check_hello(hello: agent_pb2.Hello) -> str:
 
 
 def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[str]], harness: HarnessConfig,
-                   objects: DirectoryStore, output_limit: int = 0) -> list[tuple[str, agent_pb2.RunAssignment]]:
-    """In one transaction: plan and record the assignment of queued runs to connected agents."""
+                   objects: DirectoryStore, output_limit: int = 0) -> "Dispatched":
+    """In one transaction: plan and record the assignment of queued runs to connected agents, each
+    run in a savepoint of its own."""
     agents = list(s.scalars(select(Agent).where(Agent.name.in_(connected)).order_by(Agent.name)))
     if not agents:
-        return []
+        return Dispatched([], [])
     active = dict(s.execute(
         select(Run.agent, func.count()).where(Run.agent.in_(connected), Run.state.in_(runstate.ACTIVE))
         .group_by(Run.agent)).all())
     slots = [AgentSlot(a.name, a.labels, a.capacity - active.get(a.name, 0), frozenset(a.drivers), a.draining)
              for a in agents]
     if all(slot.free <= 0 or slot.draining for slot in slots):
-        return []
+        return Dispatched([], [])
     rows = s.execute(
         select(Run, Task, Project).join(Task, Run.task_id == Task.id).join(Change, Change.id == Run.change_id)
         .join(Project, Project.name == Change.project).where(Run.state == "queued")
@@ -272,18 +278,47 @@ def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[
          for run, task, project in rows],
         slots)
     out: list[tuple[str, agent_pb2.RunAssignment]] = []
+    failed: list[tuple[str, str]] = []
     for run_id, agent in plan:
         run, task, project = queued[run_id]
-        if lifecycle.assign(s, run_id, agent) is None:
+        try:
+            with s.begin_nested():  # one run that cannot be assigned never takes the batch down with it
+                assignment = _assign_one(s, run, task, project, agent, harness, objects, output_limit)
+        except Exception as err:
+            failed.append((run_id, _unassignable(run_id, err)))
             continue
-        receipt = s.get(DecisionReceipt, run.id)
-        if receipt is not None:
-            receipt.data = {**(receipt.data or {}), "agent": agent}
-        resources = claims.task_resources(task.spec or {})
-        if resources:  # advisory: a claim another run holds is recorded as contended, never blocks
-            claims.acquire(s, run.id, resources, utcnow())
-        out.append((agent, assignments.build(s, run, task, project, harness, objects, output_limit)))
-    return out
+        if assignment is not None:
+            out.append((agent, assignment))
+    return Dispatched(out, failed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dispatched:
+    assigned: list[tuple[str, agent_pb2.RunAssignment]]
+    failed: list[tuple[str, str]]  # (run id, why it cannot be assigned): each is failed in its own transaction
+
+
+def _assign_one(s: Session, run: Run, task: Task, project: Project, agent: str, harness: HarnessConfig,
+                objects: DirectoryStore, output_limit: int) -> agent_pb2.RunAssignment | None:
+    if lifecycle.assign(s, run.id, agent) is None:
+        return None
+    receipt = s.get(DecisionReceipt, run.id)
+    if receipt is not None:
+        receipt.data = {**(receipt.data or {}), "agent": agent}
+    resources = claims.task_resources(task.spec or {})
+    if resources:  # advisory: a claim another run holds is recorded as contended, never blocks
+        claims.acquire(s, run.id, resources, utcnow())
+    return assignments.build(s, run, task, project, harness, objects, output_limit)
+
+
+def _unassignable(run_id: str, err: Exception) -> str:
+    """The reason a run could not be assigned, safe to show its users: a DroverError says what is wrong
+    with the run; anything else is logged with an id and named by it."""
+    if isinstance(err, DroverError):
+        return f"assignment_failed: {err}"
+    eid = error_id()
+    log.error("run %s cannot be assigned (error id %s)", run_id, eid, exc_info=err)
+    return f"assignment_failed: {type(err).__name__} (error id {eid} in the control plane's log)"
 
 
 def _resume_assignments(s: Session, agent: str, run_ids: list[str], harness: HarnessConfig,

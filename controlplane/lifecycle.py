@@ -330,15 +330,34 @@ def _block_dependents(s: Session, change: Change, task: Task) -> None:
             add_event(s, "task.blocked", change_id=change.id, task_id=t.id, key=t.key, because=task.key)
 
 
-def fail_unroutable(s: Session, run: Run, message: str) -> None:
-    """No member can serve the run (ROUTING_NO_ELIGIBLE): the run never starts and the Task fails."""
+def fail_unroutable(s: Session, run: Run, message: str, outcome: str = "routing_no_eligible") -> None:
+    """No member can serve the run (ROUTING_NO_ELIGIBLE), or it cannot be routed or assigned at all:
+    the run never starts and the Task fails."""
     task = s.get(Task, run.task_id)
     change = s.get(Change, run.change_id, with_for_update=True)
     assert task is not None and change is not None
     task.status, task.reason = "failed", message
     add_event(s, "task.failed", change_id=change.id, task_id=task.id, key=task.key, reason=message)
     _block_dependents(s, change, task)
-    _finish(s, run, "cancelled", reason="routing_no_eligible", error=message)
+    _finish(s, run, "cancelled", reason=outcome, error=message)
+
+
+def fail_unassignable(s: Session, run_id: str, reason: str) -> None:
+    """A queued run that cannot be assigned (its Task is malformed in a way submission did not catch):
+    it never starts, its Task fails with the reason and its dependents are blocked; the rest of the
+    fleet's dispatch goes on."""
+    run = s.get(Run, run_id)
+    if run is None or run.state != "queued":
+        return
+    fail_unroutable(s, run, reason, outcome="assignment_failed")
+
+
+def fail_unrouted(s: Session, run_id: str, reason: str) -> None:
+    """A queued harness run whose routing or Context Packet keeps failing: failed alone."""
+    run = s.get(Run, run_id)
+    if run is None or run.state != "queued":
+        return
+    fail_unroutable(s, run, reason, outcome="routing_failed")
 
 
 def cancel_run(s: Session, run_id: str, reason: str) -> Run:

@@ -16,15 +16,27 @@ from agentd.harness.model import AnthropicModel, ModelError
 from agentd.harness.retry import RetryPolicy
 from controlplane import classifier, lifecycle, members, meters, pricing, routing, runstart, runstate
 from controlplane.config import HarnessConfig
+from controlplane.errors import DroverError
 from controlplane.models import Conflict, DecisionReceipt, Run, Task, utcnow
 from controlplane.objectstore import DirectoryStore
 from controlplane.notify import Notifier
 from controlplane.quota import ObservedFailures, QuotaProbe
 from controlplane.recall import Recall
+from controlplane.servicing import error_id
 from controlplane.store import Store
 
 log = logging.getLogger("drover.router")
 QUOTA_ERRORS = frozenset({"rate_limit_error", "RateLimited", "billing_error", "SpendLimited", "429"})
+ROUTING_TRIES = 3
+"""Routing passes a run may fail before it is failed alone (routing_failed)."""
+
+
+def _reason(run_id: str, err: Exception) -> str:
+    if isinstance(err, DroverError):
+        return f"routing_failed: {err}"
+    eid = error_id()
+    log.error("routing run %s failed for good (error id %s)", run_id, eid, exc_info=err)
+    return f"routing_failed: {type(err).__name__} (error id {eid} in the control plane's log)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +141,7 @@ class Router:
         self.probe = QuotaProbe(policy=harness.quota)
         self.observed = ObservedFailures()
         self.rr: dict[str, int] = {}
+        self.failures: dict[str, int] = {}  # run id -> routing passes that failed in a row
         self.classifier = self._haiku(harness)
 
     async def compact(self, text: str) -> str:
@@ -185,8 +198,17 @@ class Router:
         for item in pending:
             try:
                 await self.route(item)
-            except Exception:
-                log.exception("routing run %s failed; retrying later", item.run_id)
+                self.failures.pop(item.run_id, None)
+            except Exception as err:
+                # A passing fault (a probe, the object store) is tried again; a run that keeps failing is
+                # failed alone, so it cannot hold a place among the runs routed first for ever.
+                self.failures[item.run_id] = tries = self.failures.get(item.run_id, 0) + 1
+                if tries < ROUTING_TRIES:
+                    log.exception("routing run %s failed; retrying later", item.run_id)
+                    continue
+                self.failures.pop(item.run_id, None)
+                reason = _reason(item.run_id, err)
+                await self.store.run(lambda s, run_id=item.run_id: lifecycle.fail_unrouted(s, run_id, reason))
         if pending:
             self.notifier.notify()
         return len(pending)
