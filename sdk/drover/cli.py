@@ -293,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as err:  # a bug of ours: say what, never a traceback
+        print(f"drover: unexpected error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
 
-from drover.errors import from_rpc_error
+from drover.errors import InvalidArgument, from_rpc_error
 from drover.v1 import (change_pb2, change_pb2_grpc, operations_pb2, operations_pb2_grpc, types_pb2)
 
 T = TypeVar("T")
@@ -29,16 +29,29 @@ def _mapped(fn: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
-def _task(spec: Mapping[str, Any]) -> types_pb2.Task:
+def _list(spec: Mapping[str, Any], name: str, where: str) -> list[str]:
+    """A list field of a Task; a lone string is refused, never taken as a list of its characters."""
+    value = spec.get(name) or []
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise InvalidArgument(f"{where}.{name}: expected a list of strings, not {type(value).__name__}")
+    return [str(v) for v in value]
+
+
+def _task(spec: Mapping[str, Any], i: int = 0) -> types_pb2.Task:
+    where = f"tasks[{i}]"
+    if not isinstance(spec, Mapping):
+        raise InvalidArgument(f"{where}: a Task is a mapping, not {type(spec).__name__}")
+    try:
+        timeout = int(spec.get("timeout_seconds") or 0)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{where}.timeout_seconds: expected a whole number") from None
     return types_pb2.Task(
         key=str(spec.get("key", "")), kind=str(spec.get("kind", "")), objective=str(spec.get("objective", "")),
-        depends_on=[str(d) for d in spec.get("depends_on") or []],
-        command=[str(a) for a in spec.get("command") or []],
+        depends_on=_list(spec, "depends_on", where), command=_list(spec, "command", where),
         env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
-        timeout_seconds=int(spec.get("timeout_seconds") or 0),
-        files=list(spec.get("files") or []), resources=list(spec.get("resources") or []),
+        timeout_seconds=timeout, files=_list(spec, "files", where), resources=_list(spec, "resources", where),
         size=str(spec.get("size") or ""), complexity=str(spec.get("complexity") or ""),
-        risk=str(spec.get("risk") or ""), required_capabilities=list(spec.get("required_capabilities") or []),
+        risk=str(spec.get("risk") or ""), required_capabilities=_list(spec, "required_capabilities", where),
         flags={str(k): bool(v) for k, v in (spec.get("flags") or {}).items()})
 
 
@@ -72,7 +85,7 @@ class Client:
         and for command Tasks command, env, timeout_seconds)."""
         request = change_pb2.SubmitChangeRequest(project=project, goal=goal, criteria=list(criteria),
                                                  invariants=list(invariants), budget_usd=budget_usd,
-                                                 tasks=[_task(t) for t in tasks])
+                                                 tasks=[_task(t, i) for i, t in enumerate(tasks)])
         return self._changes.SubmitChange(request, metadata=self._metadata)
 
     def submit_change_file(self, data: Mapping[str, Any]) -> Change:
