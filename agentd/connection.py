@@ -134,7 +134,9 @@ class Connection:
             raise SessionLost("stream closed before welcome")
 
     async def _send(self, call: Any) -> None:
-        """Send every stored message not yet acked, in seq order per run, then what comes next."""
+        """Send every stored message not yet acked, in seq order per run, then what comes next; when
+        nothing has been sent for a keepalive interval, a heartbeat, so the control plane can tell a
+        quiet agent from a hung one."""
         cursors: dict[str, int] = {}
         while True:
             self.outbox.changed.clear()
@@ -146,4 +148,7 @@ class Connection:
                     if message["seq"] >= start:
                         await call.write(to_wire(run_id, message))
                         cursors[run_id] = message["seq"] + 1
-            await self.outbox.changed.wait()
+            try:
+                await asyncio.wait_for(self.outbox.changed.wait(), timeout=self.config.keepalive_seconds)
+            except asyncio.TimeoutError:
+                await call.write(agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat()))

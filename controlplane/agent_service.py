@@ -6,7 +6,7 @@ import json
 
 import grpc
 
-from controlplane import changesets, claims, meters, metering, pricing
+from controlplane import auth, changesets, claims, meters, metering, pricing, tenancy
 from controlplane.models import utcnow
 from controlplane.config import HarnessConfig
 from controlplane.fleet import Fleet
@@ -29,6 +29,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     @reporting
     async def ReserveModelCall(self, request: agent_pb2.ReserveModelCallRequest,
                                context: grpc.aio.ServicerContext) -> agent_pb2.ReserveModelCallResponse:
+        await self.store.read(tenancy.agent_run, request.run_id, auth.current().token_id)
         h = self.harness
         budgets = meters.BudgetConfig(h.provider_month_usd, h.agent_calls_per_day, h.classifier_calls_per_day)
         r = await self.store.run(lambda s: metering.reserve(
@@ -44,6 +45,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     @reporting
     async def SettleModelCall(self, request: agent_pb2.SettleModelCallRequest,
                               context: grpc.aio.ServicerContext) -> agent_pb2.SettleModelCallResponse:
+        await self.store.read(tenancy.agent_reservation, request.reservation_id, auth.current().token_id)
         u = request.usage
         usage = pricing.Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens,
                               u.cache_read_input_tokens)
@@ -57,6 +59,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     @reporting
     async def PublishChangeSet(self, request: agent_pb2.PublishChangeSetRequest,
                                context: grpc.aio.ServicerContext) -> agent_pb2.ChangeSetRef:
+        await self.store.read(tenancy.agent_run, request.run_id, auth.current().token_id)
         published = changesets.Published(
             run_id=request.run_id, branch=request.branch, commit=request.commit, base_commit=request.base_commit,
             start_commit=request.start_commit, stacked_on=tuple(request.stacked_on), files=tuple(request.files),

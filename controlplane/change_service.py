@@ -1,4 +1,4 @@
-"""drover.v1.ChangeService: decode, call the domain, encode."""
+"""drover.v1.ChangeService: decode, call the domain, encode. Every call sees only the projects of its token."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import AsyncIterator
 
 import grpc
 
-from controlplane import changesets, convert, graph, lifecycle, queries
-from controlplane.auth import AuthInterceptor
+from controlplane import auth, convert, graph, lifecycle, queries, validation
+from controlplane.errors import Unauthenticated
 from controlplane.fleet import Fleet
 from controlplane.notify import Notifier
 from controlplane.servicing import reporting
@@ -17,16 +17,23 @@ from drover.v1 import change_pb2, change_pb2_grpc, types_pb2
 WATCH_POLL_SECONDS = 1.0
 
 
+async def still_allowed(store: Store, who: auth.Principal) -> None:
+    """A long stream stops at the next poll once its token is revoked or has expired."""
+    if not await store.read(auth.still_valid, who.token_id):
+        raise Unauthenticated(f"token {who.name!r} was revoked or has expired")
+
+
 class ChangeService(change_pb2_grpc.ChangeServiceServicer):
-    def __init__(self, store: Store, fleet: Fleet, notifier: Notifier, auth: AuthInterceptor) -> None:
-        self.store, self.fleet, self.notifier, self.auth = store, fleet, notifier, auth
+    def __init__(self, store: Store, fleet: Fleet, notifier: Notifier,
+                 limits: validation.Limits = validation.Limits()) -> None:
+        self.store, self.fleet, self.notifier, self.limits = store, fleet, notifier, limits
 
     @reporting
     async def SubmitChange(self, request: change_pb2.SubmitChangeRequest,
                            context: grpc.aio.ServicerContext) -> types_pb2.Change:
-        who = await self.auth.principal(context.invocation_metadata())
+        who = auth.current()
         spec = convert.change_spec(request)
-        change_id = await self.store.run(lifecycle.submit_change, spec, who.name if who else "")
+        change_id = await self.store.run(lifecycle.submit_change, spec, who.name, who.projects)
         self.notifier.notify()
         self.fleet.wake()
         return await self.store.run(queries.get_change, change_id)
@@ -34,34 +41,40 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
     @reporting
     async def GetChange(self, request: change_pb2.GetChangeRequest,
                         context: grpc.aio.ServicerContext) -> types_pb2.Change:
-        return await self.store.run(queries.get_change, request.change_id)
+        return await self.store.run(queries.get_change, request.change_id, auth.current().projects)
 
     @reporting
     async def ListChanges(self, request: change_pb2.ListChangesRequest,
                           context: grpc.aio.ServicerContext) -> change_pb2.ListChangesResponse:
-        changes = await self.store.run(queries.list_changes, request.project, min(max(request.limit, 0), 500))
-        return change_pb2.ListChangesResponse(changes=changes)
+        page = await self.store.run(queries.list_changes, request.project, request.page_size or request.limit,
+                                    request.page_token, auth.current().projects)
+        return change_pb2.ListChangesResponse(changes=page.items, next_page_token=page.next_token)
 
     @reporting
     async def WatchChange(self, request: change_pb2.WatchChangeRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[types_pb2.Event]:
-        await self.store.run(queries.change_status, request.change_id)  # NOT_FOUND before streaming
+        who = auth.current()
+        await self.store.run(queries.change_status, request.change_id, who.projects)  # NOT_FOUND before streaming
         after = request.after_event_id
         while True:
-            status = await self.store.run(queries.change_status, request.change_id)
-            batch = await self.store.run(lambda s: queries.events(s, change_id=request.change_id, after_id=after))
-            for event in batch:
+            await still_allowed(self.store, who)
+            status = await self.store.run(queries.change_status, request.change_id, who.projects)
+            page = await self.store.run(lambda s: queries.events(s, change_id=request.change_id, after_id=after,
+                                                                  scope=who.projects))
+            for event in page.items:
                 after = event.id
                 yield event
-            if not batch and status in graph.TERMINAL_CHANGE:
+            if not page.items and status in graph.TERMINAL_CHANGE:
                 return
-            if not batch:
+            if not page.items:
                 await self.notifier.wait(WATCH_POLL_SECONDS)
 
     @reporting
     async def CancelChange(self, request: change_pb2.CancelChangeRequest,
                            context: grpc.aio.ServicerContext) -> types_pb2.Change:
-        runs = await self.store.run(lifecycle.cancel_change, request.change_id)
+        who = auth.current()
+        runs = await self.store.run(lambda s: lifecycle.cancel_change(
+            s, request.change_id, scope=who.projects, by=who.name, may_manage=who.has_role("run.manage")))
         self.fleet.tell_cancel([(r.id, r.agent) for r in runs], "change cancelled")
         self.notifier.notify()
         self.fleet.wake()
@@ -70,19 +83,23 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
     @reporting
     async def ListChangeSets(self, request: change_pb2.ListChangeSetsRequest,
                              context: grpc.aio.ServicerContext) -> change_pb2.ListChangeSetsResponse:
-        rows = await self.store.run(changesets.list_for_change, request.change_id)
-        return change_pb2.ListChangeSetsResponse(changesets=[convert.changeset(cs, key) for cs, key in rows])
+        page = await self.store.run(queries.changesets, request.change_id, request.page_size, request.page_token,
+                                    auth.current().projects)
+        return change_pb2.ListChangeSetsResponse(changesets=page.items, next_page_token=page.next_token)
 
     @reporting
     async def GetPatch(self, request: change_pb2.GetPatchRequest,
                        context: grpc.aio.ServicerContext) -> change_pb2.Patch:
-        text = await self.store.run(changesets.get_patch, self.fleet.objects, request.changeset_id)
+        text = await self.store.run(queries.patch, self.fleet.objects, request.changeset_id, auth.current().projects)
         return change_pb2.Patch(changeset_id=request.changeset_id, text=text)
 
     @reporting
     async def RaiseBudget(self, request: change_pb2.RaiseBudgetRequest,
                           context: grpc.aio.ServicerContext) -> types_pb2.Change:
-        await self.store.run(lifecycle.raise_budget, request.change_id, request.budget_usd)
+        who = auth.current()
+        await self.store.run(lambda s: lifecycle.raise_budget(
+            s, request.change_id, request.budget_usd, scope=who.projects, by=who.name,
+            may_manage=who.has_role("run.manage")))
         self.notifier.notify()
         self.fleet.wake()
         return await self.store.run(queries.get_change, request.change_id)
@@ -90,4 +107,4 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
     @reporting
     async def GetSpend(self, request: change_pb2.GetSpendRequest,
                        context: grpc.aio.ServicerContext) -> change_pb2.Spend:
-        return await self.store.run(queries.spend, request.change_id)
+        return await self.store.run(queries.spend, request.change_id, auth.current().projects)

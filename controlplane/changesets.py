@@ -62,14 +62,6 @@ def publish(s: Session, objects: DirectoryStore, p: Published) -> ChangeSet:
     return changeset
 
 
-def list_for_change(s: Session, change_id: str) -> list[tuple[ChangeSet, str]]:
-    if s.get(Change, change_id) is None:
-        raise NotFound(f"no change {change_id!r}", field="change_id")
-    rows = s.execute(select(ChangeSet, Task.key).join(Task, Task.id == ChangeSet.task_id)
-                     .where(ChangeSet.change_id == change_id).order_by(ChangeSet.created_at, ChangeSet.id)).all()
-    return [(cs, key) for cs, key in rows]
-
-
 def latest_for_tasks(s: Session, task_ids: list[str]) -> dict[str, ChangeSet]:
     """The newest ChangeSet of each Task (a Task that ran again published again)."""
     latest: dict[str, ChangeSet] = {}
@@ -77,10 +69,3 @@ def latest_for_tasks(s: Session, task_ids: list[str]) -> dict[str, ChangeSet]:
                         .order_by(ChangeSet.created_at, ChangeSet.id)):
         latest[cs.task_id] = cs
     return latest
-
-
-def get_patch(s: Session, objects: DirectoryStore, changeset_id: str) -> str:
-    changeset = s.get(ChangeSet, changeset_id)
-    if changeset is None:
-        raise NotFound(f"no changeset {changeset_id!r}", field="changeset_id")
-    return objects.get(changeset.patch_ref).decode()

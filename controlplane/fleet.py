@@ -14,7 +14,7 @@ import grpc
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from controlplane import assignments, claims, convert, lifecycle, metering, runstate
+from controlplane import assignments, auth, claims, convert, lifecycle, metering, runstate, validation
 from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.errors import DroverError
 from controlplane.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
@@ -23,12 +23,11 @@ from controlplane.objectstore import DirectoryStore
 from controlplane.recall import Recall
 from controlplane.router import Router
 from controlplane.scheduler import AgentSlot, QueuedRun, plan_assignments
-from controlplane.servicing import error_id
+from controlplane.servicing import error_id, grpc_code
 from controlplane.store import Store
 from drover.v1 import agent_pb2
 
 log = logging.getLogger("drover.fleet")
-MAX_NAME = 200
 RESERVATION_TTL = dt.timedelta(minutes=15)  # longer than any model call attempt (10 min ceiling)
 REFUSAL_BACKOFF_SECONDS = 30.0  # an agent that refused a run is not offered it again this soon
 
@@ -37,10 +36,24 @@ REFUSAL_BACKOFF_SECONDS = 30.0  # an agent that refused a run is not offered it 
 class AgentSession:
     name: str
     outbound: asyncio.Queue[agent_pb2.ControlMessage | None]
-    closing: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)  # set at shutdown
+    token_id: int = 0
+    closing: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)  # shutdown, or its token revoked
+    close_code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
+    close_reason: str = "the control plane is shutting down"
+    last_heard: float = dataclasses.field(default_factory=time.monotonic)
+    """When the agent last sent anything (a heartbeat included), monotonic."""
+    last_heard_at: dt.datetime = dataclasses.field(default_factory=utcnow)
+    """The same moment as a wall-clock time: a lost agent counts as gone since then."""
 
     def send(self, message: agent_pb2.ControlMessage) -> None:
         self.outbound.put_nowait(message)
+
+    def heard(self) -> None:
+        self.last_heard, self.last_heard_at = time.monotonic(), utcnow()
+
+    def close(self, code: grpc.StatusCode, reason: str) -> None:
+        self.close_code, self.close_reason = code, reason
+        self.closing.set()
 
 
 class Fleet:
@@ -87,25 +100,38 @@ class Fleet:
     # --- Connect ---------------------------------------------------------------------------------
 
     async def connect(self, context: grpc.aio.ServicerContext) -> None:
+        who = auth.current()
         first = await context.read()
         if first is grpc.aio.EOF or first.WhichOneof("body") != "hello":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "hello: the first message must be a hello")
+        try:
+            validation.check(first)
+        except DroverError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         hello = first.hello
-        problem = _check_hello(hello)
-        if problem:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        if hello.name in self.sessions or self._stopping:
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS if not self._stopping else grpc.StatusCode.UNAVAILABLE,
-                                f"name: an agent named {hello.name!r} is already connected"
-                                if not self._stopping else "the control plane is shutting down")
-        session = AgentSession(hello.name, asyncio.Queue())
+        claimed = hello.labels.get("pool")
+        if claimed is not None and claimed != who.pool:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f'hello.labels["pool"]: this agent\'s token serves the {_pool_name(who.pool)} pool, '
+                                f"not {claimed!r}")
+        if self._stopping:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is shutting down")
+        if hello.name in self.sessions:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"name: an agent named {hello.name!r} is already connected")
+        session = AgentSession(hello.name, asyncio.Queue(), token_id=who.token_id)
         self.sessions[hello.name] = session
         writer = asyncio.create_task(self._write(session, context), name=f"write-{hello.name}")
+        registered = False
         try:
             listed = set(hello.active_runs) | set(hello.undelivered_runs)
-            result = await self.store.run(
-                lifecycle.agent_connected, hello.name, dict(hello.labels), hello.capacity, list(hello.drivers),
-                hello.version, listed, hello.draining)
+            labels = {**dict(hello.labels), **({"pool": who.pool} if who.pool else {})}
+            try:
+                result = await self.store.run(
+                    lifecycle.agent_connected, hello.name, labels, hello.capacity, list(hello.drivers),
+                    hello.version, listed, hello.draining, who.token_id, who.pool)
+            except DroverError as err:  # the name belongs to another agent token
+                await context.abort(grpc_code(err), str(err))
+            registered = True
             session.send(agent_pb2.ControlMessage(welcome=agent_pb2.Welcome(agent=hello.name, applied=result.applied)))
             for run_id in result.to_cancel:
                 session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))
@@ -114,18 +140,28 @@ class Fleet:
                                                        self.config.harness, self.objects,
                                                        self.config.output_limit_bytes):
                     session.send(agent_pb2.ControlMessage(assign=assignment))
-            log.info("agent %s connected (capacity %d, %d runs listed)", hello.name, hello.capacity, len(listed))
+            log.info("agent %s connected (capacity %d, %s pool, %d runs listed)", hello.name, hello.capacity,
+                     _pool_name(who.pool), len(listed))
             self.notifier.notify()
             self.wake()
             reader = asyncio.create_task(self._read(session, context))
             closing = asyncio.create_task(session.closing.wait())
-            await asyncio.wait({reader, closing}, return_when=asyncio.FIRST_COMPLETED)
+            silent = asyncio.create_task(self._silence(session))
+            await asyncio.wait({reader, closing, silent}, return_when=asyncio.FIRST_COMPLETED)
             closing.cancel()
+            silent.cancel()
             if not reader.done():
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is shutting down")
-            reader.result()
+                if not session.closing.is_set():
+                    session.close(grpc.StatusCode.UNAVAILABLE,
+                                  f"no message or heartbeat from {hello.name} for {self.config.agent_silence_seconds:g} s")
+                    log.warning("agent %s: silent for %.0f s; closing its stream", hello.name,
+                                self.config.agent_silence_seconds)
+            elif not reader.cancelled():
+                reader.result()  # the reader's own failure, if any
+            if session.closing.is_set():
+                await context.abort(session.close_code, session.close_reason)
         except BaseException as err:
             log.info("agent %s stream ended: %r", hello.name, err)
             raise
@@ -134,14 +170,25 @@ class Fleet:
                 del self.sessions[hello.name]
             session.outbound.put_nowait(None)
             writer.cancel()
-            # Not awaited here: the handler may be cancelled (the peer is gone) and must not lose this.
-            cleanup = asyncio.create_task(self._disconnected(hello.name))
-            self._cleanups.add(cleanup)
-            cleanup.add_done_callback(self._cleanups.discard)
+            if registered:
+                # Not awaited here: the handler may be cancelled (the peer is gone) and must not lose this.
+                cleanup = asyncio.create_task(self._disconnected(hello.name, session.last_heard_at))
+                self._cleanups.add(cleanup)
+                cleanup.add_done_callback(self._cleanups.discard)
 
-    async def _disconnected(self, name: str) -> None:
+    async def _silence(self, session: AgentSession) -> None:
+        """Returns once the agent has sent nothing (not even a heartbeat) for the silence timeout: a hung
+        agent (SIGSTOP, a frozen VM) keeps its TCP connection open but says nothing."""
+        limit = self.config.agent_silence_seconds
+        while True:
+            quiet = time.monotonic() - session.last_heard
+            if quiet >= limit:
+                return
+            await asyncio.sleep(max(0.05, min(1.0, limit - quiet)))
+
+    async def _disconnected(self, name: str, last_heard_at: dt.datetime) -> None:
         try:
-            await self.store.run(lifecycle.agent_disconnected, name)
+            await self.store.run(lifecycle.agent_disconnected, name, last_heard_at)
         except Exception:  # the store may be closing at shutdown
             log.exception("recording the disconnect of %s", name)
         log.info("agent %s disconnected", name)
@@ -152,8 +199,14 @@ class Fleet:
             message = await context.read()
             if message is grpc.aio.EOF:
                 return
+            session.heard()
             if message.WhichOneof("body") != "run":
-                continue
+                continue  # a heartbeat: hearing it was the point
+            try:
+                validation.check(message)
+            except DroverError as err:  # nothing of it is applied; the agent learns why and dials again
+                session.close(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+                return
             decoded = convert.run_message(message.run)
             seq = await self.store.run(lifecycle.apply_run_message, session.name, decoded,
                                        self.config.output_limit_bytes, self.objects)
@@ -225,12 +278,22 @@ class Fleet:
                 log.exception("dispatch failed; retrying")
                 await asyncio.sleep(1)
 
+    async def _close_revoked(self) -> None:
+        """An agent whose token was revoked (or expired) loses its stream at the next sweep."""
+        sessions = list(self.sessions.values())
+        valid = await self.store.read(_valid_tokens, sorted({x.token_id for x in sessions}))
+        for session in sessions:
+            if session.token_id not in valid and not session.closing.is_set():
+                log.warning("agent %s: its token was revoked or has expired; closing its stream", session.name)
+                session.close(grpc.StatusCode.UNAUTHENTICATED, "this agent's token was revoked or has expired")
+
     async def _lost_agent_loop(self) -> None:
         window = dt.timedelta(seconds=self.config.agent_lost_seconds)
         every = max(0.2, min(5.0, self.config.agent_lost_seconds / 4))
         while True:
             await asyncio.sleep(every)
             try:
+                await self._close_revoked()
                 failed = await self.store.run(lifecycle.fail_lost_runs, window)
                 # A reservation whose settle never came (its supervisor died mid-call) settles at its estimate.
                 await self.store.run(metering.settle_expired, RESERVATION_TTL)
@@ -244,12 +307,12 @@ class Fleet:
                 self.wake()
 
 
-def _check_hello(hello: agent_pb2.Hello) -> str:
-    if not hello.name.strip() or len(hello.name) > MAX_NAME:
-        return f"hello.name: must be 1 to {MAX_NAME} characters"
-    if hello.capacity < 1:
-        return "hello.capacity: must be at least 1"
-    return ""
+def _valid_tokens(s: Session, token_ids: list[int]) -> set[int]:
+    return {t for t in token_ids if auth.still_valid(s, t)}
+
+
+def _pool_name(pool: str) -> str:
+    return repr(pool) if pool else "default"
 
 
 def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[str]], harness: HarnessConfig,
@@ -262,8 +325,8 @@ def _assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[
     active = dict(s.execute(
         select(Run.agent, func.count()).where(Run.agent.in_(connected), Run.state.in_(runstate.ACTIVE))
         .group_by(Run.agent)).all())
-    slots = [AgentSlot(a.name, a.labels, a.capacity - active.get(a.name, 0), frozenset(a.drivers), a.draining)
-             for a in agents]
+    slots = [AgentSlot(a.name, a.labels, a.capacity - active.get(a.name, 0), frozenset(a.drivers), a.draining,
+                       a.pool or "") for a in agents]
     if all(slot.free <= 0 or slot.draining for slot in slots):
         return Dispatched([], [])
     rows = s.execute(

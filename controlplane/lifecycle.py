@@ -12,10 +12,12 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from controlplane import escalation, graph, runstate, toollog
-from controlplane.errors import FailedPrecondition, InvalidArgument, NotFound
-from controlplane.models import Agent, Change, ChangeSet, DecisionReceipt, Event, Project, Run, RunLog, Task, utcnow
+from controlplane.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from controlplane.models import (Agent, Change, ChangeSet, DecisionReceipt, Event, Project, Run, RunLog, Task, Token,
+                                 utcnow)
 from controlplane.objectstore import DirectoryStore
 from controlplane.store import aware
+from controlplane.tenancy import Scope, check_owner, visible_change, visible_run
 
 FORGET = 1 << 62  # an applied seq that makes an agent drop every message of a run
 DROPPED_LINE = "output limit of {limit} bytes reached: later output of this run is dropped\n"
@@ -39,9 +41,9 @@ def _run_event(s: Session, kind: str, run: Run, **data: Any) -> None:
 
 # --- Changes -------------------------------------------------------------------------------------
 
-def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str) -> str:
+def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str, scope: Scope = None) -> str:
     graph.validate(spec)
-    if s.get(Project, spec.project) is None:
+    if s.get(Project, spec.project) is None or (scope is not None and spec.project not in scope):
         raise NotFound(f"no project {spec.project!r}", field="project")
     change = Change(id=new_id("chg"), project=spec.project, goal=spec.goal, criteria=list(spec.criteria),
                     invariants=list(spec.invariants), budget_usd=spec.budget_usd, submitted_by=submitted_by,
@@ -124,11 +126,11 @@ def finish_composition(s: Session, change_id: str, branch: str, commit: str, con
     _settle_change(s, change, _tasks(s, change.id))
 
 
-def cancel_change(s: Session, change_id: str, reason: str = "cancelled by user") -> list[Run]:
+def cancel_change(s: Session, change_id: str, reason: str = "cancelled by user", *, scope: Scope = None,
+                  by: str = "", may_manage: bool = True) -> list[Run]:
     """Cancel every open Task; answers the active runs whose agents must be told."""
-    change = s.get(Change, change_id)
-    if change is None:
-        raise NotFound(f"no change {change_id!r}", field="change_id")
+    change = visible_change(s, change_id, scope)
+    check_owner(change, by, may_manage, "cancelling")
     if change.status in graph.TERMINAL_CHANGE:
         return []
     change.cancel_requested = True
@@ -273,11 +275,11 @@ def _next_attempt(s: Session, change: Change, task: Task, run: Run) -> bool:
     return False
 
 
-def raise_budget(s: Session, change_id: str, budget_usd: float) -> Change:
+def raise_budget(s: Session, change_id: str, budget_usd: float, *, scope: Scope = None, by: str = "",
+                 may_manage: bool = True) -> Change:
     """A higher budget: Tasks stopped by a budget get a fresh attempt window and run again."""
-    change = s.get(Change, change_id, with_for_update=True)
-    if change is None:
-        raise NotFound(f"no change {change_id!r}", field="change_id")
+    change = visible_change(s, change_id, scope, lock=True)
+    check_owner(change, by, may_manage, "raising the budget of")
     if budget_usd <= change.budget_usd:
         raise InvalidArgument(f"must be more than the current budget {change.budget_usd:g}", field="budget_usd")
     if change.status in ("succeeded", "failed", "cancelled"):
@@ -360,11 +362,9 @@ def fail_unrouted(s: Session, run_id: str, reason: str) -> None:
     fail_unroutable(s, run, reason, outcome="routing_failed")
 
 
-def cancel_run(s: Session, run_id: str, reason: str) -> Run:
+def cancel_run(s: Session, run_id: str, reason: str, scope: Scope = None) -> Run:
     """Cancel one run: a queued run ends now, an active one is marked for its agent to stop."""
-    run = s.get(Run, run_id)
-    if run is None:
-        raise NotFound(f"no run {run_id!r}", field="run_id")
+    run = visible_run(s, run_id, scope)
     if run.state in runstate.TERMINAL:
         raise FailedPrecondition(f"run {run_id} already {run.state}", field="run_id")
     if run.state == "queued":
@@ -458,11 +458,23 @@ class HelloResult:
 
 
 def agent_connected(s: Session, name: str, labels: dict[str, str], capacity: int, drivers: list[str],
-                    version: str, listed: set[str], draining: bool) -> HelloResult:
-    agent = s.get(Agent, name)
+                    version: str, listed: set[str], draining: bool, token_id: int = 0, pool: str = "") -> HelloResult:
+    """Record a connected agent. A name is bound to the agent token that first registered it: another
+    token may take it only once that one is revoked or expired, and only for the same pool."""
+    agent = s.get(Agent, name, with_for_update=True)
     if agent is None:
         agent = Agent(name=name, draining=False)
         s.add(agent)
+    elif agent.token_id is not None and token_id and agent.token_id != token_id:
+        bound = s.get(Token, agent.token_id)
+        if bound is not None and (bound.revoked_at is None and not _expired(bound)):
+            raise PermissionDenied(f"the agent name {name!r} belongs to another agent token", field="hello.name")
+        if (agent.pool or "") != pool:
+            raise PermissionDenied(f"the agent name {name!r} was an agent of another pool; use a new name",
+                                   field="hello.name")
+        add_event(s, "agent.rebound", agent=name, pool=pool)
+    if token_id:
+        agent.token_id, agent.pool = token_id, pool
     agent.labels, agent.capacity, agent.drivers, agent.version = labels, capacity, drivers, version
     agent.connected, agent.connected_at, agent.disconnected_at = True, utcnow(), None
     agent.draining = draining  # a drain lasts as long as the agentd process that was told
@@ -488,12 +500,20 @@ def agent_connected(s: Session, name: str, labels: dict[str, str], capacity: int
     return HelloResult(applied=applied, to_cancel=to_cancel)
 
 
-def agent_disconnected(s: Session, name: str) -> None:
+def _expired(token: Token) -> bool:
+    expires = aware(token.expires_at)
+    return expires is not None and utcnow() >= expires
+
+
+def agent_disconnected(s: Session, name: str, last_heard_at: dt.datetime | None = None) -> None:
+    """The agent's stream ended; it counts as gone since it was last heard (a hung agent is silent long
+    before its stream is closed), so its runs fail as agent_lost that long after it fell silent."""
     agent = s.get(Agent, name)
     if agent is None or not agent.connected:
         return
-    agent.connected, agent.disconnected_at = False, utcnow()
-    add_event(s, "agent.disconnected", agent=name)
+    now = utcnow()
+    agent.connected, agent.disconnected_at = False, min(last_heard_at or now, now)
+    add_event(s, "agent.disconnected", agent=name, last_heard_at=agent.disconnected_at.isoformat())
 
 
 def disconnect_all(s: Session) -> None:

@@ -26,6 +26,11 @@ class Token(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     monthly_budget_usd: Mapped[float] = mapped_column(default=0.0)  # a user's monthly budget; 0: none
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    pool: Mapped[str] = mapped_column(String(200), default="")  # agent tokens: the pool it serves; "": default
+    projects: Mapped[list[Any]] = mapped_column(default=list)  # user tokens: the projects it may use; []: all
+    expires_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
 
 
 class Project(Base):
@@ -125,6 +130,8 @@ class Agent(Base):
     draining: Mapped[bool] = mapped_column(Boolean, default=False)
     connected_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     disconnected_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the token this name is bound to
+    pool: Mapped[str] = mapped_column(String(200), default="")  # its token's pool, whatever its labels say
 
 
 class Event(Base):

@@ -13,20 +13,23 @@ class AgentSlot:
     free: int
     drivers: frozenset[str]
     draining: bool = False
+    pool: str = ""
+    """The pool of the agent's token ("": the default pool); its labels cannot change it."""
 
 
 @dataclasses.dataclass(frozen=True)
 class QueuedRun:
     run_id: str
-    pool: str       # "" when the project names no pool
+    pool: str       # the project's pool; "" for the default pool
     driver: str     # command | harness
     avoid: frozenset[str] = frozenset()  # agents that refused this run a moment ago
 
 
 def eligible(run: QueuedRun, agent: AgentSlot) -> bool:
+    """Pools are walls: an agent only ever gets runs (and their secrets) of projects in its own pool."""
     if agent.draining or run.driver not in agent.drivers or agent.name in run.avoid:
         return False
-    return not run.pool or agent.labels.get("pool") == run.pool
+    return agent.pool == run.pool
 
 
 def plan_assignments(runs: Sequence[QueuedRun], agents: Sequence[AgentSlot]) -> list[tuple[str, str]]:

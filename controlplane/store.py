@@ -30,7 +30,9 @@ def aware(value: dt.datetime | None) -> dt.datetime | None:
     return value
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
+    """An engine; on SQLite every write transaction begins IMMEDIATE, and a `read_only` engine's
+    transactions begin DEFERRED so they read a snapshot beside the writer (WAL) instead of queueing."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
@@ -46,7 +48,7 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
         return engine
     return create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
@@ -70,6 +72,10 @@ class Store:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         workers = 1 if url.startswith("sqlite") else 8
         self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
+        # Reads that must not wait behind writes (checking a token on every call).
+        self._read_engine = make_engine(url, read_only=True) if url.startswith("sqlite") else self.engine
+        self._reads = sessionmaker(self._read_engine, expire_on_commit=False)
+        self._read_executor = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="store-read")
 
     def migrate(self) -> None:
         migrate(self.engine)
@@ -82,9 +88,24 @@ class Store:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.transaction, fn, *args)
 
+    def _read_transaction(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._reads() as session:
+            try:
+                return fn(session, *args)
+            finally:
+                session.rollback()
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(session, *args) in a read-only transaction on its own threads: it never waits for a writer."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._read_executor, self._read_transaction, fn, *args)
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        self._read_executor.shutdown(wait=True)
         self.engine.dispose()
+        if self._read_engine is not self.engine:
+            self._read_engine.dispose()
 
 
 def sqlite_url(data_dir: pathlib.Path) -> str:

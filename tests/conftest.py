@@ -142,6 +142,8 @@ class AgentD:
     extra: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    token_file: pathlib.Path | None = None
+    """The agent token; default: the one the control plane wrote on first start (the default pool)."""
 
     @property
     def spool(self) -> pathlib.Path:
@@ -155,7 +157,7 @@ class AgentD:
         self.starts += 1
         self.root.mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-m", "agentd.cli", "--control-plane", self.plane.target, "--name", self.name,
-                "--token-file", str(self.plane.agent_token_file), "--capacity", str(self.capacity),
+                "--token-file", str(self.token_file or self.plane.agent_token_file), "--capacity", str(self.capacity),
                 "--work-dir", str(self.work_dir), "--spool-dir", str(self.spool), *self.extra]
         for label in self.labels:
             args += ["--label", label]
@@ -190,8 +192,16 @@ class Fleet:
         return self.plane.start()
 
     def agent(self, name: str, capacity: int = 1, labels: tuple[str, ...] = (), extra: tuple[str, ...] = (),
-              wait: bool = True) -> AgentD:
-        agent = AgentD(name, self.plane, self.tmp / f"agent-{name}", capacity, labels, extra).start()
+              wait: bool = True, pool: str = "") -> AgentD:
+        """An agentd; one of `pool` P (or labelled pool=P) gets an agent token of pool P of its own."""
+        pool = pool or next((label.split("=", 1)[1] for label in labels if label.startswith("pool=")), "")
+        root = self.tmp / f"agent-{name}"
+        token_file = None
+        if pool:
+            token_file = root / "agent.token"
+            self.plane.cli("token", "create", "--kind", "agent", "--name", name, "--pool", pool,
+                           "--out", str(token_file))
+        agent = AgentD(name, self.plane, root, capacity, labels, extra, token_file=token_file).start()
         self.agents.append(agent)
         if wait:
             self.wait_connected(name)
@@ -278,3 +288,4 @@ def calc_repo(tmp_path: pathlib.Path) -> pathlib.Path:
     return make_repo(tmp_path / "calc", {
         "calc.py": "def add(a, b):\n    return a - b\n",
         "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"})
+

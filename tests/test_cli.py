@@ -95,7 +95,7 @@ def test_agentd_reads_toml_then_env_then_flags(fleet: Fleet, tmp_path: pathlib.P
     config = tmp_path / "agentd.toml"
     config.write_text(
         f'control_plane = "{plane.target}"\nname = "from-file"\ntoken_file = "{plane.agent_token_file}"\n'
-        f'capacity = 1\nlabels = {{ pool = "web", zone = "a" }}\nspool_dir = "{tmp_path / "spool"}"\n')
+        f'capacity = 1\nlabels = {{ team = "web", zone = "a" }}\nspool_dir = "{tmp_path / "spool"}"\n')
     env = dict(os.environ, DROVER_AGENTD_CAPACITY="3")
     proc = subprocess.Popen([sys.executable, "-m", "agentd.cli", "--config", str(config), "--label", "zone=b"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

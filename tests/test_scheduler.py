@@ -11,7 +11,7 @@ BOTH = frozenset({"command", "harness"})
 
 def agent(name: str, free: int = 1, *, pool: str = "", drivers: frozenset[str] = BOTH,
           draining: bool = False) -> AgentSlot:
-    return AgentSlot(name, {"pool": pool} if pool else {}, free, drivers, draining)
+    return AgentSlot(name, {"pool": pool} if pool else {}, free, drivers, draining, pool)
 
 
 def run(run_id: str, pool: str = "", driver: str = "command") -> QueuedRun:
@@ -30,11 +30,15 @@ def run(run_id: str, pool: str = "", driver: str = "command") -> QueuedRun:
     pytest.param([run("r1")], [agent("a", 5, draining=True)], [],
                  id="only a draining agent"),
     pytest.param([run("r1", pool="gpu")], [agent("a", 5), agent("b", 5, pool="cpu"), agent("c", 1, pool="gpu")],
-                 [("r1", "c")], id="a pool's runs go only to agents labelled pool=P"),
+                 [("r1", "c")], id="a pool's runs go only to agents of that pool"),
     pytest.param([run("r1", pool="gpu")], [agent("a", 5), agent("b", 5, pool="cpu")], [],
                  id="no agent of the pool"),
-    pytest.param([run("r1")], [agent("a", 1, pool="gpu")], [("r1", "a")],
-                 id="a run without a pool goes to any agent"),
+    pytest.param([run("r1")], [agent("a", 1, pool="gpu")], [],
+                 id="a run of the default pool never goes to an agent of another pool"),
+    pytest.param([run("r1")], [agent("a", 5, pool="gpu"), agent("b", 1)], [("r1", "b")],
+                 id="a run of the default pool goes to a default-pool agent"),
+    pytest.param([run("r1", pool="gpu")], [AgentSlot("a", {"pool": "gpu"}, 5, BOTH, False, "")], [],
+                 id="a pool label is not a pool: the token's pool is"),
     pytest.param([run("r1", driver="harness")],
                  [agent("a", 5, drivers=frozenset({"command"})), agent("b", 1, drivers=frozenset({"harness"}))],
                  [("r1", "b")], id="the driver must be in the agent's drivers"),

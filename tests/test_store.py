@@ -377,8 +377,8 @@ def test_tokens_are_stored_only_as_hashes(store: Store) -> None:
     agent_token = store.transaction(auth.create_token, "agent", "fleet")
 
     assert store.transaction(auth.lookup, auth.hash_token(user_token)) == auth.Principal("alice", "user",
-                                                                                         "run.manage")
-    assert store.transaction(auth.lookup, auth.hash_token(agent_token)) == auth.Principal("fleet", "agent", "")
+                                                                                         "run.manage", 1)
+    assert store.transaction(auth.lookup, auth.hash_token(agent_token)) == auth.Principal("fleet", "agent", "", 2)
     assert store.transaction(auth.lookup, auth.hash_token(user_token + "x")) is None
     assert store.transaction(auth.lookup, user_token) is None, "the token itself is not a key"
 

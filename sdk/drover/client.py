@@ -55,6 +55,18 @@ def _task(spec: Mapping[str, Any], i: int = 0) -> types_pb2.Task:
         flags={str(k): bool(v) for k, v in (spec.get("flags") or {}).items()})
 
 
+def _every_page(call: Callable[[str], Any], field: str) -> list[Any]:
+    """Every item of a paged list call, page after page."""
+    items: list[Any] = []
+    token = ""
+    while True:
+        answer = call(token)
+        items.extend(getattr(answer, field))
+        token = answer.next_page_token
+        if not token:
+            return items
+
+
 class Client:
     """Submit and follow Changes. `Client("127.0.0.1:50051", token=...)`; use as a context manager
     or call close(). Every method raises a `drover.DroverError` subclass on failure."""
@@ -124,8 +136,9 @@ class Client:
     @_mapped
     def list_changesets(self, change_id: str) -> list[ChangeSet]:
         """The ChangeSets a Change's Tasks published (branch, commits, files, patch ref)."""
-        return list(self._changes.ListChangeSets(change_pb2.ListChangeSetsRequest(change_id=change_id),
-                                                 metadata=self._metadata).changesets)
+        return _every_page(lambda token: self._changes.ListChangeSets(
+            change_pb2.ListChangeSetsRequest(change_id=change_id, page_token=token), metadata=self._metadata),
+            "changesets")
 
     @_mapped
     def get_patch(self, changeset_id: str) -> str:
@@ -147,12 +160,14 @@ class Client:
     @_mapped
     def get_usage(self, prefix: str = "") -> list[types_pb2.MeterUsage]:
         """Every meter's current value, limit and period."""
-        return list(self._ops.GetUsage(operations_pb2.GetUsageRequest(prefix=prefix), metadata=self._metadata).meters)
+        return _every_page(lambda token: self._ops.GetUsage(
+            operations_pb2.GetUsageRequest(prefix=prefix, page_token=token), metadata=self._metadata), "meters")
 
     @_mapped
     def list_receipts(self, *, change_id: str = "", run_id: str = "") -> list[types_pb2.DecisionReceipt]:
-        return list(self._ops.ListReceipts(operations_pb2.ListReceiptsRequest(change_id=change_id, run_id=run_id),
-                                           metadata=self._metadata).receipts)
+        return _every_page(lambda token: self._ops.ListReceipts(
+            operations_pb2.ListReceiptsRequest(change_id=change_id, run_id=run_id, page_token=token),
+            metadata=self._metadata), "receipts")
 
     @_mapped
     def get_packet(self, run_id: str) -> dict[str, Any]:
@@ -163,9 +178,9 @@ class Client:
 
     @_mapped
     def list_claims(self, change_id: str = "", include_released: bool = False) -> list[types_pb2.Claim]:
-        return list(self._ops.ListClaims(operations_pb2.ListClaimsRequest(change_id=change_id,
-                                                                          include_released=include_released),
-                                         metadata=self._metadata).claims)
+        return _every_page(lambda token: self._ops.ListClaims(
+            operations_pb2.ListClaimsRequest(change_id=change_id, include_released=include_released,
+                                             page_token=token), metadata=self._metadata), "claims")
 
     @_mapped
     def cancel_change(self, change_id: str) -> Change:
@@ -189,8 +204,9 @@ class Client:
 
     @_mapped
     def list_agents(self, connected_only: bool = False) -> list[Agent]:
-        return list(self._ops.ListAgents(operations_pb2.ListAgentsRequest(connected_only=connected_only),
-                                         metadata=self._metadata).agents)
+        return _every_page(lambda token: self._ops.ListAgents(
+            operations_pb2.ListAgentsRequest(connected_only=connected_only, page_token=token),
+            metadata=self._metadata), "agents")
 
     @_mapped
     def drain_agent(self, name: str) -> Agent:
