@@ -22,7 +22,9 @@ class ServerConfig:
     database_url: str = ""
     """SQLAlchemy URL; empty: SQLite at <data_dir>/drover.db."""
     agent_lost_seconds: float = 120.0
-    """A run fails as agent_lost when its agent stays disconnected this long."""
+    """A run fails as agent_lost when its agent stays gone this long, counted from when it was last heard."""
+    agent_silence_seconds: float = 30.0
+    """An agent stream that carries nothing (agents send a heartbeat every 10 s) this long is closed."""
     output_limit_bytes: int = 8 * 1024 * 1024
     """Output kept per run; later output is dropped with one system line."""
     max_message_bytes: int = 4 * 1024 * 1024
@@ -46,6 +48,8 @@ class ServerConfig:
     """Semantic memory: chroma (in the data dir, or a server by URL) with an offline ONNX model."""
     object_store_dir: pathlib.Path | None = None
     """The object store (patches, tool logs); default <data_dir>/objects."""
+    max_budget_usd: float = 10_000.0
+    """The highest budget a Change may be submitted with or raised to (USD); default 10,000."""
 
     @property
     def objects(self) -> pathlib.Path:

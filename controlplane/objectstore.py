@@ -14,6 +14,9 @@ class DirectoryStore:
 
     def __init__(self, root: pathlib.Path) -> None:
         self.root = root
+        # The control plane's alone: objects are written 0600 (mkstemp) below a 0700 root.
+        root.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, 0o700)
 
     def _path(self, key: str) -> pathlib.Path:
         parts = pathlib.PurePosixPath(key).parts

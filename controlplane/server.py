@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fcntl
 import os
 import logging
 import pathlib
@@ -15,7 +16,7 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane import auth, lifecycle
+from controlplane import auth, lifecycle, validation
 from controlplane.agent_service import AgentService
 from controlplane.auth import AuthInterceptor, Permission
 from controlplane.change_service import ChangeService
@@ -70,10 +71,35 @@ def database_url(config: ServerConfig) -> str:
 
 
 def open_store(config: ServerConfig) -> Store:
+    """The store, migrated. The data directory (database, tokens, objects, mirrors) is the control
+    plane's alone: mode 0700, and the SQLite files 0600."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(config.data_dir, 0o700)
     store = Store(database_url(config))
     store.migrate()
+    if not config.database_url:
+        for suffix in ("", "-wal", "-shm"):
+            db = config.data_dir / f"drover.db{suffix}"
+            if db.exists():
+                os.chmod(db, 0o600)
     return store
+
+
+def lock_data_dir(data_dir: pathlib.Path) -> int:
+    """Hold the data directory for this process's life: a second control plane on the same directory
+    (the same SQLite database, tokens and objects) refuses to start instead of serving beside it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "controlplane.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise SystemExit(f"controlplane: another control plane (pid {holder}) is serving from {data_dir}; "
+                         "stop it first, or give this one its own --data-dir") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
 
 
 def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path) -> list[pathlib.Path]:
@@ -103,11 +129,14 @@ class ControlPlane:
             log.warning("%s", warning)
         self.fleet = Fleet(store, config, self.notifier)
         self.composer = Composer(store, self.notifier, config.data_dir / "compose")
-        self.auth = AuthInterceptor(PERMISSIONS, lambda digest: store.run(auth.lookup, digest))
+        self.auth = AuthInterceptor(PERMISSIONS, lambda digest: store.read(auth.lookup, digest),
+                                    lambda token_id: store.run(auth.touch, token_id))
         self.health = health.aio.HealthServicer()
         self.server = grpc.aio.server(
             interceptors=[self.auth],
             options=[
+                # No SO_REUSEPORT: a second control plane on the same port must fail to bind, not share it.
+                ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", config.max_message_bytes),
                 ("grpc.max_send_message_length", 16 * 1024 * 1024),
                 # Accept agentd's keepalive pings (every 10 s, also without calls in flight).
@@ -121,15 +150,20 @@ class ControlPlane:
         )
         agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(self.fleet), self.server)
         change_pb2_grpc.add_ChangeServiceServicer_to_server(
-            ChangeService(store, self.fleet, self.notifier, self.auth), self.server)
+            ChangeService(store, self.fleet, self.notifier, validation.Limits(config.max_budget_usd)), self.server)
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(
             OperationsService(store, self.fleet, self.notifier), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME),
                                             self.server)
-        self.port = self._bind(config)
+        try:
+            self.port = self._bind(config)
+        except RuntimeError as err:  # grpc raises when the address cannot be bound
+            raise SystemExit(f"controlplane: cannot listen on {config.listen}: {err} (is another control plane "
+                             "listening there?)") from None
         if self.port == 0:
-            raise SystemExit(f"cannot listen on {config.listen}")
+            raise SystemExit(f"controlplane: cannot listen on {config.listen} (is another control plane "
+                             "listening there?)")
 
     def _bind(self, config: ServerConfig) -> int:
         """TLS (mTLS with a client CA) when configured; plaintext only on loopback unless allowed."""
