@@ -98,6 +98,8 @@ TOKEN = Rule(max_len=512)
 KEY = Rule(pattern=TASK_KEY, optional=False, explain="a Task key: lower-case letters, digits, '.', '_', '-', "
                                                        "starting with a letter or digit, at most 64")
 ID_RULE = Rule(pattern=ID, max_len=64, explain="an id: letters, digits, '_', '.', '-', at most 64")
+"""An optional id: a filter left out."""
+ID_REQUIRED = dataclasses.replace(ID_RULE, optional=False)
 
 RULES: dict[str, Rule] = {
     # --- ChangeService --------------------------------------------------------------------------
@@ -129,20 +131,20 @@ RULES: dict[str, Rule] = {
     "drover.v1.Task.status": Rule(max_len=32),
     "drover.v1.Task.latest_run_id": Rule(max_len=64),
     "drover.v1.Task.reason": Rule(max_len=1 * KiB),
-    "drover.v1.GetChangeRequest.change_id": ID_RULE,
+    "drover.v1.GetChangeRequest.change_id": ID_REQUIRED,
     "drover.v1.ListChangesRequest.project": Rule(pattern=NAME, explain="a project name"),
     "drover.v1.ListChangesRequest.limit": _page(500),
     "drover.v1.ListChangesRequest.page_size": _page(500),
     "drover.v1.ListChangesRequest.page_token": TOKEN,
-    "drover.v1.WatchChangeRequest.change_id": ID_RULE,
-    "drover.v1.CancelChangeRequest.change_id": ID_RULE,
-    "drover.v1.ListChangeSetsRequest.change_id": ID_RULE,
+    "drover.v1.WatchChangeRequest.change_id": ID_REQUIRED,
+    "drover.v1.CancelChangeRequest.change_id": ID_REQUIRED,
+    "drover.v1.ListChangeSetsRequest.change_id": ID_REQUIRED,
     "drover.v1.ListChangeSetsRequest.page_size": _page(500),
     "drover.v1.ListChangeSetsRequest.page_token": TOKEN,
-    "drover.v1.GetPatchRequest.changeset_id": ID_RULE,
-    "drover.v1.RaiseBudgetRequest.change_id": ID_RULE,
+    "drover.v1.GetPatchRequest.changeset_id": ID_REQUIRED,
+    "drover.v1.RaiseBudgetRequest.change_id": ID_REQUIRED,
     "drover.v1.RaiseBudgetRequest.budget_usd": Rule(limit=lambda limits: limits.max_budget_usd),
-    "drover.v1.GetSpendRequest.change_id": ID_RULE,
+    "drover.v1.GetSpendRequest.change_id": ID_REQUIRED,
     # --- OperationsService ----------------------------------------------------------------------
     "drover.v1.ListAgentsRequest.page_size": _page(1000),
     "drover.v1.ListAgentsRequest.page_token": TOKEN,
@@ -153,10 +155,10 @@ RULES: dict[str, Rule] = {
     "drover.v1.ListRunsRequest.limit": _page(1000),
     "drover.v1.ListRunsRequest.page_size": _page(1000),
     "drover.v1.ListRunsRequest.page_token": TOKEN,
-    "drover.v1.GetRunRequest.run_id": ID_RULE,
-    "drover.v1.CancelRunRequest.run_id": ID_RULE,
+    "drover.v1.GetRunRequest.run_id": ID_REQUIRED,
+    "drover.v1.CancelRunRequest.run_id": ID_REQUIRED,
     "drover.v1.CancelRunRequest.reason": Rule(max_len=1 * KiB),
-    "drover.v1.TailRunLogsRequest.run_id": ID_RULE,
+    "drover.v1.TailRunLogsRequest.run_id": ID_REQUIRED,
     "drover.v1.ListEventsRequest.change_id": ID_RULE,
     "drover.v1.ListEventsRequest.run_id": ID_RULE,
     "drover.v1.ListEventsRequest.kind": Rule(pattern=EVENT_KIND, explain="an event kind prefix (run., change.)"),
@@ -173,7 +175,7 @@ RULES: dict[str, Rule] = {
     "drover.v1.ListClaimsRequest.change_id": ID_RULE,
     "drover.v1.ListClaimsRequest.page_size": _page(1000),
     "drover.v1.ListClaimsRequest.page_token": TOKEN,
-    "drover.v1.GetPacketRequest.run_id": ID_RULE,
+    "drover.v1.GetPacketRequest.run_id": ID_REQUIRED,
     # --- AgentService: unary calls --------------------------------------------------------------
     "drover.v1.ReserveModelCallRequest.run_id": Rule(pattern=ID, optional=False, explain="a run id"),
     "drover.v1.ReserveModelCallRequest.key": Rule(max_len=200),
@@ -223,11 +225,11 @@ RULES: dict[str, Rule] = {
 
 def check(message: Message, limits: Limits = Limits()) -> None:
     """Raise InvalidArgument naming the first field of `message` that breaks its rule."""
+    _message(message, "", limits)
     if message.DESCRIPTOR.full_name == "drover.v1.SubmitChangeRequest":
         size = message.ByteSize()
         if size > MAX_CHANGE_BYTES:
             raise InvalidArgument(f"the Change is {size} bytes; at most {MAX_CHANGE_BYTES}", field="tasks")
-    _message(message, "", limits)
 
 
 def _message(message: Message, path: str, limits: Limits) -> None:
