@@ -10,16 +10,20 @@ from agentd.harness.allowlist import policy_from_strings
 from controlplane.errors import InvalidArgument
 from controlplane.lifecycle import add_event
 from controlplane.models import Project
+from controlplane.validation import NAME
 
 
 def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "",
                 commands: list[str] | None = None, network: bool = False, git_token_file: str = "",
                 monthly_budget_usd: float = 0.0) -> Project:
     """Create a project, or update the repository, branch and pool of an existing one."""
-    if not name.strip() or len(name) > 200:
-        raise InvalidArgument("must be 1 to 200 characters", field="name")
-    if not branch.strip():
-        raise InvalidArgument("must not be empty", field="branch")
+    if not NAME.fullmatch(name):
+        raise InvalidArgument(f"{name!r} is not a project name: letters, digits, '.', '_', '-', at most 100",
+                              field="name")
+    if pool and not NAME.fullmatch(pool):
+        raise InvalidArgument(f"{pool!r} is not a pool name", field="pool")
+    if not branch.strip() or "\x00" in branch or len(branch) > 200:
+        raise InvalidArgument("must be a branch name", field="branch")
     project = s.get(Project, name)
     created = project is None
     if project is None:

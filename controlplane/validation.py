@@ -274,7 +274,9 @@ def _string(value: str, rule: Rule, name: str) -> None:
     if rule.choices and value not in rule.choices:
         shown = ", ".join(repr(c) for c in rule.choices if c)
         raise InvalidArgument(f"{_show(value)} is not one of {shown}", field=name)
-    if rule.pattern is not None and (value or not rule.optional) and not rule.pattern.fullmatch(value):
+    if not value and not rule.optional:
+        raise InvalidArgument("must not be empty", field=name)
+    if rule.pattern is not None and value and not rule.pattern.fullmatch(value):
         raise InvalidArgument(f"{_show(value)} is not {rule.explain or 'allowed here'}", field=name)
     if rule.item is not None:
         try:

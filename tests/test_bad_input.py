@@ -122,7 +122,7 @@ def test_unknown_ids_are_not_found(fleet: Fleet) -> None:
         raises(drover.NotFound, lambda: list(client.run_logs("run_nope")), "run_id", "run_nope")
         raises(drover.NotFound, lambda: list(client.run_logs("run_nope", follow=True)), "run_id")
         raises(drover.NotFound, lambda: client.drain_agent("ghost"), "name", "ghost")
-        raises(drover.NotFound, lambda: client.get_change(""), "change_id")
+        raises(drover.InvalidArgument, lambda: client.get_change(""), "change_id", "must not be empty")
         # Filters that match nothing are empty answers, not errors.
         assert client.list_runs(change_id="chg_nope") == []
         assert client.list_events(run_id="run_nope") == []
