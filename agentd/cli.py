@@ -9,6 +9,7 @@ import os
 import pathlib
 import sys
 
+from agentd import isolation
 from agentd.config import load
 from agentd.daemon import Agent
 
@@ -26,7 +27,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
     p.add_argument("--default-timeout-seconds", dest="default_timeout_seconds", type=int)
     p.add_argument("--kill-grace-seconds", dest="kill_grace_seconds", type=float)
-    p.add_argument("--session-user", dest="session_user", help="OS user the harness's commands run as")
+    p.add_argument("--session-user", dest="session_user",
+                   help="OS user runs execute as (agentd must be root; default as root: drover-run, else nobody)")
+    p.add_argument("--unsafe-no-sandbox", dest="unsafe_no_sandbox", action="store_true", default=None,
+                   help="run Tasks WITHOUT bubblewrap (no isolation at all); without it agentd refuses to start "
+                        "where bubblewrap does not work")
     return p
 
 
@@ -40,9 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as err:
         print(f"agentd: {err}", file=sys.stderr)
         return 2
-    logging.getLogger("agentd").info("agentd %s dialing %s (capacity %d, spool %s)", config.name,
-                                     config.control_plane, config.capacity, config.spool)
-    asyncio.run(Agent(config).run())
+    try:
+        isolated = isolation.prepare(config)
+    except isolation.Refused as refused:
+        print(f"agentd: {refused}", file=sys.stderr)
+        return 2
+    log = logging.getLogger("agentd")
+    if isolated.warning:
+        log.warning("%s", isolated.warning)
+    log.info("agentd %s dialing %s (capacity %d, spool %s); %s", config.name, config.control_plane,
+             config.capacity, config.spool, isolated.said)
+    asyncio.run(Agent(isolated.config).run())
     return 0
 
 

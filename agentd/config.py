@@ -28,6 +28,8 @@ class AgentConfig:
     """Parent of the run workspaces."""
     spool_dir: pathlib.Path = pathlib.Path("")
     """Run directories and the outbox; default .drover/agentd/<name>/spool."""
+    min_free_spool_bytes: int = 100 * 1024 * 1024
+    """New runs are refused (`disk_full`) while the spool's filesystem has less free space than this."""
     keep_workspaces: bool = False
     """Keep each run's workspace after it ends, for debugging."""
     default_timeout_seconds: int = 7200
@@ -35,7 +37,13 @@ class AgentConfig:
     kill_grace_seconds: float = 10.0
     """Between SIGTERM and SIGKILL to a run's process group."""
     session_user: str = ""
-    """OS user the harness's commands run as inside the sandbox (agentd must be root); "": agentd's user."""
+    """OS user every run's commands run as inside the sandbox (agentd must be root); "": agentd's own
+    user, except as root: then `drover-run` when that user exists, else `nobody`."""
+    unsafe_no_sandbox: bool = False
+    """Run Tasks WITHOUT bubblewrap: no filesystem, network or process isolation at all. Without it,
+    agentd refuses to start where bubblewrap cannot make its namespaces."""
+    bwrap: str = "/usr/bin/bwrap"
+    """The bubblewrap executable."""
     tls: bool = False
     """Dial with TLS (system roots, or ca_file)."""
     ca_file: str = ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import pathlib
 from typing import Any, Callable
@@ -23,9 +24,28 @@ class SessionLost(Exception):
     """The stream to the control plane ended or could not be opened."""
 
 
-def channel_options(config: AgentConfig) -> list[tuple[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class ChannelSettings:
+    """How to dial the control plane. agentd hands these to each harness supervisor (with its other
+    secrets, on stdin) so the model-call gate dials exactly as agentd does; keys stay in their files."""
+    control_plane: str
+    tls: bool = False
+    ca_file: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    keepalive_seconds: int = 10
+
+    @classmethod
+    def of(cls, config: AgentConfig) -> "ChannelSettings":
+        def absolute(path: str) -> str:  # a supervisor need not share agentd's working directory
+            return str(pathlib.Path(path).absolute()) if path else ""
+        return cls(config.control_plane, config.tls, absolute(config.ca_file), absolute(config.tls_cert),
+                   absolute(config.tls_key), config.keepalive_seconds)
+
+
+def channel_options(settings: ChannelSettings) -> list[tuple[str, Any]]:
     return [
-        ("grpc.keepalive_time_ms", config.keepalive_seconds * 1000),
+        ("grpc.keepalive_time_ms", settings.keepalive_seconds * 1000),
         ("grpc.keepalive_timeout_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
@@ -33,13 +53,14 @@ def channel_options(config: AgentConfig) -> list[tuple[str, Any]]:
     ]
 
 
-def open_channel(config: AgentConfig) -> grpc.aio.Channel:
-    if config.tls:
+def open_channel(settings: ChannelSettings) -> grpc.aio.Channel:
+    if settings.tls:
         def read(path: str) -> bytes | None:
             return pathlib.Path(path).read_bytes() if path else None
-        credentials = grpc.ssl_channel_credentials(read(config.ca_file), read(config.tls_key), read(config.tls_cert))
-        return grpc.aio.secure_channel(config.control_plane, credentials, options=channel_options(config))
-    return grpc.aio.insecure_channel(config.control_plane, options=channel_options(config))
+        credentials = grpc.ssl_channel_credentials(read(settings.ca_file), read(settings.tls_key),
+                                                   read(settings.tls_cert))
+        return grpc.aio.secure_channel(settings.control_plane, credentials, options=channel_options(settings))
+    return grpc.aio.insecure_channel(settings.control_plane, options=channel_options(settings))
 
 
 def to_wire(run_id: str, message: dict[str, Any]) -> agent_pb2.AgentMessage:
@@ -98,7 +119,7 @@ class Connection:
             token = self.config.token_file.read_text().strip()
         except OSError as err:
             raise SessionLost(f"cannot read the token file {self.config.token_file}: {err.strerror}") from err
-        channel = open_channel(self.config)
+        channel = open_channel(ChannelSettings.of(self.config))
         established = False
         try:
             stub = agent_pb2_grpc.AgentServiceStub(channel)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 
 from agentd import __version__
@@ -12,7 +11,6 @@ from agentd.config import AgentConfig
 from agentd.connection import Connection, to_wire
 from agentd.outbox import Outbox
 from agentd.runs import Refused, Runs
-from agentd.sandbox import SandboxPolicy, detect
 from drover.v1 import agent_pb2
 
 log = logging.getLogger("agentd")
@@ -60,11 +58,6 @@ class Agent:
                                                                     "reason": refused.reason}))
 
     async def run(self) -> None:
-        if os.geteuid() == 0 and not self.config.session_user:
-            log.warning("running as root: runs share this user; set session_user or isolate agents in their own VM")
-        warning = detect(SandboxPolicy(user=self.config.session_user)).warning()
-        if warning:
-            log.warning("!!! %s !!!", warning)
         self.runs.recover()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

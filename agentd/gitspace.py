@@ -20,9 +20,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import pygit2
-from pygit2.enums import CredentialType, DiffOption, ResetMode
+from pygit2.enums import CredentialType, DiffOption, Option, ResetMode
 
 from agentd.workspace import WorkspaceError, _clean, prepare, redact_url
+
+# agentd (root) hands each workspace to the session user and must still open and publish it;
+# libgit2's owner check (git's safe.directory) would refuse a repository another user owns.
+pygit2.option(Option.SET_OWNER_VALIDATION, 0)
 
 DEFAULT_IDENTITY = ("Drover Agent", "agent@drover.invalid")
 """Author and committer of workspace commits: (name, email)."""

@@ -4,21 +4,51 @@ RUN_DIR/outbox.jsonl holds one message per line with its seq and the offset of
 output.jsonl it covers up to (`end`), so after a restart agentd resumes reading
 output exactly where the last stored message ended: nothing lost, nothing sent
 twice under two numbers. RUN_DIR/acked holds the highest acked seq.
+
+A full disk (ENOSPC, EDQUOT) never leaves half a message behind: a write that
+fails is cut off again and raises SpoolFull, and a restart reads up to the last
+whole, well-formed message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
+import logging
 import os
 import pathlib
 from typing import Any
+
+log = logging.getLogger("agentd.outbox")
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class SpoolFull(OSError):
+    """The spool's filesystem has no room left (ENOSPC or EDQUOT); nothing was written."""
+
+
+def is_full(err: BaseException) -> bool:
+    """A write failed because the disk or the quota is full."""
+    return isinstance(err, OSError) and err.errno in FULL
+
+
+def _read_acked(path: pathlib.Path) -> int:
+    try:
+        return int(path.read_text().strip() or 0)
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError) as err:
+        # Sending again what was acked is harmless: the control plane applies each (run, seq) once.
+        log.warning("%s is unreadable (%s); every stored message is sent again", path, err)
+        return 0
 
 
 class RunOutbox:
     """The outbox of one run."""
 
-    def __init__(self, run_dir: pathlib.Path) -> None:
+    def __init__(self, run_dir: pathlib.Path, load: bool = True) -> None:
         self.run_dir = run_dir
         self.path = run_dir / "outbox.jsonl"
         self.pending: list[dict[str, Any]] = []
@@ -26,40 +56,95 @@ class RunOutbox:
         self.end = 0          # output.jsonl offset covered by stored messages
         self.acked = 0
         self.finished = False
-        self._load()
+        self.size = 0         # bytes of outbox.jsonl that hold whole messages
+        self._ack_saved = True
+        if load:
+            self._load()
 
     def _load(self) -> None:
-        acked = self.run_dir / "acked"
-        if acked.exists():
-            self.acked = int(acked.read_text().strip() or 0)
-        if not self.path.exists():
+        self.acked = _read_acked(self.run_dir / "acked")
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
             return
-        good = 0
-        with open(self.path, "rb") as f:
+        with f:
             for raw in f:
-                if not raw.endswith(b"\n"):
-                    break  # torn by a crash mid-write: that message was never sent
-                message = json.loads(raw)
-                good += len(raw)
+                message = self._parse(raw)
+                if message is None:
+                    # Torn by a crash or a full disk mid-write, or damaged: that message was never sent
+                    # whole, and nothing after it can be trusted to follow on without a gap.
+                    break
+                self.size += len(raw)
                 self.last_seq = message["seq"]
                 self.end = message.get("end", self.end)
                 self.finished = self.finished or message["kind"] == "finished"
-                if message["seq"] > self.acked:
-                    self.pending.append(message)
-        if good != self.path.stat().st_size:
-            with open(self.path, "r+b") as f:
-                f.truncate(good)
+                self.pending.append(message)
+            stored = os.fstat(f.fileno()).st_size
+        self.acked = min(self.acked, self.last_seq)
+        self.pending = [m for m in self.pending if m["seq"] > self.acked]
+        if stored != self.size:
+            log.warning("%s: dropping %d bytes after message %d (torn or damaged)", self.path,
+                        stored - self.size, self.last_seq)
+            try:
+                os.truncate(self.path, self.size)
+            except OSError as err:  # the next append overwrites them anyway
+                log.warning("%s: cannot cut the damaged tail: %s", self.path, err)
+
+    def _parse(self, raw: bytes) -> dict[str, Any] | None:
+        if not raw.endswith(b"\n"):
+            return None
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            return None
+        if (not isinstance(message, dict) or message.get("seq") != self.last_seq + 1
+                or not isinstance(message.get("kind"), str)):
+            return None
+        return message
 
     def append(self, kind: str, end: int | None = None, **body: Any) -> dict[str, Any]:
-        self.last_seq += 1
-        message = {"seq": self.last_seq, "kind": kind, **body}
+        """Store one message and queue it for sending; SpoolFull (and nothing stored) when there is no room."""
+        message = {"seq": self.last_seq + 1, "kind": kind, **body}
         if end is not None:
-            self.end = message["end"] = end
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(message, ensure_ascii=False) + "\n")
-        self.pending.append(message)
-        self.finished = self.finished or kind == "finished"
+            message["end"] = end
+        self._write((json.dumps(message, ensure_ascii=False) + "\n").encode())
+        self._queue(message)
         return message
+
+    def finish_in_memory(self, **body: Any) -> dict[str, Any]:
+        """Queue a `finished` message that is not stored: for when the spool has no room for it.
+        The caller says why that is acceptable; it is lost if agentd stops before it is acked."""
+        message = {"seq": self.last_seq + 1, "kind": "finished", "end": self.end, **body}
+        self._queue(message)
+        return message
+
+    def _queue(self, message: dict[str, Any]) -> None:
+        self.last_seq = message["seq"]
+        self.end = message.get("end", self.end)
+        self.pending.append(message)
+        self.finished = self.finished or message["kind"] == "finished"
+
+    def _write(self, data: bytes) -> None:
+        """Write one whole line after the stored messages, or nothing: a failed write is cut off
+        again, so a later line never lands behind half of this one."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            written = 0
+            try:
+                while written < len(data):
+                    written += os.pwrite(fd, data[written:], self.size + written)
+            except OSError as err:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self.size)
+                if is_full(err):
+                    raise SpoolFull(err.errno, err.strerror, str(self.path)) from err
+                raise
+            self.size += written
+            if os.fstat(fd).st_size > self.size:  # a damaged tail that could not be cut at load
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self.size)
+        finally:
+            os.close(fd)
 
     def ack(self, seq: int) -> None:
         if seq <= self.acked:
@@ -67,8 +152,19 @@ class RunOutbox:
         self.acked = min(seq, self.last_seq) if seq < (1 << 61) else self.last_seq
         self.pending = [m for m in self.pending if m["seq"] > self.acked]
         tmp = self.run_dir / "acked.tmp"
-        tmp.write_text(str(self.acked))
-        os.replace(tmp, self.run_dir / "acked")
+        try:
+            tmp.write_text(str(self.acked))
+            os.replace(tmp, self.run_dir / "acked")
+            self._ack_saved = True
+        except OSError as err:
+            # The ack is kept in memory, which is all a running agentd needs. After a restart the
+            # messages it covered are sent again and the control plane, which applies each
+            # (run, seq) once, acks them again: nothing is lost or applied twice.
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if self._ack_saved:
+                log.warning("%s: cannot store the ack of message %d: %s", self.run_dir.name, self.acked, err)
+            self._ack_saved = False
 
     @property
     def delivered(self) -> bool:

@@ -1,12 +1,18 @@
 """The launcher in front of every command: set resource limits, optionally become a user, then exec.
 
     python -I -S agentd/rlimits.py --as BYTES --cpu SECONDS --fsize BYTES --nproc N
-                                   [--uid UID --gid GID] [--chdir DIR] -- COMMAND [ARG...]
+                                   [--uid UID --gid GID] [--chdir DIR] [--ready-fd FD] -- COMMAND [ARG...]
 
-Limits set here are inherited by everything the command starts (bubblewrap included), and a
-lowered hard limit cannot be raised again without privilege. It runs outside any sandbox, so it
-imports only the standard library and is started with `-I -S`: nothing from the workspace (or
-the environment) can change what it loads.
+It runs inside the sandbox, as the first process bubblewrap starts (outside only when agentd
+runs without one). Limits set here are inherited by everything the command starts, and a lowered
+hard limit cannot be raised again without privilege. Dropping to the user here, not in
+bubblewrap, is what lets bubblewrap run as root without a user namespace: the process keeps only
+CAP_SETUID and CAP_SETGID until setuid() clears them. It imports only the standard library and is
+started with `-I -S`: nothing from the workspace (or the environment) can change what it loads.
+
+With --ready-fd (a Unix socket) it sends its PID namespace's name ("pid:[N]", a newline) and a
+descriptor of the namespace just before it execs: the supervisor learns that the sandbox is up and
+which processes are the run's (agentd/confined.py).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import socket
 import sys
 
 LIMITS = {"as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU,
@@ -54,10 +61,23 @@ def become(uid: int, gid: int) -> None:
     os.setuid(uid)
 
 
+def report_ready(fd: int) -> None:
+    """Say which PID namespace this is, and hand over a descriptor of it, then close the channel so
+    the command cannot use it."""
+    try:
+        name, pinned = os.readlink("/proc/self/ns/pid"), [os.open("/proc/self/ns/pid", os.O_RDONLY)]
+    except OSError:
+        name, pinned = "unknown", []
+    with socket.socket(fileno=fd) as channel:
+        socket.send_fds(channel, [f"{name}\n".encode()], pinned)
+    for descriptor in pinned:
+        os.close(descriptor)
+
+
 def main(args: list[str]) -> None:
     if "--" not in args:
         sys.exit("rlimits: usage: rlimits.py [--as N --cpu N --fsize N --nproc N "
-                 "--uid N --gid N --chdir DIR] -- COMMAND [ARG...]")
+                 "--uid N --gid N --chdir DIR --ready-fd FD] -- COMMAND [ARG...]")
     split = args.index("--")
     parser = argparse.ArgumentParser(prog="rlimits")
     for name in LIMITS:
@@ -65,6 +85,7 @@ def main(args: list[str]) -> None:
     parser.add_argument("--uid", type=int)
     parser.add_argument("--gid", type=int)
     parser.add_argument("--chdir")
+    parser.add_argument("--ready-fd", dest="ready_fd", type=int)
     opts = parser.parse_args(args[:split])
     command = args[split + 1:]
     if not command:
@@ -78,6 +99,8 @@ def main(args: list[str]) -> None:
             become(opts.uid, opts.gid if opts.gid is not None else opts.uid)
         if opts.chdir:
             os.chdir(opts.chdir)
+        if opts.ready_fd is not None:
+            report_ready(opts.ready_fd)
     except OSError as err:
         print(f"rlimits: cannot prepare the command: {err}", file=sys.stderr)
         sys.exit(126)

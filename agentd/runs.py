@@ -4,12 +4,14 @@ re-attach to live runs after a restart. One asyncio task per run, kept by run id
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -18,8 +20,9 @@ from typing import Any
 from google.protobuf import json_format
 
 from agentd.config import AgentConfig
+from agentd.connection import ChannelSettings
 from agentd.logbatch import LogBatcher
-from agentd.outbox import Outbox, RunOutbox
+from agentd.outbox import Outbox, RunOutbox, is_full
 
 log = logging.getLogger("agentd.runs")
 POLL_SECONDS = 0.05
@@ -44,6 +47,7 @@ class RunSlot:
     tracker: asyncio.Task[None] | None = None
     driver: str = "command"
     awaiting_resume: bool = False  # a harness whose supervisor died: waiting for its secrets again
+    unreadable: str = ""  # why its run dir could not be read after a restart: reported once connected
 
     @property
     def live(self) -> bool:
@@ -67,6 +71,7 @@ class Runs:
         self.root = config.spool / "runs"
         self.slots: dict[str, RunSlot] = {}
         self.secrets: dict[str, dict[str, str]] = {}
+        self.removals: set[asyncio.Task[None]] = set()  # run dirs kept until their stopped supervisor exits
 
     # --- what hello says ------------------------------------------------------------------------
 
@@ -86,21 +91,42 @@ class Runs:
     # --- recovery after a restart -----------------------------------------------------------------
 
     def recover(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        for run_dir in sorted(self.root.iterdir()):
-            if not (run_dir / "assignment.json").exists():
-                shutil.rmtree(run_dir, ignore_errors=True)
-                continue
-            box = RunOutbox(run_dir)
-            if box.delivered:
-                shutil.rmtree(run_dir, ignore_errors=True)
-                continue
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            for private in (self.config.spool, self.root):  # transcripts and output: agentd's alone
+                os.chmod(private, 0o700)
+            run_dirs = sorted(p for p in self.root.iterdir() if p.is_dir())
+        except OSError as err:  # e.g. a full disk: new runs are refused until there is room
+            log.error("cannot read the spool %s (%s): no runs to re-attach", self.root, err)
+            return
+        for run_dir in run_dirs:
+            try:
+                self._recover(run_dir)
+            except Exception as err:  # one damaged run dir must not keep agentd from starting
+                log.exception("run %s: its directory cannot be read", run_dir.name)
+                slot = RunSlot(run_dir.name, run_dir, RunOutbox(run_dir, load=False),
+                               unreadable=f"agentd could not read the run's spool directory after a restart: {err}")
+                slot.box.finished = True  # listed as undelivered; its result goes out once connected
+                self._stop(slot)
+                self._add(slot)
+
+    def _recover(self, run_dir: pathlib.Path) -> None:
+        try:
             driver = json.loads((run_dir / "assignment.json").read_text()).get("driver", "command")
-            slot = RunSlot(run_dir.name, run_dir, box, driver=driver)
-            if slot.live and driver == "harness" and not self._supervisor_alive(slot):
-                slot.awaiting_resume = self._starts(slot) < MAX_STARTS
-            self._add(slot)
-            log.info("re-attached to run %s (%s)", slot.run_id, "live" if slot.live else "result undelivered")
+        except (FileNotFoundError, ValueError):
+            if not (run_dir / "outbox.jsonl").exists():  # the run never started here
+                shutil.rmtree(run_dir, ignore_errors=True)
+                return
+            driver = "command"  # torn, yet the run started: follow it, without harness resumes
+        box = RunOutbox(run_dir)
+        if box.delivered:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            return
+        slot = RunSlot(run_dir.name, run_dir, box, driver=driver)
+        if slot.live and driver == "harness" and not self._supervisor_alive(slot):
+            slot.awaiting_resume = self._starts(slot) < MAX_STARTS
+        self._add(slot)
+        log.info("re-attached to run %s (%s)", slot.run_id, "live" if slot.live else "result undelivered")
 
     def _add(self, slot: RunSlot) -> None:
         self.slots[slot.run_id] = slot
@@ -123,8 +149,9 @@ class Runs:
             raise Refused("at_capacity")
         if assignment.driver == "command" and not assignment.command.argv:
             raise Refused("no_command")
+        if self.spool_free_bytes() < self.config.min_free_spool_bytes:
+            raise Refused("disk_full")
         run_dir = self.root / assignment.run_id
-        run_dir.mkdir(parents=True, exist_ok=True)
         spec = {
             "run_id": assignment.run_id, "driver": assignment.driver, "change_id": assignment.change_id,
             "task_id": assignment.task_id, "task_key": assignment.task_key, "kind": assignment.kind,
@@ -137,6 +164,8 @@ class Runs:
             "keep_workspace": self.config.keep_workspaces, "kill_grace_seconds": self.config.kill_grace_seconds,
             "session_user": self.config.session_user,
             "network": assignment.command.network,
+            # decided once at start (agentd/isolation.py); a supervisor never falls back from it
+            "sandbox": "none" if self.config.unsafe_no_sandbox else "bubblewrap", "bwrap": self.config.bwrap,
         }
         if assignment.limits.get("output_bytes", 0) > 0:  # the supervisors stop recording past it
             spec["output_limit_bytes"] = assignment.limits["output_bytes"]
@@ -145,30 +174,55 @@ class Runs:
                         prompt=assignment.harness.prompt,
                         harness=json_format.MessageToDict(assignment.harness, preserving_proto_field_name=True,
                                                           always_print_fields_with_no_presence=True))
-        (run_dir / "assignment.json").write_text(json.dumps(spec))
-        box = RunOutbox(run_dir)
-        slot = RunSlot(assignment.run_id, run_dir, box, driver=assignment.driver)
-        box.append("started", end=0)
-        self._launch(slot, dict(assignment.secret_env))
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "assignment.json").write_text(json.dumps(spec))
+            box = RunOutbox(run_dir)
+            slot = RunSlot(assignment.run_id, run_dir, box, driver=assignment.driver)
+            box.append("started", end=0)
+            self._launch(slot, dict(assignment.secret_env))
+        except OSError as err:  # nothing was sent yet: undo the half-made run and refuse it
+            self.secrets.pop(assignment.run_id, None)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            shutil.rmtree(spec["workspace_dir"], ignore_errors=True)
+            log.error("run %s: cannot store it in the spool: %s", assignment.run_id, err)
+            raise Refused("disk_full" if is_full(err) else f"spool_error: {err.strerror}") from err
         self._add(slot)
 
-    def _launch(self, slot: RunSlot, secret_env: dict[str, str]) -> None:
-        secrets: dict[str, Any] = secret_env
-        if slot.driver == "harness":
-            self.secrets[slot.run_id] = secret_env  # in memory only, to resume a supervisor that died
-            secrets = {"secret_env": secret_env, "control_plane": self.config.control_plane,
-                       "agent_token": self.config.token_file.read_text().strip()}
+    def spool_free_bytes(self) -> int:
+        """Free space on the spool's filesystem (for an unprivileged user)."""
+        path = self.root
+        while not path.exists() and path != path.parent:
+            path = path.parent
         try:
+            st = os.statvfs(path)
+        except OSError:
+            return 0
+        return st.f_bavail * st.f_frsize
+
+    def _launch(self, slot: RunSlot, secret_env: dict[str, str]) -> None:
+        """Start the run's supervisor. A full spool raises (the caller refuses or fails the run);
+        any other failure ends the run as start_failed."""
+        try:
+            secrets: dict[str, Any] = secret_env
+            if slot.driver == "harness":
+                self.secrets[slot.run_id] = secret_env  # in memory only, to resume a supervisor that died
+                # The gate dials the control plane exactly as agentd does: TLS settings are file paths.
+                secrets = {"secret_env": secret_env, "channel": dataclasses.asdict(ChannelSettings.of(self.config)),
+                           "agent_token": self.config.token_file.read_text().strip()}
             slot.process = self._spawn(slot.dir, SUPERVISORS[slot.driver], secrets)
             slot.awaiting_resume = False
         except OSError as err:
-            slot.box.append("finished", end=slot.box.end, status="failed", exit_code=-1, reason="start_failed",
-                            error=f"cannot start the supervisor: {err}")
-            self.outbox.changed.set()
+            if is_full(err):
+                raise
+            self._fail(slot, "start_failed", f"cannot start the supervisor: {err}")
 
     def _resume(self, slot: RunSlot, assignment: Any) -> None:
         log.warning("run %s: resuming its harness from the transcript", slot.run_id)
-        self._launch(slot, dict(assignment.secret_env))
+        try:
+            self._launch(slot, dict(assignment.secret_env))
+        except OSError as err:
+            self._fail(slot, "disk_full", f"cannot resume the run, the spool is full: {err}")
 
     def _starts(self, slot: RunSlot) -> int:
         try:
@@ -178,6 +232,8 @@ class Runs:
 
     def _spawn(self, run_dir: pathlib.Path, module: str, secrets: dict[str, Any]) -> subprocess.Popen[bytes]:
         self.config.work_dir.mkdir(parents=True, exist_ok=True)
+        # Listed by agentd alone; the session user may pass through to its own run (unsandboxed mode).
+        os.chmod(self.config.work_dir, 0o711)
         with open(run_dir / "supervisor.log", "ab") as errlog:
             process = subprocess.Popen(
                 [sys.executable, "-m", module, str(run_dir)], stdin=subprocess.PIPE,
@@ -186,15 +242,53 @@ class Runs:
         assert process.stdin is not None
         process.stdin.write(json.dumps(secrets).encode())  # secrets never touch the disk
         process.stdin.close()
-        (run_dir / "supervisor.pid").write_text(f"{process.pid} {_proc_start_time(process.pid)}")
+        try:
+            (run_dir / "supervisor.pid").write_text(f"{process.pid} {_proc_start_time(process.pid)}")
+        except OSError:
+            # Without its pid on disk a restarted agentd could not tell the supervisor is alive: stop it
+            # now, before it starts anything (the supervisor leads its own process group).
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
         return process
 
     def cancel(self, run_id: str) -> None:
         slot = self.slots.get(run_id)
         if slot is None or not slot.live:
             return
-        (slot.dir / "cancel").touch()  # the supervisor looks for it every 100 ms
+        self._stop(slot)
         log.info("run %s: cancel requested", run_id)
+
+    def _stop(self, slot: RunSlot) -> None:
+        try:
+            (slot.dir / "cancel").touch()  # the supervisor looks for it every 100 ms
+        except OSError as err:
+            log.error("run %s: cannot ask its supervisor to stop: %s", slot.run_id, err)
+
+    def _fail(self, slot: RunSlot, reason: str, error: str) -> None:
+        """End a run as failed here: stop its supervisor and get the result to the control plane."""
+        if slot.box.finished:
+            return
+        if reason == "disk_full":
+            # A supervisor told to stop records "cancelled"; this marker lets a restarted agentd,
+            # which may never have sent the result below, report the run as disk_full again.
+            with contextlib.suppress(OSError):
+                (slot.dir / "disk_full").touch()
+        if self._supervisor_alive(slot):
+            self._stop(slot)
+        result = {"status": "failed", "exit_code": -1, "reason": reason, "error": error}
+        try:
+            slot.box.append("finished", end=slot.box.end, **result)
+        except OSError as err:
+            # Not durable, on purpose: the spool has no room even for this one line, and the control
+            # plane must hear now why the run ended rather than fail it as agent_lost minutes later.
+            # If agentd stops before the ack, the restarted agentd reports the run again from what is
+            # on disk (the supervisor's own exit, or this disk_full once more).
+            log.error("run %s: cannot store its result (%s); sending it from memory", slot.run_id, err)
+            slot.box.finish_in_memory(**result)
+        log.warning("run %s: failed here: %s: %s", slot.run_id, reason, error)
+        self.outbox.changed.set()
 
     def ack(self, run_id: str, seq: int) -> None:
         slot = self.slots.get(run_id)
@@ -206,6 +300,14 @@ class Runs:
 
     def forget_applied(self, applied: dict[str, int]) -> None:
         for run_id, seq in applied.items():
+            slot = self.slots.get(run_id)
+            if slot is not None and slot.unreadable and not slot.box.pending and seq < (1 << 61):
+                # Its outbox is lost: the result takes the next seq the control plane expects.
+                slot.box.last_seq = slot.box.acked = seq
+                slot.box.finish_in_memory(status="failed", exit_code=-1, reason="spool_unreadable",
+                                          error=slot.unreadable)
+                self.outbox.changed.set()
+                continue
             self.ack(run_id, seq)
 
     def _forget(self, slot: RunSlot) -> None:
@@ -214,6 +316,19 @@ class Runs:
         self.outbox.runs.pop(slot.run_id, None)
         if slot.process is not None:
             slot.process.poll()
+        if self._supervisor_alive(slot):
+            # A result sent from here (disk_full, an unreadable run dir): the supervisor was told to stop
+            # and its cancel file must outlive it, so the run dir goes once it has.
+            removal = asyncio.create_task(self._remove_when_stopped(slot), name=f"remove-{slot.run_id}")
+            self.removals.add(removal)
+            removal.add_done_callback(self.removals.discard)
+        else:
+            shutil.rmtree(slot.dir, ignore_errors=True)
+
+    async def _remove_when_stopped(self, slot: RunSlot) -> None:
+        deadline = time.monotonic() + self.config.kill_grace_seconds + 60
+        while self._supervisor_alive(slot) and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_SECONDS * 4)
         shutil.rmtree(slot.dir, ignore_errors=True)
 
     # --- following a run -------------------------------------------------------------------------
@@ -237,9 +352,11 @@ class Runs:
         except asyncio.CancelledError:
             raise
         except Exception as err:
+            if is_full(err):
+                self._fail(slot, "disk_full", f"the spool is full, the run's output can no longer be stored: {err}")
+                return
             log.exception("run %s: following its output failed", slot.run_id)
-            self.outbox.append(slot.run_id, "finished", status="failed", exit_code=-1, reason="agent_error",
-                               error=f"agentd could not follow the run: {err}")
+            self._fail(slot, "agent_error", f"agentd could not follow the run: {err}")
 
     async def _follow(self, slot: RunSlot) -> None:
         run_id = slot.run_id
@@ -248,30 +365,33 @@ class Runs:
                              interval=self.config.batch_interval, max_bytes=self.config.batch_bytes)
         path = slot.dir / "output.jsonl"
         offset = slot.box.end
-        pending = b""
         dead_checks = 0
         while not slot.box.finished:
-            data = b""
+            lines: list[bytes] = []
             if path.exists():
                 with open(path, "rb") as f:
-                    f.seek(offset + len(pending))
-                    data = f.read(1 << 20)
+                    f.seek(offset)
+                    # Whole lines only: a torn last record (which the supervisor cuts off when the
+                    # disk is full) is read again from its start next time.
+                    *lines, _ = f.read(1 << 20).split(b"\n")
             now = time.monotonic()
-            if data:
+            if lines:
                 dead_checks = 0
-                pending += data
-                *lines, pending = pending.split(b"\n")
                 for line in lines:
                     offset += len(line) + 1
-                    record = json.loads(line)
+                    try:
+                        record = json.loads(line)
+                    except ValueError:  # a record torn by a crash, with the next one written after it
+                        log.warning("run %s: skipping a damaged output record before offset %d", run_id, offset)
+                        continue
                     if "exit" in record:
                         batcher.flush()
-                        self.outbox.append(run_id, "finished", offset, **record["exit"])
+                        self.outbox.append(run_id, "finished", offset, **self._exit(slot, record["exit"]))
                         return
                     batcher.add(record["s"], record["t"], offset, now)
             if batcher.due(now):
                 batcher.flush()
-            if not data:
+            if not lines:
                 if slot.awaiting_resume:
                     await asyncio.sleep(POLL_SECONDS * 4)
                     continue
@@ -286,14 +406,27 @@ class Runs:
                         continue
                     if dead_checks >= 3:  # re-read twice after it died, then give up
                         batcher.flush()
+                        if self.spool_free_bytes() < self.config.min_free_spool_bytes:
+                            self._fail(slot, "disk_full", "the run's supervisor died while the spool was full")
+                            return
                         self.outbox.append(run_id, "finished", offset, status="failed", exit_code=-1,
                                            reason="supervisor_lost", error="the run's supervisor died")
                         return
                 await asyncio.sleep(POLL_SECONDS)
+
+    def _exit(self, slot: RunSlot, result: dict[str, Any]) -> dict[str, Any]:
+        """The result to report from a supervisor's exit record."""
+        if result.get("status") == "cancelled" and (slot.dir / "disk_full").exists():
+            return {**result, "status": "failed", "reason": "disk_full",
+                    "error": "the spool was full, the run's output could no longer be stored"}
+        return result
 
     async def close(self) -> None:
         """Stop following runs (they keep running; a restarted agentd re-attaches)."""
         for slot in self.slots.values():
             if slot.tracker is not None:
                 slot.tracker.cancel()
-        await asyncio.gather(*(s.tracker for s in self.slots.values() if s.tracker), return_exceptions=True)
+        for removal in self.removals:
+            removal.cancel()  # a restarted agentd removes those run dirs once their result is delivered again
+        await asyncio.gather(*(s.tracker for s in self.slots.values() if s.tracker), *self.removals,
+                             return_exceptions=True)

@@ -1,9 +1,12 @@
-"""Where a run's command executes: inside bubblewrap when it works here, otherwise (loudly) not.
+"""Where a run's command executes: inside bubblewrap, or, only when agentd was started with
+--unsafe-no-sandbox, with no isolation at all.
 
-A Sandbox only rewrites a command: `wrap(argv, workspace, env)` answers the argv and environment
-to hand to `subprocess.Popen(..., start_new_session=True)`. Either way the command starts behind
-the `agentd/rlimits.py` launcher, which sets the resource limits (and drops to the session user)
-before anything else runs, so the limits hold for bubblewrap and every process below it.
+A Sandbox only rewrites a command: `wrap(argv, cwd, env)` answers the argv and environment to hand
+to `subprocess.Popen(..., start_new_session=True)`. In bubblewrap the command sees its workspace
+read-write, the system and an allowlist of /etc read-only, a private /tmp, its own PID namespace
+(nothing outlives it) and no network unless the policy allows it; nothing of agentd (config,
+spool, tokens, keys, other runs), /root or /home. The `agentd/rlimits.py` launcher runs first
+inside it: it sets the resource limits and drops to the session user before the command starts.
 """
 
 from __future__ import annotations
@@ -12,17 +15,45 @@ import dataclasses
 import os
 import pathlib
 import pwd
-import stat
 import subprocess
 import sys
+import tempfile
 from typing import Protocol
 
+from agentd.confined import Confined, ready_pipe
+
 GiB = 1024 ** 3
+BWRAP = "/usr/bin/bwrap"
 LAUNCHER = pathlib.Path(__file__).with_name("rlimits.py")
+LAUNCHER_INSIDE = "/run/drover/rlimits.py"
+"""Where the launcher shows inside the sandbox: a fixed path, so agentd's checkout stays hidden."""
 # The read-only system. Each is bound when it is a directory here, recreated when it is a symlink
-# (usrmerge: /bin -> usr/bin), skipped when absent. /root, /home and agentd's spool are not in it.
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
+# (usrmerge: /bin -> usr/bin), skipped when absent. /etc is not in it: see ETC_ALLOWED.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+ETC_ALLOWED = (
+    # names for uids and groups (password hashes are in shadow, which is not here)
+    "passwd", "group", "nsswitch.conf",
+    # host names and the resolver, for a project allowed on the network
+    "hosts", "hostname", "resolv.conf", "host.conf", "gai.conf", "networks", "protocols", "services",
+    # the dynamic linker
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    # TLS trust: the certificates, never ssl/private
+    "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf", "pki/tls/certs", "pki/ca-trust",
+    "crypto-policies",
+    # time, locale and what tools look up
+    "localtime", "timezone", "locale.alias", "locale.conf", "alternatives", "mime.types", "magic", "magic.mime",
+    "os-release", "debian_version", "lsb-release",
+)
+"""What of /etc a command sees (each when it exists here). Never shadow, gshadow, sudoers, ssh,
+ssl/private or drover: a command could read them through the session user's rights or a tool
+like `git diff --no-index`."""
 PROBE_SECONDS = 10
+MODES = ("bubblewrap", "none")
+"""A run's spec says which: agentd decides once at start, a supervisor never falls back."""
+
+
+class SandboxFailed(Exception):
+    """bubblewrap could not set the sandbox up; the run fails as `sandbox_failed`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,29 +78,36 @@ class Sandbox(Protocol):
     @property
     def policy(self) -> SandboxPolicy: ...
 
-    def wrap(self, argv: list[str], workspace: pathlib.Path,
-             env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        """The argv and env that run `argv` in `workspace` (its working directory) with exactly `env`."""
+    @property
+    def isolated(self) -> bool:
+        """Whether the command runs in its own PID namespace (and reports it on `ready_fd`)."""
         ...
 
-    def warning(self) -> str:
-        """A sentence to print when this sandbox is weaker than it should be; empty when it is not."""
+    def wrap(self, argv: list[str], cwd: pathlib.Path, env: dict[str, str], *,
+             writable: pathlib.Path | None = None, ready_fd: int | None = None) -> tuple[list[str], dict[str, str]]:
+        """The argv and env that run `argv` in `cwd` with exactly `env`. `writable` (default `cwd`)
+        is the directory the command may change; `ready_fd`, inherited by the command's launcher,
+        gets its PID namespace once the sandbox is up."""
         ...
 
 
-def _launcher(policy: SandboxPolicy, chdir: pathlib.Path | None = None) -> list[str]:
-    argv = [sys.executable, "-I", "-S", str(LAUNCHER),
+def _launcher(policy: SandboxPolicy, path: str, chdir: pathlib.Path | None = None,
+              ready_fd: int | None = None) -> list[str]:
+    argv = [sys.executable, "-I", "-S", path,
             "--as", str(policy.memory_bytes), "--cpu", str(policy.cpu_seconds),
             "--fsize", str(policy.file_bytes), "--nproc", str(policy.processes)]
     if policy.user:
-        uid, gid = _ids(policy.user)
+        uid, gid = user_ids(policy.user)
         argv += ["--uid", str(uid), "--gid", str(gid)]
     if chdir is not None:
         argv += ["--chdir", str(chdir)]
+    if ready_fd is not None:
+        argv += ["--ready-fd", str(ready_fd)]
     return argv + ["--"]
 
 
-def _ids(user: str) -> tuple[int, int]:
+def user_ids(user: str) -> tuple[int, int]:
+    """The uid and gid of `user`; ValueError when there is no such user."""
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
@@ -77,101 +115,151 @@ def _ids(user: str) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
+def namespace_flags(privileged: bool, network: bool, switches_user: bool) -> list[str]:
+    """bubblewrap's namespaces and capabilities. As root --unshare-all would add a user namespace,
+    in which the launcher's setgroups() fails: root unshares the rest one by one and keeps only
+    CAP_SETUID/CAP_SETGID for the launcher, which loses them when it drops to the session user
+    (bwrap sets NO_NEW_PRIVS, so no setuid binary gives them back)."""
+    if not privileged:
+        return ["--unshare-all", *(["--share-net"] if network else []), "--cap-drop", "ALL"]
+    flags = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    if not network:
+        flags.append("--unshare-net")
+    flags += ["--cap-drop", "ALL"]
+    if switches_user:
+        flags += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return flags
+
+
 @dataclasses.dataclass(frozen=True)
 class BubblewrapSandbox:
-    """Read-only system, writable workspace, private /tmp, no network unless the policy allows it,
-    no capabilities, and everything dies with the process that started it."""
+    """Read-only system, writable workspace, private /tmp, own PID namespace, no network unless the
+    policy allows it, no capabilities, and everything dies with the process that started it."""
 
     policy: SandboxPolicy
-    bwrap: str = "/usr/bin/bwrap"
+    bwrap: str = BWRAP
+    privileged: bool = dataclasses.field(default_factory=lambda: os.geteuid() == 0)
+    """agentd runs as root: no user namespace, the launcher switches to the policy's user."""
 
-    def wrap(self, argv: list[str], workspace: pathlib.Path,
-             env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    @property
+    def isolated(self) -> bool:
+        return True
+
+    def wrap(self, argv: list[str], cwd: pathlib.Path, env: dict[str, str], *,
+             writable: pathlib.Path | None = None, ready_fd: int | None = None) -> tuple[list[str], dict[str, str]]:
         if not argv:
             raise ValueError("no command to run")
         if "=" in argv[0]:
             raise ValueError(f"a command name with '=' cannot run in the sandbox: {argv[0]!r}")
-        inside = os.path.abspath(workspace)
-        command = [self.bwrap, "--unshare-all"]
-        if self.policy.network:
-            command.append("--share-net")
-        command += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-        if self.policy.user:
-            uid, gid = _ids(self.policy.user)
-            command += ["--uid", str(uid), "--gid", str(gid)]
+        if self.policy.user and not self.privileged and user_ids(self.policy.user)[0] != os.geteuid():
+            raise ValueError(f"running commands as {self.policy.user!r} needs agentd to run as root")
+        inside = os.path.abspath(cwd)
+        shown = os.path.abspath(writable if writable is not None else cwd)
+        switches = bool(self.policy.user) and user_ids(self.policy.user)[0] != os.geteuid()
+        command = [self.bwrap, *namespace_flags(self.privileged, self.policy.network, switches),
+                   "--die-with-parent", "--new-session"]
         for path in SYSTEM_DIRS:
             if os.path.islink(path):
                 command += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 command += ["--ro-bind", path, path]
-        command += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        # Binds after --tmpfs /tmp, so a Python or a workspace under /tmp is not hidden by it.
+        made, bound = {"/", "/tmp", "/dev", "/proc"}, list(SYSTEM_DIRS)
+        command += _mkdirs("/etc", made, bound)
+        for name in ETC_ALLOWED:
+            path = f"/etc/{name}"
+            if os.path.exists(path):  # a symlink's target is bound (it may live under /run)
+                command += _mkdirs(os.path.dirname(path), made, bound) + ["--ro-bind", path, path]
+        command += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+        # After --tmpfs /tmp, so a Python or a workspace under /tmp is not hidden by it. Each parent
+        # is made 0755: bwrap would make it 0700, which the session user cannot pass through.
         for path in _python_dirs():
-            if not self.policy.user or _reachable(path, *_ids(self.policy.user)):
-                command += ["--ro-bind", path, path]
-        if self.policy.network and os.path.islink("/etc/resolv.conf"):
-            resolv = os.path.realpath("/etc/resolv.conf")  # often under /run, which is not bound
-            if os.path.isfile(resolv) and not _under(resolv, ("/etc",)):
-                command += ["--ro-bind", resolv, resolv]
-        command += ["--bind", str(pathlib.Path(inside).resolve()), inside, "--chdir", inside,
-                    "--remount-ro", "/", "--"]
+            command += _mkdirs(os.path.dirname(path), made, bound) + ["--ro-bind", path, path]
+            bound.append(path)
+        command += _mkdirs(os.path.dirname(LAUNCHER_INSIDE), made, bound)
+        command += ["--ro-bind", str(LAUNCHER), LAUNCHER_INSIDE]
+        command += _mkdirs(os.path.dirname(shown), made, bound)
+        command += ["--bind", str(pathlib.Path(shown).resolve()), shown]
+        command += ["--remount-ro", "/", "--"]
+        # The launcher changes directory after it became the user: bwrap, root without
+        # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may.
+        command += _launcher(self.policy, LAUNCHER_INSIDE, chdir=pathlib.Path(inside), ready_fd=ready_fd)
         # bwrap always sets PWD; env(1) takes it back out (or back to what was given),
         # so the command sees exactly `env`.
         restore = ["--", f"PWD={env['PWD']}"] if "PWD" in env else ["-u", "PWD", "--"]
         command += ["/usr/bin/env", *restore]
-        return _launcher(self.policy) + command + list(argv), dict(env)
-
-    def warning(self) -> str:
-        return ""
+        return command + list(argv), dict(env)
 
     def probe(self) -> str:
-        """Whether bubblewrap can make its namespaces here (as the policy's user): "" when it can,
+        """Whether bubblewrap can set up this sandbox here (as the policy's user): "" when it can,
         else why not."""
         if not os.access(self.bwrap, os.X_OK):
             return f"{self.bwrap} is not installed"
-        argv = _launcher(dataclasses.replace(self.policy, network=False)) + [
-            self.bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--new-session",
-            "--cap-drop", "ALL", "--", "/usr/bin/env", "true"]
-        try:
-            done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, timeout=PROBE_SECONDS)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            return f"{self.bwrap} did not run: {err}"
-        if done.returncode != 0:
+        with tempfile.TemporaryDirectory(prefix="drover-probe-") as scratch:
+            os.chmod(scratch, 0o755)  # empty; the session user must be able to enter it
+            read, write = ready_pipe()
+            processes = Confined(0, read)
+            try:
+                argv, env = self.wrap(["true"], pathlib.Path(scratch), {"PATH": "/usr/bin:/bin"}, ready_fd=write)
+                done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      timeout=PROBE_SECONDS, pass_fds=(write,))
+            except (OSError, ValueError, subprocess.TimeoutExpired) as err:
+                return f"{self.bwrap} did not run: {err}"
+            finally:
+                os.close(write)
+                reported = processes.started  # only the launcher's word proves the sandbox
+                processes.close()
+        if done.returncode != 0 or not reported:
             return f"{self.bwrap} cannot create namespaces here: {done.stderr.strip() or done.returncode}"
         return ""
 
 
 @dataclasses.dataclass(frozen=True)
 class PlainSandbox:
-    """No isolation at all, only the resource limits and the user: for hosts without bubblewrap."""
+    """No isolation at all, only the resource limits and the user: agentd --unsafe-no-sandbox."""
 
     policy: SandboxPolicy
-    reason: str = ""
-    """Why bubblewrap is not used, for the warning."""
 
-    def wrap(self, argv: list[str], workspace: pathlib.Path,
-             env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    @property
+    def isolated(self) -> bool:
+        return False
+
+    def wrap(self, argv: list[str], cwd: pathlib.Path, env: dict[str, str], *,
+             writable: pathlib.Path | None = None, ready_fd: int | None = None) -> tuple[list[str], dict[str, str]]:
         if not argv:
             raise ValueError("no command to run")
-        return _launcher(self.policy, chdir=pathlib.Path(os.path.abspath(workspace))) + list(argv), dict(env)
-
-    def warning(self) -> str:
-        why = f" ({self.reason})" if self.reason else ""
-        return (f"bubblewrap is not available{why}: commands run WITHOUT a sandbox "
-                "(no filesystem or network isolation)")
+        launcher = _launcher(self.policy, str(LAUNCHER), chdir=pathlib.Path(os.path.abspath(cwd)))
+        return launcher + list(argv), dict(env)
 
 
-def detect(policy: SandboxPolicy, bwrap: str = "/usr/bin/bwrap") -> Sandbox:
-    """Bubblewrap when it is installed and works here, else PlainSandbox. Probes on every call."""
-    sandbox = BubblewrapSandbox(policy, bwrap)
-    reason = sandbox.probe()
-    return PlainSandbox(policy, reason) if reason else sandbox
+UNSANDBOXED = ("this run is NOT sandboxed (agentd was started with --unsafe-no-sandbox): the command "
+               "can read and write whatever its user can, reach the network and leave processes behind")
+
+
+def for_mode(mode: str, policy: SandboxPolicy, bwrap: str = BWRAP) -> Sandbox:
+    """The sandbox a run's spec names ("bubblewrap" or "none"); never a weaker one than asked."""
+    if mode == "none":
+        return PlainSandbox(policy)
+    if mode != "bubblewrap":
+        raise ValueError(f"unknown sandbox mode {mode!r} (known: {', '.join(MODES)})")
+    return BubblewrapSandbox(policy, bwrap)
+
+
+def _mkdirs(path: str, made: set[str], bound: list[str]) -> list[str]:
+    """bwrap arguments making `path` and its parents as 0755 directories, but those already made
+    and those inside a bound tree (they exist there)."""
+    args: list[str] = []
+    for directory in (*reversed(pathlib.PurePosixPath(path).parents), pathlib.PurePosixPath(path)):
+        name = str(directory)
+        if name in made or _under(name, tuple(bound)):
+            continue
+        args += ["--perms", "0755", "--dir", name]
+        made.add(name)
+    return args
 
 
 def _python_dirs() -> list[str]:
-    """The directories this Python runs from (a venv and the installation under it), so `python`
-    works inside; those the system binds already cover are left out."""
+    """The directories this Python runs from (a venv and the installation under it), so the
+    launcher and `python` work inside; those the system binds already cover are left out."""
     found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              os.path.dirname(sys.executable)}
     paths = {os.path.abspath(p) for p in found if p} | {os.path.realpath(p) for p in found if p}
@@ -180,21 +268,6 @@ def _python_dirs() -> list[str]:
         if os.path.isdir(path) and path != "/" and not _under(path, SYSTEM_DIRS + tuple(kept)):
             kept.append(path)
     return kept
-
-
-def _reachable(path: str, uid: int, gid: int) -> bool:
-    """Whether uid (with only gid as group, as the launcher leaves it) can reach `path`. bwrap makes
-    its binds as that user and gives up on one it cannot see, so such a Python is left out
-    rather than stopping every command."""
-    for directory in (*reversed(pathlib.Path(path).parents), pathlib.Path(path)):
-        try:
-            st = directory.stat()
-        except OSError:
-            return False
-        bit = (stat.S_IXUSR if st.st_uid == uid else stat.S_IXGRP if st.st_gid == gid else stat.S_IXOTH)
-        if not st.st_mode & bit:
-            return False
-    return True
 
 
 def _under(path: str, parents: tuple[str, ...]) -> bool:

@@ -1,10 +1,10 @@
 """The supervisor of one run: `python -m agentd.supervisor RUN_DIR`, secrets as JSON on stdin.
 
 It is started detached from agentd (its own session), so a run outlives an agentd
-restart. It prepares the workspace, runs the command as a process group with a
-minimal environment, and appends every piece of output, stream-tagged and in
-arrival order, to RUN_DIR/output.jsonl; the last record is the exit. agentd
-tails that file; nothing else is shared between the two.
+restart. It prepares the workspace, hands it to the session user, runs the command in
+the sandbox the spec names (agentd/sandbox.py) with a minimal environment, and appends
+every piece of output, stream-tagged and in arrival order, to RUN_DIR/output.jsonl; the
+last record is the exit. agentd tails that file; nothing else is shared between the two.
 """
 
 from __future__ import annotations
@@ -21,48 +21,88 @@ import time
 from typing import Any, BinaryIO
 
 from agentd import workspace
+from agentd.confined import Confined, ready_pipe
 from agentd.logbatch import RECORD_BYTES
+from agentd.outbox import is_full
+from agentd.sandbox import BWRAP, UNSANDBOXED, Sandbox, SandboxPolicy, for_mode, user_ids
 
 CHUNK = 64 * 1024
 
 
 class Output:
-    """output.jsonl: one JSON record per line, flushed as written, secrets redacted."""
+    """output.jsonl: one JSON record per line, written whole or not at all, secrets redacted.
+
+    When the disk is full (ENOSPC, EDQUOT) the torn record is cut off again, later output is
+    dropped, `full` is set (the supervisors stop the run) and the exit record says disk_full."""
 
     def __init__(self, path: pathlib.Path, secrets: list[str], limit: int) -> None:
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open(path, "ab", buffering=0)
+        self._size = _whole_records(self._file)
         self._secrets = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
         self._limit = limit
         self._written = 0
         self._dropped = False
+        self.full = False
 
     def write(self, stream: str, text: str) -> None:
-        if not text:
+        if not text or self.full:
             return
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        if self._written >= self._limit:
-            if not self._dropped:
-                self._dropped = True
-                self._record({"s": "system", "t": f"agentd: output over {self._limit} bytes is not recorded\n"})
-            return
-        self._written += len(text.encode())
-        data = text.encode()
-        while data:  # records stay small so a batch of output never splits one
+        whole = data = text.encode()
+        if stream in ("stdout", "stderr") or self._written >= self._limit:
+            # A command's output is kept up to the limit and no further (whole characters); an event
+            # or a tool record (harness) is kept whole when it starts below the limit.
+            data = whole[:max(self._limit - self._written, 0)].decode(errors="ignore").encode()
+        self._written += len(data)
+        cut = len(data) < len(whole)
+        while data and not self.full:  # records stay small so a batch of output never splits one
             piece, data = data[:RECORD_BYTES], data[RECORD_BYTES:]
             while data and piece and (data[0] & 0xC0) == 0x80:  # keep UTF-8 characters whole
                 data, piece = piece[-1:] + data, piece[:-1]
             self._record({"s": stream, "t": piece.decode()})
+        if cut and not self._dropped:
+            self._dropped = True
+            self._record({"s": "system", "t": f"agentd: output over {self._limit} bytes is not recorded\n"})
 
     def exit(self, status: str, exit_code: int, reason: str, error: str = "") -> None:
+        if self.full:  # whatever the run did, its output is incomplete
+            status, reason = "failed", "disk_full"
+            error = "the spool is full: the run's output could not be stored"
         for secret in self._secrets:
             error = error.replace(secret, "***")
         self._record({"exit": {"status": status, "exit_code": exit_code, "reason": reason, "error": error}})
         self._file.close()
 
     def _record(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._file.flush()
+        data = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        fd = self._file.fileno()
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError as err:
+            if not is_full(err):
+                raise
+            self.full = True
+            try:  # agentd reads whole lines only, so a cut-off record was never seen
+                os.ftruncate(fd, self._size)
+            except OSError:
+                pass
+            return
+        self._size += written
+
+
+def _whole_records(file: BinaryIO) -> int:
+    """Cut off a record torn by a crash, which a resumed supervisor would append to; answers the size."""
+    size = os.fstat(file.fileno()).st_size
+    with open(file.name, "rb") as f:
+        f.seek(max(size - RECORD_BYTES * 8, 0))  # a record is at most RECORD_BYTES of text, escaped
+        tail = f.read()
+    if tail and not tail.endswith(b"\n") and (b"\n" in tail or len(tail) == size):
+        size -= len(tail) - tail.rfind(b"\n") - 1
+        os.ftruncate(file.fileno(), size)
+    return size
 
 
 class Supervisor:
@@ -75,12 +115,14 @@ class Supervisor:
         self.cancel_file = run_dir / "cancel"
         self.child: subprocess.Popen[bytes] | None = None
         self.kill_grace = float(self.spec.get("kill_grace_seconds", 10))
+        self.stderr_tail = ""  # bwrap says why it failed on the command's stderr
 
     @property
     def cancelled(self) -> bool:
         """agentd asks for a cancel by creating RUN_DIR/cancel: a file, unlike a signal, cannot arrive
-        before this process is ready for it, and it survives an agentd restart."""
-        return self.cancel_file.exists()
+        before this process is ready for it, and it survives an agentd restart. A full disk stops the
+        run the same way: its output can no longer be stored (the exit record says disk_full)."""
+        return self.cancel_file.exists() or self.output.full
 
     def run(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -118,6 +160,15 @@ class Supervisor:
             return
         if commit:
             self.output.write("system", f"workspace: at commit {commit}\n")
+        try:
+            sandbox = sandbox_for(spec, bool(spec.get("network")))
+            workspace.hand_over(repo_dir.parent, sandbox.policy.user)
+        except (ValueError, OSError) as err:
+            self.output.write("system", f"sandbox: {err}\n")
+            self.output.exit("failed", -1, "sandbox_failed", str(err))
+            return
+        if not sandbox.isolated:
+            self.output.write("system", f"WARNING: {UNSANDBOXED}\n")
         if self.cancelled:
             self.output.exit("cancelled", -1, "cancelled")
             return
@@ -127,18 +178,35 @@ class Supervisor:
         env.update(spec.get("env", {}))
         env.update(self.secret_env)
         argv = spec["argv"]
+        read, write = ready_pipe() if sandbox.isolated else (None, None)
         try:
-            self.child = subprocess.Popen(argv, cwd=repo_dir, env=env, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        except OSError as err:
-            self.output.write("system", f"cannot start {argv[0]}: {err.strerror}\n")
-            self.output.exit("failed", -1, "start_failed", f"cannot start {argv[0]}: {err.strerror}")
+            wrapped, env = sandbox.wrap(argv, repo_dir, env, writable=repo_dir.parent, ready_fd=write)
+            self.child = subprocess.Popen(wrapped, cwd=repo_dir, env=env, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                          pass_fds=() if write is None else (write,))
+        except (OSError, ValueError) as err:
+            if read is not None:
+                os.close(read)
+            why = err.strerror if isinstance(err, OSError) else str(err)
+            self.output.write("system", f"cannot start {argv[0]}: {why}\n")
+            self.output.exit("failed", -1, "start_failed", f"cannot start {argv[0]}: {why}")
             return
+        finally:
+            if write is not None:
+                os.close(write)  # the launcher holds it now
+        child = self.child
+        processes = Confined(child.pid, read, lambda: child.returncode is not None)
         timeout = float(spec.get("timeout_seconds") or 0)
-        stopped = self._pump(self.child, timeout)
+        stopped = self._pump(self.child, processes, timeout)
         code = self.child.wait()
-        self._kill_group(self.child.pid)
-        if stopped == "timeout":
+        processes.kill()  # nothing of the run outlives it (in the sandbox, its init saw to that)
+        started = processes.started
+        processes.close()
+        if not started and not stopped:
+            error = self.stderr_tail.strip().splitlines()[-1:] or [f"bubblewrap exited with {code}"]
+            self.output.write("system", f"sandbox: the command did not start: {error[0]}\n")
+            self.output.exit("failed", code, "sandbox_failed", error[0])
+        elif stopped == "timeout":
             self.output.exit("failed", code, "timeout", f"timed out after {timeout:.0f} s")
         elif stopped == "cancelled":
             self.output.exit("cancelled", code, "cancelled")
@@ -147,8 +215,8 @@ class Supervisor:
         else:
             self.output.exit("failed", code, "exit_code", f"exited with {code}")
 
-    def _pump(self, child: subprocess.Popen[bytes], timeout: float) -> str:
-        """Copy output until both pipes close; stop the group on cancel or timeout.
+    def _pump(self, child: subprocess.Popen[bytes], processes: Confined, timeout: float) -> str:
+        """Copy output until both pipes close; stop the command's processes on cancel or timeout.
         Answers "timeout", "cancelled" or "" (the command ended by itself)."""
         assert child.stdout is not None and child.stderr is not None
         sel = selectors.DefaultSelector()
@@ -168,10 +236,10 @@ class Supervisor:
                 stopped = "cancelled" if cancelled else "timeout"
                 self.output.write("system", "cancelled: stopping the process group\n" if cancelled
                                   else f"timed out after {timeout:.0f} s: stopping the process group\n")
-                _signal_group(child.pid, signal.SIGTERM)
+                processes.terminate()
                 stopping_since = now
             if stopping_since is not None and now - stopping_since >= self.kill_grace:
-                _signal_group(child.pid, signal.SIGKILL)
+                processes.kill()
                 stopping_since = float("inf")
             for key, _ in sel.select(timeout=0.1):
                 pipe: BinaryIO = key.fileobj  # type: ignore[assignment]
@@ -184,31 +252,26 @@ class Supervisor:
                     open_pipes -= 1
                     self.output.write(key.data, decoders[key.data].decode(b"", final=True))
                     continue
-                self.output.write(key.data, decoders[key.data].decode(data))
+                text = decoders[key.data].decode(data)
+                if key.data == "stderr":
+                    self.stderr_tail = (self.stderr_tail + text)[-2000:]
+                self.output.write(key.data, text)
             if child.poll() is not None and stopping_since is None:
-                # The leader exited; stragglers of its group that hold the pipes are stopped too.
-                if _group_alive(child.pid):
-                    _signal_group(child.pid, signal.SIGTERM)
+                # The leader exited; stragglers that hold the pipes are stopped too (in the sandbox
+                # its init has taken them already).
+                if processes.alive():
+                    processes.terminate()
                     stopping_since = time.monotonic()
         return stopped
 
-    def _kill_group(self, pgid: int) -> None:
-        _signal_group(pgid, signal.SIGKILL)
 
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+def sandbox_for(spec: dict[str, Any], network: bool) -> Sandbox:
+    """The sandbox the run's spec names, as its session user; a spec from before modes existed
+    means bubblewrap. ValueError when the user does not exist."""
+    policy = SandboxPolicy(network=network, user=spec.get("session_user", ""))
+    if policy.user:
+        user_ids(policy.user)
+    return for_mode(spec.get("sandbox", "bubblewrap"), policy, spec.get("bwrap") or BWRAP)
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ import time
 
 import pygit2
 
+from agentd import config as agentd_config, isolation
 from drover import Client
 from drover.cli import format_change, format_event, format_run_event
 from drover.testing import fake_anthropic as fake
@@ -79,6 +80,19 @@ def wait_for_port(log: pathlib.Path, proc: subprocess.Popen[bytes]) -> int:
     raise SystemExit("the control plane did not start within 60 s")
 
 
+def sandbox_flags() -> list[str]:
+    """agentd refuses to run Tasks where bubblewrap does not work; the demo then runs without it and says so."""
+    reason = isolation.probe(agentd_config.load(None, os.environ, {}))
+    if not reason:
+        print("agentd runs every Task in a bubblewrap sandbox")
+        return []
+    print(f"bubblewrap does not work here ({reason}): the demo's agentd runs its Tasks WITHOUT A SANDBOX "
+          "(--unsafe-no-sandbox).\nFor real use install it (apt-get install bubblewrap); agentd refuses to start "
+          "without it.")
+    # As root agentd would run Tasks as `nobody`, who cannot reach this Python or the demo directory.
+    return ["--unsafe-no-sandbox"] + (["--session-user", "root"] if os.geteuid() == 0 else [])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="Run the Drover demo")
     parser.add_argument("--keep", action="store_true", help="keep the demo directory")
@@ -113,7 +127,7 @@ def main() -> int:
         procs.append(subprocess.Popen([sys.executable, "-m", "agentd.cli", "--control-plane", target, "--name",
                                        "demo-agent", "--capacity", "2", "--token-file",
                                        str(data / "tokens" / "agent.token"), "--spool-dir", str(root / "spool"),
-                                       "--work-dir", str(root / "work")],
+                                       "--work-dir", str(root / "work"), *sandbox_flags()],
                                       stdout=open(root / "agentd.log", "wb"), stderr=subprocess.STDOUT, env=env))
         token = (data / "tokens" / "admin.token").read_text().strip()
         with Client(target, token=token) as client:

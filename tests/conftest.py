@@ -289,3 +289,22 @@ def calc_repo(tmp_path: pathlib.Path) -> pathlib.Path:
         "calc.py": "def add(a, b):\n    return a - b\n",
         "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"})
 
+
+@pytest.fixture
+def small_disk() -> Iterator[Callable[[pathlib.Path, str], pathlib.Path]]:
+    """mount(path, size): a real, small filesystem (a tmpfs of `size`, e.g. "2M") at `path`, unmounted at
+    the end of the test. Skips the test, saying why, where mounting is not permitted (it needs root)."""
+    mounted: list[pathlib.Path] = []
+
+    def mount(path: pathlib.Path, size: str) -> pathlib.Path:
+        path.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a {size} tmpfs to fill (mount needs root): {done.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "--lazy", str(path)], check=False)  # lazy: a stopped run may still hold a file

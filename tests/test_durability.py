@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 import time
+import uuid
 
 import pytest
 
@@ -106,24 +107,42 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-SPAWNS = python_command(
-    "import os, signal, subprocess, sys, time\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)  # make the SIGKILL after the grace period necessary\n"
-    "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']) for _ in range(2)]\n"
-    "print('pids', os.getpid(), *[k.pid for k in kids], flush=True)\n"
-    "time.sleep(300)\n")
+def _commands_holding(marker: str) -> list[int]:
+    """Host pids of the run's own processes (not bwrap) whose command line holds `marker`: pids
+    printed inside the sandbox are its PID namespace's, not the host's."""
+    found = []
+    for entry in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in b"\0".join(argv) and not argv[0].endswith(b"bwrap") and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _spawns(marker: str) -> list[str]:
+    return python_command(
+        "import os, signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)  # make the SIGKILL after the grace period necessary\n"
+        f"kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}])"
+        " for _ in range(2)]\n"
+        "print('pids', os.getpid(), *[k.pid for k in kids], flush=True)\n"
+        "time.sleep(300)\n")
 
 
 def test_cancel_stops_the_whole_process_group_within_the_grace_period(fleet: Fleet) -> None:
     fleet.start_plane()
     fleet.plane.add_project("cancel")
     fleet.agent("stopper", extra=("--kill-grace-seconds", "2"))
+    marker = f"drover-spawn-{uuid.uuid4().hex}"
     with fleet.plane.client() as client:
-        change = client.submit_change("cancel", "cancel me", [task("spawn", SPAWNS)])
+        change = client.submit_change("cancel", "cancel me", [task("spawn", _spawns(marker))])
         run_id = _running_run(client, change.id)
         line = wait_for(lambda: _stdout(client, run_id), 30, what="the pids line")
-        pids = [int(p) for p in line.split()[1:]]
-        assert len(pids) == 3 and all(_alive(p) for p in pids)
+        assert line.split()[1] == "2"  # its own PID namespace: bwrap's init is 1, the command 2
+        pids = wait_for(lambda: _commands_holding(marker) if len(_commands_holding(marker)) == 3 else [], 10,
+                        what="the command and its two children")
         asked = time.monotonic()
         client.cancel_run(run_id, "operator says stop")
         wait_for(lambda: not any(_alive(p) for p in pids), 10, what="the process group to be gone")

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import pathlib
+from typing import Callable
 
-from agentd.outbox import RunOutbox
+import pytest
+
+from agentd.outbox import RunOutbox, SpoolFull
 
 
 def seqs(box: RunOutbox) -> list[int]:
@@ -104,3 +109,69 @@ def test_delivered_once_the_result_is_acked(tmp_path: pathlib.Path) -> None:
     box.ack(2)
     assert box.delivered
     assert RunOutbox(tmp_path).delivered
+
+
+def fill(path: pathlib.Path) -> None:
+    """Write `path` until its filesystem is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as err:
+        assert err.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def full_disk(small_disk: Callable[[pathlib.Path, str], pathlib.Path], tmp_path: pathlib.Path) -> pathlib.Path:
+    """A run dir on a real 64 KiB filesystem; fill(disk / "filler") fills it."""
+    run_dir = small_disk(tmp_path / "disk", "64k") / "run"
+    run_dir.mkdir()
+    return run_dir
+
+
+def test_an_append_on_a_full_disk_stores_nothing_and_the_outbox_goes_on_once_there_is_room(
+        full_disk: pathlib.Path) -> None:
+    box = RunOutbox(full_disk)
+    box.append("started", end=0)
+    stored = box.path.read_bytes()
+    fill(full_disk.parent / "filler")
+    with pytest.raises(SpoolFull):
+        box.append("log", end=9000, stream="stdout", text="x" * 9000)  # more than the page left
+    assert box.path.read_bytes() == stored, "no half message is left behind"
+    assert (box.last_seq, box.end, seqs(box)) == (1, 0, [1])
+
+    (full_disk.parent / "filler").unlink()
+    assert box.append("log", end=5, stream="stdout", text="room\n")["seq"] == 2
+    again = RunOutbox(full_disk)
+    assert (seqs(again), again.end) == ([1, 2], 5)
+
+
+def test_an_ack_that_cannot_be_stored_is_kept_in_memory(full_disk: pathlib.Path) -> None:
+    box = RunOutbox(full_disk)
+    for i in range(3):
+        box.append("log", end=i, text="x")
+    fill(full_disk.parent / "filler")
+    box.ack(2)  # no room for the acked file: agentd goes on
+    assert (box.acked, seqs(box)) == (2, [3])
+    assert sorted(p.name for p in full_disk.iterdir()) == ["outbox.jsonl"]
+    assert seqs(RunOutbox(full_disk)) == [1, 2, 3], "after a restart the unstored ack is simply sent again"
+
+
+def test_a_damaged_outbox_and_acked_file_never_stop_a_restart(tmp_path: pathlib.Path) -> None:
+    box = RunOutbox(tmp_path)
+    box.append("started", end=0)
+    box.append("log", end=10, text="whole\n")
+    whole = box.path.read_bytes()
+    with open(box.path, "ab") as f:
+        # A line torn by a full disk with a later line written after it, then one out of sequence.
+        f.write(b'{"seq": 3, "kind": "log", "te{"seq": 3, "kind": "log", "end": 20, "text": "x"}\n')
+        f.write(b'{"seq": 9, "kind": "log", "end": 30, "text": "y"}\n')
+    (tmp_path / "acked").write_bytes(b"\x00\x00\x00")
+
+    again = RunOutbox(tmp_path)
+    assert (seqs(again), again.acked, again.last_seq, again.end) == ([1, 2], 0, 2, 10)
+    assert again.path.read_bytes() == whole
+    assert again.append("log", end=20, text="next\n")["seq"] == 3
+    assert seqs(RunOutbox(tmp_path)) == [1, 2, 3]

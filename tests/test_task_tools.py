@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import pwd
 import re
 import sys
 
@@ -13,7 +14,7 @@ import pytest
 from agentd.harness.allowlist import DEFAULT_PYTHON_POLICY
 from agentd.harness.filewindow import READ_LIMIT
 from agentd.harness.tools import COMMAND_OUTPUT, MAX_READS, NO_WORKSPACE, Finished, TaskTools, ToolResult
-from agentd.sandbox import SandboxPolicy, detect
+from agentd.sandbox import BubblewrapSandbox, SandboxFailed, SandboxPolicy
 
 pytestmark = pytest.mark.timeout(30)
 REMAIN = re.compile(r"\n\[(\d+) model calls? remains?\]\Z")
@@ -61,7 +62,7 @@ def calls() -> CallsLeft:
 
 @pytest.fixture
 def tools(workspace: pathlib.Path, calls: CallsLeft) -> TaskTools:
-    return TaskTools(workspace, True, DEFAULT_PYTHON_POLICY, detect(SandboxPolicy()), env(), calls)
+    return TaskTools(workspace, True, DEFAULT_PYTHON_POLICY, BubblewrapSandbox(SandboxPolicy()), env(), calls)
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -197,6 +198,40 @@ async def test_a_failing_command_is_an_error_with_its_exit_code(tools: TaskTools
     result = await tools.call("run_command", {"command": "python -m pytest -q test_tiny.py"})
     assert result.error
     assert body(result).startswith("exit code 1\n") and "1 failed" in body(result)
+
+
+MADE_TEST = ("import pathlib\n\n\ndef test_made():\n    here = pathlib.Path(__file__)\n"
+             "    here.write_text(here.read_text() + '# changed by the command\\n')\n"
+             "    (here.parent / 'made_by_the_command.txt').write_text('x')\n")
+
+
+async def test_what_the_tools_make_belongs_to_the_session_user_whose_commands_can_change_it(
+        tmp_path: pathlib.Path, calls: CallsLeft) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("running commands as another user needs root")
+    nobody = pwd.getpwnam("nobody")
+    shown, root = tmp_path / "ws", tmp_path / "ws" / "repo"
+    root.mkdir(parents=True)
+    for path in (shown, root):
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    tools = TaskTools(root, True, DEFAULT_PYTHON_POLICY, BubblewrapSandbox(SandboxPolicy(user="nobody")), env(),
+                      calls, shown=shown, owner=(nobody.pw_uid, nobody.pw_gid))
+    written = await tools.call("write_file", {"path": "pkg/deep/test_made.py", "content": MADE_TEST})
+    assert not written.error, written.text
+    for made in ("pkg", "pkg/deep", "pkg/deep/test_made.py"):
+        assert (root / made).stat().st_uid == nobody.pw_uid, made
+    result = await tools.call("run_command", {"command": "python -m pytest -q pkg/deep/test_made.py"})
+    assert not result.error and "1 passed" in body(result), body(result)
+    assert (root / "pkg" / "deep" / "test_made.py").read_text().endswith("# changed by the command\n")
+    assert (root / "pkg" / "deep" / "made_by_the_command.txt").stat().st_uid == nobody.pw_uid
+
+
+async def test_a_sandbox_that_does_not_come_up_ends_the_run_instead_of_answering(
+        workspace: pathlib.Path, calls: CallsLeft) -> None:
+    tools = TaskTools(workspace, True, DEFAULT_PYTHON_POLICY, BubblewrapSandbox(SandboxPolicy(), bwrap="/bin/false"),
+                      env(), calls)
+    with pytest.raises(SandboxFailed, match="the sandbox did not start"):
+        await tools.call("run_command", {"command": "ls"})
 
 
 async def test_a_command_off_the_allowlist_is_refused(tools: TaskTools) -> None:

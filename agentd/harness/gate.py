@@ -9,6 +9,7 @@ from typing import Any, Callable
 import grpc
 import tenacity
 
+from agentd.connection import ChannelSettings, open_channel
 from agentd.harness.loop import RunEnded
 from agentd.harness.model import ModelError, Usage
 from drover.v1 import agent_pb2, agent_pb2_grpc
@@ -24,7 +25,7 @@ def _unavailable(err: BaseException) -> bool:
 
 @dataclasses.dataclass
 class Gate:
-    target: str
+    channel: ChannelSettings          # dialled as agentd dials: TLS, CA, client certificate, keepalive
     token: str
     run_id: str
     model: str
@@ -37,7 +38,7 @@ class Gate:
     calls_cap: int = 0
 
     def __post_init__(self) -> None:
-        self._channel = grpc.aio.insecure_channel(self.target)
+        self._channel = open_channel(self.channel)
         self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {self.token}"),)
         self._reservations: dict[int, str] = {}

@@ -1,11 +1,11 @@
 """The supervisor of one harness run: `python -m agentd.harness.supervisor RUN_DIR`.
 
-Secrets arrive as JSON on stdin ({"secret_env", "agent_token", "control_plane"}) and
-never touch the disk. Like the command supervisor it is detached from agentd and
-writes everything to RUN_DIR/output.jsonl: events (stream "event", one JSON object
-per line, each with the transcript step it comes from), full tool inputs and
-outputs (stream "tool"), system lines, and last the exit record. Started again on
-the same RUN_DIR it resumes from the transcript."""
+Secrets arrive as JSON on stdin ({"secret_env", "agent_token", "channel"}; "channel" is
+agentd's ChannelSettings, TLS as file paths) and never touch the disk. Like the command
+supervisor it is detached from agentd and writes everything to RUN_DIR/output.jsonl:
+events (stream "event", one JSON object per line, each with the transcript step it comes
+from), full tool inputs and outputs (stream "tool"), system lines, and last the exit
+record. Started again on the same RUN_DIR it resumes from the transcript."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import traceback
 from typing import Any
 
 from agentd import gitspace, workspace
+from agentd.connection import ChannelSettings
 from agentd.harness import allowlist
 from agentd.harness.gate import Gate
 from agentd.harness.loop import Harness, Limits, RunEnded, as_json_line, events_for
@@ -25,8 +26,9 @@ from agentd.harness.model import AnthropicModel
 from agentd.harness.retry import RetryPolicy
 from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import Transcript
-from agentd.sandbox import SandboxPolicy, detect
-from agentd.supervisor import Output
+from agentd.outbox import is_full
+from agentd.sandbox import UNSANDBOXED, SandboxFailed, user_ids
+from agentd.supervisor import Output, sandbox_for
 from drover.v1 import agent_pb2
 
 STATUS = {"completed": "succeeded", "cancelled": "cancelled"}
@@ -52,7 +54,7 @@ class HarnessRun:
         self.spec = json.loads((run_dir / "assignment.json").read_text())
         self.secret_env: dict[str, str] = secrets.get("secret_env", {})
         self.agent_token = secrets.get("agent_token", "")
-        self.control_plane = secrets.get("control_plane", "")
+        self.channel = ChannelSettings(**secrets.get("channel", {"control_plane": ""}))
         self.already = emitted_through(run_dir / "output.jsonl")
         hidden = [*self.secret_env.values(), self.agent_token]
         self.output = Output(run_dir / "output.jsonl", hidden, int(self.spec.get("output_limit_bytes", 8 << 20)))
@@ -114,9 +116,14 @@ class HarnessRun:
                                        f"({conflict.changeset_id})", code="dependency_merge_conflict")
         except workspace.WorkspaceError as err:
             ended = RunEnded("failed", f"workspace_failed: {err}", code="workspace_failed")
+        except SandboxFailed as err:  # never run the model's commands any other way
+            ended = RunEnded("failed", f"sandbox_failed: {err}", code="sandbox_failed")
         except Exception as err:  # a bug or an unreachable control plane: end the run, say why
             traceback.print_exc()
-            ended = RunEnded("failed", f"harness_error: {type(err).__name__}: {err}", code="harness_error")
+            if is_full(err):  # the transcript or the workspace state could not be written
+                ended = RunEnded("failed", f"disk_full: {err}", code="disk_full")
+            else:
+                ended = RunEnded("failed", f"harness_error: {type(err).__name__}: {err}", code="harness_error")
         self.output.exit(STATUS.get(ended.outcome, "failed"), 0 if ended.outcome == "completed" else 1, ended.code,
                          "" if ended.outcome == "completed" else ended.reason)
         if not self.spec.get("keep_workspace"):
@@ -125,13 +132,19 @@ class HarnessRun:
     async def _run(self) -> RunEnded:
         h = self.spec["harness"]
         root, writable = self.open_root()
-        sandbox = None
-        if writable:
-            sandbox = detect(SandboxPolicy(network=bool(h.get("network")), user=self.spec.get("session_user", "")))
-            if sandbox.warning():
-                self.output.write("system", f"WARNING: {sandbox.warning()}\n")
+        sandbox, owner = None, None
         home = self.ws_dir / "home"
         home.mkdir(parents=True, exist_ok=True)
+        if self.spec.get("sandbox") == "none":
+            self.output.write("system", f"WARNING: {UNSANDBOXED}\n")
+        if writable:
+            try:
+                sandbox = sandbox_for(self.spec, bool(h.get("network")))
+                user = sandbox.policy.user
+                owner = user_ids(user) if user and os.geteuid() == 0 else None
+            except ValueError as err:
+                raise SandboxFailed(str(err)) from None
+            workspace.hand_over(self.ws_dir, user)  # the commands run as the session user
         env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8", "TZ": "UTC",
                "HOME": str(home), "DROVER_WORKSPACE": str(root or ""), "DROVER_RUN_ID": self.spec["run_id"],
                # test runs leave no caches behind to end up in the ChangeSet
@@ -141,12 +154,13 @@ class HarnessRun:
                         thinking=json.loads(h["thinking_json"]) if h.get("thinking_json") else None,
                         context_window=int(h.get("context_window_tokens") or 200_000),
                         fold_fraction=float(h.get("fold_fraction") or 0.7))
-        gate = Gate(self.control_plane, self.agent_token, self.spec["run_id"], self.spec["model"],
+        gate = Gate(self.channel, self.agent_token, self.spec["run_id"], self.spec["model"],
                     limits.max_output_tokens, self.incarnation, lambda: self.transcript.model_calls + 1)
-        fold_gate = Gate(self.control_plane, self.agent_token, self.spec["run_id"], h.get("fold_model") or
+        fold_gate = Gate(self.channel, self.agent_token, self.spec["run_id"], h.get("fold_model") or
                          self.spec["model"], 2000, self.incarnation, lambda: len(self.transcript.entries), "fold")
         tools = TaskTools(root, writable, allowlist.policy_from_strings(rules), sandbox, env,
-                          lambda: max(limits.max_calls - max(gate.calls_used, self.transcript.model_calls), 0))
+                          lambda: max(limits.max_calls - max(gate.calls_used, self.transcript.model_calls), 0),
+                          shown=self.ws_dir, owner=owner)
         policy = RetryPolicy(max_attempts=int(h.get("max_attempts") or 4),
                              stall_timeout=float(h.get("stall_timeout_seconds") or 120))
         api_key = self.secret_env.get("ANTHROPIC_API_KEY", "")
@@ -183,7 +197,7 @@ class HarnessRun:
             await asyncio.wait({task}, timeout=0.1)
             if task.done():
                 break
-            if self.cancel_file.exists():
+            if self.cancel_file.exists() or self.output.full:  # a full disk: the exit says disk_full
                 stopped = "cancelled"
             elif deadline is not None and loop.time() >= deadline:
                 stopped = "timeout"

@@ -10,11 +10,11 @@ import asyncio
 import dataclasses
 import os
 import pathlib
-import signal
 from typing import Any, Callable
 
+from agentd.confined import Confined, ready_pipe
 from agentd.harness import allowlist, edits, filewindow, paths
-from agentd.sandbox import Sandbox
+from agentd.sandbox import Sandbox, SandboxFailed
 
 MAX_READS = 12
 COMMAND_OUTPUT = 12_000
@@ -69,12 +69,17 @@ TERMINAL = ("complete_task", "fail_task")
 
 
 class TaskTools:
-    """The tools of one run. `root` is the workspace (or the canonical checkout when read-only)."""
+    """The tools of one run. `root` is the workspace (or the canonical checkout when read-only);
+    `shown` is what commands see read-write (the run's workspace directory: `root` and its home;
+    default `root`); `owner` (uid, gid) is the session user, given every file and directory the
+    tools make so the commands, which run as it, can change them."""
 
     def __init__(self, root: pathlib.Path | None, writable: bool, policy: allowlist.CommandPolicy,
-                 sandbox: Sandbox | None, env: dict[str, str], calls_left: Callable[[], int]) -> None:
+                 sandbox: Sandbox | None, env: dict[str, str], calls_left: Callable[[], int], *,
+                 shown: pathlib.Path | None = None, owner: tuple[int, int] | None = None) -> None:
         self.root, self.writable, self.policy, self.sandbox = root, writable, policy, sandbox
         self.env, self.calls_left = env, calls_left
+        self.shown, self.owner = shown or root, owner
         self.reads = 0
 
     def names(self) -> list[str]:
@@ -124,10 +129,21 @@ class TaskTools:
             raise ValueError(NO_WORKSPACE)
         return paths.resolve_inside(self.root, relative)
 
+    def _make_dirs(self, directory: pathlib.Path) -> None:
+        missing = [d for d in (directory, *directory.parents) if not d.exists()]
+        for made in reversed(missing):
+            made.mkdir(exist_ok=True)
+            self._give(made)
+
+    def _give(self, path: pathlib.Path) -> None:
+        if self.owner is not None:
+            os.lchown(path, *self.owner)
+
     async def _write_file(self, args: dict[str, Any]) -> ToolResult:
         path = self._writable(args["path"])
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_dirs(path.parent)
         path.write_text(args["content"])
+        self._give(path)
         return ToolResult(f"wrote {args['path']} ({len(args['content'])} characters)")
 
     async def _edit_file(self, args: dict[str, Any]) -> ToolResult:
@@ -136,6 +152,7 @@ class TaskTools:
             return ToolResult(f"no file {args['path']!r}", True)
         changes = [edits.Edit(e["old_text"], e["new_text"]) for e in args["edits"]]
         path.write_text(edits.apply_edits(path.read_text(), changes))
+        self._give(path)
         return ToolResult(f"edited {args['path']} ({len(changes)} edit{'s' if len(changes) != 1 else ''})")
 
     async def _delete_file(self, args: dict[str, Any]) -> ToolResult:
@@ -150,22 +167,38 @@ class TaskTools:
             raise ValueError(NO_WORKSPACE)
         argv = allowlist.parse_command(args["command"])
         allowlist.check_command(argv, self.policy)
-        wrapped, env = self.sandbox.wrap(argv, self.root, dict(self.env))
-        proc = await asyncio.create_subprocess_exec(*wrapped, cwd=self.root, env=env,
-                                                    stdin=asyncio.subprocess.DEVNULL,
-                                                    stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        read, write = ready_pipe() if self.sandbox.isolated else (None, None)
+        try:
+            wrapped, env = self.sandbox.wrap(argv, self.root, dict(self.env), writable=self.shown, ready_fd=write)
+            proc = await asyncio.create_subprocess_exec(*wrapped, cwd=self.root, env=env,
+                                                        stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+                                                        pass_fds=() if write is None else (write,))
+        except BaseException:
+            if read is not None:
+                os.close(read)
+            raise
+        finally:
+            if write is not None:
+                os.close(write)
+        processes = Confined(proc.pid, read, lambda: proc.returncode is not None)
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), COMMAND_SECONDS)
         except asyncio.TimeoutError:
-            _kill_group(proc.pid)
+            processes.kill()
             await proc.wait()
             return ToolResult(f"the command ran past {COMMAND_SECONDS:.0f} s and was stopped", True)
         except asyncio.CancelledError:
-            _kill_group(proc.pid)  # the run was cancelled while the command ran
+            processes.kill()  # the run was cancelled while the command ran
             raise
-        _kill_group(proc.pid)
+        finally:
+            started = processes.started
+            processes.kill()
+            processes.close()
         text = out.decode(errors="replace")
+        if not started:  # bwrap said why on the output; the run must not go on unsandboxed or blind
+            raise SandboxFailed(f"the sandbox did not start: {text.strip()[-500:] or proc.returncode}")
         if len(text) > COMMAND_OUTPUT:
             text = f"[output cut: the first {len(text) - COMMAND_OUTPUT:,} characters are not shown]\n" \
                    + text[-COMMAND_OUTPUT:]
@@ -190,9 +223,3 @@ def _strings(value: Any) -> list[str]:
         return [value]
     return [str(v) for v in value]
 
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
