@@ -10,7 +10,6 @@ import pathlib
 import grpc
 import pytest
 
-import drover
 from drover.v1 import agent_pb2, agent_pb2_grpc
 from tests.conftest import Fleet, python_command, task, wait_for
 from tests.security.rawagent import RawAgent
@@ -106,10 +105,3 @@ def test_a_fake_result_and_model_calls_for_another_agents_run_are_not_applied(fl
             client.cancel_change(change.id)
     finally:
         thief.close()
-
-
-def test_agent_tokens_cannot_call_the_user_services(fleet: Fleet) -> None:
-    plane = fleet.start_plane()
-    with plane.client(plane.agent_token_file.read_text().strip()) as client:
-        with pytest.raises(drover.PermissionDenied):
-            client.list_changes()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import collections
 import math
+import re
+import sqlite3
 from typing import Any, Callable
 
 import grpc
@@ -229,3 +231,52 @@ def test_the_agent_stream_refuses_a_malformed_hello_naming_the_field(fleet: Flee
                 list(stub.Connect(iter([first]), metadata=(("authorization", f"Bearer {token}"),), timeout=10))
             assert caught.value.code() == INVALID, (fields, caught.value.code())
             assert field in caught.value.details(), (fields, caught.value.details())
+
+
+def test_large_changes_are_listed_in_pages_that_fit_one_answer(fleet: Fleet) -> None:
+    """Six Changes of almost 1 MiB each made the default ListChanges exceed the message limit for
+    everyone. Pages stop at 3 MiB, whatever page_size asks for."""
+    plane = fleet.start_plane()
+    plane.add_project("web")
+    with plane.client() as client:
+        big = [good_task(key=f"t{i}", objective="o" * 60_000) for i in range(15)]  # ~0.9 MB a Change
+        ids = [client.submit_change("web", f"big {n}", big).id for n in range(6)]
+    with grpc.insecure_channel(plane.target) as channel:  # grpc's default 4 MiB receive limit, as grpcurl's
+        stub = change_pb2_grpc.ChangeServiceStub(channel)
+        seen, token, pages = [], "", 0
+        while True:
+            page = stub.ListChanges(change_pb2.ListChangesRequest(page_size=500, page_token=token),
+                                    metadata=(("authorization", f"Bearer {plane.admin_token}"),))
+            assert page.ByteSize() < 4 * 1024 * 1024
+            seen += [c.id for c in page.changes]
+            pages += 1
+            token = page.next_page_token
+            if not token:
+                break
+    assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen))
+    assert pages >= 2
+
+
+def test_an_unexpected_error_answers_internal_with_an_error_id_in_the_log(fleet: Fleet) -> None:
+    """A fault below the edge (here a row no version of Drover writes) answers INTERNAL with an id that
+    the server log carries with its traceback; the message carries no SQL and no stored values."""
+    plane = fleet.start_plane()
+    plane.add_project("web")
+    with plane.client() as client:
+        change = client.submit_change("web", "g", [good_task()])
+    db = sqlite3.connect(plane.data_dir / "drover.db")
+    with db:
+        db.execute("UPDATE tasks SET env = 'not json, secret-ish' WHERE change_id = ?", (change.id,))
+    db.close()
+    with grpc.insecure_channel(plane.target) as channel:
+        stub = change_pb2_grpc.ChangeServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.GetChange(change_pb2.GetChangeRequest(change_id=change.id),
+                           metadata=(("authorization", f"Bearer {plane.admin_token}"),))
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    details = caught.value.details()
+    found = re.search(r"internal error (err_[0-9a-f]{12})", details)
+    assert found, details
+    assert "SELECT" not in details and "secret-ish" not in details and "tasks" not in details
+    log = (plane.data_dir / f"controlplane-{plane.starts}.log").read_text()
+    assert found.group(1) in log and "Traceback" in log
