@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.errors import FailedPrecondition, InvalidArgument, NotFound
 from controlplane.lifecycle import add_event, new_id
-from controlplane.models import Change, ChangeSet, Run, Task, utcnow
+from controlplane.models import Change, ChangeSet, Run, utcnow
 from controlplane.objectstore import DirectoryStore
 
 

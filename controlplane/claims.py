@@ -23,7 +23,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from controlplane import changesets, runstate
-from controlplane.errors import FailedPrecondition, InvalidArgument, NotFound
+from controlplane.errors import FailedPrecondition, NotFound
 from controlplane.lifecycle import add_event, new_id
 from controlplane.models import Change, Claim, Conflict, Event, Run, Task, utcnow
 from controlplane.resources import GLOB as _GLOB, NAMED as _NAMED, normalise

@@ -21,24 +21,23 @@ def visible_change(s: Session, change_id: str, scope: Scope, *, lock: bool = Fal
     return row
 
 
+def _in_scope(s: Session, change_id: str, scope: Scope) -> bool:
+    if scope is None:
+        return True
+    change = s.get(Change, change_id)
+    return change is not None and change.project in scope
+
+
 def visible_run(s: Session, run_id: str, scope: Scope) -> Run:
     run = s.get(Run, run_id) if run_id else None
-    if run is not None and scope is not None:
-        change = s.get(Change, run.change_id)
-        if change is None or change.project not in scope:
-            run = None
-    if run is None:
+    if run is None or not _in_scope(s, run.change_id, scope):
         raise NotFound(f"no run {run_id!r}", field="run_id")
     return run
 
 
 def visible_changeset(s: Session, changeset_id: str, scope: Scope) -> ChangeSet:
     row = s.get(ChangeSet, changeset_id) if changeset_id else None
-    if row is not None and scope is not None:
-        change = s.get(Change, row.change_id)
-        if change is None or change.project not in scope:
-            row = None
-    if row is None:
+    if row is None or not _in_scope(s, row.change_id, scope):
         raise NotFound(f"no changeset {changeset_id!r}", field="changeset_id")
     return row
 

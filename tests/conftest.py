@@ -253,6 +253,21 @@ def pg_url() -> Iterator[str]:
         admin.dispose()
 
 
+def host_processes(marker: str) -> list[int]:
+    """Host pids of live processes (bwrap left out) whose command line holds `marker`: pids printed
+    inside a sandbox are its PID namespace's, not the host's, so tests find a run's processes this way."""
+    found = []
+    for entry in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker.encode() in b"\0".join(argv) and not argv[0].endswith(b"bwrap") and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
 def python_command(code: str) -> list[str]:
     """argv running a Python snippet with this interpreter."""
     return [sys.executable, "-c", code]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
 import shutil
 import time
 import uuid
@@ -10,7 +9,7 @@ import uuid
 import pytest
 
 from drover import Client
-from tests.conftest import Fleet, python_command, task, wait_for
+from tests.conftest import Fleet, host_processes, python_command, task, wait_for
 
 LINES = 10_000
 # Prints LINES numbered lines over a few seconds, so kills land mid-run.
@@ -99,28 +98,6 @@ def test_an_agent_that_never_returns_fails_its_run_as_agent_lost(fleet: Fleet) -
     assert kinds.index("run.finished") < kinds.index("change.finished")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _commands_holding(marker: str) -> list[int]:
-    """Host pids of the run's own processes (not bwrap) whose command line holds `marker`: pids
-    printed inside the sandbox are its PID namespace's, not the host's."""
-    found = []
-    for entry in pathlib.Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in b"\0".join(argv) and not argv[0].endswith(b"bwrap") and _alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
-
-
 def _spawns(marker: str) -> list[str]:
     return python_command(
         "import os, signal, subprocess, sys, time\n"
@@ -141,11 +118,11 @@ def test_cancel_stops_the_whole_process_group_within_the_grace_period(fleet: Fle
         run_id = _running_run(client, change.id)
         line = wait_for(lambda: _stdout(client, run_id), 30, what="the pids line")
         assert line.split()[1] == "2"  # its own PID namespace: bwrap's init is 1, the command 2
-        pids = wait_for(lambda: _commands_holding(marker) if len(_commands_holding(marker)) == 3 else [], 10,
+        pids = wait_for(lambda: host_processes(marker) if len(host_processes(marker)) == 3 else [], 10,
                         what="the command and its two children")
         asked = time.monotonic()
         client.cancel_run(run_id, "operator says stop")
-        wait_for(lambda: not any(_alive(p) for p in pids), 10, what="the process group to be gone")
+        wait_for(lambda: not set(host_processes(marker)) & set(pids), 10, what="the process group to be gone")
         gone_after = time.monotonic() - asked
         wait_for(lambda: client.get_run(run_id).state == "cancelled", 10, what="the run to be cancelled")
         final = client.get_change(change.id)

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.conftest import Fleet, python_command, task, wait_for
+from tests.conftest import Fleet, host_processes, python_command, task, wait_for
 
 ATTEMPTS = [
     ("test_agent_and_admin_tokens_through_proc_of_the_supervisor", "read tokens via /proc/$PPID/cwd, /proc/*/root"),
@@ -97,20 +97,8 @@ def read(path):
 """
 
 
-def _host_processes(marker: str) -> list[int]:
-    found = []
-    for entry in pathlib.Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in argv and not argv[0].endswith(b"bwrap"):
-            found.append(int(entry.name))
-    return found
-
-
 def _kill_leftovers(marker: str) -> None:
-    for pid in _host_processes(marker):
+    for pid in host_processes(marker):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -284,7 +272,7 @@ subprocess.Popen(["setsid", "sleep", "{marker}"], stdin=subprocess.DEVNULL, stdo
 print(json.dumps("left a sleeper"))
 """)
         assert result["found"] == "left a sleeper"
-        wait_for(lambda: not _host_processes(marker), 10, what="the sleeper to be gone with its run")
+        wait_for(lambda: not host_processes(marker), 10, what="the sleeper to be gone with its run")
     finally:
         _kill_leftovers(marker)
 
@@ -307,7 +295,7 @@ os.wait()
 print(json.dumps("daemonized"))
 """)
         assert result["found"] == "daemonized"
-        wait_for(lambda: not _host_processes(marker), 10, what="the daemon to be gone with its run")
+        wait_for(lambda: not host_processes(marker), 10, what="the daemon to be gone with its run")
     finally:
         _kill_leftovers(marker)
 

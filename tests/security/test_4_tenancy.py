@@ -10,7 +10,6 @@ from typing import Any, Callable
 import pytest
 
 import drover
-from drover import Client
 from tests.conftest import ControlPlane, Fleet, python_command, task, wait_for
 
 SLEEP = python_command("import time; time.sleep(60)")
