@@ -8,6 +8,7 @@ its token up (on the store's read threads, so it never waits for a writer); noth
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import datetime as dt
@@ -197,6 +198,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._lookup = lookup_hash
         self._touch = touch_token
         self._touched: dict[int, float] = {}
+        self._touching: set[asyncio.Task[None]] = set()
 
     async def principal(self, metadata: Any) -> Principal | None:
         token = bearer(metadata)
@@ -207,11 +209,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             now = time.monotonic()
             if now - self._touched.get(found.token_id, -TOUCH_SECONDS) >= TOUCH_SECONDS:
                 self._touched[found.token_id] = now
-                try:
-                    await self._touch(found.token_id)
-                except Exception:  # last use is a convenience; never fail a call for it
-                    pass
+                # In the background: the call never waits for the writer to record its last use.
+                touching = asyncio.create_task(self._touch_quietly(found.token_id))
+                self._touching.add(touching)
+                touching.add_done_callback(self._touching.discard)
         return found
+
+    async def _touch_quietly(self, token_id: int) -> None:
+        try:
+            await self._touch(token_id)  # type: ignore[misc]
+        except Exception:  # last use is a convenience; never fail anything for it
+            pass
 
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         needed = self._permissions.get(details.method)
