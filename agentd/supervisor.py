@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any, BinaryIO
 
-from agentd import workspace
+from drover.core import workspace
 from agentd.confined import Confined, ready_pipe
 from agentd.logbatch import RECORD_BYTES
 from agentd.outbox import is_full
@@ -145,7 +145,7 @@ class Supervisor:
         token = self.secret_env.get("DROVER_GIT_TOKEN", "")
         try:
             if spec.get("stack"):  # a dependent Task runs on its dependencies' ChangeSets
-                from agentd import gitspace
+                from drover.core import gitspace
                 stack = [gitspace.StackItem(**item) for item in spec["stack"]]
                 self.output.write("system", f"workspace: merging {len(stack)} ChangeSets\n")
                 commit = gitspace.open_workspace(repo_dir, spec["repo"], spec.get("branch", ""), stack,

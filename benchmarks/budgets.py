@@ -8,16 +8,16 @@ For each database: a fresh store (SQLite in a temporary directory, or a fresh Po
 database on 127.0.0.1:5432, dropped at the end), one Change without a budget and one whose
 budget is spent, and N running runs on each. N reserver processes (multiprocessing, spawn),
 each with its own Store, first warm up (one reserve+settle, one refusal: connection and
-statement caches), wait at a barrier, then for S seconds loop `metering.reserve` then
-`metering.settle` on the open Change (every call holds on five meters: provider month,
+statement caches), wait at a barrier, then for S seconds loop `model_calls.reserve` then
+`model_calls.settle` on the open Change (every call holds on five meters: provider month,
 daily calls, Change, Project, user; all contend on the same rows), then for S seconds loop
-`metering.reserve` on the spent Change (refused by its Change meter, nothing held).
+`model_calls.reserve` on the spent Change (refused by its Change meter, nothing held).
 
   pairs/s     reserve+settle pairs of all processes / phase wall time
   pair ms     one process's reserve+settle latency: p50 p90 p99 max
   refusals/s  refused reservations / phase wall time, and their latency
 
-Then routing decisions per second in this process: `routing.decide_tier` over a mix of
+Then routing decisions per second in this process: `tiers.decide_tier` over a mix of
 Task traits, and `members.select` over a six-member class with capabilities, time-of-day
 modifiers and quota snapshots (printed as "not built yet" when the module is missing).
 """
@@ -42,11 +42,13 @@ sys.path.insert(0, str(REPO))
 import sqlalchemy  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
-from controlplane import graph, lifecycle, meters, metering, pricing  # noqa: E402
+from controlplane.domain import graph, pricing  # noqa: E402
+from controlplane.services import lifecycle, model_calls
+from controlplane.store import meters
 from controlplane.config import HarnessConfig, Tier  # noqa: E402
-from controlplane.models import Run  # noqa: E402
-from controlplane.projects import add_project  # noqa: E402
-from controlplane.store import Store  # noqa: E402
+from controlplane.store.models import Run  # noqa: E402
+from controlplane.services.projects import add_project  # noqa: E402
+from controlplane.store.engine import Store  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("DROVER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MODEL = "claude-sonnet-5-5"
@@ -61,11 +63,11 @@ def reserver(url: str, open_run: str, spent_run: str, seconds: float, barrier: A
     spans: list[tuple[float, float]] = []
     error = ""
     try:
-        def reserve(run_id: str, key: str) -> metering.Reservation:
-            return store.transaction(metering.reserve, CONFIG, run_id, key, MODEL, "agent", 1000, 2000, BUDGETS)
+        def reserve(run_id: str, key: str) -> model_calls.Reservation:
+            return store.transaction(model_calls.reserve, CONFIG, run_id, key, MODEL, "agent", 1000, 2000, BUDGETS)
 
         warm = reserve(open_run, "warm")
-        store.transaction(metering.settle, CONFIG, warm.reservation_id, pricing.Usage(2000, 1000), "")
+        store.transaction(model_calls.settle, CONFIG, warm.reservation_id, pricing.Usage(2000, 1000), "")
         assert not reserve(spent_run, "warm").granted
         for phase, (run_id, sink) in enumerate(((open_run, pairs), (spent_run, refusals))):
             barrier.wait(300)
@@ -77,7 +79,7 @@ def reserver(url: str, open_run: str, spent_run: str, seconds: float, barrier: A
                 t0 = time.perf_counter()
                 r = reserve(run_id, f"p{phase}:{n}")
                 if r.granted:
-                    store.transaction(metering.settle, CONFIG, r.reservation_id, pricing.Usage(2000, 1000), "")
+                    store.transaction(model_calls.settle, CONFIG, r.reservation_id, pricing.Usage(2000, 1000), "")
                 elif phase == 0:
                     raise AssertionError(f"refused on the open Change: {r.refusal}")
                 sink.append(time.perf_counter() - t0)
@@ -169,26 +171,26 @@ def rate(fn: Any, iterations: int) -> tuple[float, float]:
 
 def bench_routing(iterations: int) -> None:
     here = REPO / "controlplane"
-    if not (here / "routing.py").exists():
+    if not (here / "tiers.py").exists():
         print("routing: not built yet")
         return
-    from controlplane import routing
-    traits = [routing.TaskTraits(kind="implement", size="small", complexity="low", risk="low"),
-              routing.TaskTraits(kind="implement", size="medium", complexity="medium", risk="medium", billing=True),
-              routing.TaskTraits(kind="summarize"),
-              routing.TaskTraits(kind="plan", size="large", complexity="high", risk="high"),
-              routing.TaskTraits(kind="migrate", destructive_migration=True, resources=("db", "api")),
-              routing.TaskTraits(kind="implement", authorization=True, attempt=2)]
-    answers = [None, routing.ClassifierAnswer("haiku", 0.9, False, "answered"),
-               routing.ClassifierAnswer.abstain("low_confidence", 0.3)]
-    per_s, us = rate(lambda i: routing.decide_tier(traits[i % len(traits)], answers[i % len(answers)], i % 2 == 0),
+    from controlplane.domain import tiers
+    traits = [tiers.TaskTraits(kind="implement", size="small", complexity="low", risk="low"),
+              tiers.TaskTraits(kind="implement", size="medium", complexity="medium", risk="medium", billing=True),
+              tiers.TaskTraits(kind="summarize"),
+              tiers.TaskTraits(kind="plan", size="large", complexity="high", risk="high"),
+              tiers.TaskTraits(kind="migrate", destructive_migration=True, resources=("db", "api")),
+              tiers.TaskTraits(kind="implement", authorization=True, attempt=2)]
+    answers = [None, tiers.ClassifierAnswer("haiku", 0.9, False, "answered"),
+               tiers.ClassifierAnswer.abstain("low_confidence", 0.3)]
+    per_s, us = rate(lambda i: tiers.decide_tier(traits[i % len(traits)], answers[i % len(answers)], i % 2 == 0),
                      iterations)
-    print(f"routing.decide_tier  {per_s:12,.0f} decisions/s  ({us:.2f} µs each, {iterations} over "
+    print(f"tiers.decide_tier  {per_s:12,.0f} decisions/s  ({us:.2f} µs each, {iterations} over "
           f"{len(traits)} traits x {len(answers)} classifier answers)")
     if not (here / "members.py").exists():
         print("members.select: not built yet")
         return
-    from controlplane import members
+    from controlplane.domain import members
     cls = members.TierClass("sonnet", tuple(
         members.Member(agent=agent, instance_id=inst, billing=billing, model=MODEL, quality_score=score,
                        capabilities=frozenset(caps), max_concurrent=2, order=order)

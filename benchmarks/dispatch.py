@@ -50,7 +50,7 @@ from drover import Client  # noqa: E402
 
 T = TypeVar("T")
 PG_ADMIN_URL = os.environ.get("DROVER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-MAX_TASKS_PER_CHANGE = 500  # controlplane.graph.MAX_TASKS
+MAX_TASKS_PER_CHANGE = 500  # controlplane.domain.graph.MAX_TASKS
 
 
 class BenchTimeout(Exception):

@@ -8,7 +8,7 @@ Both parts talk to the scripted fake Messages API (drover.testing.fake_anthropic
 latency, so every figure is Drover's own overhead. Nothing is asserted; figures are printed.
 
 1. In-process (this process): the real Harness, AnthropicModel (the anthropic SDK, streamed) and
-   TaskTools on a write workspace cloned by agentd.gitspace from a temporary git repository, the
+   TaskTools on a write workspace cloned by drover.core.gitspace from a temporary git repository, the
    sandbox from agentd.sandbox.detect, the transcript (written and fsynced per entry) and the
    supervisor's emit (output.jsonl) -- against FakeAnthropic served from a thread of this process
    (it shares the GIL with the harness, as a separate server would not). No control plane: the
@@ -69,11 +69,11 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import pygit2  # noqa: E402
 
-from agentd import gitspace  # noqa: E402
-from agentd.harness import allowlist  # noqa: E402
+from drover.core import gitspace  # noqa: E402
+from drover.core import allowlist  # noqa: E402
 from agentd.harness.loop import Harness, Limits  # noqa: E402
-from agentd.harness.model import AnthropicModel  # noqa: E402
-from agentd.harness.retry import RetryPolicy  # noqa: E402
+from drover.core.model import AnthropicModel  # noqa: E402
+from drover.core.retry import RetryPolicy  # noqa: E402
 from agentd.harness.supervisor import HarnessRun  # noqa: E402
 from agentd.harness.tools import Finished, TaskTools  # noqa: E402
 from agentd.harness.transcript import Transcript  # noqa: E402

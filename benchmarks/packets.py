@@ -18,7 +18,7 @@ on every run (a seeded random.Random). Nothing is asserted; figures are printed.
 memory: semantic memory with the real offline model (`[memory] model_dir`, else the packaged int8
 all-MiniLM-L6-v2) on the first M files (default 1,000) of the same generated repository, in a
 temporary data dir (PersistentClient) or on the chroma server at --memory-url: the seconds to
-import controlplane.memory and to the first embedding (model load), a first build (seconds per
+import controlplane.context.memory and to the first embedding (model load), a first build (seconds per
 1,000 files, chunks/s), a rebuild of the next tree with 1% of the files changed (only those are
 embedded), and Q queries (one query embedding and one chroma query each): p50 and p99 in ms.
 Embedding dominates the build; on a busy machine it is proportionally slower.
@@ -41,8 +41,8 @@ sys.path.insert(0, str(REPO))
 
 import pygit2  # noqa: E402
 
-from controlplane.packet import CompiledPacket, PacketInputs, compile_packet  # noqa: E402
-from controlplane.retrieval import (DictTree, GitTree, Tree, conventions, declared_items,  # noqa: E402
+from controlplane.domain.packet import CompiledPacket, PacketInputs, compile_packet  # noqa: E402
+from controlplane.context.retrieval import (DictTree, GitTree, Tree, conventions, declared_items,  # noqa: E402
                                     dependency_neighbours, neighbour_items)
 
 AT = "2025-01-01T00:00:00+00:00"
@@ -165,7 +165,7 @@ def bench_compile(args: argparse.Namespace) -> None:
 def bench_memory(args: argparse.Namespace) -> None:
     """Section: semantic memory index build per 1,000 files, incremental rebuild, query latency."""
     started = time.perf_counter()
-    from controlplane.memory import DailyCap, Memory
+    from controlplane.context.memory import DailyCap, Memory
     t_import = time.perf_counter() - started
     files = {path: text for path, text in generate_repo(args.memory_files + 2).items() if path.endswith(".py")}
     tree1 = {path: (f"{path}@1", text) for path, text in files.items()}

@@ -10,12 +10,12 @@ import pathlib
 import sys
 from typing import Any
 
-from controlplane import auth
+from controlplane.api import auth
 from controlplane.config import ServerConfig, load_harness, load_memory
-from controlplane.errors import DroverError, InvalidArgument, NotFound
-from controlplane.projects import add_project
-from controlplane.server import bootstrap_tokens, lock_data_dir, open_store, serve
-from controlplane.store import aware
+from controlplane.domain.errors import DroverError, InvalidArgument, NotFound
+from controlplane.services.projects import add_project
+from controlplane.api.server import bootstrap_tokens, lock_data_dir, open_store, serve
+from controlplane.store.engine import aware
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -90,10 +90,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _index_build(store: Any, config: ServerConfig, name: str, file: pathlib.Path | None) -> None:
-    from controlplane.canonical import open_canonical
-    from controlplane.models import Project
-    from controlplane.projects import git_token
-    from controlplane.recall import Recall
+    from controlplane.context.canonical_tree import open_canonical
+    from controlplane.store.models import Project
+    from controlplane.services.projects import git_token
+    from controlplane.context.recall import Recall
     project = store.transaction(lambda s: s.get(Project, name))
     if project is None:
         raise NotFound(f"no project {name!r}", field="project")

@@ -7,10 +7,10 @@ import pathlib
 import tomllib
 from typing import Any, Mapping
 
-from controlplane.members import (PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier, parse_classes,
+from controlplane.domain.members import (PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier, parse_classes,
                                   parse_modifiers, parse_quota_router)
-from controlplane.pricing import Price
-from controlplane.recall import MemoryConfig
+from controlplane.domain.pricing import Price
+from controlplane.context.recall import MemoryConfig
 
 
 @dataclasses.dataclass(frozen=True)

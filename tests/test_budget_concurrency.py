@@ -14,11 +14,13 @@ from typing import Any, Iterator
 import pytest
 from sqlalchemy import func, select
 
-from controlplane import graph, lifecycle, meters, metering, pricing
+from controlplane.domain import graph, pricing
+from controlplane.services import lifecycle, model_calls
+from controlplane.store import meters
 from controlplane.config import HarnessConfig, Tier
-from controlplane.models import Change, Meter, ModelCall, Run
-from controlplane.projects import add_project
-from controlplane.store import Store
+from controlplane.store.models import Change, Meter, ModelCall, Run
+from controlplane.services.projects import add_project
+from controlplane.store.engine import Store
 
 RESERVERS = 50
 MODEL = "claude-sonnet-5-5"
@@ -37,7 +39,7 @@ def reserver(url: str, run_id: str, seed: int, start: Any, out: Any) -> None:
     try:
         start.wait(120)
         while True:
-            r = store.transaction(metering.reserve, CONFIG, run_id, f"agent:1:{granted + 1}:1", MODEL, "agent",
+            r = store.transaction(model_calls.reserve, CONFIG, run_id, f"agent:1:{granted + 1}:1", MODEL, "agent",
                                   1000, 2000, BUDGETS)
             if not r.granted:
                 refusal = r.refusal
@@ -45,7 +47,7 @@ def reserver(url: str, run_id: str, seed: int, start: Any, out: Any) -> None:
             # Even seeds cost exactly their estimate, odd ones anything up to it.
             usage = (pricing.Usage(2000, 1000) if seed % 2 == 0
                      else pricing.Usage(rng.randint(0, 2000), rng.randint(0, 1000)))
-            store.transaction(metering.settle, CONFIG, r.reservation_id, usage, "")
+            store.transaction(model_calls.settle, CONFIG, r.reservation_id, usage, "")
             granted += 1
     except Exception as err:  # reported to the test, which fails on it
         error = repr(err)

@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane import claims, lifecycle, projects
-from controlplane.claims import ClaimState
-from controlplane.errors import FailedPrecondition, InvalidArgument
-from controlplane.graph import ChangeSpec, TaskSpec
-from controlplane.lifecycle import RunMessage
-from controlplane.models import Agent, ChangeSet, Claim, Conflict, Event, Run, Task, utcnow
-from controlplane.store import Store, aware
+from controlplane.services import claims, lifecycle, projects
+from controlplane.services.claims import ClaimState
+from controlplane.domain.errors import FailedPrecondition, InvalidArgument
+from controlplane.domain.graph import ChangeSpec, TaskSpec
+from controlplane.services.lifecycle import RunMessage
+from controlplane.store.models import Agent, ChangeSet, Claim, Conflict, Event, Run, Task, utcnow
+from controlplane.store.engine import Store, aware
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
 AGENT = "agent-1"

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from controlplane.escalation import (
+from controlplane.domain.escalation import (
     Attempt, Step, decide, limit_attempts, next_step, receipt_reason, window,
 )
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator, Sequence
 import pygit2
 import pytest
 
-from agentd.gitspace import (ChangeSetResult, MergeConflict, StackItem, compose_candidate,
+from drover.core.gitspace import (ChangeSetResult, MergeConflict, StackItem, compose_candidate,
                              open_workspace, stack_order)
-from agentd.workspace import WorkspaceError
+from drover.core.workspace import WorkspaceError
 
 TOKEN = "ghs_s3cretT0kenValue"
 

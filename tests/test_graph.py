@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from controlplane import graph
-from controlplane.errors import InvalidArgument
-from controlplane.graph import ChangeSpec, TaskSpec
+from controlplane.domain import graph
+from controlplane.domain.errors import InvalidArgument
+from controlplane.domain.graph import ChangeSpec, TaskSpec
 
 
 def t(key: str, *depends_on: str, kind: str = "test", objective: str = "do it") -> TaskSpec:

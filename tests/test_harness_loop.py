@@ -9,11 +9,11 @@ from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
-from agentd.harness.allowlist import DEFAULT_PYTHON_POLICY
+from drover.core.allowlist import DEFAULT_PYTHON_POLICY
 from agentd.harness.fold import estimate_tokens
 from agentd.harness.loop import SYSTEM, Harness, Limits, RunEnded, events_for
-from agentd.harness.model import AnthropicModel
-from agentd.harness.retry import RetryPolicy
+from drover.core.model import AnthropicModel
+from drover.core.retry import RetryPolicy
 from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import INTERRUPTED, Transcript
 from drover.testing.fake_anthropic import FakeAnthropic, error, stall, text, tool_use, tool_uses

@@ -7,10 +7,10 @@ import pathlib
 
 import pytest
 
-from agentd.harness.allowlist import (DEFAULT_PYTHON_POLICY, CommandPolicy, CommandRefused,
+from drover.core.allowlist import (DEFAULT_PYTHON_POLICY, CommandPolicy, CommandRefused,
                                       check_command, parse_command, policy_from_strings)
 from agentd.harness.edits import Edit, EditError, apply_edits
-from agentd.harness.filewindow import continuation_note, file_lines, file_window
+from drover.core.filewindow import continuation_note, file_lines, file_window
 from agentd.harness.paths import PathEscape, list_tree, resolve_inside
 
 

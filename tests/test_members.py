@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from controlplane.members import (ConfigError, Member, QuotaPolicy, QuotaSnapshot, TierClass, TodModifier,
+from controlplane.domain.members import (ConfigError, Member, QuotaPolicy, QuotaSnapshot, TierClass, TodModifier,
                                   effective_score, intra_kind_order, parse_classes, parse_modifiers,
                                   parse_quota_router, quota_allows, rank, select)
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from chromadb.config import Settings
 
-from controlplane.embedding import EmbeddingModelMissing, OnnxEmbedder, find_model
-from controlplane.memory import CHUNK_LINES, STALE_BUILD_SECONDS, DailyCap, Memory, collection_name
+from controlplane.context.embedding import EmbeddingModelMissing, OnnxEmbedder, find_model
+from controlplane.context.memory import CHUNK_LINES, STALE_BUILD_SECONDS, DailyCap, Memory, collection_name
 from tests.conftest import terminate, wait_for
 
 ADD = 'def add(a, b):\n    """Add two numbers and return their sum."""\n    return a + b\n'
@@ -287,7 +287,7 @@ def test_a_failed_build_clears_its_marker_and_keeps_the_previous_tree(
 def test_the_index_persists_across_processes(tmp_path: pathlib.Path) -> None:
     memory = Memory.open(tmp_path)
     memory.build("p", "t1", tree(RELATED))
-    script = ("import json, sys; from controlplane.memory import Memory\n"
+    script = ("import json, sys; from controlplane.context.memory import Memory\n"
               "m = Memory.open(sys.argv[1])\n"
               "indexed = m.state('p').tree\n"
               "found = m.query('p', 't1', 'add two numbers', set(json.loads(sys.argv[2])))\n"

@@ -7,12 +7,14 @@ from fractions import Fraction
 
 import pytest
 
-from controlplane import graph, lifecycle, meters, metering, pricing
+from controlplane.domain import graph, pricing
+from controlplane.services import lifecycle, model_calls
+from controlplane.store import meters
 from controlplane.config import HarnessConfig, Tier
-from controlplane.meters import BudgetConfig
-from controlplane.models import Event, ModelCall, Project, Run, Token
-from controlplane.projects import add_project
-from controlplane.store import Store
+from controlplane.store.meters import BudgetConfig
+from controlplane.store.models import Event, ModelCall, Project, Run, Token
+from controlplane.services.projects import add_project
+from controlplane.store.engine import Store
 
 SONNET = pricing.Price.of(3, 15)
 
@@ -63,27 +65,27 @@ CONFIG = HarnessConfig(tiers={"sonnet": Tier("claude-sonnet-5-5", 2, 1000)}, def
 
 def test_reserve_settle_cap_and_idempotence(store: Store) -> None:
     run_id = running_run(store)
-    r1 = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 2000)
+    r1 = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 2000)
     assert r1.granted and r1.calls_used == 1 and r1.calls_cap == 2
     assert r1.estimate_micros == 2000 * 3 + 1000 * 15
-    again = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 0)
+    again = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 0)
     assert again.reservation_id == r1.reservation_id  # the same attempt asked twice is one reservation
-    cost, run_cost = store.transaction(metering.settle, CONFIG, r1.reservation_id, pricing.Usage(100, 10), "")
+    cost, run_cost = store.transaction(model_calls.settle, CONFIG, r1.reservation_id, pricing.Usage(100, 10), "")
     assert cost == 100 * 3 + 10 * 15 == run_cost
-    assert store.transaction(metering.settle, CONFIG, r1.reservation_id, pricing.Usage(9999, 9999), "")[0] == cost
-    r2 = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:2:1", "claude-sonnet-5-5", "agent", 1000, 0)
+    assert store.transaction(model_calls.settle, CONFIG, r1.reservation_id, pricing.Usage(9999, 9999), "")[0] == cost
+    r2 = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:2:1", "claude-sonnet-5-5", "agent", 1000, 0)
     assert r2.granted and r2.calls_used == 2
-    fold = store.transaction(metering.reserve, CONFIG, run_id, "fold:1:3:1", "claude-haiku-5-5", "fold", 100, 0)
+    fold = store.transaction(model_calls.reserve, CONFIG, run_id, "fold:1:3:1", "claude-haiku-5-5", "fold", 100, 0)
     assert fold.granted  # a fold's summary call is metered but not a model call of the run
-    refused = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:3:1", "claude-sonnet-5-5", "agent", 1, 0)
+    refused = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:3:1", "claude-sonnet-5-5", "agent", 1, 0)
     assert not refused.granted and refused.refusal == "run_call_cap"
 
 
 def test_a_reservation_never_settled_settles_at_its_estimate(store: Store) -> None:
     run_id = running_run(store)
-    r = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 0)
-    assert store.transaction(metering.settle_expired, dt.timedelta(minutes=15)) == 0
-    assert store.transaction(metering.settle_expired, dt.timedelta(0)) == 1
+    r = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 0)
+    assert store.transaction(model_calls.settle_expired, dt.timedelta(minutes=15)) == 0
+    assert store.transaction(model_calls.settle_expired, dt.timedelta(0)) == 1
     call = store.transaction(lambda s: s.get(ModelCall, r.reservation_id))
     assert (call.state, call.cost_micros, call.error) == ("settled", r.estimate_micros, "expired")
 
@@ -93,7 +95,7 @@ def test_a_finished_run_gets_no_reservation(store: Store) -> None:
     store.transaction(lifecycle.cancel_run, run_id, "stop")
     store.transaction(lambda s: lifecycle.apply_run_message(
         s, "a1", lifecycle.RunMessage(run_id, 1, "finished", status="cancelled"), 1 << 20))
-    r = store.transaction(metering.reserve, CONFIG, run_id, "agent:1:1:1", "m", "agent", 1, 0)
+    r = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:1:1", "m", "agent", 1, 0)
     assert not r.granted and r.refusal == "run_not_running"
 
 
@@ -119,8 +121,8 @@ def budgeted_run(store: Store, budget_usd: float = 0.0, project_usd: float = 0.0
     return store.transaction(make)
 
 
-def reserve(store: Store, run_id: str, key: str, budgets: BudgetConfig | None = None) -> metering.Reservation:
-    return store.transaction(metering.reserve, BIG, run_id, key, "claude-sonnet-5-5", "agent", 1000, 2000, budgets)
+def reserve(store: Store, run_id: str, key: str, budgets: BudgetConfig | None = None) -> model_calls.Reservation:
+    return store.transaction(model_calls.reserve, BIG, run_id, key, "claude-sonnet-5-5", "agent", 1000, 2000, budgets)
 
 
 BIG = HarnessConfig(tiers={"sonnet": Tier("claude-sonnet-5-5", 100, 1000)}, default_tier="sonnet")
@@ -152,7 +154,7 @@ def test_a_run_is_held_to_its_share_of_the_change_budget(store: Store) -> None:
     for i in (1, 2):
         r = reserve(store, run_id, f"agent:1:{i}:1")
         assert r.granted
-        store.transaction(metering.settle, BIG, r.reservation_id, pricing.Usage(2000, 1000), "")
+        store.transaction(model_calls.settle, BIG, r.reservation_id, pricing.Usage(2000, 1000), "")
     capped = reserve(store, run_id, "agent:1:3:1")  # 42,000 + 21,000 > 50,000, the Change meter has room
     assert (capped.granted, capped.refusal, capped.limit) == (False, "run_cost_cap", 50_000)
     change_meter = store.transaction(meters.usage, "change-usd:")[0]
@@ -165,12 +167,12 @@ def test_settle_and_expiry_move_every_meter(store: Store) -> None:
     held = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}
     assert held == {"provider_month": (0, ESTIMATE), "agent_calls_day": (0, 1), "change": (0, ESTIMATE),
                     "project": (0, ESTIMATE), "user": (0, ESTIMATE)}
-    cost, _ = store.transaction(metering.settle, CONFIG, r1.reservation_id, pricing.Usage(100, 10), "")
-    store.transaction(metering.settle, CONFIG, r1.reservation_id, pricing.Usage(9999, 9999), "")
+    cost, _ = store.transaction(model_calls.settle, CONFIG, r1.reservation_id, pricing.Usage(100, 10), "")
+    store.transaction(model_calls.settle, CONFIG, r1.reservation_id, pricing.Usage(9999, 9999), "")
     settled = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}
     assert settled == {"provider_month": (cost, 0), "agent_calls_day": (1, 0), "change": (cost, 0),
                        "project": (cost, 0), "user": (cost, 0)}
     reserve(store, run_id, "agent:1:2:1")
-    assert store.transaction(metering.settle_expired, dt.timedelta(0)) == 1
+    assert store.transaction(model_calls.settle_expired, dt.timedelta(0)) == 1
     expired = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}
     assert expired["change"] == (cost + ESTIMATE, 0) and expired["agent_calls_day"] == (2, 0)

@@ -8,12 +8,14 @@ from typing import Iterator
 
 import pytest
 
-from controlplane import graph, lifecycle, meters
-from controlplane.errors import InvalidArgument, NotFound
-from controlplane.meters import MeterSpec
-from controlplane.models import Change, Meter, MeterReservation, Project
-from controlplane.projects import add_project
-from controlplane.store import Store
+from controlplane.domain import graph
+from controlplane.services import lifecycle
+from controlplane.store import meters
+from controlplane.domain.errors import InvalidArgument, NotFound
+from controlplane.store.meters import MeterSpec
+from controlplane.store.models import Change, Meter, MeterReservation, Project
+from controlplane.services.projects import add_project
+from controlplane.store.engine import Store
 
 NOW = dt.datetime(2026, 11, 30, 23, 59, 59, tzinfo=dt.timezone.utc)
 

@@ -9,9 +9,9 @@ from typing import Any, AsyncIterator, Iterator
 import anthropic
 import pytest
 
-from agentd.harness.model import (AnthropicModel, ModelError, ModelReply, PermanentModelError, SpendLimited,
+from drover.core.model import (AnthropicModel, ModelError, ModelReply, PermanentModelError, SpendLimited,
                                   TransientModelError, Usage)
-from agentd.harness.retry import RetryPolicy, classify, retry_delay
+from drover.core.retry import RetryPolicy, classify, retry_delay
 from drover.testing.fake_anthropic import FakeAnthropic, error, stall, text, tool_uses
 
 pytestmark = pytest.mark.timeout(30)

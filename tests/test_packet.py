@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from controlplane.errors import InvalidArgument
-from controlplane.packet import (CONVENTION, LIMIT_TOKENS, SOURCES, CompiledPacket, Item, PacketInputs,
+from controlplane.domain.errors import InvalidArgument
+from controlplane.domain.packet import (CONVENTION, LIMIT_TOKENS, SOURCES, CompiledPacket, Item, PacketInputs,
                                  canonical_json, compile_packet, estimate_tokens, file_list_summary, render_prompt)
 
 pytestmark = pytest.mark.timeout(60)
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.timeout(60)
 # Built the same way in this process and in two other processes (different PYTHONHASHSEED). The
 # items and the repository files pass through sets, so their order differs between processes.
 INPUTS = r'''
-from controlplane.packet import Item, PacketInputs
-from controlplane.retrieval import (DictTree, conventions, declared_items, dependency_neighbours, failure_items,
+from controlplane.domain.packet import Item, PacketInputs
+from controlplane.context.retrieval import (DictTree, conventions, declared_items, dependency_neighbours, failure_items,
                                     intent_items, neighbour_items, resource_owner_items)
 
 AT = "2025-01-02T03:04:05+00:00"
@@ -66,7 +66,7 @@ def build_inputs() -> PacketInputs:
 def test_same_inputs_give_the_same_bytes_and_hash_across_processes() -> None:
     here = compile_packet(build_inputs())
     assert here.sha256 == hashlib.sha256(here.data).hexdigest()
-    script = INPUTS + ("\nimport hashlib\nfrom controlplane.packet import compile_packet\n"
+    script = INPUTS + ("\nimport hashlib\nfrom controlplane.domain.packet import compile_packet\n"
                        "c = compile_packet(inputs)\nprint(c.sha256, hashlib.sha256(c.data).hexdigest(), len(c.data))\n")
     seen = []
     for seed in ("1", "2"):

@@ -6,7 +6,7 @@ import hashlib
 import json
 import pathlib
 
-from controlplane import packet
+from controlplane.domain import packet
 from drover.testing import fake_anthropic as fake
 from tests.conftest import API_KEY, Fleet
 

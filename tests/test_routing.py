@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from controlplane.routing import (CLASSIFIER_SYSTEM, ClassifierAnswer, RuleDecision, TaskTraits, TierDecision,
+from controlplane.domain.tiers import (CLASSIFIER_SYSTEM, ClassifierAnswer, RuleDecision, TaskTraits, TierDecision,
                                   apply_floor, classifier_messages, decide_tier, floor, needs_classifier,
                                   parse_classifier, route_by_rules)
 

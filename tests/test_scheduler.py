@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.scheduler import AgentSlot, QueuedRun, plan_assignments
+from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments
 
 BOTH = frozenset({"command", "harness"})
 

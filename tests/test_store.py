@@ -14,13 +14,14 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import func, inspect, select, text
 from sqlalchemy.orm import Session
 
-from controlplane import auth, lifecycle, projects
-from controlplane import store as store_module
-from controlplane.errors import InvalidArgument, NotFound
-from controlplane.graph import ChangeSpec, TaskSpec
-from controlplane.lifecycle import RunMessage
-from controlplane.models import Agent, Base, Change, Event, Project, Run, RunLog, Task, Token
-from controlplane.store import Store
+from controlplane.api import auth
+from controlplane.services import lifecycle, projects
+from controlplane.store import engine as store_module
+from controlplane.domain.errors import InvalidArgument, NotFound
+from controlplane.domain.graph import ChangeSpec, TaskSpec
+from controlplane.services.lifecycle import RunMessage
+from controlplane.store.models import Agent, Base, Change, Event, Project, Run, RunLog, Task, Token
+from controlplane.store.engine import Store
 
 LIMIT = 1024 * 1024  # output limit for tests that do not exercise it
 AGENT = "agent-1"

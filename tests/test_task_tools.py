@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from agentd.harness.allowlist import DEFAULT_PYTHON_POLICY
-from agentd.harness.filewindow import READ_LIMIT
+from drover.core.allowlist import DEFAULT_PYTHON_POLICY
+from drover.core.filewindow import READ_LIMIT
 from agentd.harness.tools import COMMAND_OUTPUT, MAX_READS, NO_WORKSPACE, Finished, TaskTools, ToolResult
 from agentd.sandbox import BubblewrapSandbox, SandboxFailed, SandboxPolicy
 

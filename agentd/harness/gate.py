@@ -11,7 +11,7 @@ import tenacity
 
 from agentd.connection import ChannelSettings, open_channel
 from agentd.harness.loop import RunEnded
-from agentd.harness.model import ModelError, Usage
+from drover.core.model import ModelError, Usage
 from drover.v1 import agent_pb2, agent_pb2_grpc
 
 REFUSALS = {"run_call_cap": "run_call_cap", "run_cost_cap": "run_cost_cap", "spend_limited": "spend_limited",

@@ -11,7 +11,7 @@ import json
 from typing import Any, Awaitable, Callable, Protocol
 
 from agentd.harness import fold
-from agentd.harness.model import ModelError, ModelReply
+from drover.core.model import ModelError, ModelReply
 from agentd.harness.tools import Finished, TaskTools
 from agentd.harness.transcript import INTERRUPTED, Transcript, messages
 

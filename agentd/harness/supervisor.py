@@ -17,13 +17,13 @@ import sys
 import traceback
 from typing import Any
 
-from agentd import gitspace, workspace
+from drover.core import gitspace, workspace
 from agentd.connection import ChannelSettings
-from agentd.harness import allowlist
+from drover.core import allowlist
 from agentd.harness.gate import Gate
 from agentd.harness.loop import Harness, Limits, RunEnded, as_json_line, events_for
-from agentd.harness.model import AnthropicModel
-from agentd.harness.retry import RetryPolicy
+from drover.core.model import AnthropicModel
+from drover.core.retry import RetryPolicy
 from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import Transcript
 from agentd.outbox import is_full

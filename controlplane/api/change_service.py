@@ -1,0 +1,112 @@
+"""drover.v1.ChangeService: decode, call the domain, encode. Every call sees only the projects of its token."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+import grpc
+
+from controlplane.api import auth, convert, queries, validation
+from controlplane.domain import graph
+from controlplane.services import lifecycle
+from controlplane.domain.errors import Unauthenticated
+from controlplane.api.fleet import Fleet
+from controlplane.services.notify import Notifier
+from controlplane.api.status import reporting
+from controlplane.store.engine import Store
+from drover.v1 import change_pb2, change_pb2_grpc, types_pb2
+
+WATCH_POLL_SECONDS = 1.0
+
+
+async def still_allowed(store: Store, who: auth.Principal) -> None:
+    """A long stream stops at the next poll once its token is revoked or has expired."""
+    if not await store.read(auth.still_valid, who.token_id):
+        raise Unauthenticated(f"token {who.name!r} was revoked or has expired")
+
+
+class ChangeService(change_pb2_grpc.ChangeServiceServicer):
+    def __init__(self, store: Store, fleet: Fleet, notifier: Notifier,
+                 limits: validation.Limits = validation.Limits()) -> None:
+        self.store, self.fleet, self.notifier, self.limits = store, fleet, notifier, limits
+
+    @reporting
+    async def SubmitChange(self, request: change_pb2.SubmitChangeRequest,
+                           context: grpc.aio.ServicerContext) -> types_pb2.Change:
+        who = auth.current()
+        spec = convert.change_spec(request)
+        change_id = await self.store.run(lifecycle.submit_change, spec, who.name, who.projects)
+        self.notifier.notify()
+        self.fleet.wake()
+        return await self.store.run(queries.get_change, change_id)
+
+    @reporting
+    async def GetChange(self, request: change_pb2.GetChangeRequest,
+                        context: grpc.aio.ServicerContext) -> types_pb2.Change:
+        return await self.store.run(queries.get_change, request.change_id, auth.current().projects)
+
+    @reporting
+    async def ListChanges(self, request: change_pb2.ListChangesRequest,
+                          context: grpc.aio.ServicerContext) -> change_pb2.ListChangesResponse:
+        page = await self.store.run(queries.list_changes, request.project, request.page_size or request.limit,
+                                    request.page_token, auth.current().projects)
+        return change_pb2.ListChangesResponse(changes=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def WatchChange(self, request: change_pb2.WatchChangeRequest,
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[types_pb2.Event]:
+        who = auth.current()
+        await self.store.run(queries.change_status, request.change_id, who.projects)  # NOT_FOUND before streaming
+        after = request.after_event_id
+        while True:
+            await still_allowed(self.store, who)
+            status = await self.store.run(queries.change_status, request.change_id, who.projects)
+            page = await self.store.run(lambda s: queries.events(s, change_id=request.change_id, after_id=after,
+                                                                  scope=who.projects))
+            for event in page.items:
+                after = event.id
+                yield event
+            if not page.items and status in graph.TERMINAL_CHANGE:
+                return
+            if not page.items:
+                await self.notifier.wait(WATCH_POLL_SECONDS)
+
+    @reporting
+    async def CancelChange(self, request: change_pb2.CancelChangeRequest,
+                           context: grpc.aio.ServicerContext) -> types_pb2.Change:
+        who = auth.current()
+        runs = await self.store.run(lambda s: lifecycle.cancel_change(
+            s, request.change_id, scope=who.projects, by=who.name, may_manage=who.has_role("run.manage")))
+        self.fleet.tell_cancel([(r.id, r.agent) for r in runs], "change cancelled")
+        self.notifier.notify()
+        self.fleet.wake()
+        return await self.store.run(queries.get_change, request.change_id)
+
+    @reporting
+    async def ListChangeSets(self, request: change_pb2.ListChangeSetsRequest,
+                             context: grpc.aio.ServicerContext) -> change_pb2.ListChangeSetsResponse:
+        page = await self.store.run(queries.changesets, request.change_id, request.page_size, request.page_token,
+                                    auth.current().projects)
+        return change_pb2.ListChangeSetsResponse(changesets=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def GetPatch(self, request: change_pb2.GetPatchRequest,
+                       context: grpc.aio.ServicerContext) -> change_pb2.Patch:
+        text = await self.store.run(queries.patch, self.fleet.objects, request.changeset_id, auth.current().projects)
+        return change_pb2.Patch(changeset_id=request.changeset_id, text=text)
+
+    @reporting
+    async def RaiseBudget(self, request: change_pb2.RaiseBudgetRequest,
+                          context: grpc.aio.ServicerContext) -> types_pb2.Change:
+        who = auth.current()
+        await self.store.run(lambda s: lifecycle.raise_budget(
+            s, request.change_id, request.budget_usd, scope=who.projects, by=who.name,
+            may_manage=who.has_role("run.manage")))
+        self.notifier.notify()
+        self.fleet.wake()
+        return await self.store.run(queries.get_change, request.change_id)
+
+    @reporting
+    async def GetSpend(self, request: change_pb2.GetSpendRequest,
+                       context: grpc.aio.ServicerContext) -> change_pb2.Spend:
+        return await self.store.run(queries.spend, request.change_id, auth.current().projects)

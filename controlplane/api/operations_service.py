@@ -1,0 +1,122 @@
+"""drover.v1.OperationsService: what an operator needs, usable with grpcurl. Every call sees only the
+projects of its token (and, for agents, those projects' pools)."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+import grpc
+
+from controlplane.api import auth, queries
+from controlplane.services import lifecycle
+from controlplane.domain import run_states
+from controlplane.api.change_service import still_allowed
+from controlplane.api.fleet import Fleet
+from controlplane.services.notify import Notifier
+from controlplane.api.status import reporting
+from controlplane.store.engine import Store
+from drover.v1 import operations_pb2, operations_pb2_grpc, types_pb2
+
+TAIL_POLL_SECONDS = 1.0
+
+
+class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
+    def __init__(self, store: Store, fleet: Fleet, notifier: Notifier) -> None:
+        self.store, self.fleet, self.notifier = store, fleet, notifier
+
+    @reporting
+    async def ListAgents(self, request: operations_pb2.ListAgentsRequest,
+                         context: grpc.aio.ServicerContext) -> operations_pb2.ListAgentsResponse:
+        page = await self.store.run(queries.list_agents, request.connected_only, request.page_size,
+                                    request.page_token, auth.current().projects)
+        return operations_pb2.ListAgentsResponse(agents=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def DrainAgent(self, request: operations_pb2.DrainAgentRequest,
+                         context: grpc.aio.ServicerContext) -> types_pb2.Agent:
+        await self.store.run(lifecycle.drain_agent, request.name)
+        self.fleet.tell_drain(request.name)
+        return await self.store.run(queries.agent, request.name)
+
+    @reporting
+    async def ListRuns(self, request: operations_pb2.ListRunsRequest,
+                       context: grpc.aio.ServicerContext) -> operations_pb2.ListRunsResponse:
+        scope = auth.current().projects
+        page = await self.store.run(lambda s: queries.list_runs(
+            s, change_id=request.change_id, state=request.state, agent=request.agent,
+            limit=request.page_size or request.limit, token=request.page_token, scope=scope))
+        return operations_pb2.ListRunsResponse(runs=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def GetRun(self, request: operations_pb2.GetRunRequest,
+                     context: grpc.aio.ServicerContext) -> types_pb2.Run:
+        return await self.store.run(queries.get_run, request.run_id, auth.current().projects)
+
+    @reporting
+    async def CancelRun(self, request: operations_pb2.CancelRunRequest,
+                        context: grpc.aio.ServicerContext) -> types_pb2.Run:
+        reason = request.reason or "cancelled by operator"
+        run = await self.store.run(lifecycle.cancel_run, request.run_id, reason, auth.current().projects)
+        if run.state in run_states.ACTIVE:
+            self.fleet.tell_cancel([(run.id, run.agent)], reason)
+        self.notifier.notify()
+        self.fleet.wake()
+        return await self.store.run(queries.get_run, request.run_id)
+
+    @reporting
+    async def TailRunLogs(self, request: operations_pb2.TailRunLogsRequest,
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[types_pb2.LogLine]:
+        who = auth.current()
+        after = request.after_seq
+        while True:
+            lines, state = await self.store.run(lambda s: queries.run_logs(s, request.run_id, after,
+                                                                           scope=who.projects))
+            for line in lines:
+                after = line.seq
+                yield line
+            if lines:
+                continue
+            if not request.follow or state in run_states.TERMINAL:
+                return
+            await self.notifier.wait(TAIL_POLL_SECONDS)
+            await still_allowed(self.store, who)
+
+    @reporting
+    async def ListEvents(self, request: operations_pb2.ListEventsRequest,
+                         context: grpc.aio.ServicerContext) -> operations_pb2.ListEventsResponse:
+        scope = auth.current().projects
+        page = await self.store.run(lambda s: queries.events(
+            s, change_id=request.change_id, run_id=request.run_id, kind=request.kind, after_id=request.after_id,
+            limit=request.page_size or request.limit, token=request.page_token, scope=scope))
+        return operations_pb2.ListEventsResponse(events=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def GetUsage(self, request: operations_pb2.GetUsageRequest,
+                       context: grpc.aio.ServicerContext) -> operations_pb2.GetUsageResponse:
+        who = auth.current()
+        page = await self.store.run(lambda s: queries.usage(s, request.prefix, request.page_size, request.page_token,
+                                                             user=who.name, scope=who.projects))
+        return operations_pb2.GetUsageResponse(meters=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def ListReceipts(self, request: operations_pb2.ListReceiptsRequest,
+                           context: grpc.aio.ServicerContext) -> operations_pb2.ListReceiptsResponse:
+        scope = auth.current().projects
+        page = await self.store.run(lambda s: queries.receipts(s, change_id=request.change_id, run_id=request.run_id,
+                                                                size=request.page_size, token=request.page_token,
+                                                                scope=scope))
+        return operations_pb2.ListReceiptsResponse(receipts=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def ListClaims(self, request: operations_pb2.ListClaimsRequest,
+                         context: grpc.aio.ServicerContext) -> operations_pb2.ListClaimsResponse:
+        page = await self.store.run(queries.list_claims, request.change_id, request.include_released,
+                                    request.page_size, request.page_token, auth.current().projects)
+        return operations_pb2.ListClaimsResponse(claims=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def GetPacket(self, request: operations_pb2.GetPacketRequest,
+                        context: grpc.aio.ServicerContext) -> operations_pb2.Packet:
+        context_hash, text = await self.store.run(queries.packet_of, self.fleet.objects, request.run_id,
+                                                  auth.current().projects)
+        return operations_pb2.Packet(run_id=request.run_id, context_hash=context_hash, json=text)

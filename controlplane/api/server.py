@@ -1,0 +1,237 @@
+"""Builds and runs the gRPC server: services, auth, health, reflection, keepalive policy."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import fcntl
+import os
+import logging
+import pathlib
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane.api import auth, validation
+from controlplane.services import lifecycle
+from controlplane.api.agent_service import AgentService
+from controlplane.api.auth import AuthInterceptor, Permission
+from controlplane.api.change_service import ChangeService
+from controlplane.dispatch.composer import Composer
+from controlplane.config import ServerConfig, load_harness
+from controlplane.api.fleet import Fleet
+from controlplane.store.models import Token
+from controlplane.services.notify import Notifier
+from controlplane.api.operations_service import OperationsService
+from controlplane.store.engine import Store, sqlite_url
+from drover.v1 import agent_pb2, agent_pb2_grpc, change_pb2, change_pb2_grpc, operations_pb2, operations_pb2_grpc
+
+log = logging.getLogger("drover.server")
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+USER = Permission("user")
+PERMISSIONS: dict[str, Permission] = {
+    "/drover.v1.AgentService/Connect": Permission("agent"),
+    "/drover.v1.AgentService/ReserveModelCall": Permission("agent"),
+    "/drover.v1.AgentService/SettleModelCall": Permission("agent"),
+    "/drover.v1.AgentService/PublishChangeSet": Permission("agent"),
+    "/drover.v1.ChangeService/SubmitChange": Permission("user", "submit"),
+    "/drover.v1.ChangeService/GetChange": USER,
+    "/drover.v1.ChangeService/ListChanges": USER,
+    "/drover.v1.ChangeService/WatchChange": USER,
+    "/drover.v1.ChangeService/CancelChange": Permission("user", "submit"),
+    "/drover.v1.ChangeService/ListChangeSets": USER,
+    "/drover.v1.ChangeService/GetPatch": USER,
+    "/drover.v1.ChangeService/RaiseBudget": Permission("user", "submit"),
+    "/drover.v1.ChangeService/GetSpend": USER,
+    "/drover.v1.OperationsService/ListAgents": USER,
+    "/drover.v1.OperationsService/DrainAgent": Permission("user", "admin"),
+    "/drover.v1.OperationsService/ListRuns": USER,
+    "/drover.v1.OperationsService/GetRun": USER,
+    "/drover.v1.OperationsService/CancelRun": Permission("user", "run.manage"),
+    "/drover.v1.OperationsService/TailRunLogs": USER,
+    "/drover.v1.OperationsService/ListEvents": USER,
+    "/drover.v1.OperationsService/GetUsage": USER,
+    "/drover.v1.OperationsService/ListReceipts": USER,
+    "/drover.v1.OperationsService/ListClaims": USER,
+    "/drover.v1.OperationsService/GetPacket": USER,
+}
+SERVICE_NAMES = (
+    agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+    change_pb2.DESCRIPTOR.services_by_name["ChangeService"].full_name,
+    operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
+)
+
+
+def database_url(config: ServerConfig) -> str:
+    return config.database_url or sqlite_url(config.data_dir)
+
+
+def open_store(config: ServerConfig) -> Store:
+    """The store, migrated. The data directory (database, tokens, objects, mirrors) is the control
+    plane's alone: mode 0700, and the SQLite files 0600."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(config.data_dir, 0o700)
+    store = Store(database_url(config))
+    store.migrate()
+    if not config.database_url:
+        for suffix in ("", "-wal", "-shm"):
+            db = config.data_dir / f"drover.db{suffix}"
+            if db.exists():
+                os.chmod(db, 0o600)
+    return store
+
+
+def lock_data_dir(data_dir: pathlib.Path) -> int:
+    """Hold the data directory for this process's life: a second control plane on the same directory
+    (the same SQLite database, tokens and objects) refuses to start instead of serving beside it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "controlplane.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise SystemExit(f"controlplane: another control plane (pid {holder}) is serving from {data_dir}; "
+                         "stop it first, or give this one its own --data-dir") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path) -> list[pathlib.Path]:
+    """On first start (no token stored yet) write an admin and an agent token, mode 0600."""
+    def create(s: Session) -> dict[str, str]:
+        if s.scalar(select(func.count()).select_from(Token)):
+            return {}
+        return {"admin": auth.create_token(s, "user", "admin", "admin"),
+                "agent": auth.create_token(s, "agent", "agent")}
+    written = []
+    for name, token in store.transaction(create).items():
+        path = tokens_dir / f"{name}.token"
+        auth.write_token_file(path, token)
+        written.append(path)
+    return written
+
+
+class ControlPlane:
+    """One control-plane process: the store, the fleet and the gRPC server."""
+
+    def __init__(self, config: ServerConfig, store: Store) -> None:
+        self.config = config
+        self.store = store
+        self.notifier = Notifier()
+        lifecycle.set_policy(lifecycle.Policy(allow_opus=config.harness.allow_opus))
+        for warning in config.harness.warnings:
+            log.warning("%s", warning)
+        self.fleet = Fleet(store, config, self.notifier)
+        self.composer = Composer(store, self.notifier, config.data_dir / "compose")
+        self.auth = AuthInterceptor(PERMISSIONS, lambda digest: store.read(auth.lookup, digest),
+                                    lambda token_id: store.run(auth.touch, token_id))
+        self.health = health.aio.HealthServicer()
+        self.server = grpc.aio.server(
+            interceptors=[self.auth],
+            options=[
+                # No SO_REUSEPORT: a second control plane on the same port must fail to bind, not share it.
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", config.max_message_bytes),
+                ("grpc.max_send_message_length", 16 * 1024 * 1024),
+                # Accept agentd's keepalive pings (every 10 s, also without calls in flight).
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", config.keepalive_min_ping_seconds * 1000),
+                ("grpc.http2.min_ping_interval_without_data_ms", config.keepalive_min_ping_seconds * 1000),
+                ("grpc.http2.max_ping_strikes", 0),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+            ],
+        )
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(self.fleet), self.server)
+        change_pb2_grpc.add_ChangeServiceServicer_to_server(
+            ChangeService(store, self.fleet, self.notifier, validation.Limits(config.max_budget_usd)), self.server)
+        operations_pb2_grpc.add_OperationsServiceServicer_to_server(
+            OperationsService(store, self.fleet, self.notifier), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME),
+                                            self.server)
+        try:
+            self.port = self._bind(config)
+        except RuntimeError as err:  # grpc raises when the address cannot be bound
+            raise SystemExit(f"controlplane: cannot listen on {config.listen}: {err} (is another control plane "
+                             "listening there?)") from None
+        if self.port == 0:
+            raise SystemExit(f"controlplane: cannot listen on {config.listen} (is another control plane "
+                             "listening there?)")
+
+    def _bind(self, config: ServerConfig) -> int:
+        """TLS (mTLS with a client CA) when configured; plaintext only on loopback unless allowed."""
+        if config.tls_cert or config.tls_key:
+            if not (config.tls_cert and config.tls_key):
+                raise SystemExit("controlplane: --tls-cert and --tls-key go together")
+            ca = pathlib.Path(config.tls_client_ca).read_bytes() if config.tls_client_ca else None
+            credentials = grpc.ssl_server_credentials(
+                [(pathlib.Path(config.tls_key).read_bytes(), pathlib.Path(config.tls_cert).read_bytes())],
+                root_certificates=ca, require_client_auth=ca is not None)
+            return self.server.add_secure_port(config.listen, credentials)
+        host = config.listen.rsplit(":", 1)[0].strip("[]")
+        if host not in LOOPBACK and not config.allow_plaintext:
+            raise SystemExit(f"controlplane: refusing plaintext on {config.listen} (not loopback): give "
+                             "--tls-cert and --tls-key, or --allow-plaintext on a private network")
+        return self.server.add_insecure_port(config.listen)
+
+    async def start(self) -> None:
+        await self.fleet.start()
+        self._composing = asyncio.create_task(self.composer.run_forever(), name="composer")
+        await self.server.start()
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def reload(self, path: pathlib.Path) -> bool:
+        """SIGHUP: read the TOML file again; an invalid one is refused and the running config kept."""
+        try:
+            harness = load_harness(path, os.environ)
+        except (ValueError, OSError) as err:
+            log.error("config reload refused, keeping the running config: %s", err)
+            return False
+        for warning in harness.warnings:
+            log.warning("%s", warning)
+        self.config = dataclasses.replace(self.config, harness=harness)
+        self.fleet.config = self.config
+        self.fleet.router.reconfigure(harness)
+        lifecycle.set_policy(lifecycle.Policy(allow_opus=harness.allow_opus))
+        log.info("config reloaded from %s", path)
+        return True
+
+    async def stop(self) -> None:
+        """Stop accepting, let calls in flight finish within the grace period, then close."""
+        await self.health.enter_graceful_shutdown()
+        self._composing.cancel()
+        await self.fleet.stop()
+        await self.server.stop(self.config.grace_seconds)
+        self.store.close()
+
+
+async def serve(config: ServerConfig, store: Store, config_file: pathlib.Path | None = None) -> None:
+    plane = ControlPlane(config, store)
+    await plane.start()
+    host = config.listen.rsplit(":", 1)[0]
+    log.info("control plane listening on %s:%d (database %s)", host, plane.port, _safe_url(store.url))
+    print(f"drover control plane listening on {host}:{plane.port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if config_file is not None:
+        loop.add_signal_handler(signal.SIGHUP, plane.reload, config_file)
+    await stop.wait()
+    log.info("shutting down: draining calls for up to %.0f s", config.grace_seconds)
+    await plane.stop()
+
+
+def _safe_url(url: str) -> str:
+    """A database URL without its password, for logs."""
+    from sqlalchemy.engine import make_url
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,67 @@
+"""The edge of every servicer method: validate the request, then map what went wrong to a gRPC status.
+
+A DroverError becomes its status with its message. Anything else is a bug or a fault below us: the
+caller gets INTERNAL with an error id and nothing more (never SQL, parameters or a traceback), and the
+server log has the id with the whole traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import secrets
+from typing import Any, Callable
+
+import grpc
+
+from controlplane.api import validation
+from controlplane.domain.errors import DroverError
+
+log = logging.getLogger("drover.rpc")
+
+
+def grpc_code(err: DroverError) -> grpc.StatusCode:
+    return getattr(grpc.StatusCode, err.code, grpc.StatusCode.INTERNAL)
+
+
+def error_id() -> str:
+    return f"err_{secrets.token_hex(6)}"
+
+
+async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:
+    eid = error_id()
+    log.exception("%s failed with an unexpected error, id %s", method, eid)
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error {eid}; the control plane's log has the details")
+
+
+def reporting(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Check the request against validation's rules, run the method, report its failure as a status."""
+    name = method.__name__
+    if inspect.isasyncgenfunction(method):
+        @functools.wraps(method)
+        async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                validation.check(request, getattr(self, "limits", validation.Limits()))
+                async for item in method(self, request, context):
+                    yield item
+            except DroverError as err:
+                await context.abort(grpc_code(err), str(err))
+            except grpc.aio.AbortError:
+                raise
+            except Exception:
+                await _internal(context, name)
+        return stream
+
+    @functools.wraps(method)
+    async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            validation.check(request, getattr(self, "limits", validation.Limits()))
+            return await method(self, request, context)
+        except DroverError as err:
+            await context.abort(grpc_code(err), str(err))
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            await _internal(context, name)
+    return unary

@@ -1,0 +1,74 @@
+"""Composes a Change's ChangeSets onto drover/<change>/candidate once every Task succeeded.
+
+Git work runs in a thread, outside any transaction; the result (or the conflict
+naming its files) is recorded in one transaction that also ends the Change."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pathlib
+import tempfile
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from drover.core import gitspace
+from controlplane.services import changesets, lifecycle
+from controlplane.domain import graph
+from controlplane.store.models import Change, Project, Task
+from controlplane.services.notify import Notifier
+from controlplane.services.projects import git_token
+from controlplane.store.engine import Store
+
+log = logging.getLogger("drover.composer")
+
+
+def pending(s: Session) -> list[str]:
+    return list(s.scalars(select(Change.id).where(Change.candidate_state == "pending").order_by(Change.created_at)))
+
+
+def inputs(s: Session, change_id: str) -> tuple[str, str, list[gitspace.StackItem], str]:
+    """The project repository, its branch, and the Change's ChangeSets in merge order."""
+    change = s.get(Change, change_id)
+    assert change is not None
+    project = s.get(Project, change.project)
+    assert project is not None
+    tasks = {t.key: t for t in s.scalars(select(Task).where(Task.change_id == change_id))}
+    latest = changesets.latest_for_tasks(s, [t.id for t in tasks.values()])
+    present = [k for k, t in tasks.items() if t.id in latest]
+    tie = {k: (latest[tasks[k].id].created_at.isoformat(), tasks[k].id) for k in present}
+    ordered = graph.stack_order(present, {k: t.depends_on for k, t in tasks.items()}, tie)
+    items = [gitspace.StackItem(cs.id, cs.task_id, cs.branch, cs.commit, cs.created_at.isoformat())
+             for cs in (latest[tasks[k].id] for k in ordered)]
+    return project.repo, project.branch, items, git_token(project)
+
+
+class Composer:
+    def __init__(self, store: Store, notifier: Notifier, work_dir: pathlib.Path | None = None) -> None:
+        self.store, self.notifier = store, notifier
+        self.work_dir = work_dir or pathlib.Path(tempfile.gettempdir()) / "drover-compose"
+
+    async def compose(self, change_id: str) -> None:
+        repo, branch, items, token = await self.store.run(inputs, change_id)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            result = await asyncio.to_thread(gitspace.compose_candidate, repo, branch, change_id, items,
+                                             self.work_dir, token)
+            await self.store.run(lifecycle.finish_composition, change_id, result.branch, result.commit, "")
+        except gitspace.MergeConflict as conflict:
+            await self.store.run(lifecycle.finish_composition, change_id, "", "",
+                                 f"candidate_conflict: {', '.join(conflict.files)} ({conflict.changeset_id})")
+        except gitspace.WorkspaceError as err:
+            await self.store.run(lifecycle.finish_composition, change_id, "", "", f"candidate_failed: {err}")
+        self.notifier.notify()
+
+    async def run_forever(self) -> None:
+        while True:
+            await self.notifier.wait(2.0)  # woken by every write; a finished run may complete a Change
+            try:
+                for change_id in await self.store.run(pending):
+                    await self.compose(change_id)
+            except Exception:
+                log.exception("composing candidates failed; retrying")
+                await asyncio.sleep(2)

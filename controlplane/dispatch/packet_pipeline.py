@@ -1,0 +1,205 @@
+"""The run start pipeline's Context Packet (seed 000): gather the inputs (the store, then the
+canonical tree, outside any transaction), compile them (a pure function), store the packet in
+the object store by hash and keep the hash on the run. The harness prompt is rendered from it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+import pathlib
+from typing import Any, Awaitable, Callable
+
+import pygit2
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from drover.core.tool_specs import DEFINITIONS, TERMINAL
+from controlplane.services import changesets, lifecycle
+from controlplane.domain import packet
+from controlplane.context import retrieval
+from controlplane.dispatch.assignments import workspace_mode
+from controlplane.context.canonical_tree import open_canonical
+from controlplane.store.models import Change, ChangeSet, Project, Run, RunLog, Task
+from controlplane.store.objects import DirectoryStore
+from controlplane.services.projects import git_token
+from controlplane.store.engine import Store, aware
+
+FAILURE_LOG_CHARS = 400_000  # read at most this much of a failed run's log
+COMPACT_ABOVE_TOKENS = 6_000   # longer failure logs are compacted by a metered haiku call
+COMPACT_SYSTEM = ("You compact the log of a coding agent's failed attempt at a Task so the next attempt can "
+                  "learn from it. Keep what was tried, what failed and why (errors, failing tests, refused "
+                  "commands), and what was left undone. Plain text, at most 300 words, no preamble.")
+Compactor = Callable[[str], Awaitable[str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Gathered:
+    """What the store knows; plain data, taken in one transaction."""
+    project: str
+    repo: str
+    branch: str
+    token: str = dataclasses.field(repr=False)  # the git token: never shown
+    key: str  # the object-store prefix context/<project>/<change>/<task>
+    change: dict[str, Any]
+    task: dict[str, Any]
+    declared: tuple[str, ...]
+    tools: tuple[str, ...]
+    budget: dict[str, Any]
+    stacked: tuple[dict[str, Any], ...]
+    intents: tuple[dict[str, Any], ...]
+    owners: tuple[dict[str, Any], ...]
+    failures: tuple[dict[str, Any], ...]
+
+
+def _iso(value: dt.datetime | None) -> str:
+    value = aware(value)
+    return value.isoformat() if value else ""
+
+
+def gather(s: Session, run_id: str) -> Gathered | None:
+    run = s.get(Run, run_id)
+    if run is None or run.state != "queued":
+        return None
+    task = s.get(Task, run.task_id)
+    change = s.get(Change, run.change_id)
+    assert task is not None and change is not None
+    project = s.get(Project, change.project)
+    assert project is not None
+    spec = task.spec or {}
+    tasks = {t.key: t for t in s.scalars(select(Task).where(Task.change_id == change.id))}
+    latest = changesets.latest_for_tasks(s, [t.id for t in tasks.values()])
+    mode = workspace_mode(task.kind, project)
+    tools = tuple(TERMINAL) if mode == "none" else tuple(DEFINITIONS)
+
+    def intent(t: Task, relation: str) -> dict[str, Any]:
+        cs = latest.get(t.id)
+        return {"relation": relation, "task_id": t.id, "task_key": t.key, "changeset_id": cs.id if cs else None,
+                "intent": (cs.summary if cs else "") or t.objective, "files": list(cs.own_files) if cs else [],
+                "captured_at": _iso(cs.created_at) if cs else ""}
+    deps = [tasks[k] for k in task.depends_on]
+    intents = [intent(t, "dependency") for t in deps]
+    mine = set(spec.get("files", [])) | set(spec.get("resources", []))
+    for t in tasks.values():  # nearby: other Tasks of the Change whose ChangeSets touched my files
+        cs = latest.get(t.id)
+        if t.key != task.key and t not in deps and cs is not None and mine & set(cs.own_files):
+            intents.append(intent(t, "nearby"))
+    owners = []
+    for resource in spec.get("resources", []):  # the Task and ChangeSet that last touched each resource
+        for cs, other in s.execute(select(ChangeSet, Task).join(Task, Task.id == ChangeSet.task_id)
+                                   .join(Change, Change.id == ChangeSet.change_id)
+                                   .where(Change.project == project.name, Task.id != task.id)
+                                   .order_by(ChangeSet.created_at.desc(), ChangeSet.id).limit(200)):
+            if resource in (other.spec or {}).get("resources", []):
+                owners.append({"resource": resource, "task_id": other.id, "task_key": other.key,
+                               "changeset_id": cs.id, "summary": cs.summary, "files": list(cs.own_files)})
+                break
+    failures = []
+    for r in s.scalars(select(Run).where(Run.task_id == task.id, Run.state == "failed").order_by(Run.created_at)):
+        log = "".join(s.scalars(select(RunLog.text).where(RunLog.run_id == r.id).order_by(RunLog.seq, RunLog.id))
+                      )[-FAILURE_LOG_CHARS:]
+        failures.append({"run_id": r.id, "task_key": task.key, "attempt": r.attempt, "tier": r.tier,
+                         "outcome": r.reason, "reason": r.reason, "log": log, "captured_at": _iso(r.finished_at)})
+    stacked = [{"changeset_id": cs.id, "task_key": t.key, "branch": cs.branch, "commit": cs.commit,
+                "summary": cs.summary, "files": list(cs.own_files)}
+               for t in deps if (cs := latest.get(t.id)) is not None]
+    return Gathered(
+        project=project.name, repo=project.repo, branch=project.branch, token=git_token(project),
+        key=f"context/{project.name}/{change.id}/{task.id}",
+        change={"goal": change.goal, "criteria": list(change.criteria), "invariants": list(change.invariants)},
+        task={"key": task.key, "kind": task.kind, "objective": task.objective,
+              "resources": list(spec.get("resources", [])), "risk": spec.get("risk", ""),
+              "files": list(spec.get("files", []))},
+        declared=tuple(spec.get("files", [])), tools=tools,
+        budget={"usd": change.budget_usd, "calls": 0}, stacked=tuple(stacked), intents=tuple(intents),
+        owners=tuple(owners), failures=tuple(failures))
+
+
+@dataclasses.dataclass(frozen=True)
+class Located:
+    """Where the canonical tree is: a repository on this machine and the commit."""
+    repo_path: str
+    commit: str
+    captured_at: str  # the commit's time: file items were captured as of it
+
+
+def locate(g: Gathered, mirrors: pathlib.Path) -> Located | None:
+    if not g.repo:
+        return None
+    repo, commit = open_canonical(g.project, g.repo, g.branch, mirrors, g.token)
+    if not commit:
+        return Located(repo.path, "", "")
+    when = dt.datetime.fromtimestamp(repo[commit].peel(pygit2.Commit).commit_time, dt.timezone.utc)
+    return Located(repo.path, commit, when.isoformat())
+
+
+def compile_for(g: Gathered, where: Located | None, semantic: tuple[packet.Item, ...] = (),
+                semantic_note: str = "") -> packet.CompiledPacket:
+    """Read the canonical tree and compile. Runs in a thread: git I/O, no transaction."""
+    items: list[packet.Item] = []
+    conventions: list[packet.Item] = []
+    files: tuple[str, ...] = ()
+    commit = where.commit if where else ""
+    captured = where.captured_at if where else ""
+    if where is not None and where.commit:
+        tree = retrieval.GitTree(where.repo_path, where.commit)
+        files = tuple(tree.files())
+        conventions = retrieval.conventions(tree, captured)
+        items += retrieval.declared_items(tree, g.declared, captured)
+        items += retrieval.neighbour_items(tree, retrieval.dependency_neighbours(tree, g.declared), captured)
+    items += retrieval.resource_owner_items(g.owners, captured)
+    items += retrieval.intent_items([i for i in g.intents], captured)
+    items += [dataclasses.replace(i, captured_at=captured) for i in semantic]
+    failures = retrieval.failure_items([{k: v for k, v in f.items() if k != "captured_at"} for f in g.failures],
+                                       captured)
+    return packet.compile_packet(packet.PacketInputs(
+        change=g.change, task=g.task, canonical_commit=commit, file_list=files, conventions=tuple(conventions),
+        stacked_changesets=g.stacked, prior_failures=tuple(failures), tools=g.tools, budget=g.budget,
+        items=tuple(items), semantic_note=semantic_note))
+
+
+def record(s: Session, run_id: str, context_hash: str, dropped: list[str]) -> None:
+    run = s.get(Run, run_id)
+    if run is None or run.state != "queued":
+        return
+    run.context_hash = context_hash
+    lifecycle.add_event(s, "packet.compiled", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
+                        context_hash=context_hash, dropped=dropped)
+
+
+async def compact_failures(g: Gathered, compact: Compactor | None) -> Gathered:
+    """Failure logs over 6,000 tokens are compacted before compiling (a metered haiku call); without a
+    compactor, or when it fails, the log's last 6,000 tokens are kept."""
+    failures = []
+    for failure in g.failures:
+        log = failure["log"]
+        if packet.estimate_tokens(log) > COMPACT_ABOVE_TOKENS:
+            compacted = await compact(log) if compact is not None else ""
+            log = f"[compacted log]\n{compacted}" if compacted else log[-COMPACT_ABOVE_TOKENS * 4:]
+        failures.append({**failure, "log": log})
+    return dataclasses.replace(g, failures=tuple(failures))
+
+
+async def prepare(store: Store, objects: DirectoryStore, mirrors: pathlib.Path, run_id: str,
+                  recall: Any = None, compact: Compactor | None = None) -> str:
+    """Compile and store the run's packet; answers its hash ("" when the run is no longer queued)."""
+    g = await store.run(gather, run_id)
+    if g is None:
+        return ""
+    g = await compact_failures(g, compact)
+    where = await asyncio.to_thread(locate, g, mirrors)
+    semantic: tuple[packet.Item, ...] = ()
+    note = ""
+    if recall is not None and where is not None and where.commit:
+        files = set(await asyncio.to_thread(lambda: retrieval.GitTree(where.repo_path, where.commit).files()))
+        semantic, note = await recall.items(g.project, where.repo_path, where.commit,
+                                            f"{g.change['goal']}\n{g.task['objective']}", files)
+    compiled = await asyncio.to_thread(compile_for, g, where, semantic, note)
+    objects.put(f"{g.key}/{compiled.sha256}.json", compiled.data)  # before the row names it
+    await store.run(record, run_id, compiled.sha256, list(compiled.dropped))
+    return compiled.sha256
+
+
+def load(objects: DirectoryStore, project: str, change_id: str, task_id: str, context_hash: str) -> dict[str, Any]:
+    return json.loads(objects.get(f"context/{project}/{change_id}/{task_id}/{context_hash}.json"))

@@ -1,0 +1,71 @@
+"""ChangeSets: record what a run published, list them, serve their patches."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from controlplane.services.lifecycle import add_event, new_id
+from controlplane.store.models import Change, ChangeSet, Run, utcnow
+from controlplane.store.objects import DirectoryStore
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    run_id: str
+    branch: str
+    commit: str
+    base_commit: str
+    start_commit: str
+    stacked_on: tuple[str, ...]
+    files: tuple[str, ...]
+    own_files: tuple[str, ...]
+    patch: str
+    summary: str = ""
+    intent: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def patch_key(project: str, change_id: str, task_id: str, changeset_id: str) -> str:
+    return f"changesets/{project}/{change_id}/{task_id}/{changeset_id}.patch"
+
+
+def publish(s: Session, objects: DirectoryStore, p: Published) -> ChangeSet:
+    """Idempotent by run: publishing again answers the ChangeSet recorded the first time."""
+    existing = s.scalar(select(ChangeSet).where(ChangeSet.run_id == p.run_id))
+    if existing is not None:
+        return existing
+    run = s.get(Run, p.run_id)
+    if run is None:
+        raise NotFound(f"no run {p.run_id!r}", field="run_id")
+    if run.state not in ("starting", "running"):
+        raise FailedPrecondition(f"run {run.id} is {run.state}", field="run_id")
+    if not p.branch.startswith(f"drover/{run.change_id}/") or not p.commit:
+        raise InvalidArgument(f"must be drover/{run.change_id}/<task> with a commit", field="branch")
+    change = s.get(Change, run.change_id)
+    assert change is not None
+    changeset = ChangeSet(id=new_id("cs"), change_id=run.change_id, task_id=run.task_id, run_id=run.id,
+                          branch=p.branch, commit=p.commit, base_commit=p.base_commit, start_commit=p.start_commit,
+                          stacked_on=list(p.stacked_on), files=list(p.files), own_files=list(p.own_files),
+                          summary=p.summary[:4000], intent=p.intent, created_at=utcnow(), patch_ref="")
+    changeset.patch_ref = patch_key(change.project, change.id, run.task_id, changeset.id)
+    objects.put(changeset.patch_ref, p.patch.encode())  # before the row: a row never names a missing patch
+    s.add(changeset)
+    add_event(s, "changeset.published", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
+              agent=run.agent, changeset_id=changeset.id, branch=p.branch, files=list(p.files))
+    s.flush()
+    from controlplane.services import claims  # claims imports this module's neighbours
+    claims.detect_conflicts(s, run.change_id)  # overlapping ChangeSets of one Change
+    return changeset
+
+
+def latest_for_tasks(s: Session, task_ids: list[str]) -> dict[str, ChangeSet]:
+    """The newest ChangeSet of each Task (a Task that ran again published again)."""
+    latest: dict[str, ChangeSet] = {}
+    for cs in s.scalars(select(ChangeSet).where(ChangeSet.task_id.in_(task_ids))
+                        .order_by(ChangeSet.created_at, ChangeSet.id)):
+        latest[cs.task_id] = cs
+    return latest

@@ -1,0 +1,54 @@
+"""Projects: a repository, its default branch and its pool."""
+
+from __future__ import annotations
+
+import pathlib
+
+from sqlalchemy.orm import Session
+
+from drover.core.allowlist import policy_from_strings
+from controlplane.domain.errors import InvalidArgument
+from controlplane.services.lifecycle import add_event
+from controlplane.store.models import Project
+from controlplane.api.validation import NAME
+
+
+def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "",
+                commands: list[str] | None = None, network: bool = False, git_token_file: str = "",
+                monthly_budget_usd: float = 0.0) -> Project:
+    """Create a project, or update the repository, branch and pool of an existing one."""
+    if not NAME.fullmatch(name):
+        raise InvalidArgument(f"{name!r} is not a project name: letters, digits, '.', '_', '-', at most 100",
+                              field="name")
+    if pool and not NAME.fullmatch(pool):
+        raise InvalidArgument(f"{pool!r} is not a pool name", field="pool")
+    if not branch.strip() or "\x00" in branch or len(branch) > 200:
+        raise InvalidArgument("must be a branch name", field="branch")
+    project = s.get(Project, name)
+    created = project is None
+    if project is None:
+        project = Project(name=name)
+        s.add(project)
+    try:
+        policy_from_strings(commands or [])
+    except ValueError as err:
+        raise InvalidArgument(str(err), field="commands") from None
+    project.repo, project.branch, project.pool = repo, branch, pool
+    project.commands, project.network = list(commands or []), network
+    project.git_token_file = git_token_file
+    if monthly_budget_usd < 0:
+        raise InvalidArgument("must not be negative", field="monthly_budget_usd")
+    project.monthly_budget_usd = monthly_budget_usd
+    add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch,
+              pool=pool)
+    return project
+
+
+def git_token(project: Project) -> str:
+    """The project's git token, read from its file at the moment it is needed (never stored)."""
+    if not project.git_token_file:
+        return ""
+    try:
+        return pathlib.Path(project.git_token_file).read_text().strip()
+    except OSError:
+        return ""

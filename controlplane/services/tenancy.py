@@ -1,0 +1,69 @@
+"""Who sees what. A user token carries the projects it may use (none: all); what lies outside them does
+not exist for its holder: NOT_FOUND with the very message of something that was never there, so a
+caller learns nothing of other projects. Cancelling or re-budgeting another user's Change needs the
+role run.manage."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from controlplane.domain.errors import NotFound, PermissionDenied
+from controlplane.store.models import Agent, Change, ChangeSet, ModelCall, Run
+
+Scope = frozenset[str] | None
+"""The projects a caller may see; None: every project."""
+
+
+def visible_change(s: Session, change_id: str, scope: Scope, *, lock: bool = False) -> Change:
+    row = s.get(Change, change_id, with_for_update=lock) if change_id else None
+    if row is None or (scope is not None and row.project not in scope):
+        raise NotFound(f"no change {change_id!r}", field="change_id")
+    return row
+
+
+def _in_scope(s: Session, change_id: str, scope: Scope) -> bool:
+    if scope is None:
+        return True
+    change = s.get(Change, change_id)
+    return change is not None and change.project in scope
+
+
+def visible_run(s: Session, run_id: str, scope: Scope) -> Run:
+    run = s.get(Run, run_id) if run_id else None
+    if run is None or not _in_scope(s, run.change_id, scope):
+        raise NotFound(f"no run {run_id!r}", field="run_id")
+    return run
+
+
+def visible_changeset(s: Session, changeset_id: str, scope: Scope) -> ChangeSet:
+    row = s.get(ChangeSet, changeset_id) if changeset_id else None
+    if row is None or not _in_scope(s, row.change_id, scope):
+        raise NotFound(f"no changeset {changeset_id!r}", field="changeset_id")
+    return row
+
+
+def check_owner(change: Change, who: str, may_manage: bool, action: str) -> None:
+    """Only the submitter, or someone with run.manage, may `action` a Change."""
+    if not may_manage and change.submitted_by != who:
+        raise PermissionDenied(f"{action} a Change another user submitted needs role run.manage; "
+                               f"{change.id} was submitted by {change.submitted_by!r}", field="change_id")
+
+
+def agent_run(s: Session, run_id: str, token_id: int) -> Run:
+    """A run of an agent bound to this agent token; anyone else's run is NOT_FOUND, so a stolen token
+    of one pool can neither spend on nor publish for the runs of another."""
+    run = s.get(Run, run_id) if run_id else None
+    agent = s.get(Agent, run.agent) if run is not None and run.agent else None
+    if run is None or agent is None or agent.token_id != token_id:
+        raise NotFound(f"no run {run_id!r}", field="run_id")
+    return run
+
+
+def agent_reservation(s: Session, reservation_id: str, token_id: int) -> None:
+    call = s.get(ModelCall, reservation_id) if reservation_id else None
+    try:
+        if call is None:
+            raise NotFound("")
+        agent_run(s, call.run_id, token_id)
+    except NotFound:
+        raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id") from None

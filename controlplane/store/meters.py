@@ -1,0 +1,274 @@
+"""Budgets and meters (DESIGN.md "Budgets and meters"): which meters a model call draws on, whether
+they admit it, and holding and settling its shares in the store.
+
+`meters_for`, `classifier_meter` and `admit` are pure. The rest take a Session and do their work
+inside the caller's one transaction (`Store.transaction`). A reservation holds its amount on
+every meter or on none: meter rows are locked in key order (PostgreSQL `FOR UPDATE`; SQLite's
+`BEGIN IMMEDIATE` already serialises writers), checked, then all changed. Every writer locks in
+one order, a model call, then its shares, then meters by key, so none waits on another in a cycle.
+
+Limits: a Change, Project or user meter follows its budget column (the spec built from it);
+a provider-month or daily-call meter keeps the limit it was created with, from the
+configuration, until `raise_limit` changes it. Amounts are integer micro-dollars or calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any, Mapping, Sequence
+
+from sqlalchemy import insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from controlplane.domain.errors import InvalidArgument, NotFound
+from controlplane.store.models import Change, Meter, MeterReservation, Project, Token
+
+PROVIDER_MONTH = "provider_month"
+AGENT_CALLS_DAY = "agent_calls_day"
+CLASSIFIER_CALLS_DAY = "classifier_calls_day"
+CHANGE = "change"
+PROJECT = "project"
+USER = "user"
+USD_KINDS = frozenset({PROVIDER_MONTH, CHANGE, PROJECT, USER})
+LIMIT_FROM_SPEC = frozenset({CHANGE, PROJECT, USER})
+"""Kinds whose limit is a budget column, re-read at every reservation."""
+
+REFUSALS = {PROVIDER_MONTH: "monthly_budget", AGENT_CALLS_DAY: "daily_calls", CHANGE: "change_budget",
+            PROJECT: "project_budget", USER: "user_budget", CLASSIFIER_CALLS_DAY: "classifier_calls"}
+"""The refusal a run ends with when a meter of this kind refuses its call."""
+
+_PREFIXES = {"provider-usd": (PROVIDER_MONTH, "usd"), "agent-calls": (AGENT_CALLS_DAY, "calls"),
+             "classifier-calls": (CLASSIFIER_CALLS_DAY, "calls"), "change-usd": (CHANGE, "usd"),
+             "project-usd": (PROJECT, "usd"), "user-usd": (USER, "usd")}
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetConfig:
+    provider_month_usd: float = 10.0
+    """The provider's budget per UTC calendar month, USD; 0: no limit."""
+    agent_calls_per_day: int = 1000
+    """Agent model calls (runs, conflict review, compaction) per UTC day, shared by the fleet; 0: no limit."""
+    classifier_calls_per_day: int = 200
+    """Routing classifier calls per UTC day, shared; 0: no limit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MeterSpec:
+    key: str
+    kind: str
+    period: str
+    """YYYY-MM, YYYY-MM-DD, or "" for a Change's whole life."""
+    unit: str
+    """usd (micro-dollars) or calls."""
+    limit: int
+    """0: no limit."""
+
+
+MeterState = tuple[MeterSpec, int, int]
+"""A meter as read: its spec (with the limit in force), used, reserved."""
+
+
+def usd_micros(usd: float) -> int:
+    return round(usd * 1_000_000)
+
+
+def _month(now: dt.datetime) -> str:
+    return now.astimezone(dt.timezone.utc).strftime("%Y-%m")
+
+
+def _day(now: dt.datetime) -> str:
+    return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def meters_for(now: dt.datetime, change_id: str, change_budget_micros: int, project: str,
+               project_budget_micros: int, user: str, user_budget_micros: int,
+               provider_month_budget_micros: int, daily_call_cap: int) -> list[MeterSpec]:
+    """The meters one agent model call of a Change draws on, broadest first; no user meter without a user."""
+    month, day = _month(now), _day(now)
+    specs = [MeterSpec(f"provider-usd:{month}", PROVIDER_MONTH, month, "usd", provider_month_budget_micros),
+             MeterSpec(f"agent-calls:{day}", AGENT_CALLS_DAY, day, "calls", daily_call_cap),
+             MeterSpec(f"change-usd:{change_id}", CHANGE, "", "usd", change_budget_micros),
+             MeterSpec(f"project-usd:{project}:{month}", PROJECT, month, "usd", project_budget_micros)]
+    if user:
+        specs.append(MeterSpec(f"user-usd:{user}:{month}", USER, month, "usd", user_budget_micros))
+    return specs
+
+
+def classifier_meter(now: dt.datetime, cap: int = 200) -> MeterSpec:
+    day = _day(now)
+    return MeterSpec(f"classifier-calls:{day}", CLASSIFIER_CALLS_DAY, day, "calls", cap)
+
+
+def amounts_for(specs: Sequence[MeterSpec], estimate_micros: int) -> dict[str, int]:
+    """What one call reserves: its estimate on USD meters, one call on call meters."""
+    return {spec.key: estimate_micros if spec.unit == "usd" else 1 for spec in specs}
+
+
+def exact_for(cost_micros: int) -> dict[str, int]:
+    """What one call settles to, by kind: its exact cost on USD meters (call meters keep their 1)."""
+    return {kind: cost_micros for kind in USD_KINDS}
+
+
+def admit(meters: Sequence[MeterState], amounts: Mapping[str, int]) -> str | None:
+    """The key of the first meter that `amounts` would take past its limit, or None to admit."""
+    for spec, used, reserved in meters:
+        if spec.limit and used + reserved + amounts.get(spec.key, 0) > spec.limit:
+            return spec.key
+    return None
+
+
+# --- the store ------------------------------------------------------------------------------------
+
+def _create_missing(s: Session, specs: Sequence[MeterSpec]) -> None:
+    rows = [{"key": p.key, "kind": p.kind, "period": p.period, "unit": p.unit, "limit_amount": p.limit,
+             "used": 0, "reserved": 0} for p in sorted(specs, key=lambda p: p.key)]
+    if not rows:
+        return
+    dialect = s.get_bind().dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        upsert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        s.execute(upsert(Meter).values(rows).on_conflict_do_nothing(index_elements=["key"]))
+        return
+    for row in rows:  # other databases: no concurrent writers are expected
+        if s.get(Meter, row["key"]) is None:
+            s.add(Meter(**row))
+    s.flush()
+
+
+def _locked(s: Session, keys: Sequence[str]) -> dict[str, Meter]:
+    # One order for every locker, so two reservations never wait on each other's rows.
+    rows = s.scalars(select(Meter).where(Meter.key.in_(sorted(set(keys)))).order_by(Meter.key)
+                     .with_for_update().execution_options(populate_existing=True))
+    return {row.key: row for row in rows}
+
+
+def lock_meters(s: Session, specs: Sequence[MeterSpec]) -> list[MeterState]:
+    """Create the missing meters, lock them all, and read them in the order of `specs`."""
+    _create_missing(s, specs)
+    rows = _locked(s, [p.key for p in specs])
+    states = []
+    for spec in specs:
+        row = rows[spec.key]
+        if spec.kind in LIMIT_FROM_SPEC and row.limit_amount != spec.limit:
+            row.limit_amount = spec.limit
+        states.append((dataclasses.replace(spec, limit=row.limit_amount), row.used, row.reserved))
+    return states
+
+
+def hold(s: Session, reservation_id: str, states: Sequence[MeterState], amounts: Mapping[str, int]) -> None:
+    """Add each amount to its meter (locked by `lock_meters`, admitting) and record the reservation's shares."""
+    if not states:
+        return
+    rows = _locked(s, [spec.key for spec, _, _ in states])  # locked already: this only reads them back
+    for spec, _, _ in states:
+        rows[spec.key].reserved += amounts[spec.key]
+    s.execute(insert(MeterReservation), [
+        {"reservation_id": reservation_id, "meter_key": spec.key, "amount": amounts[spec.key], "settled": False}
+        for spec, _, _ in states])
+
+
+def reserve_on_meters(s: Session, reservation_id: str, specs: Sequence[MeterSpec],
+                      amounts: Mapping[str, int]) -> str | None:
+    """Hold `amounts` on every meter of `specs` or on none; answers the refusing meter's key or None.
+    A reservation already held is not held again."""
+    missing = [p.key for p in specs if p.key not in amounts]
+    if missing:
+        raise InvalidArgument(f"no amount for {missing}", field="amounts")
+    states = lock_meters(s, specs)
+    if s.scalar(select(MeterReservation.id).where(MeterReservation.reservation_id == reservation_id).limit(1)):
+        return None
+    refused = admit(states, amounts)
+    if refused is None:
+        hold(s, reservation_id, states, amounts)
+    return refused
+
+
+def settle_on_meters(s: Session, reservation_id: str, exact: Mapping[str, int]) -> int:
+    """Move each unsettled share of the reservation from reserved to used at `exact[kind]`, or at
+    the reserved amount for a kind not given. Settling again changes nothing; answers the shares settled."""
+    shares = list(s.scalars(select(MeterReservation).where(
+        MeterReservation.reservation_id == reservation_id, MeterReservation.settled.is_(False))
+        .order_by(MeterReservation.id).with_for_update().execution_options(populate_existing=True)))
+    if not shares:
+        return 0
+    rows = _locked(s, [share.meter_key for share in shares])
+    for share in shares:
+        meter = rows[share.meter_key]
+        meter.reserved -= share.amount
+        meter.used += exact.get(meter.kind, share.amount)
+        share.settled = True
+    s.flush()
+    return len(shares)
+
+
+def usage(s: Session, prefix: str = "") -> list[dict[str, Any]]:
+    """Every meter whose key starts with `prefix`, by key: used (settled), reserved, limit (0: none)."""
+    rows = s.scalars(select(Meter).where(Meter.key.startswith(prefix, autoescape=True)).order_by(Meter.key))
+    return [{"key": m.key, "kind": m.kind, "period": m.period, "unit": m.unit, "used": m.used,
+             "reserved": m.reserved, "limit": m.limit_amount} for m in rows]
+
+
+def spec_of_key(key: str, limit: int) -> MeterSpec:
+    """The spec a meter key names, e.g. `project-usd:web:2026-11`."""
+    prefix, _, rest = key.partition(":")
+    if prefix not in _PREFIXES or not rest:
+        raise InvalidArgument(f"not a meter key: {key!r}", field="key")
+    kind, unit = _PREFIXES[prefix]
+    period = "" if kind == CHANGE else rest.rsplit(":", 1)[-1]
+    return MeterSpec(key, kind, period, unit, limit)
+
+
+def raise_limit(s: Session, key: str, new_limit: int) -> None:
+    """Set a meter's limit (0: none). For a Change, Project or user meter its budget column changes
+    too, so later reservations keep the new limit (and a Project or user keeps it in later months)."""
+    if new_limit < 0:
+        raise InvalidArgument("must not be negative", field="new_limit")
+    spec = spec_of_key(key, new_limit)
+    if spec.kind in LIMIT_FROM_SPEC and not _set_budget(s, spec, new_limit / 1_000_000):
+        raise NotFound(f"nothing owns meter {key!r}", field="key")
+    row = _locked(s, [key]).get(key)
+    if row is not None:
+        row.limit_amount = new_limit
+    elif spec.kind not in LIMIT_FROM_SPEC:
+        _create_missing(s, [spec])
+
+
+def _set_budget(s: Session, spec: MeterSpec, usd: float) -> bool:
+    """Write the budget column behind a Change, Project or user meter; False when nothing owns it."""
+    name = spec.key.partition(":")[2]
+    row: Change | Project | Token | None
+    if spec.kind == CHANGE:
+        row, column = s.get(Change, name), "budget_usd"
+    elif spec.kind == PROJECT:
+        row, column = s.get(Project, name.rsplit(":", 1)[0]), "monthly_budget_usd"
+    else:
+        row, column = _user_token(s, name.rsplit(":", 1)[0]), "monthly_budget_usd"
+    if row is None:
+        return False
+    setattr(row, column, usd)
+    return True
+
+
+def _user_token(s: Session, name: str) -> Token | None:
+    return s.scalar(select(Token).where(Token.name == name).order_by(Token.id).limit(1))
+
+
+def change_meters(s: Session, change: Change, now: dt.datetime, budgets: BudgetConfig) -> list[MeterSpec]:
+    """The meters of one model call of `change`, with the budgets in force now."""
+    project = s.get(Project, change.project)
+    token = _user_token(s, change.submitted_by) if change.submitted_by else None
+    return meters_for(now, change.id, usd_micros(change.budget_usd), change.project,
+                      usd_micros(project.monthly_budget_usd if project else 0.0), change.submitted_by,
+                      usd_micros(token.monthly_budget_usd if token else 0.0),
+                      usd_micros(budgets.provider_month_usd), budgets.agent_calls_per_day)
+
+
+def take_classifier_call(s: Session, reservation_id: str, now: dt.datetime, cap: int = 200) -> bool:
+    """Count one classifier call against the shared daily cap; False (and nothing counted) at the cap."""
+    spec = classifier_meter(now, cap)
+    if reserve_on_meters(s, reservation_id, [spec], {spec.key: 1}) is not None:
+        return False
+    settle_on_meters(s, reservation_id, {})
+    return True

@@ -1,0 +1,42 @@
+"""The object store: a directory by default, behind a small interface (put, get)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+
+from controlplane.domain.errors import NotFound
+
+
+class DirectoryStore:
+    """Keys are relative posix paths (context/<project>/<change>/<task>/...); writes are atomic."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self.root = root
+        # The control plane's alone: objects are written 0600 (mkstemp) below a 0700 root.
+        root.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, 0o700)
+
+    def _path(self, key: str) -> pathlib.Path:
+        parts = pathlib.PurePosixPath(key).parts
+        if not parts or key.startswith("/") or ".." in parts:
+            raise ValueError(f"bad object key {key!r}")
+        return self.root.joinpath(*parts)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"no object {key!r}", field="key") from None
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).exists()
