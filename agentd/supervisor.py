@@ -20,11 +20,18 @@ import sys
 import time
 from typing import Any, BinaryIO
 
-from drover.core import workspace
 from agentd.confined import Confined, ready_pipe
 from agentd.logbatch import RECORD_BYTES
 from agentd.outbox import is_full
-from agentd.sandbox import BWRAP, UNSANDBOXED, Sandbox, SandboxPolicy, for_mode, user_ids
+from agentd.sandbox import (
+    BWRAP,
+    UNSANDBOXED,
+    Sandbox,
+    SandboxPolicy,
+    for_mode,
+    user_ids,
+)
+from drover.core import workspace
 
 CHUNK = 64 * 1024
 

@@ -42,13 +42,13 @@ sys.path.insert(0, str(REPO))
 import sqlalchemy  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
-from controlplane.domain import graph, pricing  # noqa: E402
-from controlplane.services import lifecycle, model_calls
-from controlplane.store import meters
 from controlplane.config import HarnessConfig, Tier  # noqa: E402
-from controlplane.store.models import Run  # noqa: E402
+from controlplane.domain import graph, pricing  # noqa: E402
+from controlplane.services import change_lifecycle, model_calls, run_lifecycle
 from controlplane.services.projects import add_project  # noqa: E402
+from controlplane.store import events, meters
 from controlplane.store.engine import Store  # noqa: E402
+from controlplane.store.models import Run  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("DROVER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MODEL = "claude-sonnet-5-5"
@@ -97,15 +97,15 @@ def setup(store: Store, n: int) -> list[tuple[str, str]]:
         add_project(s, "bench", "")
         runs = []
         for budget in (0.0, 0.000001):
-            change_id = lifecycle.submit_change(
+            change_id = change_lifecycle.submit_change(
                 s, graph.ChangeSpec("bench", "g", (graph.TaskSpec("t", "implement", "o"),), budget_usd=budget), "bench")
             first = s.scalars(select(Run).where(Run.change_id == change_id)).one()
             for attempt in range(2, n + 1):
-                s.add(Run(id=lifecycle.new_id("run"), change_id=change_id, task_id=first.task_id, attempt=attempt))
+                s.add(Run(id=events.new_id("run"), change_id=change_id, task_id=first.task_id, attempt=attempt))
             s.flush()
             ids = []
             for run in s.scalars(select(Run).where(Run.change_id == change_id).order_by(Run.attempt)):
-                lifecycle.assign(s, run.id, "bench")
+                run_lifecycle.assign(s, run.id, "bench")
                 run.tier, run.model = "sonnet", MODEL
                 ids.append(run.id)
             runs.append(ids)

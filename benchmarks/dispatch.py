@@ -27,13 +27,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime as dt
 import os
 import pathlib
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -68,19 +68,21 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import pygit2  # noqa: E402
+from dispatch import BenchTimeout, Deadline, Proc, log_tail, pct, ts, wait_for  # noqa: E402
 
-from drover.core import gitspace  # noqa: E402
-from drover.core import allowlist  # noqa: E402
 from agentd.harness.loop import Harness, Limits  # noqa: E402
-from drover.core.model import AnthropicModel  # noqa: E402
-from drover.core.retry import RetryPolicy  # noqa: E402
 from agentd.harness.supervisor import HarnessRun  # noqa: E402
 from agentd.harness.tools import Finished, TaskTools  # noqa: E402
 from agentd.harness.transcript import Transcript  # noqa: E402
 from agentd.sandbox import PlainSandbox, SandboxPolicy, detect  # noqa: E402
 from agentd.supervisor import Output  # noqa: E402
-from dispatch import BenchTimeout, Deadline, Proc, log_tail, pct, ts, wait_for  # noqa: E402
 from drover import Client  # noqa: E402
+from drover.core import (
+    allowlist,  # noqa: E402
+    gitspace,  # noqa: E402
+)
+from drover.core.model import AnthropicModel  # noqa: E402
+from drover.core.retry import RetryPolicy  # noqa: E402
 from drover.testing import fake_anthropic as fake  # noqa: E402
 
 API_KEY = "sk-ant-bench-0123456789abcdef"

@@ -41,9 +41,16 @@ sys.path.insert(0, str(REPO))
 
 import pygit2  # noqa: E402
 
+from controlplane.context.retrieval import (  # noqa: E402
+    DictTree,
+    GitTree,
+    Tree,
+    conventions,
+    declared_items,
+    dependency_neighbours,
+    neighbour_items,
+)
 from controlplane.domain.packet import CompiledPacket, PacketInputs, compile_packet  # noqa: E402
-from controlplane.context.retrieval import (DictTree, GitTree, Tree, conventions, declared_items,  # noqa: E402
-                                    dependency_neighbours, neighbour_items)
 
 AT = "2025-01-01T00:00:00+00:00"
 PER_PACKAGE = 100

@@ -10,11 +10,11 @@ import pathlib
 import sys
 from typing import Any
 
-from controlplane.api import auth
+from controlplane.api.server import bootstrap_tokens, lock_data_dir, open_store, serve
 from controlplane.config import ServerConfig, load_harness, load_memory
 from controlplane.domain.errors import DroverError, InvalidArgument, NotFound
+from controlplane.services import tokens
 from controlplane.services.projects import add_project
-from controlplane.api.server import bootstrap_tokens, lock_data_dir, open_store, serve
 from controlplane.store.engine import aware
 
 
@@ -52,9 +52,9 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("token", help="tokens").add_subparsers(dest="token_command", required=True)
     tc = t.add_parser("create", help="create a token and print it once")
     _common(tc)
-    tc.add_argument("--kind", choices=auth.KINDS, required=True)
+    tc.add_argument("--kind", choices=tokens.KINDS, required=True)
     tc.add_argument("--name", required=True)
-    tc.add_argument("--role", choices=auth.ROLES, default="")
+    tc.add_argument("--role", choices=tokens.ROLES, default="")
     tc.add_argument("--project", action="append", default=[], dest="projects", metavar="PROJECT",
                     help="user tokens: a project it may use (repeatable; none: every project)")
     tc.add_argument("--pool", default="", help="agent tokens: the pool it serves (default: the default pool)")
@@ -67,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
     tr = t.add_parser("revoke", help="revoke every live token of a name, from the next call on")
     _common(tr)
     tr.add_argument("--name", required=True)
-    tr.add_argument("--kind", choices=auth.KINDS, default="")
+    tr.add_argument("--kind", choices=tokens.KINDS, default="")
     pr = sub.add_parser("project", help="projects").add_subparsers(dest="project_command", required=True)
     pa = pr.add_parser("add", help="add or update a project")
     _common(pa)
@@ -91,9 +91,9 @@ def parser() -> argparse.ArgumentParser:
 
 def _index_build(store: Any, config: ServerConfig, name: str, file: pathlib.Path | None) -> None:
     from controlplane.context.canonical_tree import open_canonical
-    from controlplane.store.models import Project
-    from controlplane.services.projects import git_token
     from controlplane.context.recall import Recall
+    from controlplane.services.projects import git_token
+    from controlplane.store.models import Project
     project = store.transaction(lambda s: s.get(Project, name))
     if project is None:
         raise NotFound(f"no project {name!r}", field="project")
@@ -148,19 +148,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {path.stem} token to {path}", flush=True)
             asyncio.run(serve(config, store, pathlib.Path(args.config) if args.config else None))
         elif args.command == "token" and args.token_command == "create":
-            expires = auth.parse_duration(args.expires_in) if args.expires_in else None
-            token = store.transaction(lambda s: auth.create_token(
+            expires = tokens.parse_duration(args.expires_in) if args.expires_in else None
+            token = store.transaction(lambda s: tokens.create_token(
                 s, args.kind, args.name, args.role, args.monthly_budget_usd, pool=args.pool, projects=args.projects,
                 expires_in=expires))
             if args.out:
-                auth.write_token_file(pathlib.Path(args.out), token)
+                tokens.write_token_file(pathlib.Path(args.out), token)
                 print(f"wrote {args.kind} token {args.name!r} to {args.out}")
             else:
                 print(token)
         elif args.command == "token" and args.token_command == "list":
-            print(token_table(store.transaction(auth.list_tokens)))
+            print(token_table(store.transaction(tokens.list_tokens)))
         elif args.command == "token" and args.token_command == "revoke":
-            count = store.transaction(auth.revoke, args.name, args.kind)
+            count = store.transaction(tokens.revoke, args.name, args.kind)
             print(f"revoked {count} token{'s' if count != 1 else ''} named {args.name!r}; "
                   "they are refused from the next call on")
         elif args.command == "index":

@@ -7,10 +7,18 @@ import pathlib
 import tomllib
 from typing import Any, Mapping
 
-from controlplane.domain.members import (PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier, parse_classes,
-                                  parse_modifiers, parse_quota_router)
-from controlplane.domain.pricing import Price
 from controlplane.context.recall import MemoryConfig
+from controlplane.domain.members import (
+    PAY_PER_API,
+    Member,
+    QuotaPolicy,
+    TierClass,
+    TodModifier,
+    parse_classes,
+    parse_modifiers,
+    parse_quota_router,
+)
+from controlplane.domain.pricing import Price
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,13 +14,13 @@ from typing import Any, Iterator
 import pytest
 from sqlalchemy import func, select
 
-from controlplane.domain import graph, pricing
-from controlplane.services import lifecycle, model_calls
-from controlplane.store import meters
 from controlplane.config import HarnessConfig, Tier
-from controlplane.store.models import Change, Meter, ModelCall, Run
+from controlplane.domain import graph, pricing
+from controlplane.services import change_lifecycle, model_calls, run_lifecycle
 from controlplane.services.projects import add_project
+from controlplane.store import events, meters
 from controlplane.store.engine import Store
+from controlplane.store.models import Change, Meter, ModelCall, Run
 
 RESERVERS = 50
 MODEL = "claude-sonnet-5-5"
@@ -60,17 +60,17 @@ def setup_change(store: Store) -> tuple[str, list[str]]:
     """A Change with one Task and RESERVERS running runs of it."""
     def make(s) -> tuple[str, list[str]]:
         add_project(s, "p", "")
-        change_id = lifecycle.submit_change(
+        change_id = change_lifecycle.submit_change(
             s, graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),),
                                 budget_usd=BUDGET_MICROS / 1_000_000), "tester")
         first = s.scalars(select(Run).where(Run.change_id == change_id)).one()
         for attempt in range(2, RESERVERS + 1):
-            s.add(Run(id=lifecycle.new_id("run"), change_id=change_id, task_id=first.task_id, attempt=attempt,
+            s.add(Run(id=events.new_id("run"), change_id=change_id, task_id=first.task_id, attempt=attempt,
                       state="queued", tier="sonnet", model=MODEL))
         s.flush()
         runs = list(s.scalars(select(Run).where(Run.change_id == change_id).order_by(Run.attempt)))
         for run in runs:
-            lifecycle.assign(s, run.id, "a1")
+            run_lifecycle.assign(s, run.id, "a1")
             run.tier, run.model = "sonnet", MODEL
         return change_id, [run.id for run in runs]
     return store.transaction(make)

@@ -12,13 +12,23 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.services import claims, lifecycle, projects
-from controlplane.services.claims import ClaimState
 from controlplane.domain.errors import FailedPrecondition, InvalidArgument
 from controlplane.domain.graph import ChangeSpec, TaskSpec
-from controlplane.services.lifecycle import RunMessage
-from controlplane.store.models import Agent, ChangeSet, Claim, Conflict, Event, Run, Task, utcnow
+from controlplane.services import agent_presence, change_lifecycle, claims, projects, run_lifecycle
+from controlplane.services.claims import ClaimState
+from controlplane.services.run_lifecycle import RunMessage
 from controlplane.store.engine import Store, aware
+from controlplane.store.events import new_id
+from controlplane.store.models import (
+    Agent,
+    ChangeSet,
+    Claim,
+    Conflict,
+    Event,
+    Run,
+    Task,
+    utcnow,
+)
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
 AGENT = "agent-1"
@@ -127,7 +137,7 @@ def task(key: str, *depends_on: str) -> TaskSpec:
 
 
 def submit(store: Store, *tasks: TaskSpec) -> str:
-    return store.transaction(lifecycle.submit_change, ChangeSpec(project="web", goal="g", tasks=tasks), "alice")
+    return store.transaction(change_lifecycle.submit_change, ChangeSpec(project="web", goal="g", tasks=tasks), "alice")
 
 
 def run_of(store: Store, change_id: str, key: str) -> Run:
@@ -138,11 +148,11 @@ def run_of(store: Store, change_id: str, key: str) -> Run:
 
 
 def say(store: Store, run_id: str, seq: int, kind: str, agent: str = AGENT, **fields: Any) -> int:
-    return store.transaction(lifecycle.apply_run_message, agent, RunMessage(run_id, seq, kind, **fields), 1 << 20)
+    return store.transaction(run_lifecycle.apply_run_message, agent, RunMessage(run_id, seq, kind, **fields), 1 << 20)
 
 
 def start(store: Store, run_id: str, agent: str = AGENT) -> None:
-    assert store.transaction(lifecycle.assign, run_id, agent) is not None
+    assert store.transaction(run_lifecycle.assign, run_id, agent) is not None
     assert say(store, run_id, 1, "started", agent=agent) == 1
 
 
@@ -324,24 +334,24 @@ def _finish_failed(store: Store, change_id: str, run_id: str) -> None:
 
 
 def _finish_cancelled(store: Store, change_id: str, run_id: str) -> None:
-    store.transaction(lifecycle.cancel_run, run_id, "stop it")
+    store.transaction(run_lifecycle.cancel_run, run_id, "stop it")
     say(store, run_id, 2, "finished", status="cancelled", exit_code=-15)
 
 
 def _cancel_change(store: Store, change_id: str, run_id: str) -> None:
-    store.transaction(lifecycle.cancel_change, change_id)
+    store.transaction(change_lifecycle.cancel_change, change_id)
     say(store, run_id, 2, "finished", status="cancelled", exit_code=-15)
 
 
 def _agent_lost(store: Store, change_id: str, run_id: str) -> None:
-    store.transaction(lifecycle.agent_disconnected, AGENT)
+    store.transaction(agent_presence.agent_disconnected, AGENT)
     store.transaction(lambda s: setattr(s.get(Agent, AGENT), "disconnected_at",
                                                  utcnow() - dt.timedelta(hours=1)))
-    assert store.transaction(lifecycle.fail_lost_runs, dt.timedelta(minutes=2)) == [run_id]
+    assert store.transaction(agent_presence.fail_lost_runs, dt.timedelta(minutes=2)) == [run_id]
 
 
 def _agent_restarted(store: Store, change_id: str, run_id: str) -> None:
-    store.transaction(lifecycle.agent_connected, AGENT, {}, 1, ["command"], "test", set(), False)
+    store.transaction(agent_presence.agent_connected, AGENT, {}, 1, ["command"], "test", set(), False)
 
 
 @pytest.mark.parametrize("end, state, reason", [
@@ -354,7 +364,7 @@ def _agent_restarted(store: Store, change_id: str, run_id: str) -> None:
 ])
 def test_every_run_end_releases_the_runs_claims(store: Store, end: Callable[[Store, str, str], None],
                                                  state: str, reason: str) -> None:
-    store.transaction(lifecycle.agent_connected, AGENT, {}, 1, ["command"], "test", set(), False)
+    store.transaction(agent_presence.agent_connected, AGENT, {}, 1, ["command"], "test", set(), False)
     change_id, [run_id, other] = started_runs(store, "a", "b", agents=(AGENT, "agent-2"))
     acquire(store, run_id, ["src/app.py", "table:users"], T0)
     acquire(store, other, ["docs/*.md"], T0)
@@ -377,7 +387,7 @@ def test_a_queued_run_cancelled_releases_its_claims(store: Store) -> None:
     change_id = submit(store, task("a"))
     run_id = run_of(store, change_id, "a").id
     acquire(store, run_id, ["src/app.py"], T0)
-    store.transaction(lifecycle.cancel_run, run_id, "no longer needed")
+    store.transaction(run_lifecycle.cancel_run, run_id, "no longer needed")
     assert store.transaction(lambda s: s.get(Run, run_id)).state == "cancelled"
     assert held(store, run_id) == {}
     assert len(events(store, "claim.released", run_id=run_id)) == 1
@@ -400,7 +410,7 @@ def add_changesets(store: Store, change_id: str, own_files: dict[str, list[str]]
         for key, files in own_files.items():
             run = s.scalars(select(Run).join(Task, Task.id == Run.task_id)
                             .where(Run.change_id == change_id, Task.key == key)).one()
-            s.add(ChangeSet(id=lifecycle.new_id("cs"), change_id=change_id, task_id=run.task_id, run_id=run.id,
+            s.add(ChangeSet(id=new_id("cs"), change_id=change_id, task_id=run.task_id, run_id=run.id,
                             branch=f"drover/{change_id}/{key}", commit="c" * 40, base_commit="b" * 40,
                             start_commit="b" * 40, files=files, own_files=files, patch_ref=""))
             ids[key] = run.task_id

@@ -6,10 +6,15 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 
+from controlplane.dispatch.classifier import MAX_TOKENS, classify
+from controlplane.domain.tiers import (
+    CLASSIFIER_SYSTEM,
+    ClassifierAnswer,
+    TaskTraits,
+    classifier_messages,
+)
 from drover.core.model import AnthropicModel
 from drover.core.retry import RetryPolicy
-from controlplane.dispatch.classifier import MAX_TOKENS, classify
-from controlplane.domain.tiers import CLASSIFIER_SYSTEM, ClassifierAnswer, TaskTraits, classifier_messages
 from drover.testing.fake_anthropic import FakeAnthropic, error, text
 
 pytestmark = pytest.mark.timeout(30)

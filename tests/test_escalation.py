@@ -7,7 +7,13 @@ import datetime as dt
 import pytest
 
 from controlplane.domain.escalation import (
-    Attempt, Step, decide, limit_attempts, next_step, receipt_reason, window,
+    Attempt,
+    Step,
+    decide,
+    limit_attempts,
+    next_step,
+    receipt_reason,
+    window,
 )
 
 pytestmark = pytest.mark.timeout(10)

@@ -16,8 +16,17 @@ from typing import Any, Iterator
 import anthropic
 import pytest
 
-from drover.testing.fake_anthropic import (FakeAnthropic, Reply, Stall, error, stall, step_from_json, text,
-                                           tool_use, tool_uses)
+from drover.testing.fake_anthropic import (
+    FakeAnthropic,
+    Reply,
+    Stall,
+    error,
+    stall,
+    step_from_json,
+    text,
+    tool_use,
+    tool_uses,
+)
 
 pytestmark = pytest.mark.timeout(30)
 MESSAGES = [{"role": "user", "content": "hello"}]

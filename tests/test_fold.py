@@ -8,7 +8,13 @@ import random
 
 import pytest
 
-from agentd.harness.fold import FOLD_SYSTEM, FoldPlan, estimate_tokens, fold_request, plan
+from agentd.harness.fold import (
+    FOLD_SYSTEM,
+    FoldPlan,
+    estimate_tokens,
+    fold_request,
+    plan,
+)
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -12,8 +12,14 @@ from collections.abc import Iterator, Sequence
 import pygit2
 import pytest
 
-from drover.core.gitspace import (ChangeSetResult, MergeConflict, StackItem, compose_candidate,
-                             open_workspace, stack_order)
+from drover.core.gitspace import (
+    ChangeSetResult,
+    MergeConflict,
+    StackItem,
+    compose_candidate,
+    open_workspace,
+    stack_order,
+)
 from drover.core.workspace import WorkspaceError
 
 TOKEN = "ghs_s3cretT0kenValue"

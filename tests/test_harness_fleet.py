@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 import subprocess
+import sys
 import time
 
 import pygit2

@@ -9,14 +9,21 @@ from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
-from drover.core.allowlist import DEFAULT_PYTHON_POLICY
 from agentd.harness.fold import estimate_tokens
 from agentd.harness.loop import SYSTEM, Harness, Limits, RunEnded, events_for
-from drover.core.model import AnthropicModel
-from drover.core.retry import RetryPolicy
 from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import INTERRUPTED, Transcript
-from drover.testing.fake_anthropic import FakeAnthropic, error, stall, text, tool_use, tool_uses
+from drover.core.allowlist import DEFAULT_PYTHON_POLICY
+from drover.core.model import AnthropicModel
+from drover.core.retry import RetryPolicy
+from drover.testing.fake_anthropic import (
+    FakeAnthropic,
+    error,
+    stall,
+    text,
+    tool_use,
+    tool_uses,
+)
 
 pytestmark = pytest.mark.timeout(30)
 PROMPT = "Task: make add() add. The tests are in test_calc.py."

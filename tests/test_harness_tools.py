@@ -7,11 +7,17 @@ import pathlib
 
 import pytest
 
-from drover.core.allowlist import (DEFAULT_PYTHON_POLICY, CommandPolicy, CommandRefused,
-                                      check_command, parse_command, policy_from_strings)
 from agentd.harness.edits import Edit, EditError, apply_edits
-from drover.core.filewindow import continuation_note, file_lines, file_window
 from agentd.harness.paths import PathEscape, list_tree, resolve_inside
+from drover.core.allowlist import (
+    DEFAULT_PYTHON_POLICY,
+    CommandPolicy,
+    CommandRefused,
+    check_command,
+    parse_command,
+    policy_from_strings,
+)
+from drover.core.filewindow import continuation_note, file_lines, file_window
 
 
 def numbered(count: int, width: int = 9) -> str:

@@ -7,9 +7,22 @@ import tomllib
 
 import pytest
 
-from controlplane.domain.members import (ConfigError, Member, QuotaPolicy, QuotaSnapshot, TierClass, TodModifier,
-                                  effective_score, intra_kind_order, parse_classes, parse_modifiers,
-                                  parse_quota_router, quota_allows, rank, select)
+from controlplane.domain.members import (
+    ConfigError,
+    Member,
+    QuotaPolicy,
+    QuotaSnapshot,
+    TierClass,
+    TodModifier,
+    effective_score,
+    intra_kind_order,
+    parse_classes,
+    parse_modifiers,
+    parse_quota_router,
+    quota_allows,
+    rank,
+    select,
+)
 
 NOON = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
 NIGHT = dt.datetime(2030, 1, 1, 23, 0, tzinfo=dt.timezone.utc)

@@ -19,8 +19,18 @@ import numpy as np
 import pytest
 from chromadb.config import Settings
 
-from controlplane.context.embedding import EmbeddingModelMissing, OnnxEmbedder, find_model
-from controlplane.context.memory import CHUNK_LINES, STALE_BUILD_SECONDS, DailyCap, Memory, collection_name
+from controlplane.context.embedding import (
+    EmbeddingModelMissing,
+    OnnxEmbedder,
+    find_model,
+)
+from controlplane.context.memory import (
+    CHUNK_LINES,
+    STALE_BUILD_SECONDS,
+    DailyCap,
+    Memory,
+    collection_name,
+)
 from tests.conftest import terminate, wait_for
 
 ADD = 'def add(a, b):\n    """Add two numbers and return their sum."""\n    return a + b\n'

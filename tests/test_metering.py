@@ -7,14 +7,14 @@ from fractions import Fraction
 
 import pytest
 
-from controlplane.domain import graph, pricing
-from controlplane.services import lifecycle, model_calls
-from controlplane.store import meters
 from controlplane.config import HarnessConfig, Tier
+from controlplane.domain import graph, pricing
+from controlplane.services import change_lifecycle, model_calls, run_lifecycle
+from controlplane.services.projects import add_project
+from controlplane.store import meters
+from controlplane.store.engine import Store
 from controlplane.store.meters import BudgetConfig
 from controlplane.store.models import Event, ModelCall, Project, Run, Token
-from controlplane.services.projects import add_project
-from controlplane.store.engine import Store
 
 SONNET = pricing.Price.of(3, 15)
 
@@ -51,10 +51,10 @@ def store(request: pytest.FixtureRequest, tmp_path) -> Store:
 def running_run(store: Store) -> str:
     def make(s) -> str:
         add_project(s, "p", "")
-        change_id = lifecycle.submit_change(s, graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),)),
+        change_id = change_lifecycle.submit_change(s, graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),)),
                                             "tester")
         run = s.query(Run).filter(Run.change_id == change_id).one()
-        lifecycle.assign(s, run.id, "a1")
+        run_lifecycle.assign(s, run.id, "a1")
         run.tier, run.model = "sonnet", "claude-sonnet-5-5"
         return run.id
     return store.transaction(make)
@@ -92,9 +92,9 @@ def test_a_reservation_never_settled_settles_at_its_estimate(store: Store) -> No
 
 def test_a_finished_run_gets_no_reservation(store: Store) -> None:
     run_id = running_run(store)
-    store.transaction(lifecycle.cancel_run, run_id, "stop")
-    store.transaction(lambda s: lifecycle.apply_run_message(
-        s, "a1", lifecycle.RunMessage(run_id, 1, "finished", status="cancelled"), 1 << 20))
+    store.transaction(run_lifecycle.cancel_run, run_id, "stop")
+    store.transaction(lambda s: run_lifecycle.apply_run_message(
+        s, "a1", run_lifecycle.RunMessage(run_id, 1, "finished", status="cancelled"), 1 << 20))
     r = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:1:1", "m", "agent", 1, 0)
     assert not r.granted and r.refusal == "run_not_running"
 
@@ -113,9 +113,9 @@ def budgeted_run(store: Store, budget_usd: float = 0.0, project_usd: float = 0.0
             s.add(Token(name="tester", kind="user", role="submit", token_hash="h", monthly_budget_usd=user_usd))
         spec = graph.ChangeSpec("p", "g", tuple(graph.TaskSpec(f"t{i}", "implement", "o") for i in range(tasks)),
                                 budget_usd=budget_usd)
-        change_id = lifecycle.submit_change(s, spec, "tester")
+        change_id = change_lifecycle.submit_change(s, spec, "tester")
         run = s.query(Run).filter(Run.change_id == change_id).order_by(Run.id).first()
-        lifecycle.assign(s, run.id, "a1")
+        run_lifecycle.assign(s, run.id, "a1")
         run.tier, run.model = "sonnet", "claude-sonnet-5-5"
         return run.id
     return store.transaction(make)

@@ -9,13 +9,13 @@ from typing import Iterator
 import pytest
 
 from controlplane.domain import graph
-from controlplane.services import lifecycle
-from controlplane.store import meters
 from controlplane.domain.errors import InvalidArgument, NotFound
+from controlplane.services import change_lifecycle
+from controlplane.services.projects import add_project
+from controlplane.store import meters
+from controlplane.store.engine import Store
 from controlplane.store.meters import MeterSpec
 from controlplane.store.models import Change, Meter, MeterReservation, Project
-from controlplane.services.projects import add_project
-from controlplane.store.engine import Store
 
 NOW = dt.datetime(2026, 11, 30, 23, 59, 59, tzinfo=dt.timezone.utc)
 
@@ -148,7 +148,7 @@ def test_usage_by_prefix(store: Store) -> None:
 def submitted(store: Store, budget_usd: float) -> str:
     def make(s) -> str:
         add_project(s, "web", "")
-        return lifecycle.submit_change(s, graph.ChangeSpec("web", "g", (graph.TaskSpec("t", "implement", "o"),),
+        return change_lifecycle.submit_change(s, graph.ChangeSpec("web", "g", (graph.TaskSpec("t", "implement", "o"),),
                                                            budget_usd=budget_usd), "ana")
     return store.transaction(make)
 

@@ -9,8 +9,15 @@ from typing import Any, AsyncIterator, Iterator
 import anthropic
 import pytest
 
-from drover.core.model import (AnthropicModel, ModelError, ModelReply, PermanentModelError, SpendLimited,
-                                  TransientModelError, Usage)
+from drover.core.model import (
+    AnthropicModel,
+    ModelError,
+    ModelReply,
+    PermanentModelError,
+    SpendLimited,
+    TransientModelError,
+    Usage,
+)
 from drover.core.retry import RetryPolicy, classify, retry_delay
 from drover.testing.fake_anthropic import FakeAnthropic, error, stall, text, tool_uses
 

@@ -12,8 +12,19 @@ import sys
 import pytest
 
 from controlplane.domain.errors import InvalidArgument
-from controlplane.domain.packet import (CONVENTION, LIMIT_TOKENS, SOURCES, CompiledPacket, Item, PacketInputs,
-                                 canonical_json, compile_packet, estimate_tokens, file_list_summary, render_prompt)
+from controlplane.domain.packet import (
+    CONVENTION,
+    LIMIT_TOKENS,
+    SOURCES,
+    CompiledPacket,
+    Item,
+    PacketInputs,
+    canonical_json,
+    compile_packet,
+    estimate_tokens,
+    file_list_summary,
+    render_prompt,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,8 +11,19 @@ from typing import Iterator
 
 import pytest
 
-from controlplane.domain.members import Member, QuotaPolicy, QuotaSnapshot, TierClass, select
-from controlplane.dispatch.quota import ObservedFailures, ProbeFailed, QuotaProbe, parse_available_pct
+from controlplane.dispatch.quota import (
+    ObservedFailures,
+    ProbeFailed,
+    QuotaProbe,
+    parse_available_pct,
+)
+from controlplane.domain.members import (
+    Member,
+    QuotaPolicy,
+    QuotaSnapshot,
+    TierClass,
+    select,
+)
 
 ENV = {"TOKEN_A": "tok-a", "TOKEN_B": "tok-b"}
 

@@ -9,10 +9,21 @@ import pathlib
 import pygit2
 import pytest
 
+from controlplane.context.retrieval import (
+    CONVENTION_MAX_CHARS,
+    CONVENTIONS_MAX,
+    DictTree,
+    GitTree,
+    conventions,
+    declared_items,
+    dependency_neighbours,
+    failure_items,
+    intent_items,
+    neighbour_items,
+    python_imports,
+    resource_owner_items,
+)
 from controlplane.domain.packet import CONVENTION, PacketInputs, compile_packet
-from controlplane.context.retrieval import (CONVENTION_MAX_CHARS, CONVENTIONS_MAX, DictTree, GitTree, conventions,
-                                    declared_items, dependency_neighbours, failure_items, intent_items,
-                                    neighbour_items, python_imports, resource_owner_items)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,9 +7,20 @@ import json
 
 import pytest
 
-from controlplane.domain.tiers import (CLASSIFIER_SYSTEM, ClassifierAnswer, RuleDecision, TaskTraits, TierDecision,
-                                  apply_floor, classifier_messages, decide_tier, floor, needs_classifier,
-                                  parse_classifier, route_by_rules)
+from controlplane.domain.tiers import (
+    CLASSIFIER_SYSTEM,
+    ClassifierAnswer,
+    RuleDecision,
+    TaskTraits,
+    TierDecision,
+    apply_floor,
+    classifier_messages,
+    decide_tier,
+    floor,
+    needs_classifier,
+    parse_classifier,
+    route_by_rules,
+)
 
 T = TaskTraits
 ANSWER = {tier: ClassifierAnswer(tier, 0.9, False, "answered") for tier in ("haiku", "sonnet", "opus")}

@@ -21,8 +21,15 @@ import agentd.rlimits
 from agentd import isolation
 from agentd.config import AgentConfig
 from agentd.confined import Confined, ready_pipe
-from agentd.sandbox import (ETC_ALLOWED, LAUNCHER_INSIDE, BubblewrapSandbox, PlainSandbox, Sandbox, SandboxPolicy,
-                            for_mode)
+from agentd.sandbox import (
+    ETC_ALLOWED,
+    LAUNCHER_INSIDE,
+    BubblewrapSandbox,
+    PlainSandbox,
+    Sandbox,
+    SandboxPolicy,
+    for_mode,
+)
 from tests.conftest import wait_for
 
 MiB = 1024 * 1024

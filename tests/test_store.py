@@ -14,14 +14,23 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import func, inspect, select, text
 from sqlalchemy.orm import Session
 
-from controlplane.api import auth
-from controlplane.services import lifecycle, projects
-from controlplane.store import engine as store_module
 from controlplane.domain.errors import InvalidArgument, NotFound
 from controlplane.domain.graph import ChangeSpec, TaskSpec
-from controlplane.services.lifecycle import RunMessage
-from controlplane.store.models import Agent, Base, Change, Event, Project, Run, RunLog, Task, Token
+from controlplane.services import agent_presence, change_lifecycle, projects, run_lifecycle, tokens
+from controlplane.services.run_lifecycle import RunMessage
+from controlplane.store import engine as store_module
 from controlplane.store.engine import Store
+from controlplane.store.models import (
+    Agent,
+    Base,
+    Change,
+    Event,
+    Project,
+    Run,
+    RunLog,
+    Task,
+    Token,
+)
 
 LIMIT = 1024 * 1024  # output limit for tests that do not exercise it
 AGENT = "agent-1"
@@ -60,7 +69,7 @@ def task(key: str, *depends_on: str) -> TaskSpec:
 
 
 def submit(store: Store, *tasks: TaskSpec) -> str:
-    return store.transaction(lifecycle.submit_change, spec(*tasks), "alice")
+    return store.transaction(change_lifecycle.submit_change, spec(*tasks), "alice")
 
 
 def counts(store: Store) -> dict[str, int]:
@@ -105,11 +114,11 @@ def get(store: Store, model: type, ident: Any) -> Any:
 def say(store: Store, run_id: str, seq: int, kind: str, limit: int = LIMIT, agent: str = AGENT,
         **fields: Any) -> int:
     """The agent's message about a run; answers the seq the control plane acks."""
-    return store.transaction(lifecycle.apply_run_message, agent, RunMessage(run_id, seq, kind, **fields), limit)
+    return store.transaction(run_lifecycle.apply_run_message, agent, RunMessage(run_id, seq, kind, **fields), limit)
 
 
 def start(store: Store, run_id: str, agent: str = AGENT) -> None:
-    assert store.transaction(lifecycle.assign, run_id, agent) is not None
+    assert store.transaction(run_lifecycle.assign, run_id, agent) is not None
     assert say(store, run_id, 1, "started", agent=agent) == 1
 
 
@@ -118,8 +127,8 @@ def logs(store: Store, run_id: str) -> list[tuple[int, str, str]]:
         select(RunLog).filter_by(run_id=run_id).order_by(RunLog.seq, RunLog.id))])
 
 
-def connect(store: Store, name: str, listed: set[str]) -> lifecycle.HelloResult:
-    return store.transaction(lifecycle.agent_connected, name, {}, 4, ["command"], "test", listed, False)
+def connect(store: Store, name: str, listed: set[str]) -> agent_presence.HelloResult:
+    return store.transaction(agent_presence.agent_connected, name, {}, 4, ["command"], "test", listed, False)
 
 
 # --- migrations ------------------------------------------------------------------------------------
@@ -174,7 +183,7 @@ def test_submit_makes_tasks_without_dependencies_ready_with_queued_runs(store: S
 def test_submit_to_an_unknown_project_stores_nothing(store: Store) -> None:
     before = counts(store)
     with pytest.raises(NotFound) as caught:
-        store.transaction(lifecycle.submit_change, spec(task("a"), project="nope"), "alice")
+        store.transaction(change_lifecycle.submit_change, spec(task("a"), project="nope"), "alice")
     assert caught.value.field == "project"
     assert counts(store) == before
 
@@ -193,9 +202,9 @@ def test_a_run_moves_from_queued_to_succeeded_and_its_dependents_become_ready(st
     change_id = submit(store, task("a"), task("b", "a"))
     run_id = run_of(store, change_id, "a").id
 
-    assert store.transaction(lifecycle.assign, run_id, AGENT) is not None
+    assert store.transaction(run_lifecycle.assign, run_id, AGENT) is not None
     assert (get(store, Run, run_id).state, get(store, Run, run_id).agent) == ("starting", AGENT)
-    assert store.transaction(lifecycle.assign, run_id, "agent-2") is None, "assigned only once"
+    assert store.transaction(run_lifecycle.assign, run_id, "agent-2") is None, "assigned only once"
 
     assert say(store, run_id, 1, "started") == 1
     assert get(store, Run, run_id).state == "running"
@@ -255,7 +264,7 @@ def test_output_beyond_the_limit_is_cut_with_one_system_line(store: Store) -> No
     say(store, run_id, 4, "log", limit=10, stream="stderr", text="dropped\n")
     assert say(store, run_id, 5, "finished", limit=10, status="succeeded") == 5
 
-    dropped = lifecycle.DROPPED_LINE.format(limit=10)
+    dropped = run_lifecycle.DROPPED_LINE.format(limit=10)
     assert logs(store, run_id) == [(2, "stdout", "12345678"), (3, "stdout", "ab"), (3, "system", dropped)]
     run = get(store, Run, run_id)
     assert (run.output_truncated, run.output_bytes, run.state) == (True, 10, "succeeded")
@@ -291,7 +300,7 @@ def test_cancelling_a_change_with_a_queued_run_finishes_it_as_cancelled(store: S
     change_id = submit(store, task("a"), task("b", "a"))
     run_id = run_of(store, change_id, "a").id
 
-    told = store.transaction(lifecycle.cancel_change, change_id)
+    told = store.transaction(change_lifecycle.cancel_change, change_id)
     assert told == [], "no agent holds a queued run"
     run = get(store, Run, run_id)
     assert (run.state, run.reason) == ("cancelled", "cancelled")
@@ -302,7 +311,7 @@ def test_cancelling_a_change_with_a_queued_run_finishes_it_as_cancelled(store: S
     [finished] = events(store, "change.finished", change_id=change_id)
     assert finished.data["status"] == "cancelled"
     assert event_kinds(store, change_id=change_id)[-1] == "change.finished"
-    assert store.transaction(lifecycle.cancel_change, change_id) == [], "a second cancel changes nothing"
+    assert store.transaction(change_lifecycle.cancel_change, change_id) == [], "a second cancel changes nothing"
     assert len(events(store, "change.finished", change_id=change_id)) == 1
 
 
@@ -311,7 +320,7 @@ def test_a_cancelled_change_ends_with_its_last_running_run(store: Store) -> None
     run_id = run_of(store, change_id, "a").id
     start(store, run_id)
 
-    told = store.transaction(lifecycle.cancel_change, change_id)
+    told = store.transaction(change_lifecycle.cancel_change, change_id)
     assert [r.id for r in told] == [run_id], "the agent must be told to stop"
     assert get(store, Run, run_id).cancel_requested is True
     assert get(store, Change, change_id).status == "running", "still winding down"
@@ -331,14 +340,14 @@ def test_a_reconnecting_agent_gets_back_only_the_runs_it_lists(store: Store) -> 
     lost = run_of(store, change_id, "lost").id
     kept = run_of(store, change_id, "kept").id
     connect(store, AGENT, set())
-    assert store.transaction(lifecycle.assign, never, AGENT) is not None  # sent, never acknowledged
+    assert store.transaction(run_lifecycle.assign, never, AGENT) is not None  # sent, never acknowledged
     start(store, lost)
     start(store, kept)
     say(store, kept, 2, "log", stream="stdout", text="x\n")
 
     result = connect(store, AGENT, {kept, "run_unknown"})
 
-    assert result.applied == {kept: 2, "run_unknown": lifecycle.FORGET}
+    assert result.applied == {kept: 2, "run_unknown": agent_presence.FORGET}
     assert result.to_cancel == ["run_unknown"]
     requeued = get(store, Run, never)
     assert (requeued.state, requeued.agent) == ("queued", "")
@@ -357,34 +366,34 @@ def test_runs_of_an_agent_disconnected_too_long_fail_as_agent_lost(store: Store)
     for name, run_id in ((AGENT, gone), ("agent-2", here)):
         connect(store, name, set())
         start(store, run_id, agent=name)
-    store.transaction(lifecycle.agent_disconnected, AGENT)
+    store.transaction(agent_presence.agent_disconnected, AGENT)
     assert get(store, Agent, AGENT).connected is False
 
-    assert store.transaction(lifecycle.fail_lost_runs, dt.timedelta(hours=1)) == [], "not lost yet"
+    assert store.transaction(agent_presence.fail_lost_runs, dt.timedelta(hours=1)) == [], "not lost yet"
     assert get(store, Run, gone).state == "running"
     time.sleep(0.01)
-    assert store.transaction(lifecycle.fail_lost_runs, dt.timedelta(milliseconds=1)) == [gone]
+    assert store.transaction(agent_presence.fail_lost_runs, dt.timedelta(milliseconds=1)) == [gone]
 
     run = get(store, Run, gone)
     assert (run.state, run.reason, run.exit_code) == ("failed", "agent_lost", -1)
     assert get(store, Run, here).state == "running", "a connected agent's run goes on"
-    assert store.transaction(lifecycle.fail_lost_runs, dt.timedelta(milliseconds=1)) == []
+    assert store.transaction(agent_presence.fail_lost_runs, dt.timedelta(milliseconds=1)) == []
 
 
 # --- tokens ----------------------------------------------------------------------------------------
 
 def test_tokens_are_stored_only_as_hashes(store: Store) -> None:
-    user_token = store.transaction(auth.create_token, "user", "alice", "run.manage")
-    agent_token = store.transaction(auth.create_token, "agent", "fleet")
+    user_token = store.transaction(tokens.create_token, "user", "alice", "run.manage")
+    agent_token = store.transaction(tokens.create_token, "agent", "fleet")
 
-    assert store.transaction(auth.lookup, auth.hash_token(user_token)) == auth.Principal("alice", "user",
+    assert store.transaction(tokens.lookup, tokens.hash_token(user_token)) == tokens.Principal("alice", "user",
                                                                                          "run.manage", 1)
-    assert store.transaction(auth.lookup, auth.hash_token(agent_token)) == auth.Principal("fleet", "agent", "", 2)
-    assert store.transaction(auth.lookup, auth.hash_token(user_token + "x")) is None
-    assert store.transaction(auth.lookup, user_token) is None, "the token itself is not a key"
+    assert store.transaction(tokens.lookup, tokens.hash_token(agent_token)) == tokens.Principal("fleet", "agent", "", 2)
+    assert store.transaction(tokens.lookup, tokens.hash_token(user_token + "x")) is None
+    assert store.transaction(tokens.lookup, user_token) is None, "the token itself is not a key"
 
     rows = store.transaction(lambda s: list(s.scalars(select(Token).order_by(Token.id))))
-    assert [r.token_hash for r in rows] == [auth.hash_token(user_token), auth.hash_token(agent_token)]
+    assert [r.token_hash for r in rows] == [tokens.hash_token(user_token), tokens.hash_token(agent_token)]
     for row in rows:
         stored = [str(getattr(row, column.key)) for column in Token.__table__.columns]
         assert not any(user_token in value or agent_token in value for value in stored)

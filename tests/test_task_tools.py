@@ -11,10 +11,17 @@ import sys
 
 import pytest
 
+from agentd.harness.tools import (
+    COMMAND_OUTPUT,
+    MAX_READS,
+    NO_WORKSPACE,
+    Finished,
+    TaskTools,
+    ToolResult,
+)
+from agentd.sandbox import BubblewrapSandbox, SandboxFailed, SandboxPolicy
 from drover.core.allowlist import DEFAULT_PYTHON_POLICY
 from drover.core.filewindow import READ_LIMIT
-from agentd.harness.tools import COMMAND_OUTPUT, MAX_READS, NO_WORKSPACE, Finished, TaskTools, ToolResult
-from agentd.sandbox import BubblewrapSandbox, SandboxFailed, SandboxPolicy
 
 pytestmark = pytest.mark.timeout(30)
 REMAIN = re.compile(r"\n\[(\d+) model calls? remains?\]\Z")

@@ -11,9 +11,9 @@ import json
 from typing import Any, Awaitable, Callable, Protocol
 
 from agentd.harness import fold
-from drover.core.model import ModelError, ModelReply
 from agentd.harness.tools import Finished, TaskTools
 from agentd.harness.transcript import INTERRUPTED, Transcript, messages
+from drover.core.model import ModelError, ModelReply
 
 SYSTEM = ("You are a coding agent working on one Task of a Change in a git repository, unattended. "
           "Use the tools to inspect and change the repository and to run the allowed commands. "

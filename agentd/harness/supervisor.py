@@ -17,18 +17,17 @@ import sys
 import traceback
 from typing import Any
 
-from drover.core import gitspace, workspace
 from agentd.connection import ChannelSettings
-from drover.core import allowlist
 from agentd.harness.gate import Gate
 from agentd.harness.loop import Harness, Limits, RunEnded, as_json_line, events_for
-from drover.core.model import AnthropicModel
-from drover.core.retry import RetryPolicy
 from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import Transcript
 from agentd.outbox import is_full
 from agentd.sandbox import UNSANDBOXED, SandboxFailed, user_ids
 from agentd.supervisor import Output, sandbox_for
+from drover.core import allowlist, gitspace, workspace
+from drover.core.model import AnthropicModel
+from drover.core.retry import RetryPolicy
 from drover.v1 import agent_pb2
 
 STATUS = {"completed": "succeeded", "cancelled": "cancelled"}

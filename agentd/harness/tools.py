@@ -13,10 +13,16 @@ import pathlib
 from typing import Any, Callable
 
 from agentd.confined import Confined, ready_pipe
-from drover.core import allowlist, filewindow
 from agentd.harness import edits, paths
 from agentd.sandbox import Sandbox, SandboxFailed
-from drover.core.tool_specs import COMMAND_OUTPUT, COMMAND_SECONDS, DEFINITIONS, MAX_READS, TERMINAL
+from drover.core import allowlist, filewindow
+from drover.core.tool_specs import (
+    COMMAND_OUTPUT,
+    COMMAND_SECONDS,
+    DEFINITIONS,
+    MAX_READS,
+    TERMINAL,
+)
 
 NO_WORKSPACE = "This Task has no workspace"
 

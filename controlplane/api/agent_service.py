@@ -3,31 +3,37 @@
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 import grpc
 
 from controlplane.api import auth
-from controlplane.services import changesets, claims, model_calls, tenancy
-from controlplane.store import meters
-from controlplane.domain import pricing
-from controlplane.store.models import utcnow
-from controlplane.config import HarnessConfig
-from controlplane.api.fleet import Fleet
+from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
+from controlplane.config import HarnessConfig, ServerConfig
+from controlplane.dispatch.router import Router
+from controlplane.domain import pricing
+from controlplane.services import changesets, claims, model_calls, tenancy
+from controlplane.services.notify import Notifier
+from controlplane.store import meters
+from controlplane.store.engine import Store
+from controlplane.store.models import utcnow
+from controlplane.store.objects import DirectoryStore
 from drover.v1 import agent_pb2, agent_pb2_grpc
 
 
 class AgentService(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
-        self.store = fleet.store
+    def __init__(self, store: Store, notifier: Notifier, objects: DirectoryStore, sessions: AgentSessions,
+                 router: Router, settings: Callable[[], ServerConfig]) -> None:
+        self.store, self.notifier, self.objects = store, notifier, objects
+        self.sessions, self.router, self.settings = sessions, router, settings
 
     @property
     def harness(self) -> HarnessConfig:
-        return self.fleet.config.harness  # replaced by a hot reload
+        return self.settings().harness  # replaced by a hot reload
 
     async def Connect(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
-        await self.fleet.connect(context)
+        await self.sessions.connect(context)
 
     @reporting
     async def ReserveModelCall(self, request: agent_pb2.ReserveModelCallRequest,
@@ -40,7 +46,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
             request.estimated_input_tokens, budgets=budgets))
         if r.granted:  # each model call renews the run's claims at half-life
             await self.store.run(lambda s: claims.renew_due(s, request.run_id, utcnow()))
-        self.fleet.notifier.notify()
+        self.notifier.notify()
         return agent_pb2.ReserveModelCallResponse(reservation_id=r.reservation_id, granted=r.granted,
                                                   refusal=r.refusal, calls_used=r.calls_used,
                                                   calls_cap=r.calls_cap, estimate_micros=r.estimate_micros)
@@ -55,7 +61,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         cost, run_cost = await self.store.run(model_calls.settle, self.harness, request.reservation_id, usage,
                                               request.error)
         if request.error:  # a 429 or quota error blocks the member while its quota is unknown
-            self.fleet.router.observe(await self.store.run(model_calls.member_of, request.reservation_id),
+            self.router.observe(await self.store.run(model_calls.member_of, request.reservation_id),
                                       request.error)
         return agent_pb2.SettleModelCallResponse(cost_micros=cost, run_cost_micros=run_cost)
 
@@ -68,6 +74,6 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
             start_commit=request.start_commit, stacked_on=tuple(request.stacked_on), files=tuple(request.files),
             own_files=tuple(request.own_files), patch=request.patch, summary=request.summary,
             intent=json.loads(request.intent_json) if request.intent_json else {})
-        row = await self.store.run(changesets.publish, self.fleet.objects, published)
-        self.fleet.notifier.notify()
+        row = await self.store.run(changesets.publish, self.objects, published)
+        self.notifier.notify()
         return agent_pb2.ChangeSetRef(changeset_id=row.id, patch_ref=row.patch_ref)

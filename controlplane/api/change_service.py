@@ -2,42 +2,44 @@
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import grpc
 
 from controlplane.api import auth, convert, queries, validation
-from controlplane.domain import graph
-from controlplane.services import lifecycle
-from controlplane.domain.errors import Unauthenticated
-from controlplane.api.fleet import Fleet
-from controlplane.services.notify import Notifier
+from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
+from controlplane.domain import graph
+from controlplane.domain.errors import Unauthenticated
+from controlplane.services import change_lifecycle, tokens
+from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
+from controlplane.store.objects import DirectoryStore
 from drover.v1 import change_pb2, change_pb2_grpc, types_pb2
 
 WATCH_POLL_SECONDS = 1.0
 
 
-async def still_allowed(store: Store, who: auth.Principal) -> None:
+async def still_allowed(store: Store, who: tokens.Principal) -> None:
     """A long stream stops at the next poll once its token is revoked or has expired."""
-    if not await store.read(auth.still_valid, who.token_id):
+    if not await store.read(tokens.still_valid, who.token_id):
         raise Unauthenticated(f"token {who.name!r} was revoked or has expired")
 
 
 class ChangeService(change_pb2_grpc.ChangeServiceServicer):
-    def __init__(self, store: Store, fleet: Fleet, notifier: Notifier,
-                 limits: validation.Limits = validation.Limits()) -> None:
-        self.store, self.fleet, self.notifier, self.limits = store, fleet, notifier, limits
+    def __init__(self, store: Store, notifier: Notifier, objects: DirectoryStore, agents: AgentSessions,
+                 wake: Callable[[], None], limits: validation.Limits = validation.Limits()) -> None:
+        self.store, self.notifier, self.objects, self.agents = store, notifier, objects, agents
+        self.wake, self.limits = wake, limits
 
     @reporting
     async def SubmitChange(self, request: change_pb2.SubmitChangeRequest,
                            context: grpc.aio.ServicerContext) -> types_pb2.Change:
         who = auth.current()
         spec = convert.change_spec(request)
-        change_id = await self.store.run(lifecycle.submit_change, spec, who.name, who.projects)
+        change_id = await self.store.run(change_lifecycle.submit_change, spec, who.name, who.projects)
         self.notifier.notify()
-        self.fleet.wake()
+        self.wake()
         return await self.store.run(queries.get_change, change_id)
 
     @reporting
@@ -75,11 +77,11 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
     async def CancelChange(self, request: change_pb2.CancelChangeRequest,
                            context: grpc.aio.ServicerContext) -> types_pb2.Change:
         who = auth.current()
-        runs = await self.store.run(lambda s: lifecycle.cancel_change(
+        runs = await self.store.run(lambda s: change_lifecycle.cancel_change(
             s, request.change_id, scope=who.projects, by=who.name, may_manage=who.has_role("run.manage")))
-        self.fleet.tell_cancel([(r.id, r.agent) for r in runs], "change cancelled")
+        self.agents.tell_cancel([(r.id, r.agent) for r in runs], "change cancelled")
         self.notifier.notify()
-        self.fleet.wake()
+        self.wake()
         return await self.store.run(queries.get_change, request.change_id)
 
     @reporting
@@ -92,18 +94,18 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
     @reporting
     async def GetPatch(self, request: change_pb2.GetPatchRequest,
                        context: grpc.aio.ServicerContext) -> change_pb2.Patch:
-        text = await self.store.run(queries.patch, self.fleet.objects, request.changeset_id, auth.current().projects)
+        text = await self.store.run(queries.patch, self.objects, request.changeset_id, auth.current().projects)
         return change_pb2.Patch(changeset_id=request.changeset_id, text=text)
 
     @reporting
     async def RaiseBudget(self, request: change_pb2.RaiseBudgetRequest,
                           context: grpc.aio.ServicerContext) -> types_pb2.Change:
         who = auth.current()
-        await self.store.run(lambda s: lifecycle.raise_budget(
+        await self.store.run(lambda s: change_lifecycle.raise_budget(
             s, request.change_id, request.budget_usd, scope=who.projects, by=who.name,
             may_manage=who.has_role("run.manage")))
         self.notifier.notify()
-        self.fleet.wake()
+        self.wake()
         return await self.store.run(queries.get_change, request.change_id)
 
     @reporting

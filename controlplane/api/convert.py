@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from controlplane.dispatch import assignments
 from controlplane.domain import graph, resources
-from controlplane.services import lifecycle
+from controlplane.services import run_lifecycle
 from controlplane.store import models
 from controlplane.store.engine import aware
 from drover.v1 import agent_pb2, change_pb2, types_pb2
@@ -115,17 +117,17 @@ def log_line(row: models.RunLog) -> types_pb2.LogLine:
                              created_at=ts(row.created_at))
 
 
-def run_message(msg: agent_pb2.RunMessage) -> lifecycle.RunMessage:
+def run_message(msg: agent_pb2.RunMessage) -> run_lifecycle.RunMessage:
     body = msg.WhichOneof("body") or ""
     base = dict(run_id=msg.run_id, seq=msg.seq, kind=body)
     if body == "refused":
-        return lifecycle.RunMessage(**base, reason=msg.refused.reason)
+        return run_lifecycle.RunMessage(**base, reason=msg.refused.reason)
     if body == "log":
-        return lifecycle.RunMessage(**base, stream=msg.log.stream, text=msg.log.text)
+        return run_lifecycle.RunMessage(**base, stream=msg.log.stream, text=msg.log.text)
     if body == "finished":
         f = msg.finished
-        return lifecycle.RunMessage(**base, status=f.status, exit_code=f.exit_code, reason=f.reason, error=f.error)
-    return lifecycle.RunMessage(**base)
+        return run_lifecycle.RunMessage(**base, status=f.status, exit_code=f.exit_code, reason=f.reason, error=f.error)
+    return run_lifecycle.RunMessage(**base)
 
 
 def receipt(row: models.DecisionReceipt, task_key: str = "") -> types_pb2.DecisionReceipt:
@@ -133,3 +135,23 @@ def receipt(row: models.DecisionReceipt, task_key: str = "") -> types_pb2.Decisi
     data.update(_plain(row.data or {}))
     return types_pb2.DecisionReceipt(run_id=row.run_id, task_id=row.task_id, task_key=task_key, tier=row.tier,
                                      data=data, created_at=ts(row.created_at))
+
+
+def assignment(a: assignments.Assignment) -> agent_pb2.RunAssignment:
+    """A run's assignment on the wire."""
+    out = agent_pb2.RunAssignment(
+        run_id=a.run_id, change_id=a.change_id, task_id=a.task_id, task_key=a.task_key, kind=a.kind,
+        driver=a.driver, attempt=a.attempt, secret_env=dict(a.secret_env), tier=a.tier, model=a.model,
+        base_url=a.base_url, context_hash=a.context_hash, resume=a.resume,
+        workspace=agent_pb2.WorkspaceSpec(project=a.project, repo=a.repo, branch=a.branch, stack=[
+            agent_pb2.StackedChangeSet(**dataclasses.asdict(item)) for item in a.stack]),
+        command=agent_pb2.CommandSpec(timeout_seconds=a.timeout_seconds))
+    if a.output_limit_bytes > 0:  # agentd stops recording a run's output past what the control plane keeps
+        out.limits["output_bytes"] = a.output_limit_bytes
+    if a.command is not None:
+        out.command.argv.extend(a.command.argv)
+        out.command.env.update(a.command.env)
+        out.command.network = a.command.network
+    if a.harness is not None:
+        out.harness.CopyFrom(agent_pb2.HarnessSpec(**dataclasses.asdict(a.harness)))
+    return out

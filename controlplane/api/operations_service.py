@@ -3,26 +3,28 @@ projects of its token (and, for agents, those projects' pools)."""
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import grpc
 
 from controlplane.api import auth, queries
-from controlplane.services import lifecycle
-from controlplane.domain import run_states
+from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.change_service import still_allowed
-from controlplane.api.fleet import Fleet
-from controlplane.services.notify import Notifier
 from controlplane.api.status import reporting
+from controlplane.domain import run_states
+from controlplane.services import agent_presence, run_lifecycle
+from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
+from controlplane.store.objects import DirectoryStore
 from drover.v1 import operations_pb2, operations_pb2_grpc, types_pb2
 
 TAIL_POLL_SECONDS = 1.0
 
 
 class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
-    def __init__(self, store: Store, fleet: Fleet, notifier: Notifier) -> None:
-        self.store, self.fleet, self.notifier = store, fleet, notifier
+    def __init__(self, store: Store, notifier: Notifier, objects: DirectoryStore, agents: AgentSessions,
+                 wake: Callable[[], None]) -> None:
+        self.store, self.notifier, self.objects, self.agents, self.wake = store, notifier, objects, agents, wake
 
     @reporting
     async def ListAgents(self, request: operations_pb2.ListAgentsRequest,
@@ -34,8 +36,8 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
     @reporting
     async def DrainAgent(self, request: operations_pb2.DrainAgentRequest,
                          context: grpc.aio.ServicerContext) -> types_pb2.Agent:
-        await self.store.run(lifecycle.drain_agent, request.name)
-        self.fleet.tell_drain(request.name)
+        await self.store.run(agent_presence.drain_agent, request.name)
+        self.agents.tell_drain(request.name)
         return await self.store.run(queries.agent, request.name)
 
     @reporting
@@ -56,11 +58,11 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
     async def CancelRun(self, request: operations_pb2.CancelRunRequest,
                         context: grpc.aio.ServicerContext) -> types_pb2.Run:
         reason = request.reason or "cancelled by operator"
-        run = await self.store.run(lifecycle.cancel_run, request.run_id, reason, auth.current().projects)
+        run = await self.store.run(run_lifecycle.cancel_run, request.run_id, reason, auth.current().projects)
         if run.state in run_states.ACTIVE:
-            self.fleet.tell_cancel([(run.id, run.agent)], reason)
+            self.agents.tell_cancel([(run.id, run.agent)], reason)
         self.notifier.notify()
-        self.fleet.wake()
+        self.wake()
         return await self.store.run(queries.get_run, request.run_id)
 
     @reporting
@@ -117,6 +119,6 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
     @reporting
     async def GetPacket(self, request: operations_pb2.GetPacketRequest,
                         context: grpc.aio.ServicerContext) -> operations_pb2.Packet:
-        context_hash, text = await self.store.run(queries.packet_of, self.fleet.objects, request.run_id,
+        context_hash, text = await self.store.run(queries.packet_of, self.objects, request.run_id,
                                                   auth.current().projects)
         return operations_pb2.Packet(run_id=request.run_id, context_hash=context_hash, json=text)

@@ -14,15 +14,34 @@ from sqlalchemy import and_, func, literal, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.api import convert
-from controlplane.services import paging
 from controlplane.domain import run_states
 from controlplane.domain.errors import FailedPrecondition, NotFound
-from controlplane.store.models import (Agent, Change, ChangeSet, Claim, Conflict, DecisionReceipt, Event, Meter, ModelCall,
-                                 Project, Run, RunLog, Task)
-from controlplane.services.tenancy import Scope, visible_change, visible_changeset, visible_run
-from controlplane.api.validation import page_size
+from controlplane.services import paging
+from controlplane.services.paging import page_size
+from controlplane.services.tenancy import (
+    Scope,
+    visible_change,
+    visible_changeset,
+    visible_run,
+)
+from controlplane.store.changes import tasks_of
+from controlplane.store.models import (
+    Agent,
+    Change,
+    ChangeSet,
+    Claim,
+    Conflict,
+    DecisionReceipt,
+    Event,
+    Meter,
+    ModelCall,
+    Project,
+    Run,
+    RunLog,
+    Task,
+)
+from controlplane.store.objects import packet_key
 from drover.v1 import change_pb2, types_pb2
-
 
 
 def _in_scope(column: Any, scope: Scope) -> Any:
@@ -35,7 +54,7 @@ def get_change(s: Session, change_id: str, scope: Scope = None) -> types_pb2.Cha
     latest = {task_id: run_id for task_id, run_id in s.execute(
         select(Run.task_id, Run.id).where(Run.change_id == change_id).order_by(Run.created_at, Run.id))}
     tasks = [convert.task(t, latest.get(t.id, ""))
-             for t in s.scalars(select(Task).where(Task.change_id == change_id).order_by(Task.position))]
+             for t in tasks_of(s, change_id)]
     out = convert.change(row, tasks)
     out.conflicts.extend(conflicts(s, change_id))
     return out
@@ -230,7 +249,7 @@ def packet_of(s: Session, objects: Any, run_id: str, scope: Scope = None) -> tup
                                  field="run_id")
     change = s.get(Change, run.change_id)
     assert change is not None
-    key = f"context/{change.project}/{change.id}/{run.task_id}/{run.context_hash}.json"
+    key = packet_key(change.project, change.id, run.task_id, run.context_hash)
     return run.context_hash, objects.get(key).decode()
 
 
@@ -272,7 +291,7 @@ def patch(s: Session, objects: Any, changeset_id: str, scope: Scope = None) -> s
 
 
 def conflicts(s: Session, change_id: str) -> list[types_pb2.Conflict]:
-    keys = {t.id: t.key for t in s.scalars(select(Task).where(Task.change_id == change_id))}
+    keys = {t.id: t.key for t in tasks_of(s, change_id)}
     return [types_pb2.Conflict(task_a=keys.get(c.task_a, c.task_a), task_b=keys.get(c.task_b, c.task_b),
                                files=c.files, resources=c.resources, created_at=convert.ts(c.created_at))
             for c in s.scalars(select(Conflict).where(Conflict.change_id == change_id).order_by(Conflict.id))]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import fcntl
-import os
 import logging
+import os
 import pathlib
 import signal
 
@@ -16,19 +16,31 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane.api import auth, validation
-from controlplane.services import lifecycle
+from controlplane.api import validation
 from controlplane.api.agent_service import AgentService
+from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.auth import AuthInterceptor, Permission
 from controlplane.api.change_service import ChangeService
-from controlplane.dispatch.composer import Composer
-from controlplane.config import ServerConfig, load_harness
-from controlplane.api.fleet import Fleet
-from controlplane.store.models import Token
-from controlplane.services.notify import Notifier
 from controlplane.api.operations_service import OperationsService
+from controlplane.config import ServerConfig, load_harness
+from controlplane.context.recall import Recall
+from controlplane.dispatch.assign import Dispatcher
+from controlplane.dispatch.composer import Composer
+from controlplane.dispatch.liveness import Liveness
+from controlplane.dispatch.router import Router
+from controlplane.services import agent_presence, run_lifecycle, tokens
+from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store, sqlite_url
-from drover.v1 import agent_pb2, agent_pb2_grpc, change_pb2, change_pb2_grpc, operations_pb2, operations_pb2_grpc
+from controlplane.store.models import Token
+from controlplane.store.objects import DirectoryStore
+from drover.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    change_pb2,
+    change_pb2_grpc,
+    operations_pb2,
+    operations_pb2_grpc,
+)
 
 log = logging.getLogger("drover.server")
 
@@ -108,30 +120,38 @@ def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path) -> list[pathlib.Pat
     def create(s: Session) -> dict[str, str]:
         if s.scalar(select(func.count()).select_from(Token)):
             return {}
-        return {"admin": auth.create_token(s, "user", "admin", "admin"),
-                "agent": auth.create_token(s, "agent", "agent")}
+        return {"admin": tokens.create_token(s, "user", "admin", "admin"),
+                "agent": tokens.create_token(s, "agent", "agent")}
     written = []
     for name, token in store.transaction(create).items():
         path = tokens_dir / f"{name}.token"
-        auth.write_token_file(path, token)
+        tokens.write_token_file(path, token)
         written.append(path)
     return written
 
 
 class ControlPlane:
-    """One control-plane process: the store, the fleet and the gRPC server."""
+    """One control-plane process: the store, the loops (dispatch, liveness, composer), the agents' streams
+    and the gRPC server, each given exactly the collaborators it uses."""
 
     def __init__(self, config: ServerConfig, store: Store) -> None:
         self.config = config
         self.store = store
         self.notifier = Notifier()
-        lifecycle.set_policy(lifecycle.Policy(allow_opus=config.harness.allow_opus))
+        run_lifecycle.set_policy(run_lifecycle.Policy(allow_opus=config.harness.allow_opus))
         for warning in config.harness.warnings:
             log.warning("%s", warning)
-        self.fleet = Fleet(store, config, self.notifier)
+        self.objects = DirectoryStore(config.objects)
+        self.recall = Recall(store, config.data_dir, config.memory)
+        self.router = Router(store, config.harness, self.notifier, self.objects, config.data_dir / "mirrors",
+                             self.recall)
+        self.agents = AgentSessions(store, config, self.notifier, self.objects)
+        self.dispatcher = Dispatcher(store, config, self.notifier, self.objects, self.router, self.agents)
+        self.agents.on_change, self.agents.on_refused = self.dispatcher.wake, self.dispatcher.refused
+        self.liveness = Liveness(store, config, self.notifier, self.agents, self.dispatcher.wake)
         self.composer = Composer(store, self.notifier, config.data_dir / "compose")
-        self.auth = AuthInterceptor(PERMISSIONS, lambda digest: store.read(auth.lookup, digest),
-                                    lambda token_id: store.run(auth.touch, token_id))
+        self.auth = AuthInterceptor(PERMISSIONS, lambda digest: store.read(tokens.lookup, digest),
+                                    lambda token_id: store.run(tokens.touch, token_id))
         self.health = health.aio.HealthServicer()
         self.server = grpc.aio.server(
             interceptors=[self.auth],
@@ -149,11 +169,13 @@ class ControlPlane:
                 ("grpc.keepalive_timeout_ms", 10_000),
             ],
         )
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(self.fleet), self.server)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(
+            AgentService(store, self.notifier, self.objects, self.agents, self.router, lambda: self.config), self.server)
         change_pb2_grpc.add_ChangeServiceServicer_to_server(
-            ChangeService(store, self.fleet, self.notifier, validation.Limits(config.max_budget_usd)), self.server)
+            ChangeService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake,
+                          validation.Limits(config.max_budget_usd)), self.server)
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(
-            OperationsService(store, self.fleet, self.notifier), self.server)
+            OperationsService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME),
                                             self.server)
@@ -183,8 +205,10 @@ class ControlPlane:
         return self.server.add_insecure_port(config.listen)
 
     async def start(self) -> None:
-        await self.fleet.start()
-        self._composing = asyncio.create_task(self.composer.run_forever(), name="composer")
+        await self.store.run(agent_presence.disconnect_all)  # none is connected to this process yet
+        self._loops = [asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
+                       asyncio.create_task(self.liveness.run_forever(), name="liveness"),
+                       asyncio.create_task(self.composer.run_forever(), name="composer")]
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -199,17 +223,19 @@ class ControlPlane:
         for warning in harness.warnings:
             log.warning("%s", warning)
         self.config = dataclasses.replace(self.config, harness=harness)
-        self.fleet.config = self.config
-        self.fleet.router.reconfigure(harness)
-        lifecycle.set_policy(lifecycle.Policy(allow_opus=harness.allow_opus))
+        self.agents.config = self.dispatcher.config = self.liveness.config = self.config
+        self.router.reconfigure(harness)
+        run_lifecycle.set_policy(run_lifecycle.Policy(allow_opus=harness.allow_opus))
         log.info("config reloaded from %s", path)
         return True
 
     async def stop(self) -> None:
         """Stop accepting, let calls in flight finish within the grace period, then close."""
         await self.health.enter_graceful_shutdown()
-        self._composing.cancel()
-        await self.fleet.stop()
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        await self.agents.stop()
         await self.server.stop(self.config.grace_seconds)
         self.store.close()
 

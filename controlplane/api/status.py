@@ -10,13 +10,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import secrets
 from typing import Any, Callable
 
 import grpc
 
 from controlplane.api import validation
-from controlplane.domain.errors import DroverError
+from controlplane.domain.errors import DroverError, error_id
 
 log = logging.getLogger("drover.rpc")
 
@@ -25,8 +24,6 @@ def grpc_code(err: DroverError) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, err.code, grpc.StatusCode.INTERNAL)
 
 
-def error_id() -> str:
-    return f"err_{secrets.token_hex(6)}"
 
 
 async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:

@@ -23,6 +23,20 @@ from google.protobuf.message import Message
 
 from controlplane.domain import resources
 from controlplane.domain.errors import DroverError, InvalidArgument
+from controlplane.domain.names import (
+    AGENT_NAME,
+    BRANCH,
+    CAPABILITY,
+    COMMIT,
+    ENV_NAME,
+    EVENT_KIND,
+    ID,
+    KIND,
+    LABEL_KEY,
+    MODEL,
+    NAME,
+    TASK_KEY,
+)
 
 KiB, MiB = 1024, 1024 * 1024
 DEFAULT_STRING = 4096
@@ -31,21 +45,6 @@ MAX_CHANGE_BYTES = 1 * MiB
 """A whole SubmitChange request, serialized: at most this (a page of Changes must fit one answer)."""
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
 
-TASK_KEY = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-"""Projects (and the project a token may use)."""
-AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
-ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-"""Change, run, ChangeSet and reservation ids: printable, short. A well-formed unknown id is NOT_FOUND."""
-KIND = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-"""POSIX: letters, digits and underscores, not starting with a digit."""
-CAPABILITY = re.compile(r"[a-z0-9][a-z0-9_.:-]{0,63}")
-LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
-MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}")
-EVENT_KIND = re.compile(r"[a-z0-9._-]{0,64}")
-COMMIT = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})?")
-BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,299}")
 
 RUN_STATES = ("", "queued", "starting", "running", "succeeded", "failed", "cancelled")
 SIZES = ("", "small", "medium", "large")
@@ -322,9 +321,6 @@ def _map(value: Any, field: FieldDescriptor, rule: Rule, name: str, limits: Limi
         _scalar(value[key], value_field, item_rule, where, limits)
 
 
-def page_size(requested: int, default: int, maximum: int) -> int:
-    """AIP-158: 0 takes the default; more than the maximum takes the maximum."""
-    return default if requested <= 0 else min(requested, maximum)
 
 
 def _repeated(field: FieldDescriptor) -> bool:

@@ -14,11 +14,11 @@ import pygit2
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.store import meters
-from controlplane.domain import packet
 from controlplane.context import retrieval
-from controlplane.store.models import Change, ChangeSet, utcnow
+from controlplane.domain import packet
+from controlplane.store import meters
 from controlplane.store.engine import Store
+from controlplane.store.models import Change, ChangeSet, utcnow
 
 log = logging.getLogger("drover.memory")
 MAX_FILE_BYTES = 200_000
@@ -78,7 +78,9 @@ class Recall:
     async def memory(self) -> Any:
         if self._memory is None and not self._unavailable:
             try:
-                from controlplane.context.memory import Memory  # chromadb and onnxruntime load only when used
+                from controlplane.context.memory import (
+                    Memory,  # chromadb and onnxruntime load only when used
+                )
                 self._memory = await asyncio.to_thread(Memory.open, self.data_dir, self.config.url,
                                                        self.config.model_dir)
             except Exception as err:  # no model, no chroma: runs go on without semantic items

@@ -17,8 +17,8 @@ from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
 
 import pygit2
 
-from drover.core.filewindow import file_window
 from controlplane.domain.packet import CONVENTION, Item
+from drover.core.filewindow import file_window
 
 PRIORITY = {"declared_file": 0, "dependency_neighbour": 1000, "resource_owner": 2000,
             "dependency_intent": 3000, "nearby_intent": 4000, "prior_failure": 5000, "semantic": 6000}

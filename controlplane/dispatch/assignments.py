@@ -1,21 +1,23 @@
-"""What an agent is sent to run: the command spec, or the harness spec with its stack and secrets."""
+"""What an agent is sent to run: the command spec, or the harness spec with its stack and secrets,
+as plain data; the api layer puts it on the wire."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from typing import Mapping
 
 from sqlalchemy.orm import Session
 
-from controlplane.services import changesets
-from controlplane.domain import graph, packet
 from controlplane.config import HarnessConfig
-from controlplane.domain.members import Member
 from controlplane.dispatch.quota import credential
-from controlplane.store.models import Change, Project, Run, Task
-from controlplane.store.objects import DirectoryStore
+from controlplane.domain import graph, packet
+from controlplane.domain.members import Member
 from controlplane.services.projects import git_token
-from drover.v1 import agent_pb2
+from controlplane.store.changes import latest_changesets, tasks_by_key
+from controlplane.store.models import Change, Project, Run, Task
+from controlplane.store.objects import DirectoryStore, packet_key
 
 WRITE_KINDS = frozenset({"implement", "migrate", "test"})
 
@@ -26,75 +28,112 @@ def workspace_mode(kind: str, project: Project) -> str:
     return "write" if kind in WRITE_KINDS else "read"
 
 
-def render_prompt(change: Change, task: Task) -> str:
-    lines = [f"# Change: {change.goal}"]
-    if change.criteria:
-        lines += ["", "Acceptance criteria:", *(f"- {c}" for c in change.criteria)]
-    if change.invariants:
-        lines += ["", "Invariants (must stay true):", *(f"- {c}" for c in change.invariants)]
-    lines += ["", f"# Your Task: {task.key} ({task.kind})", task.objective]
-    files = task.spec.get("files") if task.spec else None
-    if files:
-        lines += ["", "Declared files:", *(f"- {f}" for f in files)]
-    return "\n".join(lines)
+@dataclasses.dataclass(frozen=True)
+class Stacked:
+    """A dependency's ChangeSet, merged into the workspace before the run starts."""
+    changeset_id: str
+    task_id: str
+    branch: str
+    commit: str
+    created_at: str
 
 
-def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessConfig,
-          objects: DirectoryStore | None = None, output_limit_bytes: int = 0) -> agent_pb2.RunAssignment:
-    assignment = agent_pb2.RunAssignment(
-        run_id=run.id, change_id=run.change_id, task_id=task.id, task_key=task.key, kind=task.kind,
-        driver=run.driver, attempt=run.attempt,
-        workspace=agent_pb2.WorkspaceSpec(project=project.name, repo=project.repo, branch=project.branch))
-    if output_limit_bytes > 0:  # agentd stops recording a run's output past what the control plane keeps
-        assignment.limits["output_bytes"] = output_limit_bytes
+@dataclasses.dataclass(frozen=True)
+class CommandSpec:
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    network: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessSpec:
+    """What the model harness needs beyond the workspace."""
+    workspace_mode: str
+    max_calls: int
+    max_output_tokens: int
+    thinking_json: str
+    prompt: str
+    command_rules: tuple[str, ...]
+    network: bool
+    context_window_tokens: int
+    fold_fraction: float
+    fold_model: str
+    stall_timeout_seconds: int
+    max_attempts: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Assignment:
+    """What an agent is sent to run (the api layer puts it on the wire)."""
+    run_id: str
+    change_id: str
+    task_id: str
+    task_key: str
+    kind: str
+    driver: str
+    attempt: int
+    project: str
+    repo: str
+    branch: str
+    timeout_seconds: int
+    stack: tuple[Stacked, ...] = ()
+    secret_env: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    output_limit_bytes: int = 0
+    command: CommandSpec | None = None
+    harness: HarnessSpec | None = None
+    tier: str = ""
+    model: str = ""
+    base_url: str = ""
+    context_hash: str = ""
+    resume: bool = False
+
+
+def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessConfig, objects: DirectoryStore,
+          output_limit_bytes: int = 0) -> Assignment:
     change = s.get(Change, run.change_id)
     assert change is not None
+    secrets: dict[str, str] = {}
     token = git_token(project)
     if token:
-        assignment.secret_env["DROVER_GIT_TOKEN"] = token
+        secrets["DROVER_GIT_TOKEN"] = token
+    stack: tuple[Stacked, ...] = ()
     if project.repo and task.depends_on and (run.driver == "command" or workspace_mode(task.kind, project) == "write"):
-        assignment.workspace.stack.extend(_stack(s, change, task))
+        stack = tuple(_stack(s, change, task))
+    common = dict(run_id=run.id, change_id=run.change_id, task_id=task.id, task_key=task.key, kind=task.kind,
+                  driver=run.driver, attempt=run.attempt, project=project.name, repo=project.repo,
+                  branch=project.branch, timeout_seconds=task.timeout_seconds, stack=stack,
+                  output_limit_bytes=output_limit_bytes)
     if run.driver == "command":
-        assignment.command.CopyFrom(agent_pb2.CommandSpec(argv=task.command, env=task.env,
-                                                          timeout_seconds=task.timeout_seconds,
-                                                          network=project.network))
-        return assignment
+        return Assignment(**common, secret_env=secrets,
+                          command=CommandSpec(tuple(task.command), dict(task.env), project.network))
     tier = harness.tiers.get(_model_tier(harness, run.tier)) or harness.tiers[harness.default_tier]
     member = _member(harness, run)
-    assignment.tier, assignment.model = run.tier, run.model
-    assignment.base_url = (member.base_url if member else "") or harness.base_url
-    assignment.command.timeout_seconds = task.timeout_seconds
     key = (credential(member, os.environ) if member else "") or harness.api_key
     if key:
-        assignment.secret_env["ANTHROPIC_API_KEY"] = key  # the member's credential, only in secret_env
-    spec = assignment.harness
-    spec.workspace_mode = workspace_mode(task.kind, project)
-    spec.max_calls, spec.max_output_tokens = tier.max_calls, tier.max_output_tokens
-    spec.thinking_json = json.dumps(dict(tier.thinking)) if tier.thinking else ""
-    if run.context_hash and objects is not None:  # the prompt is rendered from the packet and nothing else
-        key = f"context/{project.name}/{change.id}/{task.id}/{run.context_hash}.json"
-        spec.prompt = packet.render_prompt(json.loads(objects.get(key)))
-        assignment.context_hash = run.context_hash
-    else:
-        spec.prompt = render_prompt(change, task)
-    spec.command_rules.extend(project.commands)
-    spec.network = project.network
-    spec.context_window_tokens = harness.context_window_tokens
-    spec.fold_fraction = harness.fold_fraction
-    spec.fold_model = harness.tiers["haiku"].model if "haiku" in harness.tiers else run.model
-    spec.stall_timeout_seconds = harness.stall_timeout_seconds
-    spec.max_attempts = harness.max_attempts
-    return assignment
+        secrets["ANTHROPIC_API_KEY"] = key  # the member's credential, only in secret_env
+    # The prompt is rendered from the run's Context Packet and nothing else (dispatch waits for it).
+    prompt = packet.render_prompt(json.loads(objects.get(packet_key(project.name, change.id, task.id,
+                                                                     run.context_hash))))
+    spec = HarnessSpec(
+        workspace_mode=workspace_mode(task.kind, project), max_calls=tier.max_calls,
+        max_output_tokens=tier.max_output_tokens,
+        thinking_json=json.dumps(dict(tier.thinking)) if tier.thinking else "", prompt=prompt,
+        command_rules=tuple(project.commands), network=project.network,
+        context_window_tokens=harness.context_window_tokens, fold_fraction=harness.fold_fraction,
+        fold_model=harness.tiers["haiku"].model if "haiku" in harness.tiers else run.model,
+        stall_timeout_seconds=harness.stall_timeout_seconds, max_attempts=harness.max_attempts)
+    return Assignment(**common, secret_env=secrets, harness=spec, tier=run.tier, model=run.model,
+                      base_url=(member.base_url if member else "") or harness.base_url,
+                      context_hash=run.context_hash)
 
 
-def _stack(s: Session, change: Change, task: Task) -> list[agent_pb2.StackedChangeSet]:
-    tasks = {t.key: t for t in s.query(Task).filter(Task.change_id == change.id)}
+def _stack(s: Session, change: Change, task: Task) -> list[Stacked]:
+    tasks = tasks_by_key(s, change.id)
     deps = {k: t.depends_on for k, t in tasks.items()}
-    latest = changesets.latest_for_tasks(s, [tasks[k].id for k in task.depends_on])
+    latest = latest_changesets(s, [tasks[k].id for k in task.depends_on])
     present = [k for k in task.depends_on if tasks[k].id in latest]
     tie = {k: (latest[tasks[k].id].created_at.isoformat(), tasks[k].id) for k in present}
-    return [agent_pb2.StackedChangeSet(changeset_id=cs.id, task_id=cs.task_id, branch=cs.branch, commit=cs.commit,
-                                       created_at=cs.created_at.isoformat())
+    return [Stacked(cs.id, cs.task_id, cs.branch, cs.commit, cs.created_at.isoformat())
             for cs in (latest[tasks[k].id] for k in graph.stack_order(present, deps, tie))]
 
 

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Protocol
 
+from controlplane.domain.tiers import (
+    CLASSIFIER_SYSTEM,
+    ClassifierAnswer,
+    TaskTraits,
+    classifier_messages,
+    parse_classifier,
+)
 from drover.core.model import ModelError, ModelReply
-from controlplane.domain.tiers import CLASSIFIER_SYSTEM, ClassifierAnswer, TaskTraits, classifier_messages, parse_classifier
 
 MAX_TOKENS = 100
 """Room for the JSON answer and a little prose around it."""

@@ -13,13 +13,14 @@ import tempfile
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from drover.core import gitspace
-from controlplane.services import changesets, lifecycle
 from controlplane.domain import graph
-from controlplane.store.models import Change, Project, Task
+from controlplane.services import change_lifecycle
 from controlplane.services.notify import Notifier
 from controlplane.services.projects import git_token
+from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.engine import Store
+from controlplane.store.models import Change, Project
+from drover.core import gitspace
 
 log = logging.getLogger("drover.composer")
 
@@ -34,8 +35,8 @@ def inputs(s: Session, change_id: str) -> tuple[str, str, list[gitspace.StackIte
     assert change is not None
     project = s.get(Project, change.project)
     assert project is not None
-    tasks = {t.key: t for t in s.scalars(select(Task).where(Task.change_id == change_id))}
-    latest = changesets.latest_for_tasks(s, [t.id for t in tasks.values()])
+    tasks = tasks_by_key(s, change_id)
+    latest = latest_changesets(s, [t.id for t in tasks.values()])
     present = [k for k, t in tasks.items() if t.id in latest]
     tie = {k: (latest[tasks[k].id].created_at.isoformat(), tasks[k].id) for k in present}
     ordered = graph.stack_order(present, {k: t.depends_on for k, t in tasks.items()}, tie)
@@ -55,12 +56,12 @@ class Composer:
         try:
             result = await asyncio.to_thread(gitspace.compose_candidate, repo, branch, change_id, items,
                                              self.work_dir, token)
-            await self.store.run(lifecycle.finish_composition, change_id, result.branch, result.commit, "")
+            await self.store.run(change_lifecycle.finish_composition, change_id, result.branch, result.commit, "")
         except gitspace.MergeConflict as conflict:
-            await self.store.run(lifecycle.finish_composition, change_id, "", "",
+            await self.store.run(change_lifecycle.finish_composition, change_id, "", "",
                                  f"candidate_conflict: {', '.join(conflict.files)} ({conflict.changeset_id})")
         except gitspace.WorkspaceError as err:
-            await self.store.run(lifecycle.finish_composition, change_id, "", "", f"candidate_failed: {err}")
+            await self.store.run(change_lifecycle.finish_composition, change_id, "", "", f"candidate_failed: {err}")
         self.notifier.notify()
 
     async def run_forever(self) -> None:

@@ -15,16 +15,17 @@ import pygit2
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from drover.core.tool_specs import DEFINITIONS, TERMINAL
-from controlplane.services import changesets, lifecycle
-from controlplane.domain import packet
 from controlplane.context import retrieval
-from controlplane.dispatch.assignments import workspace_mode
 from controlplane.context.canonical_tree import open_canonical
-from controlplane.store.models import Change, ChangeSet, Project, Run, RunLog, Task
-from controlplane.store.objects import DirectoryStore
+from controlplane.dispatch.assignments import workspace_mode
+from controlplane.domain import packet
 from controlplane.services.projects import git_token
+from controlplane.store import events
+from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.engine import Store, aware
+from controlplane.store.models import Change, ChangeSet, Project, Run, RunLog, Task
+from controlplane.store.objects import DirectoryStore, packet_key
+from drover.core.tool_specs import DEFINITIONS, TERMINAL
 
 FAILURE_LOG_CHARS = 400_000  # read at most this much of a failed run's log
 COMPACT_ABOVE_TOKENS = 6_000   # longer failure logs are compacted by a metered haiku call
@@ -41,7 +42,8 @@ class Gathered:
     repo: str
     branch: str
     token: str = dataclasses.field(repr=False)  # the git token: never shown
-    key: str  # the object-store prefix context/<project>/<change>/<task>
+    change_id: str
+    task_id: str
     change: dict[str, Any]
     task: dict[str, Any]
     declared: tuple[str, ...]
@@ -68,8 +70,8 @@ def gather(s: Session, run_id: str) -> Gathered | None:
     project = s.get(Project, change.project)
     assert project is not None
     spec = task.spec or {}
-    tasks = {t.key: t for t in s.scalars(select(Task).where(Task.change_id == change.id))}
-    latest = changesets.latest_for_tasks(s, [t.id for t in tasks.values()])
+    tasks = tasks_by_key(s, change.id)
+    latest = latest_changesets(s, [t.id for t in tasks.values()])
     mode = workspace_mode(task.kind, project)
     tools = tuple(TERMINAL) if mode == "none" else tuple(DEFINITIONS)
 
@@ -106,7 +108,7 @@ def gather(s: Session, run_id: str) -> Gathered | None:
                for t in deps if (cs := latest.get(t.id)) is not None]
     return Gathered(
         project=project.name, repo=project.repo, branch=project.branch, token=git_token(project),
-        key=f"context/{project.name}/{change.id}/{task.id}",
+        change_id=change.id, task_id=task.id,
         change={"goal": change.goal, "criteria": list(change.criteria), "invariants": list(change.invariants)},
         task={"key": task.key, "kind": task.kind, "objective": task.objective,
               "resources": list(spec.get("resources", [])), "risk": spec.get("risk", ""),
@@ -164,7 +166,7 @@ def record(s: Session, run_id: str, context_hash: str, dropped: list[str]) -> No
     if run is None or run.state != "queued":
         return
     run.context_hash = context_hash
-    lifecycle.add_event(s, "packet.compiled", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
+    events.add_event(s, "packet.compiled", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
                         context_hash=context_hash, dropped=dropped)
 
 
@@ -196,10 +198,10 @@ async def prepare(store: Store, objects: DirectoryStore, mirrors: pathlib.Path, 
         semantic, note = await recall.items(g.project, where.repo_path, where.commit,
                                             f"{g.change['goal']}\n{g.task['objective']}", files)
     compiled = await asyncio.to_thread(compile_for, g, where, semantic, note)
-    objects.put(f"{g.key}/{compiled.sha256}.json", compiled.data)  # before the row names it
+    objects.put(packet_key(g.project, g.change_id, g.task_id, compiled.sha256), compiled.data)  # before the row names it
     await store.run(record, run_id, compiled.sha256, list(compiled.dropped))
     return compiled.sha256
 
 
 def load(objects: DirectoryStore, project: str, change_id: str, task_id: str, context_hash: str) -> dict[str, Any]:
-    return json.loads(objects.get(f"context/{project}/{change_id}/{task_id}/{context_hash}.json"))
+    return json.loads(objects.get(packet_key(project, change_id, task_id, context_hash)))

@@ -21,7 +21,13 @@ import urllib.error
 import urllib.request
 from typing import Awaitable, Callable, Iterable, Mapping
 
-from controlplane.domain.members import PAY_PER_API, UNKNOWN, Member, QuotaPolicy, QuotaSnapshot
+from controlplane.domain.members import (
+    PAY_PER_API,
+    UNKNOWN,
+    Member,
+    QuotaPolicy,
+    QuotaSnapshot,
+)
 
 log = logging.getLogger("drover.quota")
 

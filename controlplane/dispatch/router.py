@@ -12,21 +12,20 @@ import pathlib
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from drover.core.model import AnthropicModel, ModelError
-from drover.core.retry import RetryPolicy
-from controlplane.dispatch import classifier, packet_pipeline
-from controlplane.services import lifecycle
-from controlplane.domain import members, pricing, tiers, run_states
-from controlplane.store import meters
 from controlplane.config import HarnessConfig
-from controlplane.domain.errors import DroverError
+from controlplane.context.recall import Recall
+from controlplane.dispatch import classifier, packet_pipeline
+from controlplane.dispatch.quota import ObservedFailures, QuotaProbe
+from controlplane.domain import members, pricing, run_states, tiers
+from controlplane.domain.errors import DroverError, error_id
+from controlplane.services import run_lifecycle
+from controlplane.services.notify import Notifier
+from controlplane.store import events, meters
+from controlplane.store.engine import Store
 from controlplane.store.models import Conflict, DecisionReceipt, Run, Task, utcnow
 from controlplane.store.objects import DirectoryStore
-from controlplane.services.notify import Notifier
-from controlplane.dispatch.quota import ObservedFailures, QuotaProbe
-from controlplane.context.recall import Recall
-from controlplane.api.status import error_id
-from controlplane.store.engine import Store
+from drover.core.model import AnthropicModel, ModelError
+from drover.core.retry import RetryPolicy
 
 log = logging.getLogger("drover.router")
 QUOTA_ERRORS = frozenset({"rate_limit_error", "RateLimited", "billing_error", "SpendLimited", "429"})
@@ -79,7 +78,7 @@ def active_by_member(s: Session) -> dict[str, int]:
 
 def reserve_classifier_call(s: Session, cap: int) -> bool:
     """The shared classifier meter: at most `cap` calls per UTC day."""
-    return meters.take_classifier_call(s, lifecycle.new_id("cls"), utcnow(), cap)
+    return meters.take_classifier_call(s, events.new_id("cls"), utcnow(), cap)
 
 
 def record(s: Session, run_id: str, decision: tiers.TierDecision, selection: members.Selection,
@@ -101,16 +100,16 @@ def record(s: Session, run_id: str, decision: tiers.TierDecision, selection: mem
                 if answer else None,
                 members=selection.candidates, outcome=selection.outcome)
     ids = dict(change_id=run.change_id, task_id=run.task_id, run_id=run.id)
-    lifecycle.add_event(s, "quota_router.scored", **ids, tier=decision.model_tier, candidates=selection.candidates)
+    events.add_event(s, "quota_router.scored", **ids, tier=decision.model_tier, candidates=selection.candidates)
     if selection.outcome == "wait":
         run.not_before = utcnow() + dt.timedelta(seconds=delay)
         receipt.data = data
-        lifecycle.add_event(s, "quota_router.waiting", **ids, message=selection.message)
-        lifecycle.add_event(s, "quota_router.deferred", **ids, seconds=delay)
+        events.add_event(s, "quota_router.waiting", **ids, message=selection.message)
+        events.add_event(s, "quota_router.deferred", **ids, seconds=delay)
         return
     if selection.outcome == "no_eligible":
         receipt.tier, receipt.data = decision.tier, data
-        lifecycle.fail_unroutable(s, run, selection.message)
+        run_lifecycle.fail_unroutable(s, run, selection.message)
         return
     member = selection.chosen
     assert member is not None
@@ -125,7 +124,7 @@ def record(s: Session, run_id: str, decision: tiers.TierDecision, selection: mem
     run.member = member.route_key
     data["member"] = member.route_key
     receipt.tier, receipt.data = decision.tier, data
-    lifecycle.add_event(s, "model.route.decided", **ids, tier=decision.tier, model=run.model, member=run.member,
+    events.add_event(s, "model.route.decided", **ids, tier=decision.tier, model=run.model, member=run.member,
                         rule=decision.rule, floor=decision.floor or "", opus_disabled=decision.opus_disabled,
                         escalation=data.get("escalation", ""))
 
@@ -153,7 +152,7 @@ class Router:
         model = self.classifier.model
         price = pricing.price_for(model, h.prices)
         estimate = pricing.estimate_micros(packet_pipeline.packet.estimate_tokens(text), 1000, price)
-        reservation = lifecycle.new_id("cmp")
+        reservation = events.new_id("cmp")
         budgets = meters.BudgetConfig(h.provider_month_usd, h.agent_calls_per_day, h.classifier_calls_per_day)
 
         def reserve(s: Session) -> bool:
@@ -211,7 +210,7 @@ class Router:
                     continue
                 self.failures.pop(item.run_id, None)
                 reason = _reason(item.run_id, err)
-                await self.store.run(lambda s, run_id=item.run_id: lifecycle.fail_unrouted(s, run_id, reason))
+                await self.store.run(lambda s, run_id=item.run_id: run_lifecycle.fail_unrouted(s, run_id, reason))
         if pending:
             self.notifier.notify()
         return len(pending)
@@ -250,6 +249,6 @@ class Router:
             await packet_pipeline.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall, self.compact)
         for m in cls.members:
             if m.billing == members.SUBSCRIPTION:
-                await self.store.run(lambda s, key=m.route_key: lifecycle.add_event(
+                await self.store.run(lambda s, key=m.route_key: events.add_event(
                     s, "quota_router.probed", run_id=item.run_id, member=key,
                     available_pct=snapshots[key].available_pct))

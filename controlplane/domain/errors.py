@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 
 class DroverError(Exception):
     """Base of every error the control plane reports to a caller."""
@@ -39,3 +41,8 @@ class PermissionDenied(DroverError):
 
 class ResourceExhausted(DroverError):
     code = "RESOURCE_EXHAUSTED"
+
+
+def error_id() -> str:
+    """An id for an unexpected error: the caller gets it, the log has it with the traceback."""
+    return f"err_{secrets.token_hex(6)}"

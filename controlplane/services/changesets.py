@@ -9,9 +9,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from controlplane.services.lifecycle import add_event, new_id
+from controlplane.services import claims
+from controlplane.store.events import add_event, new_id
 from controlplane.store.models import Change, ChangeSet, Run, utcnow
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import DirectoryStore, patch_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,9 +29,6 @@ class Published:
     summary: str = ""
     intent: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-
-def patch_key(project: str, change_id: str, task_id: str, changeset_id: str) -> str:
-    return f"changesets/{project}/{change_id}/{task_id}/{changeset_id}.patch"
 
 
 def publish(s: Session, objects: DirectoryStore, p: Published) -> ChangeSet:
@@ -57,15 +55,5 @@ def publish(s: Session, objects: DirectoryStore, p: Published) -> ChangeSet:
     add_event(s, "changeset.published", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
               agent=run.agent, changeset_id=changeset.id, branch=p.branch, files=list(p.files))
     s.flush()
-    from controlplane.services import claims  # claims imports this module's neighbours
     claims.detect_conflicts(s, run.change_id)  # overlapping ChangeSets of one Change
     return changeset
-
-
-def latest_for_tasks(s: Session, task_ids: list[str]) -> dict[str, ChangeSet]:
-    """The newest ChangeSet of each Task (a Task that ran again published again)."""
-    latest: dict[str, ChangeSet] = {}
-    for cs in s.scalars(select(ChangeSet).where(ChangeSet.task_id.in_(task_ids))
-                        .order_by(ChangeSet.created_at, ChangeSet.id)):
-        latest[cs.task_id] = cs
-    return latest

@@ -22,13 +22,15 @@ from typing import Any, Iterable, Mapping, Sequence
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from controlplane.services import changesets
 from controlplane.domain import run_states
 from controlplane.domain.errors import FailedPrecondition, NotFound
-from controlplane.services.lifecycle import add_event, new_id
-from controlplane.store.models import Change, Claim, Conflict, Event, Run, Task, utcnow
-from controlplane.domain.resources import GLOB as _GLOB, NAMED as _NAMED, normalise
+from controlplane.domain.resources import GLOB as _GLOB
+from controlplane.domain.resources import NAMED as _NAMED
+from controlplane.domain.resources import normalise
+from controlplane.store.changes import latest_changesets, tasks_of
 from controlplane.store.engine import aware
+from controlplane.store.events import add_event, new_id
+from controlplane.store.models import Change, Claim, Conflict, Event, Run, utcnow
 
 LEASE = dt.timedelta(seconds=120)
 """How long a claim lasts without renewal."""
@@ -338,11 +340,11 @@ def detect_conflicts(s: Session, change_id: str) -> list[Conflict]:
     change = s.get(Change, change_id, with_for_update=True)  # one detector at a time per Change
     if change is None:
         raise NotFound(f"no change {change_id!r}", field="change_id")
-    tasks = list(s.scalars(select(Task).where(Task.change_id == change_id).order_by(Task.position)))
+    tasks = tasks_of(s, change_id)
     by_key = {t.key: t.id for t in tasks}
     deps = {t.id: [by_key[k] for k in t.depends_on if k in by_key] for t in tasks}
     keys = {t.id: t.key for t in tasks}
-    latest = changesets.latest_for_tasks(s, [t.id for t in tasks])
+    latest = latest_changesets(s, [t.id for t in tasks])
     contended = [(c.holder_task, c.contender_task, resource) for c in contended_runs(s, change_id)
                  if c.holder_change == change_id for resource in (c.resource, c.held_resource)]
     found = find_conflicts([t.id for t in tasks], deps,

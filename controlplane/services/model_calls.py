@@ -12,11 +12,11 @@ import datetime as dt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane.store import meters
-from controlplane.domain import pricing
 from controlplane.config import HarnessConfig
+from controlplane.domain import pricing
 from controlplane.domain.errors import InvalidArgument, NotFound
-from controlplane.services.lifecycle import add_event, new_id
+from controlplane.store import meters
+from controlplane.store.events import add_event, new_id
 from controlplane.store.models import Change, ModelCall, Run, Task, utcnow
 
 CLOSED_TASK = ("succeeded", "failed", "cancelled", "blocked")

@@ -72,3 +72,8 @@ def take(rows: Iterable[Any], size: int, convert: Callable[[Any], T], nbytes: Ca
         items.append(item)
         last = row
     return Page(items)
+
+
+def page_size(requested: int, default: int, maximum: int) -> int:
+    """AIP-158: 0 takes the default; more than the maximum takes the maximum."""
+    return default if requested <= 0 else min(requested, maximum)

@@ -6,11 +6,11 @@ import pathlib
 
 from sqlalchemy.orm import Session
 
-from drover.core.allowlist import policy_from_strings
 from controlplane.domain.errors import InvalidArgument
-from controlplane.services.lifecycle import add_event
+from controlplane.domain.names import NAME
+from controlplane.store.events import add_event
 from controlplane.store.models import Project
-from controlplane.api.validation import NAME
+from drover.core.allowlist import policy_from_strings
 
 
 def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "",

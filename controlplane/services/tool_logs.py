@@ -9,13 +9,10 @@ import logging
 from sqlalchemy.orm import Session
 
 from controlplane.store.models import Change, Run
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import DirectoryStore, tool_log_key
 
 log = logging.getLogger("drover.toollog")
 
-
-def key(project: str, change_id: str, task_id: str, run_id: str) -> str:
-    return f"context/{project}/{change_id}/{task_id}/tools-{run_id}.json"
 
 
 def record(s: Session, objects: DirectoryStore, run: Run, seq: int, text: str) -> None:
@@ -27,7 +24,7 @@ def record(s: Session, objects: DirectoryStore, run: Run, seq: int, text: str) -
     skipped rather than stopping the agent's stream."""
     change = s.get(Change, run.change_id)
     assert change is not None
-    path = key(change.project, change.id, run.task_id, run.id)
+    path = tool_log_key(change.project, change.id, run.task_id, run.id)
     document = json.loads(objects.get(path)) if objects.exists(path) else {"run_id": run.id, "calls": []}
     pending = document.setdefault("pending", {})
     pending[str(seq)] = text

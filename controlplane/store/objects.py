@@ -9,6 +9,21 @@ import tempfile
 from controlplane.domain.errors import NotFound
 
 
+def packet_key(project: str, change_id: str, task_id: str, context_hash: str) -> str:
+    """Where a run's Context Packet is kept, by its hash."""
+    return f"context/{project}/{change_id}/{task_id}/{context_hash}.json"
+
+
+def tool_log_key(project: str, change_id: str, task_id: str, run_id: str) -> str:
+    """Where a run's full tool inputs and outputs are kept."""
+    return f"context/{project}/{change_id}/{task_id}/tools-{run_id}.json"
+
+
+def patch_key(project: str, change_id: str, task_id: str, changeset_id: str) -> str:
+    """Where a ChangeSet's patch is kept."""
+    return f"changesets/{project}/{change_id}/{task_id}/{changeset_id}.patch"
+
+
 class DirectoryStore:
     """Keys are relative posix paths (context/<project>/<change>/<task>/...); writes are atomic."""
 

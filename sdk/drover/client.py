@@ -8,7 +8,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 import grpc
 
 from drover.errors import InvalidArgument, from_rpc_error
-from drover.v1 import (change_pb2, change_pb2_grpc, operations_pb2, operations_pb2_grpc, types_pb2)
+from drover.v1 import (
+    change_pb2,
+    change_pb2_grpc,
+    operations_pb2,
+    operations_pb2_grpc,
+    types_pb2,
+)
 
 T = TypeVar("T")
 Change = types_pb2.Change

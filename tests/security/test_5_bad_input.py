@@ -18,8 +18,15 @@ from typing import Any, Callable
 import grpc
 import pytest
 
-from drover.v1 import agent_pb2, agent_pb2_grpc, change_pb2, change_pb2_grpc, operations_pb2, operations_pb2_grpc
-from drover.v1 import types_pb2
+from drover.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    change_pb2,
+    change_pb2_grpc,
+    operations_pb2,
+    operations_pb2_grpc,
+    types_pb2,
+)
 from tests.conftest import Fleet
 
 INVALID, NOT_FOUND = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND

@@ -19,10 +19,18 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from drover.v1 import (agent_pb2, agent_pb2_grpc, change_pb2, change_pb2_grpc, operations_pb2, operations_pb2_grpc,
-                       types_pb2)
+from drover.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    change_pb2,
+    change_pb2_grpc,
+    operations_pb2,
+    operations_pb2_grpc,
+    types_pb2,
+)
 from tests.conftest import Fleet, python_command, task
 
 EXAMPLES = 100

@@ -15,7 +15,14 @@ from typing import Any, Awaitable, Callable, Mapping
 import anthropic
 import httpx2  # anthropic 2.x's HTTP client; its transport errors escape mid-stream unwrapped
 
-from drover.core.retry import PERMANENT, RETRY, SPEND_LIMITED, RetryPolicy, classify, retry_delay
+from drover.core.retry import (
+    PERMANENT,
+    RETRY,
+    SPEND_LIMITED,
+    RetryPolicy,
+    classify,
+    retry_delay,
+)
 
 
 @dataclasses.dataclass(frozen=True)

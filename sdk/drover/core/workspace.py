@@ -6,7 +6,6 @@ import os
 import pathlib
 import re
 import shutil
-
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:

@@ -4,8 +4,8 @@ the token an agent name is bound to
 Revision ID: 0006
 Revises: 0005
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = '0006'
 down_revision = '0005'

@@ -1,0 +1,260 @@
+"""Agent sessions: the Connect stream of each agentd. The first message is a hello; then the agent's
+run messages are applied (one transaction each) and acked, and what the control plane has to say to
+the agent (welcome, assignments, cancels, acks, drain) goes out through the session's queue, written
+by one task per stream. A stream that carries nothing, not even a heartbeat, for the silence timeout is
+closed, and the agent counts as gone since it was last heard."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import time
+from typing import Callable
+
+import grpc
+from sqlalchemy.orm import Session
+
+from controlplane.api import auth, convert, validation
+from controlplane.api.status import grpc_code
+from controlplane.config import ServerConfig
+from controlplane.dispatch.assign import resume_assignments
+from controlplane.dispatch.assignments import Assignment
+from controlplane.domain.errors import DroverError
+from controlplane.services import agent_presence, run_lifecycle, tokens
+from controlplane.services.notify import Notifier
+from controlplane.store.engine import Store
+from controlplane.store.models import utcnow
+from controlplane.store.objects import DirectoryStore
+from drover.v1 import agent_pb2
+
+log = logging.getLogger("drover.agents")
+
+
+@dataclasses.dataclass
+class AgentSession:
+    name: str
+    outbound: asyncio.Queue[agent_pb2.ControlMessage | None]
+    token_id: int = 0
+    closing: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)  # shutdown, or its token revoked
+    close_code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
+    close_reason: str = "the control plane is shutting down"
+    last_heard: float = dataclasses.field(default_factory=time.monotonic)
+    """When the agent last sent anything (a heartbeat included), monotonic."""
+    last_heard_at: dt.datetime = dataclasses.field(default_factory=utcnow)
+    """The same moment as a wall-clock time: a lost agent counts as gone since then."""
+
+    def send(self, message: agent_pb2.ControlMessage) -> None:
+        self.outbound.put_nowait(message)
+
+    def heard(self) -> None:
+        self.last_heard, self.last_heard_at = time.monotonic(), utcnow()
+
+    def close(self, code: grpc.StatusCode, reason: str) -> None:
+        self.close_code, self.close_reason = code, reason
+        self.closing.set()
+
+
+class AgentSessions:
+    """The agents connected to this control plane."""
+
+    def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, objects: DirectoryStore) -> None:
+        self.store, self.config, self.notifier, self.objects = store, config, notifier, objects
+        self.sessions: dict[str, AgentSession] = {}
+        self.on_change: Callable[[], None] = lambda: None
+        """Called when an agent connects or a run ends or is refused: dispatch may have work."""
+        self.on_refused: Callable[[str, str], None] = lambda run_id, agent: None
+        self._stopping = False
+        self._cleanups: set[asyncio.Task[None]] = set()
+
+    # --- what dispatch and the services tell agents --------------------------------------------
+
+    def connected(self) -> list[str]:
+        return list(self.sessions)
+
+    def send(self, agent: str, assignment: Assignment) -> None:
+        session = self.sessions.get(agent)
+        if session is not None:
+            session.send(agent_pb2.ControlMessage(assign=convert.assignment(assignment)))
+
+    def tell_cancel(self, runs: list[tuple[str, str]], reason: str) -> None:
+        """Send cancel to the agents of (run_id, agent) pairs that are connected here; the others
+        hear it when they reconnect (their hello lists the run and the run is marked)."""
+        for run_id, agent in runs:
+            session = self.sessions.get(agent)
+            if session is not None:
+                session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason=reason)))
+
+    def tell_drain(self, agent: str) -> None:
+        session = self.sessions.get(agent)
+        if session is not None:
+            session.send(agent_pb2.ControlMessage(drain=agent_pb2.Drain()))
+
+    async def close_revoked(self) -> None:
+        """An agent whose token was revoked (or expired) loses its stream."""
+        sessions = list(self.sessions.values())
+        valid = await self.store.read(_valid_tokens, sorted({x.token_id for x in sessions}))
+        for session in sessions:
+            if session.token_id not in valid and not session.closing.is_set():
+                log.warning("agent %s: its token was revoked or has expired; closing its stream", session.name)
+                session.close(grpc.StatusCode.UNAUTHENTICATED, "this agent's token was revoked or has expired")
+
+    async def stop(self) -> None:
+        """End every stream now, so shutdown does not wait out the grace period. The agents keep their runs
+        and outbox and dial again."""
+        self._stopping = True
+        for session in list(self.sessions.values()):
+            session.closing.set()
+        for _ in range(100):
+            if not self.sessions:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*self._cleanups, return_exceptions=True)
+
+    # --- Connect ---------------------------------------------------------------------------------
+
+    async def connect(self, context: grpc.aio.ServicerContext) -> None:
+        who = auth.current()
+        hello = await self._hello(context, who)
+        session = AgentSession(hello.name, asyncio.Queue(), token_id=who.token_id)
+        self.sessions[hello.name] = session
+        writer = asyncio.create_task(self._write(session, context), name=f"write-{hello.name}")
+        registered = False
+        try:
+            await self._welcome(session, hello, who, context)
+            registered = True
+            await self._serve(session, context)
+        except BaseException as err:
+            log.info("agent %s stream ended: %r", hello.name, err)
+            raise
+        finally:
+            if self.sessions.get(hello.name) is session:
+                del self.sessions[hello.name]
+            session.outbound.put_nowait(None)
+            writer.cancel()
+            if registered:
+                # Not awaited here: the handler may be cancelled (the peer is gone) and must not lose this.
+                cleanup = asyncio.create_task(self._disconnected(hello.name, session.last_heard_at))
+                self._cleanups.add(cleanup)
+                cleanup.add_done_callback(self._cleanups.discard)
+
+    async def _hello(self, context: grpc.aio.ServicerContext, who: tokens.Principal) -> agent_pb2.Hello:
+        first = await context.read()
+        if first is grpc.aio.EOF or first.WhichOneof("body") != "hello":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "hello: the first message must be a hello")
+        try:
+            validation.check(first)
+        except DroverError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        hello = first.hello
+        claimed = hello.labels.get("pool")
+        if claimed is not None and claimed != who.pool:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f'hello.labels["pool"]: this agent\'s token serves the {_pool_name(who.pool)} pool, '
+                                f"not {claimed!r}")
+        if self._stopping:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is shutting down")
+        if hello.name in self.sessions:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"name: an agent named {hello.name!r} is already connected")
+        return hello
+
+    async def _welcome(self, session: AgentSession, hello: agent_pb2.Hello, who: tokens.Principal,
+                       context: grpc.aio.ServicerContext) -> None:
+        """Record the agent (its name bound to its token), answer the hello, re-send what it must resume."""
+        listed = set(hello.active_runs) | set(hello.undelivered_runs)
+        labels = {**dict(hello.labels), **({"pool": who.pool} if who.pool else {})}
+        try:
+            result = await self.store.run(
+                agent_presence.agent_connected, hello.name, labels, hello.capacity, list(hello.drivers),
+                hello.version, listed, hello.draining, who.token_id, who.pool)
+        except DroverError as err:  # the name belongs to another agent token
+            await context.abort(grpc_code(err), str(err))
+        session.send(agent_pb2.ControlMessage(welcome=agent_pb2.Welcome(agent=hello.name, applied=result.applied)))
+        for run_id in result.to_cancel:
+            session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))
+        if hello.resume_runs:
+            for assignment in await self.store.run(resume_assignments, hello.name, list(hello.resume_runs),
+                                                   self.config.harness, self.objects, self.config.output_limit_bytes):
+                session.send(agent_pb2.ControlMessage(assign=convert.assignment(assignment)))
+        log.info("agent %s connected (capacity %d, %s pool, %d runs listed)", hello.name, hello.capacity,
+                 _pool_name(who.pool), len(listed))
+        self.notifier.notify()
+        self.on_change()
+
+    async def _serve(self, session: AgentSession, context: grpc.aio.ServicerContext) -> None:
+        """Read until the agent goes, falls silent, or the stream is closed from here."""
+        reader = asyncio.create_task(self._read(session, context))
+        closing = asyncio.create_task(session.closing.wait())
+        silent = asyncio.create_task(self._silence(session))
+        await asyncio.wait({reader, closing, silent}, return_when=asyncio.FIRST_COMPLETED)
+        closing.cancel()
+        silent.cancel()
+        if not reader.done():
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            if not session.closing.is_set():
+                session.close(grpc.StatusCode.UNAVAILABLE,
+                              f"no message or heartbeat from {session.name} for {self.config.agent_silence_seconds:g} s")
+                log.warning("agent %s: silent for %.0f s; closing its stream", session.name,
+                            self.config.agent_silence_seconds)
+        elif not reader.cancelled():
+            reader.result()  # the reader's own failure, if any
+        if session.closing.is_set():
+            await context.abort(session.close_code, session.close_reason)
+
+    async def _silence(self, session: AgentSession) -> None:
+        """Returns once the agent has sent nothing (not even a heartbeat) for the silence timeout: a hung
+        agent (SIGSTOP, a frozen VM) keeps its TCP connection open but says nothing."""
+        limit = self.config.agent_silence_seconds
+        while True:
+            quiet = time.monotonic() - session.last_heard
+            if quiet >= limit:
+                return
+            await asyncio.sleep(max(0.05, min(1.0, limit - quiet)))
+
+    async def _disconnected(self, name: str, last_heard_at: dt.datetime) -> None:
+        try:
+            await self.store.run(agent_presence.agent_disconnected, name, last_heard_at)
+        except Exception:  # the store may be closing at shutdown
+            log.exception("recording the disconnect of %s", name)
+        log.info("agent %s disconnected", name)
+        self.notifier.notify()
+
+    async def _read(self, session: AgentSession, context: grpc.aio.ServicerContext) -> None:
+        while True:
+            message = await context.read()
+            if message is grpc.aio.EOF:
+                return
+            session.heard()
+            if message.WhichOneof("body") != "run":
+                continue  # a heartbeat: hearing it was the point
+            try:
+                validation.check(message)
+            except DroverError as err:  # nothing of it is applied; the agent learns why and dials again
+                session.close(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+                return
+            decoded = convert.run_message(message.run)
+            seq = await self.store.run(run_lifecycle.apply_run_message, session.name, decoded,
+                                       self.config.output_limit_bytes, self.objects)
+            session.send(agent_pb2.ControlMessage(ack=agent_pb2.Ack(run_id=decoded.run_id, seq=seq)))
+            self.notifier.notify()
+            if decoded.kind == "refused":
+                self.on_refused(decoded.run_id, session.name)
+            elif decoded.kind == "finished":
+                self.on_change()
+
+    async def _write(self, session: AgentSession, context: grpc.aio.ServicerContext) -> None:
+        while True:
+            message = await session.outbound.get()
+            if message is None:
+                return
+            await context.write(message)
+
+
+def _valid_tokens(s: Session, token_ids: list[int]) -> set[int]:
+    return {t for t in token_ids if tokens.still_valid(s, t)}
+
+
+def _pool_name(pool: str) -> str:
+    return repr(pool) if pool else "default"

@@ -1,0 +1,175 @@
+"""The dispatch loop: route the queued harness runs, then give queued runs to connected agents (oldest
+first, to the agent of the run's pool with the most free capacity). Every run is assigned in a savepoint
+of its own; one that cannot be assigned fails alone, in its own transaction, and the batch goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Protocol
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from controlplane.config import HarnessConfig, ServerConfig
+from controlplane.dispatch import assignments
+from controlplane.dispatch.assignments import Assignment
+from controlplane.dispatch.router import Router
+from controlplane.domain import run_states
+from controlplane.domain.errors import DroverError, error_id
+from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments
+from controlplane.services import claims, run_lifecycle
+from controlplane.services.notify import Notifier
+from controlplane.store import events
+from controlplane.store.engine import Store
+from controlplane.store.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
+from controlplane.store.objects import DirectoryStore
+
+log = logging.getLogger("drover.dispatch")
+REFUSAL_BACKOFF_SECONDS = 30.0
+"""An agent that refused a run is not offered it again this soon."""
+
+
+class Agents(Protocol):
+    """The connected agents, as the dispatcher sees them (the api layer's agent streams)."""
+
+    def connected(self) -> list[str]: ...
+
+    def send(self, agent: str, assignment: Assignment) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Dispatched:
+    assigned: list[tuple[str, Assignment]]
+    failed: list[tuple[str, str]]  # (run id, why it cannot be assigned): each is failed in its own transaction
+
+
+class Dispatcher:
+    def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, objects: DirectoryStore,
+                 router: Router, agents: Agents) -> None:
+        self.store, self.config, self.notifier, self.objects = store, config, notifier, objects
+        self.router, self.agents = router, agents
+        self._wake = asyncio.Event()
+        # run id -> {agent: monotonic time until which it is not offered the run again}
+        self._refusals: dict[str, dict[str, float]] = {}
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def refused(self, run_id: str, agent: str) -> None:
+        self._refusals.setdefault(run_id, {})[agent] = time.monotonic() + REFUSAL_BACKOFF_SECONDS
+        self.wake()
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.config.dispatch_interval)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                if await self.router.route_pending():
+                    self._wake.set()  # routed runs can be dispatched at once
+                await self.dispatch_once()
+            except Exception:
+                log.exception("dispatch failed; retrying")
+                await asyncio.sleep(1)
+
+    async def dispatch_once(self) -> int:
+        connected = self.agents.connected()
+        if not connected:
+            return 0
+        now = time.monotonic()
+        self._refusals = {run: fresh for run, by in self._refusals.items()
+                          if (fresh := {a: until for a, until in by.items() if until > now})}
+        avoid = {run: frozenset(by) for run, by in self._refusals.items()}
+        done = await self.store.run(assign_queued, connected, avoid, self.config.harness, self.objects,
+                                    self.config.output_limit_bytes)
+        for agent, assignment in done.assigned:
+            self.agents.send(agent, assignment)
+        for run_id, reason in done.failed:
+            log.warning("run %s cannot be assigned: %s", run_id, reason)
+            await self.store.run(run_lifecycle.fail_unassignable, run_id, reason)
+        if done.assigned or done.failed:
+            self.notifier.notify()
+        return len(done.assigned)
+
+
+def assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[str]], harness: HarnessConfig,
+                  objects: DirectoryStore, output_limit: int = 0) -> Dispatched:
+    """In one transaction: plan and record the assignment of queued runs to connected agents, each
+    run in a savepoint of its own."""
+    agents = list(s.scalars(select(Agent).where(Agent.name.in_(connected)).order_by(Agent.name)))
+    active = dict(s.execute(
+        select(Run.agent, func.count()).where(Run.agent.in_(connected), Run.state.in_(run_states.ACTIVE))
+        .group_by(Run.agent)).all())
+    slots = [AgentSlot(a.name, a.labels, a.capacity - active.get(a.name, 0), frozenset(a.drivers), a.draining,
+                       a.pool or "") for a in agents]
+    if all(slot.free <= 0 or slot.draining for slot in slots):
+        return Dispatched([], [])
+    rows = s.execute(
+        select(Run, Task, Project).join(Task, Run.task_id == Task.id).join(Change, Change.id == Run.change_id)
+        .join(Project, Project.name == Change.project).where(Run.state == "queued")
+        .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
+        .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
+        .order_by(Run.created_at, Run.id).limit(500)).all()
+    queued = {run.id: (run, task, project) for run, task, project in rows}
+    plan = plan_assignments([QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
+                             for run, task, project in rows], slots)
+    out: list[tuple[str, Assignment]] = []
+    failed: list[tuple[str, str]] = []
+    for run_id, agent in plan:
+        run, task, project = queued[run_id]
+        try:
+            with s.begin_nested():  # one run that cannot be assigned never takes the batch down with it
+                assignment = _assign_one(s, run, task, project, agent, harness, objects, output_limit)
+        except Exception as err:
+            failed.append((run_id, _unassignable(run_id, err)))
+            continue
+        if assignment is not None:
+            out.append((agent, assignment))
+    return Dispatched(out, failed)
+
+
+def _assign_one(s: Session, run: Run, task: Task, project: Project, agent: str, harness: HarnessConfig,
+                objects: DirectoryStore, output_limit: int) -> Assignment | None:
+    if run_lifecycle.assign(s, run.id, agent) is None:
+        return None
+    receipt = s.get(DecisionReceipt, run.id)
+    if receipt is not None:
+        receipt.data = {**(receipt.data or {}), "agent": agent}
+    resources = claims.task_resources(task.spec or {})
+    if resources:  # advisory: a claim another run holds is recorded as contended, never blocks
+        claims.acquire(s, run.id, resources, utcnow())
+    return assignments.build(s, run, task, project, harness, objects, output_limit)
+
+
+def _unassignable(run_id: str, err: Exception) -> str:
+    """The reason a run could not be assigned, safe to show its users: a DroverError says what is wrong
+    with the run; anything else is logged with an id and named by it."""
+    if isinstance(err, DroverError):
+        return f"assignment_failed: {err}"
+    eid = error_id()
+    log.error("run %s cannot be assigned (error id %s)", run_id, eid, exc_info=err)
+    return f"assignment_failed: {type(err).__name__} (error id {eid} in the control plane's log)"
+
+
+def resume_assignments(s: Session, agent: str, run_ids: list[str], harness: HarnessConfig,
+                       objects: DirectoryStore, output_limit: int = 0) -> list[Assignment]:
+    """Assignments sent again (secrets included) so harness runs whose supervisor died resume."""
+    out = []
+    for run_id in run_ids:
+        run = s.get(Run, run_id)
+        if run is None or run.agent != agent or run.state not in run_states.ACTIVE or run.driver != "harness":
+            continue
+        task = s.get(Task, run.task_id)
+        change = s.get(Change, run.change_id)
+        assert task is not None and change is not None
+        project = s.get(Project, change.project)
+        assert project is not None
+        assignment = assignments.build(s, run, task, project, harness, objects, output_limit)
+        events.add_event(s, "run.resumed", change_id=run.change_id, task_id=run.task_id, run_id=run.id, agent=agent)
+        out.append(dataclasses.replace(assignment, resume=True))
+    return out

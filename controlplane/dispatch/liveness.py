@@ -1,0 +1,67 @@
+"""The liveness sweep, every few seconds: agents whose token was revoked lose their stream; the runs of
+agents gone longer than the lost window fail as agent_lost; reservations whose settle never came settle
+at their estimate; the claims of live runs are renewed at half-life."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from typing import Awaitable, Callable, Protocol
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.config import ServerConfig
+from controlplane.domain import run_states
+from controlplane.services import agent_presence, claims, model_calls
+from controlplane.services.notify import Notifier
+from controlplane.store.engine import Store
+from controlplane.store.models import Run, utcnow
+
+log = logging.getLogger("drover.liveness")
+RESERVATION_TTL = dt.timedelta(minutes=15)
+"""Longer than any model call attempt (10 min ceiling): a reservation older than this was never settled."""
+
+
+class Agents(Protocol):
+    def connected(self) -> list[str]: ...
+
+    async def close_revoked(self) -> None: ...
+
+
+class Liveness:
+    def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, agents: Agents,
+                 wake: Callable[[], None], clock: Callable[[], dt.datetime] = utcnow,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.store, self.config, self.notifier, self.agents = store, config, notifier, agents
+        self.wake, self.clock, self.sleep = wake, clock, sleep
+
+    async def run_forever(self) -> None:
+        every = max(0.2, min(5.0, self.config.agent_lost_seconds / 4))
+        while True:
+            await self.sleep(every)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("liveness sweep failed")
+
+    async def sweep(self) -> list[str]:
+        """One pass; answers the runs it failed."""
+        await self.agents.close_revoked()
+        now = self.clock()
+        failed = await self.store.run(agent_presence.fail_lost_runs,
+                                      dt.timedelta(seconds=self.config.agent_lost_seconds), now)
+        await self.store.run(model_calls.settle_expired, RESERVATION_TTL)
+        await self.store.run(renew_claims, self.agents.connected(), now)
+        if failed:
+            log.warning("failed %d runs of lost agents", len(failed))
+            self.notifier.notify()
+            self.wake()
+        return failed
+
+
+def renew_claims(s: Session, connected: list[str], now: dt.datetime) -> None:
+    """The claims of live runs on connected agents are renewed at half-life."""
+    for run_id in s.scalars(select(Run.id).where(Run.agent.in_(connected), Run.state.in_(run_states.ACTIVE))):
+        claims.renew_due(s, run_id, now)

@@ -1,0 +1,113 @@
+"""Agents connecting, going away and draining; the runs of agents gone too long fail as agent_lost."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from controlplane.domain import run_states
+from controlplane.domain.errors import NotFound, PermissionDenied
+from controlplane.services.run_lifecycle import finish_run, requeue
+from controlplane.store.engine import aware
+from controlplane.store.events import add_event
+from controlplane.store.models import Agent, Run, Token, utcnow
+
+FORGET = 1 << 62  # an applied seq that makes an agent drop every message of a run
+
+
+@dataclasses.dataclass(frozen=True)
+class HelloResult:
+    applied: dict[str, int]      # highest applied seq of each run the agent listed
+    to_cancel: list[str]         # listed runs whose cancel the agent may not have heard
+
+
+def agent_connected(s: Session, name: str, labels: dict[str, str], capacity: int, drivers: list[str],
+                    version: str, listed: set[str], draining: bool, token_id: int = 0, pool: str = "") -> HelloResult:
+    """Record a connected agent. A name is bound to the agent token that first registered it: another
+    token may take it only once that one is revoked or expired, and only for the same pool."""
+    agent = s.get(Agent, name, with_for_update=True)
+    if agent is None:
+        agent = Agent(name=name, draining=False)
+        s.add(agent)
+    elif agent.token_id is not None and token_id and agent.token_id != token_id:
+        bound = s.get(Token, agent.token_id)
+        if bound is not None and (bound.revoked_at is None and not _expired(bound)):
+            raise PermissionDenied(f"the agent name {name!r} belongs to another agent token", field="hello.name")
+        if (agent.pool or "") != pool:
+            raise PermissionDenied(f"the agent name {name!r} was an agent of another pool; use a new name",
+                                   field="hello.name")
+        add_event(s, "agent.rebound", agent=name, pool=pool)
+    if token_id:
+        agent.token_id, agent.pool = token_id, pool
+    agent.labels, agent.capacity, agent.drivers, agent.version = labels, capacity, drivers, version
+    agent.connected, agent.connected_at, agent.disconnected_at = True, utcnow(), None
+    agent.draining = draining  # a drain lasts as long as the agentd process that was told
+    add_event(s, "agent.connected", agent=name, capacity=capacity, labels=labels)
+    applied: dict[str, int] = {}
+    to_cancel: list[str] = []
+    for run in s.scalars(select(Run).where(Run.agent == name, Run.state.in_(run_states.ACTIVE))):
+        if run.id in listed:
+            applied[run.id] = run.last_seq
+            if run.cancel_requested:
+                to_cancel.append(run.id)
+        elif run.state == "starting" and run.last_seq == 0:
+            requeue(s, run, reason="assignment_not_received")  # never reached the agent
+        else:
+            finish_run(s, run, "failed", exit_code=-1, reason="agent_restarted",
+                    error=f"agent {name} came back without this run")
+    for run_id in listed - applied.keys():
+        # Ended here already (agent_lost, or a result whose ack was lost): take the rest of its output,
+        # which cannot change its state, and stop its session. Not this agent's run: forget it.
+        run = s.get(Run, run_id)
+        applied[run_id] = run.last_seq if run is not None and run.agent == name else FORGET
+        to_cancel.append(run_id)
+    return HelloResult(applied=applied, to_cancel=to_cancel)
+
+
+def _expired(token: Token) -> bool:
+    expires = aware(token.expires_at)
+    return expires is not None and utcnow() >= expires
+
+
+def agent_disconnected(s: Session, name: str, last_heard_at: dt.datetime | None = None) -> None:
+    """The agent's stream ended; it counts as gone since it was last heard (a hung agent is silent long
+    before its stream is closed), so its runs fail as agent_lost that long after it fell silent."""
+    agent = s.get(Agent, name)
+    if agent is None or not agent.connected:
+        return
+    now = utcnow()
+    agent.connected, agent.disconnected_at = False, min(last_heard_at or now, now)
+    add_event(s, "agent.disconnected", agent=name, last_heard_at=agent.disconnected_at.isoformat())
+
+
+def disconnect_all(s: Session) -> None:
+    """At start-up no agent is connected to this process yet; their lost-window starts now."""
+    s.execute(update(Agent).where(Agent.connected.is_(True)).values(connected=False, disconnected_at=utcnow()))
+
+
+def fail_lost_runs(s: Session, window: dt.timedelta, now: dt.datetime | None = None) -> list[str]:
+    """Fail the active runs of agents gone (since they were last heard) for longer than `window`."""
+    now = now or utcnow()
+    failed: list[str] = []
+    for agent in s.scalars(select(Agent).where(Agent.connected.is_(False))):
+        since = aware(agent.disconnected_at)
+        if since is None or now - since < window:
+            continue
+        for run in s.scalars(select(Run).where(Run.agent == agent.name, Run.state.in_(run_states.ACTIVE))):
+            finish_run(s, run, "failed", exit_code=-1, reason="agent_lost",
+                    error=f"agent {agent.name} disconnected for more than {int(window.total_seconds())} s")
+            failed.append(run.id)
+    return failed
+
+
+def drain_agent(s: Session, name: str) -> Agent:
+    agent = s.get(Agent, name)
+    if agent is None:
+        raise NotFound(f"no agent {name!r}", field="name")
+    if not agent.draining:
+        agent.draining = True
+        add_event(s, "agent.draining", agent=name)
+    return agent

@@ -1,0 +1,261 @@
+"""State changes of runs (seed 003's transitions): assignment, refusal, the agent's messages applied
+once each, the end of a run and what comes after it (retry, escalation, budget stop). Each function
+runs inside one transaction and appends the Events of what it changed."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.domain import escalation, run_states
+from controlplane.domain.errors import FailedPrecondition
+from controlplane.services import tool_logs
+from controlplane.services.progress import (
+    advance,
+    block_dependents,
+    queue_run,
+    settle_change,
+)
+from controlplane.services.tenancy import Scope, visible_run
+from controlplane.store.changes import tasks_of
+from controlplane.store.engine import aware
+from controlplane.store.events import add_event, run_event
+from controlplane.store.models import Change, DecisionReceipt, Run, RunLog, Task, utcnow
+from controlplane.store.objects import DirectoryStore
+
+DROPPED_LINE = "output limit of {limit} bytes reached: later output of this run is dropped\n"
+
+
+def move(s: Session, run: Run, target: str) -> None:
+    run_states.check_move(run.state, target)
+    run.state = target
+
+
+def assign(s: Session, run_id: str, agent: str) -> Run | None:
+    """queued -> starting on `agent`; None when the run is no longer queued."""
+    run = s.get(Run, run_id)
+    if run is None or run.state != "queued":
+        return None
+    move(s, run, "starting")
+    run.agent = agent
+    run_event(s, "run.assigned", run)
+    return run
+
+
+def requeue(s: Session, run: Run, reason: str) -> None:
+    move(s, run, "queued")
+    run_event(s, "run.requeued", run, reason=reason, previous_agent=run.agent)
+    run.agent = ""
+    run.last_seq = 0  # the next agent numbers its messages about this run from 1
+
+
+def finish_run(s: Session, run: Run, status: str, *, exit_code: int = 0, reason: str = "", error: str = "") -> None:
+    if run.state == "starting" and status != "failed":
+        move(s, run, "running")  # a session that ended was a session that started
+    move(s, run, status)
+    run.exit_code, run.reason, run.finished_at = exit_code, reason, utcnow()
+    data: dict[str, Any] = {"status": status, "exit_code": exit_code, "reason": reason}
+    if error:
+        data["error"] = error[:2000]
+    run_event(s, "run.finished", run, **data)
+    from controlplane.services import (
+        claims,  # claims uses this module's add_event and new_id
+    )
+    claims.release(s, run.id, utcnow())
+    task = s.get(Task, run.task_id)
+    change = s.get(Change, run.change_id, with_for_update=True)  # one finisher at a time per Change
+    assert task is not None and change is not None
+    if task.status in ("ready", "running"):
+        if status == "succeeded":
+            task.status, task.reason = "succeeded", ""
+            add_event(s, "task.succeeded", change_id=change.id, task_id=task.id, key=task.key)
+        elif run.driver == "harness" and status == "failed" and _next_attempt(s, change, task, run):
+            pass  # queued again (retry or escalation) or stopped by a budget
+        else:
+            task.status = "cancelled" if status == "cancelled" else "failed"
+            task.reason = reason or status
+            add_event(s, f"task.{task.status}", change_id=change.id, task_id=task.id, key=task.key,
+                      reason=task.reason)
+        if task.status in ("failed", "cancelled", "blocked"):
+            block_dependents(s, change, task)
+    s.flush()
+    advance(s, change)
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Settings the lifecycle needs from the control plane's configuration."""
+    allow_opus: bool = False
+
+
+POLICY = Policy()
+
+
+def set_policy(policy: Policy) -> None:
+    global POLICY
+    POLICY = policy
+
+
+def _attempt_window(s: Session, task: Task) -> list[escalation.Attempt]:
+    """The Task's failed harness runs since its attempt window opened (a raised budget opens one)."""
+    since = aware(task.attempts_reset_at)
+    out = []
+    for r in s.scalars(select(Run).where(Run.task_id == task.id, Run.state == "failed", Run.driver == "harness")
+                       .order_by(Run.finished_at, Run.id)):
+        finished = aware(r.finished_at)
+        if since is not None and finished is not None and finished <= since:
+            continue
+        outcome = r.reason if r.reason in escalation.OUTCOMES else "failed"
+        out.append(escalation.Attempt(r.tier if r.tier in escalation.TIERS else "sonnet", outcome,
+                                      finished or utcnow()))
+    return out
+
+
+def _next_attempt(s: Session, change: Change, task: Task, run: Run) -> bool:
+    """After a failed harness run: retry, escalate, or stop on a budget (seed 000). Answers False when
+    the Task simply fails."""
+    s.flush()
+    step = escalation.decide(_attempt_window(s, task), POLICY.allow_opus)
+    if step.action in ("retry", "escalate"):
+        task.status, task.reason = "ready", ""
+        new = queue_run(s, task, attempt=run.attempt + 1)
+        new.tier = step.tier
+        new.not_before = utcnow() + dt.timedelta(seconds=step.delay_seconds)
+        s.add(DecisionReceipt(run_id=new.id, change_id=change.id, task_id=task.id, tier=step.tier,
+                              data={"escalation": escalation.receipt_reason(step) or step.reason},
+                              created_at=utcnow()))
+        if step.action == "escalate":
+            add_event(s, "agent.escalated", change_id=change.id, task_id=task.id, run_id=new.id,
+                      key=task.key, **{"from": step.escalated_from, "to": step.escalated_to, "reason": step.reason})
+        else:
+            add_event(s, "task.retrying", change_id=change.id, task_id=task.id, run_id=new.id, key=task.key,
+                      tier=step.tier, reason=step.reason)
+        return True
+    if step.action in ("stop", "replan"):
+        task.status, task.reason = "blocked", f"budget_stop: {step.limit}"
+        add_event(s, "budget.stopped", change_id=change.id, task_id=task.id, run_id=run.id, key=task.key,
+                  limit=step.limit, reason=step.reason)
+        change.reason = step.limit
+        return True
+    return False
+
+
+def fail_unroutable(s: Session, run: Run, message: str, outcome: str = "routing_no_eligible") -> None:
+    """No member can serve the run (ROUTING_NO_ELIGIBLE), or it cannot be routed or assigned at all:
+    the run never starts and the Task fails."""
+    task = s.get(Task, run.task_id)
+    change = s.get(Change, run.change_id, with_for_update=True)
+    assert task is not None and change is not None
+    task.status, task.reason = "failed", message
+    add_event(s, "task.failed", change_id=change.id, task_id=task.id, key=task.key, reason=message)
+    block_dependents(s, change, task)
+    finish_run(s, run, "cancelled", reason=outcome, error=message)
+
+
+def fail_unassignable(s: Session, run_id: str, reason: str) -> None:
+    """A queued run that cannot be assigned (its Task is malformed in a way submission did not catch):
+    it never starts, its Task fails with the reason and its dependents are blocked; the rest of the
+    fleet's dispatch goes on."""
+    run = s.get(Run, run_id)
+    if run is None or run.state != "queued":
+        return
+    fail_unroutable(s, run, reason, outcome="assignment_failed")
+
+
+def fail_unrouted(s: Session, run_id: str, reason: str) -> None:
+    """A queued harness run whose routing or Context Packet keeps failing: failed alone."""
+    run = s.get(Run, run_id)
+    if run is None or run.state != "queued":
+        return
+    fail_unroutable(s, run, reason, outcome="routing_failed")
+
+
+def cancel_run(s: Session, run_id: str, reason: str, scope: Scope = None) -> Run:
+    """Cancel one run: a queued run ends now, an active one is marked for its agent to stop."""
+    run = visible_run(s, run_id, scope)
+    if run.state in run_states.TERMINAL:
+        raise FailedPrecondition(f"run {run_id} already {run.state}", field="run_id")
+    if run.state == "queued":
+        finish_run(s, run, "cancelled", reason="cancelled", error=reason)
+    elif not run.cancel_requested:
+        run.cancel_requested = True
+        run_event(s, "run.cancel_requested", run, reason=reason)
+    return run
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMessage:
+    """What an agent said about a run, decoded from the wire."""
+    run_id: str
+    seq: int
+    kind: str  # refused | started | log | finished
+    stream: str = ""
+    text: str = ""
+    status: str = ""
+    exit_code: int = 0
+    reason: str = ""
+    error: str = ""
+
+
+def apply_run_message(s: Session, agent: str, msg: RunMessage, output_limit: int,
+                      objects: DirectoryStore | None = None) -> int:
+    """Apply one message exactly once; answers the seq to ack (the run's highest applied seq)."""
+    run = s.get(Run, msg.run_id)
+    if run is None or run.agent != agent:
+        return msg.seq  # not this agent's run (any more): ack so the agent forgets it
+    if msg.seq <= run.last_seq:
+        return run.last_seq  # a duplicate after a reconnect
+    if msg.seq != run.last_seq + 1:
+        return run.last_seq  # a gap: wait for the missing message
+    run.last_seq = msg.seq
+    if msg.kind == "refused":
+        if run.state == "starting":
+            requeue(s, run, reason=msg.reason or "refused")
+        return msg.seq  # acked as seen; the next agent numbers from 1 again
+    elif msg.kind == "started":
+        if run.state == "starting":
+            move(s, run, "running")
+            run.started_at = utcnow()
+            task = s.get(Task, run.task_id)
+            assert task is not None
+            if task.status == "ready":
+                task.status = "running"
+            run_event(s, "run.started", run)
+            change = s.get(Change, run.change_id, with_for_update=True)
+            assert change is not None
+            settle_change(s, change, tasks_of(s, change.id))
+    elif msg.kind == "log" and msg.stream == "tool":
+        if objects is not None:
+            tool_logs.record(s, objects, run, msg.seq, msg.text)
+    elif msg.kind == "log":
+        _append_output(s, run, msg.seq, msg.stream, msg.text, output_limit)
+    elif msg.kind == "finished":
+        if run.state in run_states.ACTIVE:
+            status = msg.status if msg.status in run_states.TERMINAL else "failed"
+            if status == "succeeded" and run.state == "starting":
+                move(s, run, "running")
+            finish_run(s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error)
+    return run.last_seq
+
+
+def _append_output(s: Session, run: Run, seq: int, stream: str, text: str, limit: int) -> None:
+    if run.output_truncated:
+        return
+    size = len(text.encode())
+    if run.output_bytes + size > limit:
+        room = limit - run.output_bytes
+        kept = text.encode()[:max(room, 0)].decode(errors="ignore")
+        if kept:
+            s.add(RunLog(run_id=run.id, seq=seq, stream=stream, text=kept, created_at=utcnow()))
+            run.output_bytes += len(kept.encode())
+        s.add(RunLog(run_id=run.id, seq=seq, stream="system", text=DROPPED_LINE.format(limit=limit),
+                     created_at=utcnow()))
+        run.output_truncated = True
+        run_event(s, "run.output_truncated", run, limit=limit)
+        return
+    s.add(RunLog(run_id=run.id, seq=seq, stream=stream, text=text, created_at=utcnow()))
+    run.output_bytes += size
