@@ -11,14 +11,13 @@ import logging
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
-import sys
 import time
 from typing import Any
 
 from google.protobuf import json_format
 
+from agentd import processes
 from agentd.config import AgentConfig
 from agentd.connection import ChannelSettings
 from agentd.logbatch import LogBatcher
@@ -53,15 +52,6 @@ class RunSlot:
     def live(self) -> bool:
         """The session has not ended yet (it still takes capacity)."""
         return not self.box.finished
-
-
-def _proc_start_time(pid: int) -> str:
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    fields = stat[stat.rindex(")") + 2:].split()
-    return "" if fields[0] == "Z" else fields[19]
 
 
 class Runs:
@@ -234,24 +224,7 @@ class Runs:
         self.config.work_dir.mkdir(parents=True, exist_ok=True)
         # Listed by agentd alone; the session user may pass through to its own run (unsandboxed mode).
         os.chmod(self.config.work_dir, 0o711)
-        with open(run_dir / "supervisor.log", "ab") as errlog:
-            process = subprocess.Popen(
-                [sys.executable, "-m", module, str(run_dir)], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=errlog, start_new_session=True, close_fds=True,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
-        assert process.stdin is not None
-        process.stdin.write(json.dumps(secrets).encode())  # secrets never touch the disk
-        process.stdin.close()
-        try:
-            (run_dir / "supervisor.pid").write_text(f"{process.pid} {_proc_start_time(process.pid)}")
-        except OSError:
-            # Without its pid on disk a restarted agentd could not tell the supervisor is alive: stop it
-            # now, before it starts anything (the supervisor leads its own process group).
-            with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            raise
-        return process
+        return processes.spawn(run_dir, module, secrets)
 
     def cancel(self, run_id: str) -> None:
         slot = self.slots.get(run_id)
@@ -333,18 +306,10 @@ class Runs:
 
     # --- following a run -------------------------------------------------------------------------
 
-    def _supervisor_pid(self, slot: RunSlot) -> int:
-        try:
-            pid_text, _, started = (slot.dir / "supervisor.pid").read_text().partition(" ")
-        except OSError:
-            return 0
-        pid = int(pid_text)
-        return pid if started and _proc_start_time(pid) == started else 0
-
     def _supervisor_alive(self, slot: RunSlot) -> bool:
         if slot.process is not None:
             return slot.process.poll() is None
-        return self._supervisor_pid(slot) != 0
+        return processes.alive(slot.dir)
 
     async def _track(self, slot: RunSlot) -> None:
         try:

@@ -112,6 +112,16 @@ def _whole_records(file: BinaryIO) -> int:
     return size
 
 
+class RunEnds(Exception):
+    """How the run ended: the exit record's status, exit code, reason and error."""
+
+    def __init__(self, status: str, exit_code: int, reason: str, error: str = "", line: str = "") -> None:
+        super().__init__(f"{status}: {reason}")
+        self.status, self.exit_code, self.reason, self.error = status, exit_code, reason, error
+        self.line = line
+        """What the run's system log says about it, if anything."""
+
+
 class Supervisor:
     def __init__(self, run_dir: pathlib.Path, secret_env: dict[str, str]) -> None:
         self.run_dir = run_dir
@@ -142,17 +152,33 @@ class Supervisor:
                 workspace.remove(ws)
 
     def _run(self, repo_dir: pathlib.Path, home: pathlib.Path) -> None:
-        spec = self.spec
+        """Workspace, sandbox, command: each step ends the run with its outcome when it cannot go on."""
+        try:
+            self._check_cancel()
+            self._workspace(repo_dir, home)
+            sandbox = self._sandbox(repo_dir)
+            self._check_cancel()
+            child, processes = self._start(sandbox, repo_dir, home)
+            self._wait(child, processes)
+        except RunEnds as end:
+            if end.line:
+                self.output.write("system", f"{end.line}\n")
+            self.output.exit(end.status, end.exit_code, end.reason, end.error)
+
+    def _check_cancel(self) -> None:
         if self.cancelled:
-            self.output.exit("cancelled", -1, "cancelled")
-            return
+            raise RunEnds("cancelled", -1, "cancelled")
+
+    def _workspace(self, repo_dir: pathlib.Path, home: pathlib.Path) -> None:
+        """Clone the project (merging the dependencies' ChangeSets) and make HOME beside it."""
+        spec = self.spec
         if spec.get("repo"):
             self.output.write("system", f"workspace: cloning {workspace.redact_url(spec['repo'])} "
                                         f"at {spec.get('branch') or 'its default branch'}\n")
         token = self.secret_env.get("DROVER_GIT_TOKEN", "")
         try:
             if spec.get("stack"):  # a dependent Task runs on its dependencies' ChangeSets
-                from drover.core import gitspace
+                from drover.core import gitspace  # pygit2 only for runs that need it: ~60 ms sooner without
                 stack = [gitspace.StackItem(**item) for item in spec["stack"]]
                 self.output.write("system", f"workspace: merging {len(stack)} ChangeSets\n")
                 commit = gitspace.open_workspace(repo_dir, spec["repo"], spec.get("branch", ""), stack,
@@ -161,24 +187,27 @@ class Supervisor:
                 commit = workspace.prepare(repo_dir, spec.get("repo", ""), spec.get("branch", ""), token)
             home.mkdir(parents=True, exist_ok=True)
         except workspace.WorkspaceError as err:
-            self.output.write("system", f"workspace: {err}\n")
             conflict = type(err).__name__ == "MergeConflict"
-            self.output.exit("failed", -1, "dependency_merge_conflict" if conflict else "workspace_failed", str(err))
-            return
+            raise RunEnds("failed", -1, "dependency_merge_conflict" if conflict else "workspace_failed", str(err),
+                          line=f"workspace: {err}") from None
         if commit:
             self.output.write("system", f"workspace: at commit {commit}\n")
+
+    def _sandbox(self, repo_dir: pathlib.Path) -> Sandbox:
+        """The sandbox the spec names, with the workspace handed to its session user."""
         try:
-            sandbox = sandbox_for(spec, bool(spec.get("network")))
+            sandbox = sandbox_for(self.spec, bool(self.spec.get("network")))
             workspace.hand_over(repo_dir.parent, sandbox.policy.user)
         except (ValueError, OSError) as err:
-            self.output.write("system", f"sandbox: {err}\n")
-            self.output.exit("failed", -1, "sandbox_failed", str(err))
-            return
+            raise RunEnds("failed", -1, "sandbox_failed", str(err), line=f"sandbox: {err}") from None
         if not sandbox.isolated:
             self.output.write("system", f"WARNING: {UNSANDBOXED}\n")
-        if self.cancelled:
-            self.output.exit("cancelled", -1, "cancelled")
-            return
+        return sandbox
+
+    def _start(self, sandbox: Sandbox, repo_dir: pathlib.Path,
+               home: pathlib.Path) -> tuple[subprocess.Popen[bytes], Confined]:
+        """Start the command in its sandbox with exactly its environment."""
+        spec = self.spec
         env = {"PATH": spec.get("path") or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
                "LANG": "C.UTF-8", "TZ": "UTC", "HOME": str(home), "DROVER_WORKSPACE": str(repo_dir),
                "DROVER_RUN_ID": spec["run_id"], "DROVER_TASK_KEY": spec.get("task_key", "")}
@@ -188,39 +217,39 @@ class Supervisor:
         read, write = ready_pipe() if sandbox.isolated else (None, None)
         try:
             wrapped, env = sandbox.wrap(argv, repo_dir, env, writable=repo_dir.parent, ready_fd=write)
-            self.child = subprocess.Popen(wrapped, cwd=repo_dir, env=env, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                          pass_fds=() if write is None else (write,))
+            child = subprocess.Popen(wrapped, cwd=repo_dir, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                     pass_fds=() if write is None else (write,))
         except (OSError, ValueError) as err:
             if read is not None:
                 os.close(read)
             why = err.strerror if isinstance(err, OSError) else str(err)
-            self.output.write("system", f"cannot start {argv[0]}: {why}\n")
-            self.output.exit("failed", -1, "start_failed", f"cannot start {argv[0]}: {why}")
-            return
+            raise RunEnds("failed", -1, "start_failed", f"cannot start {argv[0]}: {why}",
+                          line=f"cannot start {argv[0]}: {why}") from None
         finally:
             if write is not None:
                 os.close(write)  # the launcher holds it now
-        child = self.child
-        processes = Confined(child.pid, read, lambda: child.returncode is not None)
-        timeout = float(spec.get("timeout_seconds") or 0)
-        stopped = self._pump(self.child, processes, timeout)
-        code = self.child.wait()
+        self.child = child
+        return child, Confined(child.pid, read, lambda: child.returncode is not None)
+
+    def _wait(self, child: subprocess.Popen[bytes], processes: Confined) -> None:
+        """Copy output until the command ends (or is stopped), then say how it ended."""
+        timeout = float(self.spec.get("timeout_seconds") or 0)
+        stopped = self._pump(child, processes, timeout)
+        code = child.wait()
         processes.kill()  # nothing of the run outlives it (in the sandbox, its init saw to that)
         started = processes.started
         processes.close()
         if not started and not stopped:
             error = self.stderr_tail.strip().splitlines()[-1:] or [f"bubblewrap exited with {code}"]
-            self.output.write("system", f"sandbox: the command did not start: {error[0]}\n")
-            self.output.exit("failed", code, "sandbox_failed", error[0])
-        elif stopped == "timeout":
-            self.output.exit("failed", code, "timeout", f"timed out after {timeout:.0f} s")
-        elif stopped == "cancelled":
-            self.output.exit("cancelled", code, "cancelled")
-        elif code == 0:
-            self.output.exit("succeeded", 0, "")
-        else:
-            self.output.exit("failed", code, "exit_code", f"exited with {code}")
+            raise RunEnds("failed", code, "sandbox_failed", error[0], line=f"sandbox: the command did not start: {error[0]}")
+        if stopped == "timeout":
+            raise RunEnds("failed", code, "timeout", f"timed out after {timeout:.0f} s")
+        if stopped == "cancelled":
+            raise RunEnds("cancelled", code, "cancelled")
+        if code == 0:
+            raise RunEnds("succeeded", 0, "")
+        raise RunEnds("failed", code, "exit_code", f"exited with {code}")
 
     def _pump(self, child: subprocess.Popen[bytes], processes: Confined, timeout: float) -> str:
         """Copy output until both pipes close; stop the command's processes on cancel or timeout.

@@ -8,16 +8,8 @@ import tomllib
 from typing import Any, Mapping
 
 from controlplane.context.recall import MemoryConfig
-from controlplane.domain.members import (
-    PAY_PER_API,
-    Member,
-    QuotaPolicy,
-    TierClass,
-    TodModifier,
-    parse_classes,
-    parse_modifiers,
-    parse_quota_router,
-)
+from controlplane.domain.member_config import parse_classes, parse_modifiers, parse_quota_router
+from controlplane.domain.members import PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier
 from controlplane.domain.pricing import Price
 
 

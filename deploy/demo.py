@@ -24,9 +24,10 @@ import time
 
 import pygit2
 
-from agentd import config as agentd_config, isolation
+from agentd import config as agentd_config
+from agentd import isolation
 from drover import Client
-from drover.cli import format_change, format_event, format_run_event
+from drover.render import format_change, format_event, format_run_event
 from drover.testing import fake_anthropic as fake
 
 SAMPLE = {

@@ -7,8 +7,8 @@ import tomllib
 
 import pytest
 
+from controlplane.domain.member_config import ConfigError, parse_classes, parse_modifiers, parse_quota_router
 from controlplane.domain.members import (
-    ConfigError,
     Member,
     QuotaPolicy,
     QuotaSnapshot,
@@ -16,9 +16,6 @@ from controlplane.domain.members import (
     TodModifier,
     effective_score,
     intra_kind_order,
-    parse_classes,
-    parse_modifiers,
-    parse_quota_router,
     quota_allows,
     rank,
     select,

@@ -1,7 +1,7 @@
 """The members of a tier's class and the choice among them (seed 004; DESIGN.md, Routing item 5).
 
-Pure decisions over frozen dataclasses: start-up validation of the routing
-config, effective scores with time-of-day modifiers, the capability gate, the
+Pure decisions over frozen dataclasses (the config they come from is checked in
+`member_config`): effective scores with time-of-day modifiers, the capability gate, the
 quota gate and the intra-kind order of sibling instances. The probes that
 feed `QuotaSnapshot`s live in `controlplane.dispatch.quota`.
 """
@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from typing import Any, Iterable, Mapping, MutableMapping, NamedTuple, Sequence
-
-from controlplane.domain.errors import DroverError
 
 SUBSCRIPTION, PAY_PER_API = "Subscription", "PayPerApi"
 BILLINGS = (SUBSCRIPTION, PAY_PER_API)
@@ -24,16 +21,6 @@ MAX_MODIFIER = 5
 """Time-of-day modifiers break ties; a bigger delta would gate, so start-up rejects it."""
 UNKNOWN = -1.0
 """`QuotaSnapshot.available_pct` when the probe could not tell."""
-
-_MEMBER_KEYS = frozenset({"agent", "instance_id", "billing", "model", "quality_score", "capabilities", "reasoning",
-                          "max_concurrent", "base_url", "credential_env", "credential_file", "probe_url"})
-_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$|^24:00$")
-
-
-class ConfigError(DroverError, ValueError):
-    """The routing config breaks a start-up rule; the control plane refuses to start."""
-
-    code = "INVALID_ARGUMENT"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -176,215 +163,17 @@ class Selection:
 # --- configuration -------------------------------------------------------------------------------------------
 
 
-def parse_classes(data: Mapping[str, Any]) -> tuple[dict[str, TierClass], list[str]]:
-    """Validate the routing tables of the control plane's TOML file; the classes by lower-cased id, and warnings.
-
-    Shape (every table optional)::
-
-        [[classes]]
-        id = "sonnet"                      # the tier; unique, case-insensitive
-        display_name = "Sonnet members"    # default: id
-        [[classes.members]]
-        agent = "anthropic"                # provider kind, required
-        instance_id = "acct-a"             # or "anthropic/acct-a"; default "" (one account)
-        billing = "PayPerApi"              # or "Subscription", required
-        model = "claude-sonnet-5-5"        # default "": the tier's model
-        quality_score = 100                # 0-200, required
-        capabilities = ["sensitive"]       # default []
-        reasoning = "high"                 # default ""
-        max_concurrent = 4                 # default 0: unlimited
-        base_url = "https://..."           # default "": the harness's
-        credential_env = "ANTHROPIC_KEY_A" # or credential_file = "/path"; not both
-        probe_url = "https://..."          # Subscription quota endpoint; default "": unknown
-
-        [[modifiers]]                      # time-of-day score modifiers
-        route_key = "anthropic/acct-a"     # or a bare kind, and/or model = "..."
-        start = "22:00"                    # UTC
-        end = "06:00"
-        delta = -1                         # -5..+5
-
-        [quota_router]                     # see QuotaPolicy for every key and its default
-
-    The modifiers and [quota_router] are validated here too (read them with
-    `parse_modifiers` and `parse_quota_router`), so one call checks the whole
-    routing config at start-up. Raises ConfigError.
-    """
-    modifiers = parse_modifiers(data)
-    parse_quota_router(data)
-    specs = data.get("classes", [])
-    if not isinstance(specs, list):
-        raise ConfigError("classes: expected an array of tables ([[classes]])")
-    classes: dict[str, TierClass] = {}
-    warnings: list[str] = []
-    for index, spec in enumerate(specs):
-        cls = _parse_class(spec, index)
-        if cls.id.lower() in classes:
-            raise ConfigError(f"AgentClass '{cls.id}': duplicate class id (class ids are case-insensitive)")
-        classes[cls.id.lower()] = cls
-        if all(m.billing == SUBSCRIPTION for m in cls.members):
-            warnings.append(f"AgentClass '{cls.id}' has no PayPerApi fallback — items may wait indefinitely")
-    members = [m for cls in classes.values() for m in cls.members]
-    for mod in modifiers:
-        if not any(mod.matches(m) for m in members):
-            warnings.append(f"modifier {_label(mod)} matches no member")
-    return classes, warnings
-
-
-def parse_modifiers(data: Mapping[str, Any]) -> tuple[TodModifier, ...]:
-    """The [[modifiers]] array of tables; raises ConfigError."""
-    out = []
-    for index, spec in enumerate(data.get("modifiers", [])):
-        where = f"modifier {index + 1}"
-        _no_unknown_keys(spec, {"route_key", "model", "start", "end", "delta"}, where)
-        route_key, model = _str(spec, "route_key", where), _str(spec, "model", where)
-        if not route_key and not model:
-            raise ConfigError(f"{where}: set route_key or model")
-        start, end = _str(spec, "start", where), _str(spec, "end", where)
-        for name, value in (("start", start), ("end", end)):
-            if not _HHMM.match(value) or value == "24:00" and name == "start":
-                raise ConfigError(f"{where}: {name} {value!r} is not UTC HH:MM")
-        if start == end:
-            raise ConfigError(f"{where}: start and end are equal; the window would be empty")
-        mod = TodModifier(route_key=route_key, model=model, start=start, end=end, delta=_int(spec, "delta", where))
-        if abs(mod.delta) > MAX_MODIFIER:
-            raise ConfigError(f"modifier {_label(mod)}: delta {mod.delta} is outside ±{MAX_MODIFIER}; "
-                              "time-of-day modifiers only break ties")
-        out.append(mod)
-    return tuple(out)
-
-
-def parse_quota_router(data: Mapping[str, Any]) -> QuotaPolicy:
-    """The [quota_router] table; raises ConfigError."""
-    spec = data.get("quota_router", {})
-    fields = {f.name: f for f in dataclasses.fields(QuotaPolicy)}
-    _no_unknown_keys(spec, set(fields), "quota_router")
-    values: dict[str, Any] = {}
-    for name, value in spec.items():
-        kind = fields[name].type
-        if kind == "str":
-            if not isinstance(value, str):
-                raise ConfigError(f"quota_router.{name}: expected a string")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(f"quota_router.{name}: expected a number >= 0")
-        elif kind == "int" and not isinstance(value, int):
-            raise ConfigError(f"quota_router.{name}: expected an integer")
-        values[name] = value
-    policy = QuotaPolicy(**values)
-    for name, allowed in (("unknown_policy", UNKNOWN_POLICIES), ("intra_kind_policy", INTRA_KIND_POLICIES)):
-        if getattr(policy, name) not in allowed:
-            raise ConfigError(f"quota_router.{name}: {getattr(policy, name)!r} is not one of {allowed}")
-    if policy.min_quota_pct > 100:
-        raise ConfigError("quota_router.min_quota_pct: expected 0-100")
-    return policy
-
-
-def _parse_class(spec: Any, index: int) -> TierClass:
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"classes[{index}]: expected a table")
-    class_id = spec.get("id")
-    if not isinstance(class_id, str) or not class_id.strip():
-        raise ConfigError(f"classes[{index}]: id is required")
-    class_id = class_id.strip()
-    _no_unknown_keys(spec, {"id", "display_name", "members"}, f"AgentClass '{class_id}'")
-    specs = spec.get("members", [])
-    if not isinstance(specs, list) or not specs:
-        raise ConfigError(f"AgentClass '{class_id}' has no members")
-    members, seen = [], set()
-    for order, member_spec in enumerate(specs):
-        member = _parse_member(class_id, member_spec, order)
-        if (member.route_key, member.model) in seen:
-            raise ConfigError(
-                f"AgentClass '{class_id}': duplicate member route '{member.route_key}' model '{member.model}'. "
-                "Give same-kind subscriptions distinct instance_id values "
-                "(legacy shadowing duplicates are rejected since #226 multi-subscription pooling).")
-        seen.add((member.route_key, member.model))
-        members.append(member)
-    display = spec.get("display_name") or class_id
-    return TierClass(class_id, tuple(members), str(display))
-
-
-def _parse_member(class_id: str, spec: Any, order: int) -> Member:
-    where = f"AgentClass '{class_id}': member {order + 1}"
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"{where}: expected a table")
-    _no_unknown_keys(spec, _MEMBER_KEYS, where)
-    agent = _str(spec, "agent", where).lower()
-    if not agent:
-        raise ConfigError(f"{where}: agent is empty")
-    raw = instance = _str(spec, "instance_id", where)
-    if "/" in raw:
-        prefix, _, instance = raw.partition("/")
-        if prefix.lower() != agent:
-            raise ConfigError(f"{where}: instance_id '{raw}' has prefix '{prefix}', which does not match "
-                              f"agent '{agent}'")
-    if "/" in instance or instance != instance.strip() or raw and not instance:
-        raise ConfigError(f"{where}: instance_id '{raw}' is not a name or {agent}/name")
-    key = f"{agent}/{instance}" if instance else agent
-    where = f"AgentClass '{class_id}': member '{key}'"
-    billing = {b.lower(): b for b in BILLINGS}.get(_str(spec, "billing", where).lower())
-    if billing is None:
-        raise ConfigError(f"{where}: billing {spec.get('billing')!r} must be Subscription or PayPerApi")
-    if "quality_score" not in spec:
-        raise ConfigError(f"{where} has no quality_score. Add quality_score=N ({MIN_SCORE}-{MAX_SCORE}) to it: "
-                          "there is no default score, members are ranked by it")
-    score = _int(spec, "quality_score", where)
-    if not MIN_SCORE <= score <= MAX_SCORE:
-        raise ConfigError(f"{where}: quality_score {score} is outside {MIN_SCORE}-{MAX_SCORE}")
-    reasoning = _str(spec, "reasoning", where)
-    if agent == "gemini" and score >= 90 and reasoning != "high":
-        raise ConfigError(f"{where}: gemini members with quality_score >= 90 must have reasoning = \"high\"")
-    tags = spec.get("capabilities", [])
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise ConfigError(f"{where}: capabilities must be a list of strings")
-    max_concurrent = _int(spec, "max_concurrent", where)
-    if max_concurrent < 0:
-        raise ConfigError(f"{where}: max_concurrent must be >= 0 (0 is unlimited)")
-    member = Member(
-        agent=agent, instance_id=instance, billing=billing, model=_str(spec, "model", where), quality_score=score,
-        capabilities=_tags(tags), reasoning=reasoning, max_concurrent=max_concurrent,
-        base_url=_str(spec, "base_url", where), credential_env=_str(spec, "credential_env", where),
-        credential_file=_str(spec, "credential_file", where), probe_url=_str(spec, "probe_url", where), order=order)
-    if member.credential_env and member.credential_file:
-        raise ConfigError(f"{where}: set credential_env or credential_file, not both")
-    return member
-
-
-def _no_unknown_keys(spec: Any, allowed: set[str] | frozenset[str], where: str) -> None:
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"{where}: expected a table")
-    unknown = set(spec) - set(allowed)
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
-
-
-def _str(spec: Mapping[str, Any], key: str, where: str) -> str:
-    value = spec.get(key, "")
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}: {key} must be a string")
-    return value.strip()
-
-
-def _int(spec: Mapping[str, Any], key: str, where: str) -> int:
-    value = spec.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{where}: {key} must be an integer")
-    return value
-
-
 def _minutes(hhmm: str) -> int:
     hours, minutes = hhmm.split(":")
     return int(hours) * 60 + int(minutes)
 
 
-def _label(mod: TodModifier) -> str:
-    return f"'{'/'.join(s for s in (mod.route_key, mod.model) if s)}' {mod.start}-{mod.end}"
-
-
-def _tags(tags: Iterable[str]) -> frozenset[str]:
-    return frozenset(t.strip().lower() for t in tags if t.strip())
-
-
 # --- decisions -----------------------------------------------------------------------------------------------
+
+
+def tag_set(values: Iterable[str]) -> frozenset[str]:
+    """Capability and reasoning tags compare trimmed and in lower case."""
+    return frozenset(t.strip().lower() for t in values if t.strip())
 
 
 def effective_score(member: Member, modifiers: Sequence[TodModifier], now: dt.datetime) -> int:
@@ -399,7 +188,7 @@ def rank(members: Sequence[Member], required_capabilities: Iterable[str], modifi
     Best first: effective score, then Subscription before PayPerApi, then config order.
     Modifiers shape preference only; they never make a member ineligible.
     """
-    required = _tags(required_capabilities)
+    required = tag_set(required_capabilities)
     ranked, rejected = [], []
     for member in members:
         missing = required - member.capabilities
@@ -471,7 +260,7 @@ def select(cls: TierClass, required_capabilities: Iterable[str], modifiers: Sequ
     route key; a missing snapshot is unknown. Under RoundRobin the chosen kind's
     counter in `rr_counters` advances (the caller keeps it between calls).
     """
-    required = _tags(required_capabilities)
+    required = tag_set(required_capabilities)
     ranked, rejected = rank(cls.members, required, modifiers, now)
     lost = [_candidate(m, effective_score(m, modifiers, now), reason) for m, reason in rejected]
     if not ranked:

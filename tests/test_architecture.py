@@ -1,0 +1,127 @@
+"""The layering the folders name, checked on every run: no import cycle between modules; the domain is pure
+(no sqlalchemy, grpc or protobuf); only controlplane.api touches the generated stubs; controlplane and
+agentd never import each other (what both need lives in drover.core); no module over 400 lines and no
+function over 60."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = {"controlplane": ROOT / "controlplane", "agentd": ROOT / "agentd", "drover": ROOT / "sdk" / "drover"}
+GENERATED = ("drover.v1",)
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [package, *rel.parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join(parts)
+            if name.startswith(GENERATED) or ".migrations" in name:
+                continue
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: pathlib.Path) -> set[str]:
+    """Every module `name` imports, at any depth of the file (function-level imports count too)."""
+    tree = ast.parse(path.read_text())
+    out: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _internal(imported: set[str]) -> set[str]:
+    """The project's own modules among `imported` (a `from pkg import module` names the module)."""
+    return {m for m in imported if m in MODULES}
+
+
+GRAPH = {name: _internal(_imports(name, path)) - {name} for name, path in MODULES.items()}
+
+
+def _cycle() -> list[str]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for child in sorted(GRAPH.get(node, ())):
+            if child.startswith(node + ".") or node.startswith(child + ".") and MODULES[child].name == "__init__.py":
+                continue  # a package and its own modules
+            if state.get(child) == 1:
+                return stack[stack.index(child):] + [child]
+            if not state.get(child):
+                found = visit(child)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(GRAPH):
+        if not state.get(node):
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    assert _cycle() == []
+
+
+def _importers(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(f"{name} imports {m}" for name, path in MODULES.items() if name.startswith(prefix)
+                  for m in _imports(name, path) if m == forbidden or m.startswith(forbidden)
+                  or any(m == f or m.startswith(f + ".") for f in forbidden))
+
+
+def test_the_domain_is_pure() -> None:
+    assert _importers("controlplane.domain", ("sqlalchemy", "grpc", "google.protobuf", "drover.v1", "controlplane.store",
+                                              "controlplane.services", "controlplane.api", "controlplane.dispatch",
+                                              "controlplane.context", "asyncio")) == []
+
+
+def test_only_the_api_layer_touches_the_generated_stubs() -> None:
+    offenders = [line for line in _importers("controlplane", ("drover.v1", "grpc", "google.protobuf"))
+                 if not line.startswith("controlplane.api")]
+    assert offenders == []
+
+
+def test_controlplane_and_agentd_never_import_each_other() -> None:
+    assert _importers("controlplane", ("agentd",)) == []
+    assert _importers("agentd", ("controlplane",)) == []
+    assert _importers("drover", ("controlplane", "agentd")) == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_and_functions_stay_small(name: str) -> None:
+    path = MODULES[name]
+    text = path.read_text()
+    assert text.count("\n") <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} has {text.count(chr(10))} lines"
+    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(ast.parse(text))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == [], f"{path.relative_to(ROOT)}: {long}"
