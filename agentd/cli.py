@@ -27,19 +27,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
     p.add_argument("--default-timeout-seconds", dest="default_timeout_seconds", type=int)
     p.add_argument("--kill-grace-seconds", dest="kill_grace_seconds", type=float)
-    p.add_argument("--session-user", dest="session_user",
-                   help="OS user runs execute as (agentd must be root; default as root: drover-run, else nobody)")
-    p.add_argument("--unsafe-no-sandbox", dest="unsafe_no_sandbox", action="store_true", default=None,
-                   help="run Tasks WITHOUT bubblewrap (no isolation at all); without it agentd refuses to start "
-                        "where bubblewrap does not work")
+    p.add_argument(
+        "--session-user",
+        dest="session_user",
+        help="OS user runs execute as (agentd must be root; default as root: drover-run, else nobody)",
+    )
+    p.add_argument(
+        "--unsafe-no-sandbox",
+        dest="unsafe_no_sandbox",
+        action="store_true",
+        default=None,
+        help="run Tasks WITHOUT bubblewrap (no isolation at all); without it agentd refuses to start "
+        "where bubblewrap does not work",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
     file = args.pop("config")
-    logging.basicConfig(level=os.environ.get("DROVER_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("DROVER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         config = load(pathlib.Path(file) if file else None, os.environ, args)
     except (ValueError, OSError) as err:
@@ -53,8 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("agentd")
     if isolated.warning:
         log.warning("%s", isolated.warning)
-    log.info("agentd %s dialing %s (capacity %d, spool %s); %s", config.name, config.control_plane,
-             config.capacity, config.spool, isolated.said)
+    log.info(
+        "agentd %s dialing %s (capacity %d, spool %s); %s",
+        config.name,
+        config.control_plane,
+        config.capacity,
+        config.spool,
+        isolated.said,
+    )
     asyncio.run(Agent(isolated.config).run())
     return 0
 

@@ -58,7 +58,11 @@ class AgentConfig:
 
     @property
     def spool(self) -> pathlib.Path:
-        return self.spool_dir if str(self.spool_dir) not in ("", ".") else pathlib.Path(".drover/agentd") / self.name / "spool"
+        return (
+            self.spool_dir
+            if str(self.spool_dir) not in ("", ".")
+            else pathlib.Path(".drover/agentd") / self.name / "spool"
+        )
 
 
 def parse_labels(value: Any) -> dict[str, str]:

@@ -28,6 +28,7 @@ class SessionLost(Exception):
 class ChannelSettings:
     """How to dial the control plane. agentd hands these to each harness supervisor (with its other
     secrets, on stdin) so the model-call gate dials exactly as agentd does; keys stay in their files."""
+
     control_plane: str
     tls: bool = False
     ca_file: str = ""
@@ -39,8 +40,15 @@ class ChannelSettings:
     def of(cls, config: AgentConfig) -> "ChannelSettings":
         def absolute(path: str) -> str:  # a supervisor need not share agentd's working directory
             return str(pathlib.Path(path).absolute()) if path else ""
-        return cls(config.control_plane, config.tls, absolute(config.ca_file), absolute(config.tls_cert),
-                   absolute(config.tls_key), config.keepalive_seconds)
+
+        return cls(
+            config.control_plane,
+            config.tls,
+            absolute(config.ca_file),
+            absolute(config.tls_cert),
+            absolute(config.tls_key),
+            config.keepalive_seconds,
+        )
 
 
 def channel_options(settings: ChannelSettings) -> list[tuple[str, Any]]:
@@ -55,10 +63,13 @@ def channel_options(settings: ChannelSettings) -> list[tuple[str, Any]]:
 
 def open_channel(settings: ChannelSettings) -> grpc.aio.Channel:
     if settings.tls:
+
         def read(path: str) -> bytes | None:
             return pathlib.Path(path).read_bytes() if path else None
-        credentials = grpc.ssl_channel_credentials(read(settings.ca_file), read(settings.tls_key),
-                                                   read(settings.tls_cert))
+
+        credentials = grpc.ssl_channel_credentials(
+            read(settings.ca_file), read(settings.tls_key), read(settings.tls_cert)
+        )
         return grpc.aio.secure_channel(settings.control_plane, credentials, options=channel_options(settings))
     return grpc.aio.insecure_channel(settings.control_plane, options=channel_options(settings))
 
@@ -83,9 +94,14 @@ def to_wire(run_id: str, message: dict[str, Any]) -> agent_pb2.AgentMessage:
 class Connection:
     """Keeps one session open to the control plane and hands control messages to `on_control`."""
 
-    def __init__(self, config: AgentConfig, outbox: Outbox, hello: Callable[[], agent_pb2.Hello],
-                 on_control: Callable[[agent_pb2.ControlMessage], None],
-                 on_welcome: Callable[[agent_pb2.Welcome], None]) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        outbox: Outbox,
+        hello: Callable[[], agent_pb2.Hello],
+        on_control: Callable[[agent_pb2.ControlMessage], None],
+        on_welcome: Callable[[agent_pb2.Welcome], None],
+    ) -> None:
         self.config = config
         self.outbox = outbox
         self.hello = hello
@@ -106,9 +122,13 @@ class Connection:
                 retry=tenacity.retry_if_exception_type(SessionLost),
                 wait=tenacity.wait_exponential_jitter(initial=0.5, exp_base=2, max=30, jitter=0.5),
                 before_sleep=lambda state: log.warning(
-                    "control plane %s unreachable (%s); retrying in %.1f s", self.config.control_plane,
-                    state.outcome.exception() if state.outcome else "", state.upcoming_sleep),
-                reraise=True)
+                    "control plane %s unreachable (%s); retrying in %.1f s",
+                    self.config.control_plane,
+                    state.outcome.exception() if state.outcome else "",
+                    state.upcoming_sleep,
+                ),
+                reraise=True,
+            )
             async for attempt in retrying:
                 with attempt:
                     await self._session()

@@ -25,11 +25,17 @@ class Agent:
         self.connection = Connection(config, self.outbox, self.hello, self.on_control, self.on_welcome)
 
     def hello(self) -> agent_pb2.Hello:
-        return agent_pb2.Hello(name=self.config.name, labels=dict(self.config.labels),
-                               capacity=self.config.capacity, drivers=["command", "harness"],
-                               version=__version__, active_runs=self.runs.active_ids(),
-                               undelivered_runs=self.runs.undelivered_ids(), draining=self.draining,
-                               resume_runs=self.runs.resume_ids())
+        return agent_pb2.Hello(
+            name=self.config.name,
+            labels=dict(self.config.labels),
+            capacity=self.config.capacity,
+            drivers=["command", "harness"],
+            version=__version__,
+            active_runs=self.runs.active_ids(),
+            undelivered_runs=self.runs.undelivered_ids(),
+            draining=self.draining,
+            resume_runs=self.runs.resume_ids(),
+        )
 
     def on_welcome(self, welcome: agent_pb2.Welcome) -> None:
         self.runs.forget_applied(dict(welcome.applied))
@@ -54,8 +60,9 @@ class Agent:
             log.info("run %s (%s) started", assignment.run_id, assignment.task_key)
         except Refused as refused:
             log.info("run %s refused: %s", assignment.run_id, refused.reason)
-            self.connection.send_direct(to_wire(assignment.run_id, {"seq": 1, "kind": "refused",
-                                                                    "reason": refused.reason}))
+            self.connection.send_direct(
+                to_wire(assignment.run_id, {"seq": 1, "kind": "refused", "reason": refused.reason})
+            )
 
     async def run(self) -> None:
         self.runs.recover()

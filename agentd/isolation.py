@@ -28,12 +28,14 @@ def default_session_user(configured: str, euid: int, exists: Callable[[str], boo
 
 
 def no_sandbox_message(reason: str) -> str:
-    return (f"bubblewrap is missing or cannot create namespaces here ({reason}), and agentd does not run "
-            "Tasks without a sandbox. Install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
-            "bubblewrap); in a container, let it create namespaces (deploy/compose.yaml shows how). Or start "
-            "agentd with --unsafe-no-sandbox (env DROVER_AGENTD_UNSAFE_NO_SANDBOX=1) to run Tasks WITHOUT a "
-            "sandbox: their commands can then read agentd's tokens and files, reach the network and leave "
-            "processes behind.")
+    return (
+        f"bubblewrap is missing or cannot create namespaces here ({reason}), and agentd does not run "
+        "Tasks without a sandbox. Install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
+        "bubblewrap); in a container, let it create namespaces (deploy/compose.yaml shows how). Or start "
+        "agentd with --unsafe-no-sandbox (env DROVER_AGENTD_UNSAFE_NO_SANDBOX=1) to run Tasks WITHOUT a "
+        "sandbox: their commands can then read agentd's tokens and files, reach the network and leave "
+        "processes behind."
+    )
 
 
 def _user_exists(name: str) -> bool:
@@ -79,9 +81,13 @@ def prepare(config: AgentConfig) -> Isolation:
         who = f"runs execute as {user!r} (agentd runs as root and session_user is not set)"
     config = dataclasses.replace(config, session_user=user)
     if config.unsafe_no_sandbox:
-        return Isolation(config, f"{who}, WITHOUT a sandbox", "!!! --unsafe-no-sandbox: Tasks run WITHOUT a sandbox: "
-                         "their commands can read agentd's tokens and files, reach the network and leave processes "
-                         "behind !!!")
+        return Isolation(
+            config,
+            f"{who}, WITHOUT a sandbox",
+            "!!! --unsafe-no-sandbox: Tasks run WITHOUT a sandbox: "
+            "their commands can read agentd's tokens and files, reach the network and leave processes "
+            "behind !!!",
+        )
     reason = probe(config)
     if reason:
         raise Refused(no_sandbox_message(reason))

@@ -53,10 +53,10 @@ class RunOutbox:
         self.path = run_dir / "outbox.jsonl"
         self.pending: list[dict[str, Any]] = []
         self.last_seq = 0
-        self.end = 0          # output.jsonl offset covered by stored messages
+        self.end = 0  # output.jsonl offset covered by stored messages
         self.acked = 0
         self.finished = False
-        self.size = 0         # bytes of outbox.jsonl that hold whole messages
+        self.size = 0  # bytes of outbox.jsonl that hold whole messages
         self._ack_saved = True
         if load:
             self._load()
@@ -83,8 +83,9 @@ class RunOutbox:
         self.acked = min(self.acked, self.last_seq)
         self.pending = [m for m in self.pending if m["seq"] > self.acked]
         if stored != self.size:
-            log.warning("%s: dropping %d bytes after message %d (torn or damaged)", self.path,
-                        stored - self.size, self.last_seq)
+            log.warning(
+                "%s: dropping %d bytes after message %d (torn or damaged)", self.path, stored - self.size, self.last_seq
+            )
             try:
                 os.truncate(self.path, self.size)
             except OSError as err:  # the next append overwrites them anyway
@@ -97,8 +98,11 @@ class RunOutbox:
             message = json.loads(raw)
         except ValueError:
             return None
-        if (not isinstance(message, dict) or message.get("seq") != self.last_seq + 1
-                or not isinstance(message.get("kind"), str)):
+        if (
+            not isinstance(message, dict)
+            or message.get("seq") != self.last_seq + 1
+            or not isinstance(message.get("kind"), str)
+        ):
             return None
         return message
 

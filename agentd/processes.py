@@ -21,7 +21,7 @@ def start_time(pid: int) -> str:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return ""
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return "" if fields[0] == "Z" else fields[19]
 
 
@@ -29,9 +29,14 @@ def spawn(run_dir: pathlib.Path, module: str, secrets: dict[str, Any]) -> subpro
     """`python -m module RUN_DIR`, detached, its secrets on stdin (they never touch the disk)."""
     with open(run_dir / "supervisor.log", "ab") as errlog:
         process = subprocess.Popen(
-            [sys.executable, "-m", module, str(run_dir)], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=errlog, start_new_session=True, close_fds=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+            [sys.executable, "-m", module, str(run_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+            start_new_session=True,
+            close_fds=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        )
     assert process.stdin is not None
     process.stdin.write(json.dumps(secrets).encode())
     process.stdin.close()

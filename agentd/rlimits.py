@@ -23,8 +23,12 @@ import resource
 import socket
 import sys
 
-LIMITS = {"as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU,
-          "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC}
+LIMITS = {
+    "as": resource.RLIMIT_AS,
+    "cpu": resource.RLIMIT_CPU,
+    "fsize": resource.RLIMIT_FSIZE,
+    "nproc": resource.RLIMIT_NPROC,
+}
 
 
 def original_environ() -> dict[str, str]:
@@ -76,8 +80,10 @@ def report_ready(fd: int) -> None:
 
 def main(args: list[str]) -> None:
     if "--" not in args:
-        sys.exit("rlimits: usage: rlimits.py [--as N --cpu N --fsize N --nproc N "
-                 "--uid N --gid N --chdir DIR --ready-fd FD] -- COMMAND [ARG...]")
+        sys.exit(
+            "rlimits: usage: rlimits.py [--as N --cpu N --fsize N --nproc N "
+            "--uid N --gid N --chdir DIR --ready-fd FD] -- COMMAND [ARG...]"
+        )
     split = args.index("--")
     parser = argparse.ArgumentParser(prog="rlimits")
     for name in LIMITS:
@@ -87,7 +93,7 @@ def main(args: list[str]) -> None:
     parser.add_argument("--chdir")
     parser.add_argument("--ready-fd", dest="ready_fd", type=int)
     opts = parser.parse_args(args[:split])
-    command = args[split + 1:]
+    command = args[split + 1 :]
     if not command:
         sys.exit("rlimits: no command")
     env = original_environ()

@@ -15,13 +15,13 @@ import subprocess
 import time
 from typing import Any
 
-from google.protobuf import json_format
-
 from agentd import processes
 from agentd.config import AgentConfig
 from agentd.connection import ChannelSettings
 from agentd.logbatch import LogBatcher
 from agentd.outbox import Outbox, RunOutbox, is_full
+from agentd.output import read_records
+from agentd.run_spec import run_spec
 
 log = logging.getLogger("agentd.runs")
 POLL_SECONDS = 0.05
@@ -94,8 +94,12 @@ class Runs:
                 self._recover(run_dir)
             except Exception as err:  # one damaged run dir must not keep agentd from starting
                 log.exception("run %s: its directory cannot be read", run_dir.name)
-                slot = RunSlot(run_dir.name, run_dir, RunOutbox(run_dir, load=False),
-                               unreadable=f"agentd could not read the run's spool directory after a restart: {err}")
+                slot = RunSlot(
+                    run_dir.name,
+                    run_dir,
+                    RunOutbox(run_dir, load=False),
+                    unreadable=f"agentd could not read the run's spool directory after a restart: {err}",
+                )
                 slot.box.finished = True  # listed as undelivered; its result goes out once connected
                 self._stop(slot)
                 self._add(slot)
@@ -142,28 +146,7 @@ class Runs:
         if self.spool_free_bytes() < self.config.min_free_spool_bytes:
             raise Refused("disk_full")
         run_dir = self.root / assignment.run_id
-        spec = {
-            "run_id": assignment.run_id, "driver": assignment.driver, "change_id": assignment.change_id,
-            "task_id": assignment.task_id, "task_key": assignment.task_key, "kind": assignment.kind,
-            "argv": list(assignment.command.argv), "env": dict(assignment.command.env),
-            "timeout_seconds": assignment.command.timeout_seconds or self.config.default_timeout_seconds,
-            "repo": assignment.workspace.repo, "branch": assignment.workspace.branch,
-            "stack": [json_format.MessageToDict(item, preserving_proto_field_name=True)
-                      for item in assignment.workspace.stack],
-            "workspace_dir": str((self.config.work_dir / assignment.run_id).resolve()),
-            "keep_workspace": self.config.keep_workspaces, "kill_grace_seconds": self.config.kill_grace_seconds,
-            "session_user": self.config.session_user,
-            "network": assignment.command.network,
-            # decided once at start (agentd/isolation.py); a supervisor never falls back from it
-            "sandbox": "none" if self.config.unsafe_no_sandbox else "bubblewrap", "bwrap": self.config.bwrap,
-        }
-        if assignment.limits.get("output_bytes", 0) > 0:  # the supervisors stop recording past it
-            spec["output_limit_bytes"] = assignment.limits["output_bytes"]
-        if assignment.driver == "harness":
-            spec.update(model=assignment.model, base_url=assignment.base_url, tier=assignment.tier,
-                        prompt=assignment.harness.prompt,
-                        harness=json_format.MessageToDict(assignment.harness, preserving_proto_field_name=True,
-                                                          always_print_fields_with_no_presence=True))
+        spec = run_spec(assignment, self.config)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "assignment.json").write_text(json.dumps(spec))
@@ -198,8 +181,11 @@ class Runs:
             if slot.driver == "harness":
                 self.secrets[slot.run_id] = secret_env  # in memory only, to resume a supervisor that died
                 # The gate dials the control plane exactly as agentd does: TLS settings are file paths.
-                secrets = {"secret_env": secret_env, "channel": dataclasses.asdict(ChannelSettings.of(self.config)),
-                           "agent_token": self.config.token_file.read_text().strip()}
+                secrets = {
+                    "secret_env": secret_env,
+                    "channel": dataclasses.asdict(ChannelSettings.of(self.config)),
+                    "agent_token": self.config.token_file.read_text().strip(),
+                }
             slot.process = self._spawn(slot.dir, SUPERVISORS[slot.driver], secrets)
             slot.awaiting_resume = False
         except OSError as err:
@@ -277,8 +263,9 @@ class Runs:
             if slot is not None and slot.unreadable and not slot.box.pending and seq < (1 << 61):
                 # Its outbox is lost: the result takes the next seq the control plane expects.
                 slot.box.last_seq = slot.box.acked = seq
-                slot.box.finish_in_memory(status="failed", exit_code=-1, reason="spool_unreadable",
-                                          error=slot.unreadable)
+                slot.box.finish_in_memory(
+                    status="failed", exit_code=-1, reason="spool_unreadable", error=slot.unreadable
+                )
                 self.outbox.changed.set()
                 continue
             self.ack(run_id, seq)
@@ -325,65 +312,72 @@ class Runs:
 
     async def _follow(self, slot: RunSlot) -> None:
         run_id = slot.run_id
-        batcher = LogBatcher(lambda stream, text, end: self.outbox.append(run_id, "log", end, stream=stream,
-                                                                           text=text),
-                             interval=self.config.batch_interval, max_bytes=self.config.batch_bytes)
-        path = slot.dir / "output.jsonl"
+        batcher = LogBatcher(
+            lambda stream, text, end: self.outbox.append(run_id, "log", end, stream=stream, text=text),
+            interval=self.config.batch_interval,
+            max_bytes=self.config.batch_bytes,
+        )
         offset = slot.box.end
         dead_checks = 0
         while not slot.box.finished:
-            lines: list[bytes] = []
-            if path.exists():
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    # Whole lines only: a torn last record (which the supervisor cuts off when the
-                    # disk is full) is read again from its start next time.
-                    *lines, _ = f.read(1 << 20).split(b"\n")
+            read_to, records = read_records(slot.dir / "output.jsonl", offset, run_id)
             now = time.monotonic()
-            if lines:
-                dead_checks = 0
-                for line in lines:
-                    offset += len(line) + 1
-                    try:
-                        record = json.loads(line)
-                    except ValueError:  # a record torn by a crash, with the next one written after it
-                        log.warning("run %s: skipping a damaged output record before offset %d", run_id, offset)
-                        continue
-                    if "exit" in record:
-                        batcher.flush()
-                        self.outbox.append(run_id, "finished", offset, **self._exit(slot, record["exit"]))
-                        return
-                    batcher.add(record["s"], record["t"], offset, now)
+            for end, record in records:
+                if "exit" in record:
+                    batcher.flush()
+                    self.outbox.append(run_id, "finished", end, **self._exit(slot, record["exit"]))
+                    return
+                batcher.add(record["s"], record["t"], end, now)
             if batcher.due(now):
                 batcher.flush()
-            if not lines:
-                if slot.awaiting_resume:
-                    await asyncio.sleep(POLL_SECONDS * 4)
-                    continue
-                if not self._supervisor_alive(slot):
-                    dead_checks += 1
-                    if dead_checks >= 3 and slot.driver == "harness" and self._starts(slot) < MAX_STARTS:
-                        dead_checks = 0  # the transcript lets a new supervisor go on where this one died
-                        if slot.run_id in self.secrets:
-                            self._launch(slot, self.secrets[slot.run_id])
-                        else:
-                            slot.awaiting_resume = True  # the control plane sends the secrets again
-                        continue
-                    if dead_checks >= 3:  # re-read twice after it died, then give up
-                        batcher.flush()
-                        if self.spool_free_bytes() < self.config.min_free_spool_bytes:
-                            self._fail(slot, "disk_full", "the run's supervisor died while the spool was full")
-                            return
-                        self.outbox.append(run_id, "finished", offset, status="failed", exit_code=-1,
-                                           reason="supervisor_lost", error="the run's supervisor died")
+            if read_to > offset:
+                offset, dead_checks = read_to, 0
+                continue
+            if slot.awaiting_resume:
+                await asyncio.sleep(POLL_SECONDS * 4)
+                continue
+            if not self._supervisor_alive(slot):
+                dead_checks += 1
+                if dead_checks >= 3:  # re-read twice after it died
+                    batcher.flush()
+                    if self._supervisor_died(slot, offset):
                         return
-                await asyncio.sleep(POLL_SECONDS)
+                    dead_checks = 0
+                    continue
+            await asyncio.sleep(POLL_SECONDS)
+
+    def _supervisor_died(self, slot: RunSlot, offset: int) -> bool:
+        """A harness run goes on under a new supervisor (its transcript says where it was); any other
+        run ends. Answers whether the run ended."""
+        if slot.driver == "harness" and self._starts(slot) < MAX_STARTS:
+            if slot.run_id in self.secrets:
+                self._launch(slot, self.secrets[slot.run_id])
+            else:
+                slot.awaiting_resume = True  # the control plane sends the secrets again
+            return False
+        if self.spool_free_bytes() < self.config.min_free_spool_bytes:
+            self._fail(slot, "disk_full", "the run's supervisor died while the spool was full")
+        else:
+            self.outbox.append(
+                slot.run_id,
+                "finished",
+                offset,
+                status="failed",
+                exit_code=-1,
+                reason="supervisor_lost",
+                error="the run's supervisor died",
+            )
+        return True
 
     def _exit(self, slot: RunSlot, result: dict[str, Any]) -> dict[str, Any]:
         """The result to report from a supervisor's exit record."""
         if result.get("status") == "cancelled" and (slot.dir / "disk_full").exists():
-            return {**result, "status": "failed", "reason": "disk_full",
-                    "error": "the spool was full, the run's output could no longer be stored"}
+            return {
+                **result,
+                "status": "failed",
+                "reason": "disk_full",
+                "error": "the spool was full, the run's output could no longer be stored",
+            }
         return result
 
     async def close(self) -> None:
@@ -393,5 +387,6 @@ class Runs:
                 slot.tracker.cancel()
         for removal in self.removals:
             removal.cancel()  # a restarted agentd removes those run dirs once their result is delivered again
-        await asyncio.gather(*(s.tracker for s in self.slots.values() if s.tracker), *self.removals,
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(s.tracker for s in self.slots.values() if s.tracker), *self.removals, return_exceptions=True
+        )

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from agentd.confined import Confined, ready_pipe
 
-GiB = 1024 ** 3
+GiB = 1024**3
 BWRAP = "/usr/bin/bwrap"
 LAUNCHER = pathlib.Path(__file__).with_name("rlimits.py")
 LAUNCHER_INSIDE = "/run/drover/rlimits.py"
@@ -32,17 +32,42 @@ LAUNCHER_INSIDE = "/run/drover/rlimits.py"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
 ETC_ALLOWED = (
     # names for uids and groups (password hashes are in shadow, which is not here)
-    "passwd", "group", "nsswitch.conf",
+    "passwd",
+    "group",
+    "nsswitch.conf",
     # host names and the resolver, for a project allowed on the network
-    "hosts", "hostname", "resolv.conf", "host.conf", "gai.conf", "networks", "protocols", "services",
+    "hosts",
+    "hostname",
+    "resolv.conf",
+    "host.conf",
+    "gai.conf",
+    "networks",
+    "protocols",
+    "services",
     # the dynamic linker
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
     # TLS trust: the certificates, never ssl/private
-    "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf", "pki/tls/certs", "pki/ca-trust",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki/tls/certs",
+    "pki/ca-trust",
     "crypto-policies",
     # time, locale and what tools look up
-    "localtime", "timezone", "locale.alias", "locale.conf", "alternatives", "mime.types", "magic", "magic.mime",
-    "os-release", "debian_version", "lsb-release",
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "locale.conf",
+    "alternatives",
+    "mime.types",
+    "magic",
+    "magic.mime",
+    "os-release",
+    "debian_version",
+    "lsb-release",
 )
 """What of /etc a command sees (each when it exists here). Never shadow, gshadow, sudoers, ssh,
 ssl/private or drover: a command could read them through the session user's rights or a tool
@@ -83,19 +108,38 @@ class Sandbox(Protocol):
         """Whether the command runs in its own PID namespace (and reports it on `ready_fd`)."""
         ...
 
-    def wrap(self, argv: list[str], cwd: pathlib.Path, env: dict[str, str], *,
-             writable: pathlib.Path | None = None, ready_fd: int | None = None) -> tuple[list[str], dict[str, str]]:
+    def wrap(
+        self,
+        argv: list[str],
+        cwd: pathlib.Path,
+        env: dict[str, str],
+        *,
+        writable: pathlib.Path | None = None,
+        ready_fd: int | None = None,
+    ) -> tuple[list[str], dict[str, str]]:
         """The argv and env that run `argv` in `cwd` with exactly `env`. `writable` (default `cwd`)
         is the directory the command may change; `ready_fd`, inherited by the command's launcher,
         gets its PID namespace once the sandbox is up."""
         ...
 
 
-def _launcher(policy: SandboxPolicy, path: str, chdir: pathlib.Path | None = None,
-              ready_fd: int | None = None) -> list[str]:
-    argv = [sys.executable, "-I", "-S", path,
-            "--as", str(policy.memory_bytes), "--cpu", str(policy.cpu_seconds),
-            "--fsize", str(policy.file_bytes), "--nproc", str(policy.processes)]
+def _launcher(
+    policy: SandboxPolicy, path: str, chdir: pathlib.Path | None = None, ready_fd: int | None = None
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-I",
+        "-S",
+        path,
+        "--as",
+        str(policy.memory_bytes),
+        "--cpu",
+        str(policy.cpu_seconds),
+        "--fsize",
+        str(policy.file_bytes),
+        "--nproc",
+        str(policy.processes),
+    ]
     if policy.user:
         uid, gid = user_ids(policy.user)
         argv += ["--uid", str(uid), "--gid", str(gid)]
@@ -145,8 +189,15 @@ class BubblewrapSandbox:
     def isolated(self) -> bool:
         return True
 
-    def wrap(self, argv: list[str], cwd: pathlib.Path, env: dict[str, str], *,
-             writable: pathlib.Path | None = None, ready_fd: int | None = None) -> tuple[list[str], dict[str, str]]:
+    def wrap(
+        self,
+        argv: list[str],
+        cwd: pathlib.Path,
+        env: dict[str, str],
+        *,
+        writable: pathlib.Path | None = None,
+        ready_fd: int | None = None,
+    ) -> tuple[list[str], dict[str, str]]:
         if not argv:
             raise ValueError("no command to run")
         if "=" in argv[0]:
@@ -156,8 +207,12 @@ class BubblewrapSandbox:
         inside = os.path.abspath(cwd)
         shown = os.path.abspath(writable if writable is not None else cwd)
         switches = bool(self.policy.user) and user_ids(self.policy.user)[0] != os.geteuid()
-        command = [self.bwrap, *namespace_flags(self.privileged, self.policy.network, switches),
-                   "--die-with-parent", "--new-session"]
+        command = [
+            self.bwrap,
+            *namespace_flags(self.privileged, self.policy.network, switches),
+            "--die-with-parent",
+            "--new-session",
+        ]
         for path in SYSTEM_DIRS:
             if os.path.islink(path):
                 command += ["--symlink", os.readlink(path), path]
@@ -200,8 +255,15 @@ class BubblewrapSandbox:
             processes = Confined(0, read)
             try:
                 argv, env = self.wrap(["true"], pathlib.Path(scratch), {"PATH": "/usr/bin:/bin"}, ready_fd=write)
-                done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                      timeout=PROBE_SECONDS, pass_fds=(write,))
+                done = subprocess.run(
+                    argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    text=True,
+                    timeout=PROBE_SECONDS,
+                    pass_fds=(write,),
+                )
             except (OSError, ValueError, subprocess.TimeoutExpired) as err:
                 return f"{self.bwrap} did not run: {err}"
             finally:
@@ -223,16 +285,25 @@ class PlainSandbox:
     def isolated(self) -> bool:
         return False
 
-    def wrap(self, argv: list[str], cwd: pathlib.Path, env: dict[str, str], *,
-             writable: pathlib.Path | None = None, ready_fd: int | None = None) -> tuple[list[str], dict[str, str]]:
+    def wrap(
+        self,
+        argv: list[str],
+        cwd: pathlib.Path,
+        env: dict[str, str],
+        *,
+        writable: pathlib.Path | None = None,
+        ready_fd: int | None = None,
+    ) -> tuple[list[str], dict[str, str]]:
         if not argv:
             raise ValueError("no command to run")
         launcher = _launcher(self.policy, str(LAUNCHER), chdir=pathlib.Path(os.path.abspath(cwd)))
         return launcher + list(argv), dict(env)
 
 
-UNSANDBOXED = ("this run is NOT sandboxed (agentd was started with --unsafe-no-sandbox): the command "
-               "can read and write whatever its user can, reach the network and leave processes behind")
+UNSANDBOXED = (
+    "this run is NOT sandboxed (agentd was started with --unsafe-no-sandbox): the command "
+    "can read and write whatever its user can, reach the network and leave processes behind"
+)
 
 
 def for_mode(mode: str, policy: SandboxPolicy, bwrap: str = BWRAP) -> Sandbox:
@@ -260,8 +331,7 @@ def _mkdirs(path: str, made: set[str], bound: list[str]) -> list[str]:
 def _python_dirs() -> list[str]:
     """The directories this Python runs from (a venv and the installation under it), so the
     launcher and `python` work inside; those the system binds already cover are left out."""
-    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(sys.executable)}
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(sys.executable)}
     paths = {os.path.abspath(p) for p in found if p} | {os.path.realpath(p) for p in found if p}
     kept: list[str] = []
     for path in sorted(paths, key=len):

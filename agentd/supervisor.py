@@ -21,8 +21,7 @@ import time
 from typing import Any, BinaryIO
 
 from agentd.confined import Confined, ready_pipe
-from agentd.logbatch import RECORD_BYTES
-from agentd.outbox import is_full
+from agentd.output import Output
 from agentd.sandbox import (
     BWRAP,
     UNSANDBOXED,
@@ -34,82 +33,6 @@ from agentd.sandbox import (
 from drover.core import workspace
 
 CHUNK = 64 * 1024
-
-
-class Output:
-    """output.jsonl: one JSON record per line, written whole or not at all, secrets redacted.
-
-    When the disk is full (ENOSPC, EDQUOT) the torn record is cut off again, later output is
-    dropped, `full` is set (the supervisors stop the run) and the exit record says disk_full."""
-
-    def __init__(self, path: pathlib.Path, secrets: list[str], limit: int) -> None:
-        self._file = open(path, "ab", buffering=0)
-        self._size = _whole_records(self._file)
-        self._secrets = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
-        self._limit = limit
-        self._written = 0
-        self._dropped = False
-        self.full = False
-
-    def write(self, stream: str, text: str) -> None:
-        if not text or self.full:
-            return
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        whole = data = text.encode()
-        if stream in ("stdout", "stderr") or self._written >= self._limit:
-            # A command's output is kept up to the limit and no further (whole characters); an event
-            # or a tool record (harness) is kept whole when it starts below the limit.
-            data = whole[:max(self._limit - self._written, 0)].decode(errors="ignore").encode()
-        self._written += len(data)
-        cut = len(data) < len(whole)
-        while data and not self.full:  # records stay small so a batch of output never splits one
-            piece, data = data[:RECORD_BYTES], data[RECORD_BYTES:]
-            while data and piece and (data[0] & 0xC0) == 0x80:  # keep UTF-8 characters whole
-                data, piece = piece[-1:] + data, piece[:-1]
-            self._record({"s": stream, "t": piece.decode()})
-        if cut and not self._dropped:
-            self._dropped = True
-            self._record({"s": "system", "t": f"agentd: output over {self._limit} bytes is not recorded\n"})
-
-    def exit(self, status: str, exit_code: int, reason: str, error: str = "") -> None:
-        if self.full:  # whatever the run did, its output is incomplete
-            status, reason = "failed", "disk_full"
-            error = "the spool is full: the run's output could not be stored"
-        for secret in self._secrets:
-            error = error.replace(secret, "***")
-        self._record({"exit": {"status": status, "exit_code": exit_code, "reason": reason, "error": error}})
-        self._file.close()
-
-    def _record(self, record: dict[str, Any]) -> None:
-        data = (json.dumps(record, ensure_ascii=False) + "\n").encode()
-        fd = self._file.fileno()
-        try:
-            written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
-        except OSError as err:
-            if not is_full(err):
-                raise
-            self.full = True
-            try:  # agentd reads whole lines only, so a cut-off record was never seen
-                os.ftruncate(fd, self._size)
-            except OSError:
-                pass
-            return
-        self._size += written
-
-
-def _whole_records(file: BinaryIO) -> int:
-    """Cut off a record torn by a crash, which a resumed supervisor would append to; answers the size."""
-    size = os.fstat(file.fileno()).st_size
-    with open(file.name, "rb") as f:
-        f.seek(max(size - RECORD_BYTES * 8, 0))  # a record is at most RECORD_BYTES of text, escaped
-        tail = f.read()
-    if tail and not tail.endswith(b"\n") and (b"\n" in tail or len(tail) == size):
-        size -= len(tail) - tail.rfind(b"\n") - 1
-        os.ftruncate(file.fileno(), size)
-    return size
 
 
 class RunEnds(Exception):
@@ -127,8 +50,11 @@ class Supervisor:
         self.run_dir = run_dir
         self.spec = json.loads((run_dir / "assignment.json").read_text())
         self.secret_env = secret_env
-        self.output = Output(run_dir / "output.jsonl", list(secret_env.values()),
-                             int(self.spec.get("output_limit_bytes", 8 * 1024 * 1024)) + 64 * 1024)
+        self.output = Output(
+            run_dir / "output.jsonl",
+            list(secret_env.values()),
+            int(self.spec.get("output_limit_bytes", 8 * 1024 * 1024)) + 64 * 1024,
+        )
         self.cancel_file = run_dir / "cancel"
         self.child: subprocess.Popen[bytes] | None = None
         self.kill_grace = float(self.spec.get("kill_grace_seconds", 10))
@@ -173,23 +99,33 @@ class Supervisor:
         """Clone the project (merging the dependencies' ChangeSets) and make HOME beside it."""
         spec = self.spec
         if spec.get("repo"):
-            self.output.write("system", f"workspace: cloning {workspace.redact_url(spec['repo'])} "
-                                        f"at {spec.get('branch') or 'its default branch'}\n")
+            self.output.write(
+                "system",
+                f"workspace: cloning {workspace.redact_url(spec['repo'])} "
+                f"at {spec.get('branch') or 'its default branch'}\n",
+            )
         token = self.secret_env.get("DROVER_GIT_TOKEN", "")
         try:
             if spec.get("stack"):  # a dependent Task runs on its dependencies' ChangeSets
                 from drover.core import gitspace  # pygit2 only for runs that need it: ~60 ms sooner without
+
                 stack = [gitspace.StackItem(**item) for item in spec["stack"]]
                 self.output.write("system", f"workspace: merging {len(stack)} ChangeSets\n")
-                commit = gitspace.open_workspace(repo_dir, spec["repo"], spec.get("branch", ""), stack,
-                                                 token).start_commit
+                commit = gitspace.open_workspace(
+                    repo_dir, spec["repo"], spec.get("branch", ""), stack, token
+                ).start_commit
             else:
                 commit = workspace.prepare(repo_dir, spec.get("repo", ""), spec.get("branch", ""), token)
             home.mkdir(parents=True, exist_ok=True)
         except workspace.WorkspaceError as err:
             conflict = type(err).__name__ == "MergeConflict"
-            raise RunEnds("failed", -1, "dependency_merge_conflict" if conflict else "workspace_failed", str(err),
-                          line=f"workspace: {err}") from None
+            raise RunEnds(
+                "failed",
+                -1,
+                "dependency_merge_conflict" if conflict else "workspace_failed",
+                str(err),
+                line=f"workspace: {err}",
+            ) from None
         if commit:
             self.output.write("system", f"workspace: at commit {commit}\n")
 
@@ -204,28 +140,43 @@ class Supervisor:
             self.output.write("system", f"WARNING: {UNSANDBOXED}\n")
         return sandbox
 
-    def _start(self, sandbox: Sandbox, repo_dir: pathlib.Path,
-               home: pathlib.Path) -> tuple[subprocess.Popen[bytes], Confined]:
+    def _start(
+        self, sandbox: Sandbox, repo_dir: pathlib.Path, home: pathlib.Path
+    ) -> tuple[subprocess.Popen[bytes], Confined]:
         """Start the command in its sandbox with exactly its environment."""
         spec = self.spec
-        env = {"PATH": spec.get("path") or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-               "LANG": "C.UTF-8", "TZ": "UTC", "HOME": str(home), "DROVER_WORKSPACE": str(repo_dir),
-               "DROVER_RUN_ID": spec["run_id"], "DROVER_TASK_KEY": spec.get("task_key", "")}
+        env = {
+            "PATH": spec.get("path") or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "TZ": "UTC",
+            "HOME": str(home),
+            "DROVER_WORKSPACE": str(repo_dir),
+            "DROVER_RUN_ID": spec["run_id"],
+            "DROVER_TASK_KEY": spec.get("task_key", ""),
+        }
         env.update(spec.get("env", {}))
         env.update(self.secret_env)
         argv = spec["argv"]
         read, write = ready_pipe() if sandbox.isolated else (None, None)
         try:
             wrapped, env = sandbox.wrap(argv, repo_dir, env, writable=repo_dir.parent, ready_fd=write)
-            child = subprocess.Popen(wrapped, cwd=repo_dir, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                     pass_fds=() if write is None else (write,))
+            child = subprocess.Popen(
+                wrapped,
+                cwd=repo_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=() if write is None else (write,),
+            )
         except (OSError, ValueError) as err:
             if read is not None:
                 os.close(read)
             why = err.strerror if isinstance(err, OSError) else str(err)
-            raise RunEnds("failed", -1, "start_failed", f"cannot start {argv[0]}: {why}",
-                          line=f"cannot start {argv[0]}: {why}") from None
+            raise RunEnds(
+                "failed", -1, "start_failed", f"cannot start {argv[0]}: {why}", line=f"cannot start {argv[0]}: {why}"
+            ) from None
         finally:
             if write is not None:
                 os.close(write)  # the launcher holds it now
@@ -242,7 +193,9 @@ class Supervisor:
         processes.close()
         if not started and not stopped:
             error = self.stderr_tail.strip().splitlines()[-1:] or [f"bubblewrap exited with {code}"]
-            raise RunEnds("failed", code, "sandbox_failed", error[0], line=f"sandbox: the command did not start: {error[0]}")
+            raise RunEnds(
+                "failed", code, "sandbox_failed", error[0], line=f"sandbox: the command did not start: {error[0]}"
+            )
         if stopped == "timeout":
             raise RunEnds("failed", code, "timeout", f"timed out after {timeout:.0f} s")
         if stopped == "cancelled":
@@ -270,8 +223,12 @@ class Supervisor:
             cancelled = stopping_since is None and self.cancelled
             if stopping_since is None and (cancelled or (deadline is not None and now >= deadline)):
                 stopped = "cancelled" if cancelled else "timeout"
-                self.output.write("system", "cancelled: stopping the process group\n" if cancelled
-                                  else f"timed out after {timeout:.0f} s: stopping the process group\n")
+                self.output.write(
+                    "system",
+                    "cancelled: stopping the process group\n"
+                    if cancelled
+                    else f"timed out after {timeout:.0f} s: stopping the process group\n",
+                )
                 processes.terminate()
                 stopping_since = now
             if stopping_since is not None and now - stopping_since >= self.kill_grace:

@@ -63,6 +63,7 @@ def reserver(url: str, open_run: str, spent_run: str, seconds: float, barrier: A
     spans: list[tuple[float, float]] = []
     error = ""
     try:
+
         def reserve(run_id: str, key: str) -> model_calls.Reservation:
             return store.transaction(model_calls.reserve, CONFIG, run_id, key, MODEL, "agent", 1000, 2000, BUDGETS)
 
@@ -93,12 +94,14 @@ def reserver(url: str, open_run: str, spent_run: str, seconds: float, barrier: A
 
 def setup(store: Store, n: int) -> list[tuple[str, str]]:
     """Two Changes (no budget; budget spent) with n running runs each; the run ids, paired."""
+
     def make(s: Any) -> list[tuple[str, str]]:
         add_project(s, "bench", "")
         runs = []
         for budget in (0.0, 0.000001):
             change_id = change_lifecycle.submit_change(
-                s, graph.ChangeSpec("bench", "g", (graph.TaskSpec("t", "implement", "o"),), budget_usd=budget), "bench")
+                s, graph.ChangeSpec("bench", "g", (graph.TaskSpec("t", "implement", "o"),), budget_usd=budget), "bench"
+            )
             first = s.scalars(select(Run).where(Run.change_id == change_id)).one()
             for attempt in range(2, n + 1):
                 s.add(Run(id=events.new_id("run"), change_id=change_id, task_id=first.task_id, attempt=attempt))
@@ -110,6 +113,7 @@ def setup(store: Store, n: int) -> list[tuple[str, str]]:
                 ids.append(run.id)
             runs.append(ids)
         return list(zip(*runs))
+
     return store.transaction(make)
 
 
@@ -120,7 +124,7 @@ def pct(values: list[float], q: float) -> float:
 
 def latency(values: list[float]) -> str:
     ms = [v * 1000 for v in values]
-    return (f"p50 {pct(ms, .5):.1f}  p90 {pct(ms, .9):.1f}  p99 {pct(ms, .99):.1f}  max {max(ms, default=0):.1f} ms")
+    return f"p50 {pct(ms, 0.5):.1f}  p90 {pct(ms, 0.9):.1f}  p99 {pct(ms, 0.99):.1f}  max {max(ms, default=0):.1f} ms"
 
 
 def bench_database(name: str, url: str, n: int, seconds: float) -> None:
@@ -150,15 +154,21 @@ def bench_database(name: str, url: str, n: int, seconds: float) -> None:
     change_meter = next(m for m in store.transaction(meters.usage, "change-usd:") if m["limit"] == 0)
     store.close()
     per_process = [len(r[0]) for r in results]
-    print(f"{name}: {n} reserver processes, {seconds:g} s per phase (whole run {time.monotonic() - started:.1f} s "
-          f"with spawning)")
-    print(f"  reserve+settle  {len(held) / walls[0]:8.1f} pairs/s     ({len(held)} pairs in {walls[0]:.2f} s; "
-          f"per process min {min(per_process)} median {statistics.median(per_process):g} max {max(per_process)})")
+    print(
+        f"{name}: {n} reserver processes, {seconds:g} s per phase (whole run {time.monotonic() - started:.1f} s "
+        f"with spawning)"
+    )
+    print(
+        f"  reserve+settle  {len(held) / walls[0]:8.1f} pairs/s     ({len(held)} pairs in {walls[0]:.2f} s; "
+        f"per process min {min(per_process)} median {statistics.median(per_process):g} max {max(per_process)})"
+    )
     print(f"  pair latency    {latency(held)}")
     print(f"  refused         {len(refused) / walls[1]:8.1f} refusals/s  ({len(refused)} in {walls[1]:.2f} s)")
     print(f"  refusal latency {latency(refused)}")
-    print(f"  open Change meter: used {change_meter['used']} reserved {change_meter['reserved']} "
-          f"(every pair settled: {change_meter['used'] == (len(held) + n) * 21_000})")
+    print(
+        f"  open Change meter: used {change_meter['used']} reserved {change_meter['reserved']} "
+        f"(every pair settled: {change_meter['used'] == (len(held) + n) * 21_000})"
+    )
 
 
 def rate(fn: Any, iterations: int) -> tuple[float, float]:
@@ -175,47 +185,93 @@ def bench_routing(iterations: int) -> None:
         print("routing: not built yet")
         return
     from controlplane.domain import tiers
-    traits = [tiers.TaskTraits(kind="implement", size="small", complexity="low", risk="low"),
-              tiers.TaskTraits(kind="implement", size="medium", complexity="medium", risk="medium", billing=True),
-              tiers.TaskTraits(kind="summarize"),
-              tiers.TaskTraits(kind="plan", size="large", complexity="high", risk="high"),
-              tiers.TaskTraits(kind="migrate", destructive_migration=True, resources=("db", "api")),
-              tiers.TaskTraits(kind="implement", authorization=True, attempt=2)]
-    answers = [None, tiers.ClassifierAnswer("haiku", 0.9, False, "answered"),
-               tiers.ClassifierAnswer.abstain("low_confidence", 0.3)]
-    per_s, us = rate(lambda i: tiers.decide_tier(traits[i % len(traits)], answers[i % len(answers)], i % 2 == 0),
-                     iterations)
-    print(f"tiers.decide_tier  {per_s:12,.0f} decisions/s  ({us:.2f} µs each, {iterations} over "
-          f"{len(traits)} traits x {len(answers)} classifier answers)")
+
+    traits = [
+        tiers.TaskTraits(kind="implement", size="small", complexity="low", risk="low"),
+        tiers.TaskTraits(kind="implement", size="medium", complexity="medium", risk="medium", billing=True),
+        tiers.TaskTraits(kind="summarize"),
+        tiers.TaskTraits(kind="plan", size="large", complexity="high", risk="high"),
+        tiers.TaskTraits(kind="migrate", destructive_migration=True, resources=("db", "api")),
+        tiers.TaskTraits(kind="implement", authorization=True, attempt=2),
+    ]
+    answers = [
+        None,
+        tiers.ClassifierAnswer("haiku", 0.9, False, "answered"),
+        tiers.ClassifierAnswer.abstain("low_confidence", 0.3),
+    ]
+    per_s, us = rate(
+        lambda i: tiers.decide_tier(traits[i % len(traits)], answers[i % len(answers)], i % 2 == 0), iterations
+    )
+    print(
+        f"tiers.decide_tier  {per_s:12,.0f} decisions/s  ({us:.2f} µs each, {iterations} over "
+        f"{len(traits)} traits x {len(answers)} classifier answers)"
+    )
     if not (here / "members.py").exists():
         print("members.select: not built yet")
         return
     from controlplane.domain import members
-    cls = members.TierClass("sonnet", tuple(
-        members.Member(agent=agent, instance_id=inst, billing=billing, model=MODEL, quality_score=score,
-                       capabilities=frozenset(caps), max_concurrent=2, order=order)
-        for order, (agent, inst, billing, score, caps) in enumerate([
-            ("anthropic", "acct-a", members.SUBSCRIPTION, 120, {"sensitive"}),
-            ("anthropic", "acct-b", members.SUBSCRIPTION, 120, {"sensitive"}),
-            ("anthropic", "acct-c", members.SUBSCRIPTION, 120, set()),
-            ("anthropic", "", members.PAY_PER_API, 100, {"sensitive"}),
-            ("bedrock", "eu", members.PAY_PER_API, 90, set()),
-            ("vertex", "us", members.SUBSCRIPTION, 110, {"sensitive", "pci"})])))
-    modifiers = (members.TodModifier(route_key="anthropic/acct-a", start="22:00", end="06:00", delta=-1),
-                 members.TodModifier(model=MODEL, start="09:00", end="17:00", delta=2))
-    snapshots = {"anthropic/acct-a": members.QuotaSnapshot(40.0, 0.0), "anthropic/acct-b": members.QuotaSnapshot(5.0),
-                 "vertex/us": members.QuotaSnapshot(80.0)}
+
+    cls = members.TierClass(
+        "sonnet",
+        tuple(
+            members.Member(
+                agent=agent,
+                instance_id=inst,
+                billing=billing,
+                model=MODEL,
+                quality_score=score,
+                capabilities=frozenset(caps),
+                max_concurrent=2,
+                order=order,
+            )
+            for order, (agent, inst, billing, score, caps) in enumerate(
+                [
+                    ("anthropic", "acct-a", members.SUBSCRIPTION, 120, {"sensitive"}),
+                    ("anthropic", "acct-b", members.SUBSCRIPTION, 120, {"sensitive"}),
+                    ("anthropic", "acct-c", members.SUBSCRIPTION, 120, set()),
+                    ("anthropic", "", members.PAY_PER_API, 100, {"sensitive"}),
+                    ("bedrock", "eu", members.PAY_PER_API, 90, set()),
+                    ("vertex", "us", members.SUBSCRIPTION, 110, {"sensitive", "pci"}),
+                ]
+            )
+        ),
+    )
+    modifiers = (
+        members.TodModifier(route_key="anthropic/acct-a", start="22:00", end="06:00", delta=-1),
+        members.TodModifier(model=MODEL, start="09:00", end="17:00", delta=2),
+    )
+    snapshots = {
+        "anthropic/acct-a": members.QuotaSnapshot(40.0, 0.0),
+        "anthropic/acct-b": members.QuotaSnapshot(5.0),
+        "vertex/us": members.QuotaSnapshot(80.0),
+    }
     now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
     observed = {"anthropic/acct-c": (now - dt.timedelta(minutes=3),)}
-    policies = [members.QuotaPolicy(), members.QuotaPolicy(intra_kind_policy="RoundRobin"),
-                members.QuotaPolicy(unknown_policy="FailCautious")]
+    policies = [
+        members.QuotaPolicy(),
+        members.QuotaPolicy(intra_kind_policy="RoundRobin"),
+        members.QuotaPolicy(unknown_policy="FailCautious"),
+    ]
     required = [(), ("sensitive",), ("pci",), ("sensitive", "pci")]
     counters: dict[str, int] = {}
-    per_s, us = rate(lambda i: members.select(cls, required[i % 4], modifiers, snapshots, observed,
-                                              {"anthropic": i % 3}, policies[i % 3], now, rr_counters=counters),
-                     iterations)
-    print(f"members.select       {per_s:12,.0f} selections/s ({us:.2f} µs each, {iterations} over a "
-          f"{len(cls.members)}-member class, {len(required)} capability sets x {len(policies)} quota policies)")
+    per_s, us = rate(
+        lambda i: members.select(
+            cls,
+            required[i % 4],
+            modifiers,
+            snapshots,
+            observed,
+            {"anthropic": i % 3},
+            policies[i % 3],
+            now,
+            rr_counters=counters,
+        ),
+        iterations,
+    )
+    print(
+        f"members.select       {per_s:12,.0f} selections/s ({us:.2f} µs each, {iterations} over a "
+        f"{len(cls.members)}-member class, {len(required)} capability sets x {len(policies)} quota policies)"
+    )
 
 
 def main() -> None:

@@ -68,8 +68,7 @@ class Deadline:
             raise BenchTimeout(f"benchmark exceeded {self.seconds:.0f} s ({what})")
 
 
-def wait_for(check: Callable[[], T], deadline: Deadline, timeout: float, what: str,
-             interval: float = 0.05) -> T:
+def wait_for(check: Callable[[], T], deadline: Deadline, timeout: float, what: str, interval: float = 0.05) -> T:
     end = min(time.monotonic() + timeout, deadline.end)
     while True:
         value = check()
@@ -89,12 +88,14 @@ def _die_with_parent() -> None:
     """Children get SIGTERM if this process dies without cleaning up (Linux)."""
     try:
         import ctypes
+
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:
         pass
 
 
 # --- processes ----------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Proc:
@@ -107,8 +108,9 @@ class Proc:
     def start(self) -> "Proc":
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                         cwd=REPO, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=REPO, preexec_fn=_die_with_parent
+            )
         return self
 
     def alive(self) -> bool:
@@ -132,7 +134,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return 0.0, 0.0
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     tick = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
@@ -172,6 +174,7 @@ def postgres_database(keep: bool = False) -> Iterator[str]:
 
 
 # --- one benchmark ------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Result:
@@ -219,8 +222,9 @@ def all_events(client: Client, kind: str, after_id: int) -> list[Any]:
         after_id = page[-1].id
 
 
-def submit_and_wait(client: Client, project: str, n: int, changes: int, deadline: Deadline,
-                    label: str) -> tuple[list[str], float, float, float, int]:
+def submit_and_wait(
+    client: Client, project: str, n: int, changes: int, deadline: Deadline, label: str
+) -> tuple[list[str], float, float, float, int]:
     """Submit n no-op runs as `changes` Changes; answers the change ids, the submit start time
     (epoch), the submit duration, the time (epoch) their completion was observed and the id of the
     last Event before submitting."""
@@ -230,8 +234,12 @@ def submit_and_wait(client: Client, project: str, n: int, changes: int, deadline
     specs = []
     counter = 0
     for size in sizes:
-        specs.append([{"key": f"t{counter + i}", "kind": "bench", "objective": "no-op", "command": ["true"]}
-                      for i in range(size)])
+        specs.append(
+            [
+                {"key": f"t{counter + i}", "kind": "bench", "objective": "no-op", "command": ["true"]}
+                for i in range(size)
+            ]
+        )
         counter += size
     t0 = time.time()
     ids = [client.submit_change(project, f"{label} {i}", tasks).id for i, tasks in enumerate(specs)]
@@ -264,8 +272,10 @@ def submit_and_wait(client: Client, project: str, n: int, changes: int, deadline
                 for t in change.tasks:
                     counts[t.status] = counts.get(t.status, 0) + 1
                 stuck.append(f"{change_id} status {change.status!r}, tasks {counts}")
-            raise RuntimeError(f"all {n} runs of {label} finished more than 10 s ago but {len(pending)} "
-                               f"Change(s) did not: " + "; ".join(stuck))
+            raise RuntimeError(
+                f"all {n} runs of {label} finished more than 10 s ago but {len(pending)} "
+                f"Change(s) did not: " + "; ".join(stuck)
+            )
         time.sleep(0.25)  # detection lag only; the figures come from Event timestamps
     return ids, t0, submit_s, time.time(), after
 
@@ -292,43 +302,81 @@ def bench_one(database: str, args: argparse.Namespace, deadline: Deadline, tmp: 
                 print(f"  ! killed {killed} leftover run supervisors", file=sys.stderr)
             if left:
                 signal.alarm(max(1, int(deadline.left()) + 1))
+
         stack.callback(stop_all)
 
-        plane = Proc("controlplane", [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0",
-                                      "--data-dir", str(data_dir)], tmp / "controlplane.log", env).start()
+        plane = Proc(
+            "controlplane",
+            [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+            tmp / "controlplane.log",
+            env,
+        ).start()
         procs.append(plane)
 
         def listening() -> int:
             if not plane.alive():
                 raise RuntimeError(f"control plane exited:\n{log_tail(plane.log)}")
-            found = re.search(r"drover control plane listening on 127\.0\.0\.1:(\d+)",
-                              plane.log.read_text(errors="replace"))
+            found = re.search(
+                r"drover control plane listening on 127\.0\.0\.1:(\d+)", plane.log.read_text(errors="replace")
+            )
             return int(found.group(1)) if found else 0
+
         port = wait_for(listening, deadline, 60, "the control plane to listen")
         target = f"127.0.0.1:{port}"
-        print(f"[{database}] control plane pid {plane.proc.pid} on {target}"  # type: ignore[union-attr]
-              f" (data dir {data_dir}{', ' + url.rsplit('/', 1)[1] if url else ''})", flush=True)
+        print(
+            f"[{database}] control plane pid {plane.proc.pid} on {target}"  # type: ignore[union-attr]
+            f" (data dir {data_dir}{', ' + url.rsplit('/', 1)[1] if url else ''})",
+            flush=True,
+        )
 
-        subprocess.run([sys.executable, "-m", "controlplane.cli", "project", "add", "bench", "--data-dir",
-                        str(data_dir)], env=env, cwd=REPO, check=True, capture_output=True, text=True,
-                       timeout=max(5.0, min(120.0, deadline.left())))
+        subprocess.run(
+            [sys.executable, "-m", "controlplane.cli", "project", "add", "bench", "--data-dir", str(data_dir)],
+            env=env,
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=max(5.0, min(120.0, deadline.left())),
+        )
         token = (data_dir / "tokens" / "admin.token").read_text().strip()
         agent_token = data_dir / "tokens" / "agent.token"
         names = [f"bench-{i}" for i in range(args.agents)]
         for name in names:
             root = tmp / f"agent-{name}"
-            procs.append(Proc(name, [sys.executable, "-m", "agentd.cli", "--control-plane", target, "--name", name,
-                                     "--token-file", str(agent_token), "--capacity", str(args.capacity),
-                                     "--spool-dir", str(root / "spool"), "--work-dir", str(root / "work")],
-                              root / "agentd.log", env).start())
+            procs.append(
+                Proc(
+                    name,
+                    [
+                        sys.executable,
+                        "-m",
+                        "agentd.cli",
+                        "--control-plane",
+                        target,
+                        "--name",
+                        name,
+                        "--token-file",
+                        str(agent_token),
+                        "--capacity",
+                        str(args.capacity),
+                        "--spool-dir",
+                        str(root / "spool"),
+                        "--work-dir",
+                        str(root / "work"),
+                    ],
+                    root / "agentd.log",
+                    env,
+                ).start()
+            )
 
         with Client(target, token=token) as client:
+
             def all_connected() -> bool:
                 for p in procs[1:]:
                     if not p.alive():
                         raise RuntimeError(f"agentd {p.name} exited:\n{log_tail(p.log)}")
                 connected = {a.name for a in client.list_agents() if a.connected}
                 return connected >= set(names)
+
             wait_for(all_connected, deadline, 60, f"{args.agents} agents to connect", interval=0.1)
             print(f"[{database}] {args.agents} agents connected (capacity {args.capacity} each)", flush=True)
 
@@ -341,14 +389,17 @@ def bench_one(database: str, args: argparse.Namespace, deadline: Deadline, tmp: 
             pids = {p.name: p.proc.pid for p in procs if p.proc is not None}
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             try:
-                ids, t0, submit_s, t_seen, after = submit_and_wait(client, "bench", args.runs, args.changes,
-                                                                   deadline, "bench")
+                ids, t0, submit_s, t_seen, after = submit_and_wait(
+                    client, "bench", args.runs, args.changes, deadline, "bench"
+                )
             finally:
                 stop_profiler(profiler)
             cpu_after = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            cpu = {"controlplane": cpu_after["controlplane"][0] - cpu_before["controlplane"][0],
-                   "agentd": sum(cpu_after[n][0] - cpu_before[n][0] for n in names),
-                   "supervisors": sum(cpu_after[n][1] - cpu_before[n][1] for n in names)}
+            cpu = {
+                "controlplane": cpu_after["controlplane"][0] - cpu_before["controlplane"][0],
+                "agentd": sum(cpu_after[n][0] - cpu_before[n][0] for n in names),
+                "supervisors": sum(cpu_after[n][1] - cpu_before[n][1] for n in names),
+            }
             events = all_events(client, "run.", after)
             changes = set(ids)
             events = [e for e in events if e.change_id in changes]
@@ -371,15 +422,28 @@ def bench_one(database: str, args: argparse.Namespace, deadline: Deadline, tmp: 
         def deltas(a: dict[str, float], b: dict[str, float]) -> list[float]:
             return [(b[r] - a[r]) * 1000 for r in a if r in b]
 
-        return Result(database=database, runs=args.runs, agents=args.agents, capacity=args.capacity,
-                      changes=args.changes, wall_s=max(finished.values()) - t0, observed_s=t_seen - t0,
-                      submit_s=submit_s, succeeded=succeeded, requeued=requeued,
-                      q_started=deltas(queued, started), q_assigned=deltas(queued, assigned),
-                      a_started=deltas(assigned, started), s_finished=deltas(started, finished), cpu=cpu)
+        return Result(
+            database=database,
+            runs=args.runs,
+            agents=args.agents,
+            capacity=args.capacity,
+            changes=args.changes,
+            wall_s=max(finished.values()) - t0,
+            observed_s=t_seen - t0,
+            submit_s=submit_s,
+            succeeded=succeeded,
+            requeued=requeued,
+            q_started=deltas(queued, started),
+            q_assigned=deltas(queued, assigned),
+            a_started=deltas(assigned, started),
+            s_finished=deltas(started, finished),
+            cpu=cpu,
+        )
     raise AssertionError("unreachable")
 
 
 # --- optional profiling of the control plane -----------------------------------------------------
+
 
 def start_profiler(args: argparse.Namespace, plane: Proc, tmp: pathlib.Path, database: str) -> Proc | None:
     if not args.py_spy:
@@ -392,8 +456,24 @@ def start_profiler(args: argparse.Namespace, plane: Proc, tmp: pathlib.Path, dat
     out = pathlib.Path(args.py_spy) / f"controlplane-{database}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"[{database}] py-spy recording the control plane to {out}", flush=True)
-    return Proc("py-spy", [py_spy, "record", "--pid", str(plane.proc.pid), "--format", "raw", "--threads",
-                           "--rate", "200", "--output", str(out)], tmp / "py-spy.log", dict(os.environ)).start()
+    return Proc(
+        "py-spy",
+        [
+            py_spy,
+            "record",
+            "--pid",
+            str(plane.proc.pid),
+            "--format",
+            "raw",
+            "--threads",
+            "--rate",
+            "200",
+            "--output",
+            str(out),
+        ],
+        tmp / "py-spy.log",
+        dict(os.environ),
+    ).start()
 
 
 def stop_profiler(profiler: Proc | None) -> None:
@@ -407,28 +487,61 @@ def stop_profiler(profiler: Proc | None) -> None:
 
 # --- reporting ----------------------------------------------------------------------------------
 
+
 def describe(r: Result) -> str:
     def line(name: str, values: list[float]) -> str:
-        return (f"    {name:<12} p50 {pct(values, 50):8.1f} ms  p90 {pct(values, 90):8.1f}  "
-                f"p99 {pct(values, 99):8.1f}  max {max(values, default=float('nan')):8.1f}")
-    return "\n".join([
-        f"[{r.database}] {r.runs} runs ({r.changes} change{'s' if r.changes != 1 else ''}), {r.agents} agents x "
-        f"capacity {r.capacity}: {r.succeeded} succeeded, {r.requeued} requeued",
-        f"    wall {r.wall_s:.2f} s (submit calls {r.submit_s * 1000:.0f} ms, completion observed after "
-        f"{r.observed_s:.2f} s) -> {r.rate:.1f} runs/s",
-        line("q->started", r.q_started), line("q->assigned", r.q_assigned),
-        line("a->started", r.a_started), line("s->finished", r.s_finished),
-        f"    CPU while measuring (until completion observed, {r.observed_s:.1f} s x {os.cpu_count()} CPUs): "
-        + ", ".join(f"{k} {v:.1f} s" for k, v in r.cpu.items())
-        + (f"; machine load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "")])
+        return (
+            f"    {name:<12} p50 {pct(values, 50):8.1f} ms  p90 {pct(values, 90):8.1f}  "
+            f"p99 {pct(values, 99):8.1f}  max {max(values, default=float('nan')):8.1f}"
+        )
+
+    return "\n".join(
+        [
+            f"[{r.database}] {r.runs} runs ({r.changes} change{'s' if r.changes != 1 else ''}), {r.agents} agents x "
+            f"capacity {r.capacity}: {r.succeeded} succeeded, {r.requeued} requeued",
+            f"    wall {r.wall_s:.2f} s (submit calls {r.submit_s * 1000:.0f} ms, completion observed after "
+            f"{r.observed_s:.2f} s) -> {r.rate:.1f} runs/s",
+            line("q->started", r.q_started),
+            line("q->assigned", r.q_assigned),
+            line("a->started", r.a_started),
+            line("s->finished", r.s_finished),
+            f"    CPU while measuring (until completion observed, {r.observed_s:.1f} s x {os.cpu_count()} CPUs): "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in r.cpu.items())
+            + (f"; machine load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""),
+        ]
+    )
 
 
 def table(results: list[Result]) -> str:
-    head = ("database", "runs", "agents", "cap", "changes", "wall s", "runs/s", "q->start p50 ms",
-            "q->start p99 ms", "a->start p50 ms", "a->start p99 ms")
-    rows = [head] + [(r.database, str(r.runs), str(r.agents), str(r.capacity), str(r.changes), f"{r.wall_s:.2f}",
-                      f"{r.rate:.1f}", f"{pct(r.q_started, 50):.0f}", f"{pct(r.q_started, 99):.0f}",
-                      f"{pct(r.a_started, 50):.0f}", f"{pct(r.a_started, 99):.0f}") for r in results]
+    head = (
+        "database",
+        "runs",
+        "agents",
+        "cap",
+        "changes",
+        "wall s",
+        "runs/s",
+        "q->start p50 ms",
+        "q->start p99 ms",
+        "a->start p50 ms",
+        "a->start p99 ms",
+    )
+    rows = [head] + [
+        (
+            r.database,
+            str(r.runs),
+            str(r.agents),
+            str(r.capacity),
+            str(r.changes),
+            f"{r.wall_s:.2f}",
+            f"{r.rate:.1f}",
+            f"{pct(r.q_started, 50):.0f}",
+            f"{pct(r.q_started, 99):.0f}",
+            f"{pct(r.a_started, 50):.0f}",
+            f"{pct(r.a_started, 99):.0f}",
+        )
+        for r in results
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     fmt = lambda row: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
     return "\n".join([fmt(rows[0]), fmt(tuple("-" * w for w in widths)), *map(fmt, rows[1:])])
@@ -440,14 +553,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--agents", type=int, default=4, help="agentd processes (default 4)")
     p.add_argument("--capacity", type=int, default=4, help="capacity of each agentd (default 4)")
     p.add_argument("--database", choices=("sqlite", "postgresql", "both"), default="both")
-    p.add_argument("--changes", type=int, default=0,
-                   help=f"split the runs over this many Changes (default: 1, or as many as needed for at most "
-                        f"{MAX_TASKS_PER_CHANGE} Tasks each)")
+    p.add_argument(
+        "--changes",
+        type=int,
+        default=0,
+        help=f"split the runs over this many Changes (default: 1, or as many as needed for at most "
+        f"{MAX_TASKS_PER_CHANGE} Tasks each)",
+    )
     p.add_argument("--warmup", type=int, default=0, help="no-op runs to finish before measuring (default 0)")
     p.add_argument("--timeout", type=float, default=600, help="fail after this many seconds in all (default 600)")
     p.add_argument("--log-level", default="INFO", help="DROVER_LOG_LEVEL of the processes (default INFO)")
-    p.add_argument("--py-spy", metavar="DIR", default="",
-                   help="record the control plane with py-spy (raw folded stacks) into DIR during the runs")
+    p.add_argument(
+        "--py-spy",
+        metavar="DIR",
+        default="",
+        help="record the control plane with py-spy (raw folded stacks) into DIR during the runs",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temporary directory and PostgreSQL database")
     return p
 
@@ -468,13 +589,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_term(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
+
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGTERM, on_term)
     signal.alarm(int(args.timeout) + 1)
 
-    print(f"dispatch benchmark: {args.runs} no-op runs, {args.agents} agents x capacity {args.capacity}, "
-          f"{args.changes} change(s), on {', '.join(databases)}; {os.cpu_count()} CPUs, "
-          f"Python {sys.version.split()[0]}", flush=True)
+    print(
+        f"dispatch benchmark: {args.runs} no-op runs, {args.agents} agents x capacity {args.capacity}, "
+        f"{args.changes} change(s), on {', '.join(databases)}; {os.cpu_count()} CPUs, "
+        f"Python {sys.version.split()[0]}",
+        flush=True,
+    )
     results: list[Result] = []
     failed = False
     for database in databases:
@@ -487,8 +612,9 @@ def main(argv: list[str] | None = None) -> int:
             ok = True
         except (Exception, KeyboardInterrupt) as err:
             failed = True
-            print(f"[{database}] FAILED: {type(err).__name__}: {err}\n  logs kept in {tmp}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"[{database}] FAILED: {type(err).__name__}: {err}\n  logs kept in {tmp}", file=sys.stderr, flush=True
+            )
             if isinstance(err, (BenchTimeout, KeyboardInterrupt)):
                 break
         finally:

@@ -74,8 +74,8 @@ from agentd.harness.loop import Harness, Limits  # noqa: E402
 from agentd.harness.supervisor import HarnessRun  # noqa: E402
 from agentd.harness.tools import Finished, TaskTools  # noqa: E402
 from agentd.harness.transcript import Transcript  # noqa: E402
+from agentd.output import Output  # noqa: E402
 from agentd.sandbox import PlainSandbox, SandboxPolicy, detect  # noqa: E402
-from agentd.supervisor import Output  # noqa: E402
 from drover import Client  # noqa: E402
 from drover.core import (
     allowlist,  # noqa: E402
@@ -115,11 +115,14 @@ def make_repo(path: pathlib.Path, fixed: bool) -> pathlib.Path:
 def summary(values_ms: list[float]) -> str:
     if not values_ms:
         return "n/a"
-    return (f"mean {statistics.fmean(values_ms):7.2f} ms  p50 {pct(values_ms, 50):7.2f}  "
-            f"p99 {pct(values_ms, 99):7.2f}  max {max(values_ms):7.2f}  (n={len(values_ms)})")
+    return (
+        f"mean {statistics.fmean(values_ms):7.2f} ms  p50 {pct(values_ms, 50):7.2f}  "
+        f"p99 {pct(values_ms, 99):7.2f}  max {max(values_ms):7.2f}  (n={len(values_ms)})"
+    )
 
 
 # --- part 1: in-process -----------------------------------------------------------------------
+
 
 class Clock:
     """Accumulated seconds per part of a round trip."""
@@ -195,25 +198,36 @@ class TimedHarness(Harness):
             await super().step()
         except Finished:
             raise  # the complete_task step is not a round trip
-        self.steps.append(Step(time.perf_counter() - t0,
-                               {k: v - before.get(k, 0.0) for k, v in self.clock.total.items()}))
+        self.steps.append(
+            Step(time.perf_counter() - t0, {k: v - before.get(k, 0.0) for k, v in self.clock.total.items()})
+        )
 
 
 def tool_env(home: pathlib.Path, root: pathlib.Path) -> dict[str, str]:
     """The environment the supervisor gives commands (agentd/harness/supervisor.py)."""
-    return {"PATH": CHILD_PATH, "LANG": "C.UTF-8", "TZ": "UTC", "HOME": str(home), "DROVER_WORKSPACE": str(root),
-            "DROVER_RUN_ID": "bench", "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_ADDOPTS": "-p no:cacheprovider"}
+    return {
+        "PATH": CHILD_PATH,
+        "LANG": "C.UTF-8",
+        "TZ": "UTC",
+        "HOME": str(home),
+        "DROVER_WORKSPACE": str(root),
+        "DROVER_RUN_ID": "bench",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTEST_ADDOPTS": "-p no:cacheprovider",
+    }
 
 
-def make_tools(root: pathlib.Path, sandbox: Any, home: pathlib.Path, clock: Clock,
-               calls_left: Any = lambda: 30) -> BenchTools:
+def make_tools(
+    root: pathlib.Path, sandbox: Any, home: pathlib.Path, clock: Clock, calls_left: Any = lambda: 30
+) -> BenchTools:
     tools = BenchTools(root, True, allowlist.DEFAULT_PYTHON_POLICY, sandbox, tool_env(home, root), calls_left)
     tools.clock = clock
     return tools
 
 
-async def harness_run(server: fake.FakeAnthropic, root: pathlib.Path, sandbox: Any, run_dir: pathlib.Path,
-                      script: list[fake.Step]) -> list[Step]:
+async def harness_run(
+    server: fake.FakeAnthropic, root: pathlib.Path, sandbox: Any, run_dir: pathlib.Path, script: list[fake.Step]
+) -> list[Step]:
     """One whole harness run of `script` (ending in complete_task); answers its round trips."""
     (run_dir / "home").mkdir(parents=True)
     clock = Clock()
@@ -227,16 +241,18 @@ async def harness_run(server: fake.FakeAnthropic, root: pathlib.Path, sandbox: A
             HarnessRun.emit(run, index, entry)  # type: ignore[arg-type]  # the supervisor's own emit
 
     limits = Limits(max_calls=len(script) + 1, max_output_tokens=16_000)
-    tools = make_tools(root, sandbox, run_dir / "home", clock,
-                       lambda: max(limits.max_calls - transcript.model_calls, 0))
+    tools = make_tools(
+        root, sandbox, run_dir / "home", clock, lambda: max(limits.max_calls - transcript.model_calls, 0)
+    )
     model = TimedModel(server.base_url, API_KEY, "claude-bench", RetryPolicy())
     model.clock = clock
 
     async def summarise(request: list[dict[str, Any]]) -> str:
         return "summary"  # never called: the conversation stays far below the fold threshold
 
-    harness = TimedHarness(model, tools, transcript, limits, "Benchmark task: look around, then finish.", emit,
-                           summarise)
+    harness = TimedHarness(
+        model, tools, transcript, limits, "Benchmark task: look around, then finish.", emit, summarise
+    )
     harness.clock, harness.steps = clock, []
     server.extend(script)
     try:
@@ -252,14 +268,17 @@ async def harness_run(server: fake.FakeAnthropic, root: pathlib.Path, sandbox: A
 
 
 def cheap_script(k: int) -> list[fake.Step]:
-    steps = [fake.tool_use("read_file", {"path": "calc.py"}) if i % 2 == 0 else fake.tool_use("list_files", {})
-             for i in range(k)]
+    steps = [
+        fake.tool_use("read_file", {"path": "calc.py"}) if i % 2 == 0 else fake.tool_use("list_files", {})
+        for i in range(k)
+    ]
     return steps + [fake.tool_use("complete_task", {"summary": "done"})]
 
 
 def command_script(c: int) -> list[fake.Step]:
     return [fake.tool_use("run_command", {"command": PYTEST}) for _ in range(c)] + [
-        fake.tool_use("complete_task", {"summary": "tests pass", "tests_run": [PYTEST]})]
+        fake.tool_use("complete_task", {"summary": "tests pass", "tests_run": [PYTEST]})
+    ]
 
 
 def describe_steps(label: str, steps: list[Step]) -> list[str]:
@@ -267,17 +286,22 @@ def describe_steps(label: str, steps: list[Step]) -> list[str]:
     lines = [f"  {label}", f"    round trip   {summary(totals)}"]
     for part in ("model", "tool", "transcript", "emit"):
         values = [s.parts.get(part, 0.0) * 1000 for s in steps]
-        lines.append(f"      {part:<10} mean {statistics.fmean(values):7.2f} ms  p50 {pct(values, 50):7.2f}  "
-                     f"p99 {pct(values, 99):7.2f}")
-    rest = [(s.total - sum(s.parts.get(p, 0.0) for p in ("model", "tool", "transcript", "emit"))) * 1000
-            for s in steps]
-    lines.append(f"      {'rest':<10} mean {statistics.fmean(rest):7.2f} ms  p50 {pct(rest, 50):7.2f}  "
-                 f"p99 {pct(rest, 99):7.2f}   (conversation rebuild, fold sizing, bookkeeping)")
+        lines.append(
+            f"      {part:<10} mean {statistics.fmean(values):7.2f} ms  p50 {pct(values, 50):7.2f}  "
+            f"p99 {pct(values, 99):7.2f}"
+        )
+    rest = [(s.total - sum(s.parts.get(p, 0.0) for p in ("model", "tool", "transcript", "emit"))) * 1000 for s in steps]
+    lines.append(
+        f"      {'rest':<10} mean {statistics.fmean(rest):7.2f} ms  p50 {pct(rest, 50):7.2f}  "
+        f"p99 {pct(rest, 99):7.2f}   (conversation rebuild, fold sizing, bookkeeping)"
+    )
     if len(totals) >= 20:
         tenth = max(1, len(totals) // 10)
-        lines.append(f"    growth: first {tenth} round trips mean {statistics.fmean(totals[:tenth]):.2f} ms, "
-                     f"last {tenth} mean {statistics.fmean(totals[-tenth:]):.2f} ms "
-                     f"(the conversation sent grows by one exchange per step)")
+        lines.append(
+            f"    growth: first {tenth} round trips mean {statistics.fmean(totals[:tenth]):.2f} ms, "
+            f"last {tenth} mean {statistics.fmean(totals[-tenth:]):.2f} ms "
+            f"(the conversation sent grows by one exchange per step)"
+        )
     return lines
 
 
@@ -303,8 +327,12 @@ async def model_call_ms(nodelay: bool, n: int = 30) -> list[float]:
                 out = []
                 for _ in range(n + 3):
                     t0 = time.perf_counter()
-                    await model.complete(system=[{"type": "text", "text": "s"}], tools=[], max_tokens=100,
-                                         messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+                    await model.complete(
+                        system=[{"type": "text", "text": "s"}],
+                        tools=[],
+                        max_tokens=100,
+                        messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                    )
                     out.append((time.perf_counter() - t0) * 1000)
                 return out[3:]  # the first ones open the connection
     finally:
@@ -315,11 +343,13 @@ async def part_inprocess(args: argparse.Namespace, tmp: pathlib.Path) -> None:
     print(f"\n== 1. in-process harness round trips ({load()})", flush=True)
     shipped = await model_call_ms(False)
     nodelay = await model_call_ms(True)
-    print(f"  one bare model call (AnthropicModel.complete, streamed, back to back on one connection):\n"
-          f"    fake as shipped (Nagle on)    {summary(shipped)}\n"
-          f"    fake with TCP_NODELAY         {summary(nodelay)}\n"
-          f"    figures below: {'fake as shipped' if args.fake_as_shipped else 'fake with TCP_NODELAY'}",
-          flush=True)
+    print(
+        f"  one bare model call (AnthropicModel.complete, streamed, back to back on one connection):\n"
+        f"    fake as shipped (Nagle on)    {summary(shipped)}\n"
+        f"    fake with TCP_NODELAY         {summary(nodelay)}\n"
+        f"    figures below: {'fake as shipped' if args.fake_as_shipped else 'fake with TCP_NODELAY'}",
+        flush=True,
+    )
     origin = make_repo(tmp / "origin", fixed=True)
     t0 = time.perf_counter()
     workspace = gitspace.open_workspace(tmp / "ws" / "repo", str(origin), "main", [])
@@ -330,25 +360,35 @@ async def part_inprocess(args: argparse.Namespace, tmp: pathlib.Path) -> None:
     detect_ms = (time.perf_counter() - t0) * 1000
     name = type(sandbox).__name__
     warning = f": {sandbox.warning()}" if sandbox.warning() else ""
-    print(f"  workspace: gitspace.open_workspace clone {clone_ms:.1f} ms; sandbox.detect() -> {name} "
-          f"in {detect_ms:.1f} ms (the bubblewrap probe, once per run){warning}", flush=True)
+    print(
+        f"  workspace: gitspace.open_workspace clone {clone_ms:.1f} ms; sandbox.detect() -> {name} "
+        f"in {detect_ms:.1f} ms (the bubblewrap probe, once per run){warning}",
+        flush=True,
+    )
     with fake.FakeAnthropic(api_key=API_KEY) as server:
         await harness_run(server, root, sandbox, tmp / "run-warmup", cheap_script(3))  # imports, first connection
         steps = await harness_run(server, root, sandbox, tmp / "run-cheap", cheap_script(args.round_trips))
-        for line in describe_steps(f"{args.round_trips} cheap round trips (read_file calc.py / list_files "
-                                   f"alternating), then complete_task:", steps):
+        for line in describe_steps(
+            f"{args.round_trips} cheap round trips (read_file calc.py / list_files alternating), then complete_task:",
+            steps,
+        ):
             print(line, flush=True)
         c = args.command_round_trips
         steps = await harness_run(server, root, sandbox, tmp / "run-command", command_script(c))
-        for line in describe_steps(f"{c} run_command round trips (`{PYTEST}`, 1 test, {name}), "
-                                   f"then complete_task:", steps):
+        for line in describe_steps(
+            f"{c} run_command round trips (`{PYTEST}`, 1 test, {name}), then complete_task:", steps
+        ):
             print(line, flush=True)
-    print(f"  the run_command tool alone, {c} calls each (same tool code, different wrappers, interleaved):",
-          flush=True)
+    print(
+        f"  the run_command tool alone, {c} calls each (same tool code, different wrappers, interleaved):", flush=True
+    )
     clock = Clock()
     (tmp / "home").mkdir(exist_ok=True)
-    layers = [("no wrapper at all", NoSandbox()), ("rlimits launcher only", PlainSandbox(SandboxPolicy())),
-              (f"launcher + {name}", sandbox)]
+    layers = [
+        ("no wrapper at all", NoSandbox()),
+        ("rlimits launcher only", PlainSandbox(SandboxPolicy())),
+        (f"launcher + {name}", sandbox),
+    ]
     tools = [make_tools(root, box, tmp / "home", clock) for _, box in layers]
     values: list[list[float]] = [[] for _ in layers]
     for i in range(c):  # round robin, rotating who goes first, so drifting load hits every layer alike
@@ -358,13 +398,17 @@ async def part_inprocess(args: argparse.Namespace, tmp: pathlib.Path) -> None:
     medians = [pct(v, 50) for v in values]
     for (label, _), v in zip(layers, values):
         print(f"    {label:<31} {summary(v)}", flush=True)
-    print(f"    sandbox cost per command (difference of p50s): launcher {medians[1] - medians[0]:+.1f} ms, "
-          f"bubblewrap {medians[2] - medians[1]:+.1f} ms, total {medians[2] - medians[0]:+.1f} ms "
-          f"over {medians[0]:.1f} ms for the bare command", flush=True)
+    print(
+        f"    sandbox cost per command (difference of p50s): launcher {medians[1] - medians[0]:+.1f} ms, "
+        f"bubblewrap {medians[2] - medians[1]:+.1f} ms, total {medians[2] - medians[0]:+.1f} ms "
+        f"over {medians[0]:.1f} ms for the bare command",
+        flush=True,
+    )
     print(f"  ({load()})", flush=True)
 
 
 # --- part 2: end to end -----------------------------------------------------------------------
+
 
 class TimedFake(fake.FakeAnthropic):
     """The fake, noting when each request arrived (epoch seconds)."""
@@ -378,8 +422,18 @@ class TimedFake(fake.FakeAnthropic):
         super()._record(request)
 
 
-E2E_TOOLS = ["list_files", "read_file", "read_file", "run_command", "edit_file", "run_command", "write_file",
-             "run_command", "list_files", "complete_task"]
+E2E_TOOLS = [
+    "list_files",
+    "read_file",
+    "read_file",
+    "run_command",
+    "edit_file",
+    "run_command",
+    "write_file",
+    "run_command",
+    "list_files",
+    "complete_task",
+]
 
 
 def e2e_script() -> list[fake.Step]:
@@ -389,32 +443,38 @@ def e2e_script() -> list[fake.Step]:
         fake.tool_use("read_file", {"path": "calc.py"}, text="Let me look at calc.py."),
         fake.tool_use("read_file", {"path": "test_calc.py"}),
         fake.tool_use("run_command", {"command": PYTEST}),
-        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "return a - b",
-                                                                  "new_text": "return a + b"}]}),
+        fake.tool_use(
+            "edit_file", {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]}
+        ),
         fake.tool_use("run_command", {"command": PYTEST}),
         fake.tool_use("write_file", {"path": "test_more.py", "content": test_more}),
         fake.tool_use("run_command", {"command": PYTEST}),
         fake.tool_use("list_files", {}),
-        fake.tool_use("complete_task", {"summary": "add adds", "files_changed": ["calc.py", "test_more.py"],
-                                        "tests_run": [PYTEST]}),
+        fake.tool_use(
+            "complete_task",
+            {"summary": "add adds", "files_changed": ["calc.py", "test_more.py"], "tests_run": [PYTEST]},
+        ),
     ]
 
 
 @dataclasses.dataclass
 class E2ERun:
-    wall: float                 # submit call -> change.finished
-    split: dict[str, float]     # name -> seconds
-    gaps_cheap: list[float]     # model request -> next model request, around a cheap tool
-    gaps_command: list[float]   # ... around run_command
+    wall: float  # submit call -> change.finished
+    split: dict[str, float]  # name -> seconds
+    gaps_cheap: list[float]  # model request -> next model request, around a cheap tool
+    gaps_command: list[float]  # ... around run_command
 
 
-SPLIT = [("submit->queued", "submit", "run.queued"), ("queued->assigned", "run.queued", "run.assigned"),
-         ("assigned->started", "run.assigned", "run.started"),
-         ("started->1st model request", "run.started", "first_request"),
-         ("model loop (1st->10th request)", "first_request", "last_request"),
-         ("10th request->cs.published", "last_request", "changeset.published"),
-         ("cs.published->run.finished", "changeset.published", "run.finished"),
-         ("run.finished->change.finished", "run.finished", "change.finished")]
+SPLIT = [
+    ("submit->queued", "submit", "run.queued"),
+    ("queued->assigned", "run.queued", "run.assigned"),
+    ("assigned->started", "run.assigned", "run.started"),
+    ("started->1st model request", "run.started", "first_request"),
+    ("model loop (1st->10th request)", "first_request", "last_request"),
+    ("10th request->cs.published", "last_request", "changeset.published"),
+    ("cs.published->run.finished", "changeset.published", "run.finished"),
+    ("run.finished->change.finished", "run.finished", "change.finished"),
+]
 
 
 def kill_supervisors(root: pathlib.Path) -> int:
@@ -441,13 +501,16 @@ def one_e2e_run(client: Client, server: TimedFake, i: int, deadline: Deadline) -
     first_arrival = len(server.arrivals)
     server.extend(script)
     t0 = time.time()
-    change = client.submit_change("calc", f"bench run {i}: make add correct",
-                                  [{"key": "fix", "kind": "implement", "objective": "add() must add",
-                                    "complexity": "medium"}],
-                                  criteria=["tests pass"])
+    change = client.submit_change(
+        "calc",
+        f"bench run {i}: make add correct",
+        [{"key": "fix", "kind": "implement", "objective": "add() must add", "complexity": "medium"}],
+        criteria=["tests pass"],
+    )
 
     def finished() -> list[Any]:
         return [e for e in client.list_events(change_id=change.id, kind="change.finished", limit=10)]
+
     wait_for(finished, deadline, 300, f"change {change.id} to finish", interval=0.1)
     events = []
     after = 0
@@ -471,8 +534,7 @@ def one_e2e_run(client: Client, server: TimedFake, i: int, deadline: Deadline) -
     if len(arrivals) != len(script) or server.pending:
         problems.append(f"{len(arrivals)} model requests, {server.pending} script steps left")
     if problems:
-        raise RuntimeError(f"run {i} did not go as scripted: {'; '.join(problems)}; events: "
-                           f"{[e.kind for e in events]}")
+        raise RuntimeError(f"run {i} did not go as scripted: {'; '.join(problems)}; events: {[e.kind for e in events]}")
     at: dict[str, float] = {"submit": t0, "first_request": arrivals[0], "last_request": arrivals[-1]}
     for e in events:
         at.setdefault(e.kind, ts(e))  # the first of each kind (one run, no requeue expected)
@@ -494,71 +556,131 @@ def part_e2e(args: argparse.Namespace, tmp: pathlib.Path, deadline: Deadline) ->
     procs: list[Proc] = []
     server = TimedFake(api_key=API_KEY).start()
     try:
-        env = dict(os.environ, DROVER_LOG_LEVEL=args.log_level, ANTHROPIC_BASE_URL=server.base_url,
-                   ANTHROPIC_API_KEY=API_KEY)
+        env = dict(
+            os.environ, DROVER_LOG_LEVEL=args.log_level, ANTHROPIC_BASE_URL=server.base_url, ANTHROPIC_API_KEY=API_KEY
+        )
         env.pop("DROVER_DATABASE_URL", None)
-        plane = Proc("controlplane", [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0",
-                                      "--data-dir", str(data_dir)], tmp / "controlplane.log", env).start()
+        plane = Proc(
+            "controlplane",
+            [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+            tmp / "controlplane.log",
+            env,
+        ).start()
         procs.append(plane)
 
         def listening() -> int:
             if not plane.alive():
                 raise RuntimeError(f"control plane exited:\n{log_tail(plane.log)}")
-            found = re.search(r"drover control plane listening on 127\.0\.0\.1:(\d+)",
-                              plane.log.read_text(errors="replace"))
+            found = re.search(
+                r"drover control plane listening on 127\.0\.0\.1:(\d+)", plane.log.read_text(errors="replace")
+            )
             return int(found.group(1)) if found else 0
+
         target = f"127.0.0.1:{wait_for(listening, deadline, 60, 'the control plane to listen')}"
-        subprocess.run([sys.executable, "-m", "controlplane.cli", "project", "add", "calc", "--repo", str(origin),
-                        "--branch", "main", "--data-dir", str(data_dir)], env=env, cwd=REPO, check=True,
-                       capture_output=True, text=True, timeout=120)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "controlplane.cli",
+                "project",
+                "add",
+                "calc",
+                "--repo",
+                str(origin),
+                "--branch",
+                "main",
+                "--data-dir",
+                str(data_dir),
+            ],
+            env=env,
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         token = (data_dir / "tokens" / "admin.token").read_text().strip()
         agent_root = tmp / "agent"
         agent_env = dict(env, PATH=CHILD_PATH)
-        agent = Proc("agentd", [sys.executable, "-m", "agentd.cli", "--control-plane", target, "--name", "bench-1",
-                                "--token-file", str(data_dir / "tokens" / "agent.token"), "--capacity", "1",
-                                "--spool-dir", str(agent_root / "spool"), "--work-dir", str(agent_root / "work")],
-                     agent_root / "agentd.log", agent_env).start()
+        agent = Proc(
+            "agentd",
+            [
+                sys.executable,
+                "-m",
+                "agentd.cli",
+                "--control-plane",
+                target,
+                "--name",
+                "bench-1",
+                "--token-file",
+                str(data_dir / "tokens" / "agent.token"),
+                "--capacity",
+                "1",
+                "--spool-dir",
+                str(agent_root / "spool"),
+                "--work-dir",
+                str(agent_root / "work"),
+            ],
+            agent_root / "agentd.log",
+            agent_env,
+        ).start()
         procs.append(agent)
         with Client(target, token=token) as client:
+
             def connected() -> bool:
                 if not agent.alive():
                     raise RuntimeError(f"agentd exited:\n{log_tail(agent.log)}")
                 return any(a.name == "bench-1" and a.connected for a in client.list_agents())
+
             wait_for(connected, deadline, 60, "agentd to connect", interval=0.1)
             pids = (plane.proc.pid if plane.proc else 0, agent.proc.pid if agent.proc else 0)
-            print(f"  control plane pid {pids[0]} on {target} (SQLite), agentd pid {pids[1]} capacity 1, "
-                  f"fake Messages API {server.base_url} in this process; "
-                  f"{len(E2E_TOOLS)} model calls per run ({E2E_TOOLS.count('run_command')} of them run_command)",
-                  flush=True)
+            print(
+                f"  control plane pid {pids[0]} on {target} (SQLite), agentd pid {pids[1]} capacity 1, "
+                f"fake Messages API {server.base_url} in this process; "
+                f"{len(E2E_TOOLS)} model calls per run ({E2E_TOOLS.count('run_command')} of them run_command)",
+                flush=True,
+            )
             runs: list[E2ERun] = []
             for i in range(args.runs):
                 deadline.check(f"before run {i + 1}")
                 r = one_e2e_run(client, server, i + 1, deadline)
                 runs.append(r)
                 s = r.split
-                print(f"  run {i + 1}: submit->change.finished {r.wall * 1000:7.0f} ms | queued->started "
-                      f"{s['queued->started'] * 1000:6.0f} ms, started->finished "
-                      f"{s['started->finished'] * 1000:6.0f} ms | {load()}", flush=True)
+                print(
+                    f"  run {i + 1}: submit->change.finished {r.wall * 1000:7.0f} ms | queued->started "
+                    f"{s['queued->started'] * 1000:6.0f} ms, started->finished "
+                    f"{s['started->finished'] * 1000:6.0f} ms | {load()}",
+                    flush=True,
+                )
         imports = []
         for _ in range(3):
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "import agentd.harness.supervisor"], cwd=REPO, check=True,
-                           timeout=120)
+            subprocess.run(
+                [sys.executable, "-c", "import agentd.harness.supervisor"], cwd=REPO, check=True, timeout=120
+            )
             imports.append((time.perf_counter() - t0) * 1000)
         print(f"  p50 over {len(runs)} runs (ms):", flush=True)
-        rows = [("submit->change.finished (wall)", [r.wall for r in runs]),
-                ("queued->started", [r.split["queued->started"] for r in runs]),
-                ("started->finished", [r.split["started->finished"] for r in runs])]
+        rows = [
+            ("submit->change.finished (wall)", [r.wall for r in runs]),
+            ("queued->started", [r.split["queued->started"] for r in runs]),
+            ("started->finished", [r.split["started->finished"] for r in runs]),
+        ]
         rows += [(f"  {name}", [r.split[name] for r in runs if name in r.split]) for name, _, _ in SPLIT]
         for name, values in rows:
             ms = [v * 1000 for v in values]
             print(f"    {name:<36} p50 {pct(ms, 50):7.0f}  min {min(ms):7.0f}  max {max(ms):7.0f}", flush=True)
-        print(f"    (of started->1st model request: `python -c 'import agentd.harness.supervisor'` alone takes "
-              f"p50 {pct(imports, 50):.0f} ms, min {min(imports):.0f} ms, over 3 fresh processes)", flush=True)
+        print(
+            f"    (of started->1st model request: `python -c 'import agentd.harness.supervisor'` alone takes "
+            f"p50 {pct(imports, 50):.0f} ms, min {min(imports):.0f} ms, over 3 fresh processes)",
+            flush=True,
+        )
         cheap = [g * 1000 for r in runs for g in r.gaps_cheap]
         command = [g * 1000 for r in runs for g in r.gaps_command]
-        print("  model request -> next model request inside the supervisor (reply streamed, tool, transcript, "
-              "events, the gate's Settle + Reserve gRPC calls):", flush=True)
+        print(
+            "  model request -> next model request inside the supervisor (reply streamed, tool, transcript, "
+            "events, the gate's Settle + Reserve gRPC calls):",
+            flush=True,
+        )
         print(f"    after a cheap tool   {summary(cheap)}", flush=True)
         print(f"    after run_command    {summary(command)}", flush=True)
     finally:
@@ -579,17 +701,25 @@ def part_e2e(args: argparse.Namespace, tmp: pathlib.Path, deadline: Deadline) ->
 
 # --- main -------------------------------------------------------------------------------------
 
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--round-trips", type=int, default=50, help="cheap tool round trips in part 1 (default 50)")
-    p.add_argument("--command-round-trips", type=int, default=20,
-                   help="run_command round trips in part 1, and calls per sandbox layer (default 20)")
+    p.add_argument(
+        "--command-round-trips",
+        type=int,
+        default=20,
+        help="run_command round trips in part 1, and calls per sandbox layer (default 20)",
+    )
     p.add_argument("--runs", type=int, default=5, help="whole scripted runs in part 2 (default 5)")
     p.add_argument("--part", choices=("inprocess", "e2e", "both"), default="both")
     p.add_argument("--timeout", type=float, default=900, help="fail after this many seconds in all (default 900)")
     p.add_argument("--log-level", default="INFO", help="DROVER_LOG_LEVEL of the processes (default INFO)")
-    p.add_argument("--fake-as-shipped", action="store_true",
-                   help="leave Nagle's algorithm on in the fake server (adds ~40 ms to most model calls)")
+    p.add_argument(
+        "--fake-as-shipped",
+        action="store_true",
+        help="leave Nagle's algorithm on in the fake server (adds ~40 ms to most model calls)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     return p
 
@@ -605,11 +735,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_term(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
+
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGTERM, on_term)
     signal.alarm(int(args.timeout) + 1)
-    print(f"harness benchmark: Python {sys.version.split()[0]}, {load()}; zero model latency (scripted fake)",
-          flush=True)
+    print(
+        f"harness benchmark: Python {sys.version.split()[0]}, {load()}; zero model latency (scripted fake)", flush=True
+    )
     if not args.fake_as_shipped:
         fake._Handler.disable_nagle_algorithm = True  # this process only; see the module docstring
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="drover-bench-harness-"))

@@ -60,9 +60,11 @@ def generate_repo(n_files: int, seed: int = 7) -> dict[str, str]:
     """Path -> text of a Python repository of `n_files` files (two of them docs)."""
     rnd = random.Random(seed)
     n_packages = max(1, (n_files - 2 + PER_PACKAGE - 1) // PER_PACKAGE)
-    modules = [(p, m) for p in range(n_packages) for m in range(1, PER_PACKAGE)][:max(0, n_files - 2 - n_packages)]
-    files = {"README.md": "# Generated\n\nA generated repository.\n" * 20,
-             "CONTRIBUTING.md": "Run `python -m pytest -q` before sending a change.\n" * 10}
+    modules = [(p, m) for p in range(n_packages) for m in range(1, PER_PACKAGE)][: max(0, n_files - 2 - n_packages)]
+    files = {
+        "README.md": "# Generated\n\nA generated repository.\n" * 20,
+        "CONTRIBUTING.md": "Run `python -m pytest -q` before sending a change.\n" * 10,
+    }
     files |= {f"pkg{p:03d}/__init__.py": f'"""Package {p}."""\n' for p in range(n_packages)}
     for p, m in modules:
         lines = [f'"""Module {m} of package {p}."""', "", "from __future__ import annotations", ""]
@@ -74,8 +76,13 @@ def generate_repo(n_files: int, seed: int = 7) -> dict[str, str]:
                 lines.append(f"from . import mod{rnd.randrange(1, PER_PACKAGE):03d}")
         lines.append("")
         for f in range(8):
-            lines += [f"def function_{f}(value: int) -> int:", f'    """Function {f}."""',
-                      f"    return value * {rnd.randrange(100)} + {f}", "", ""]
+            lines += [
+                f"def function_{f}(value: int) -> int:",
+                f'    """Function {f}."""',
+                f"    return value * {rnd.randrange(100)} + {f}",
+                "",
+                "",
+            ]
         files[f"pkg{p:03d}/mod{m:03d}.py"] = "\n".join(lines)
     return files
 
@@ -112,29 +119,47 @@ def packet_for(tree: Tree, commit: str, declared: list[str]) -> tuple[CompiledPa
     """Retrieval and compilation for one Task, with the time of each part in ms."""
     neighbours, t_neigh = timed(lambda: dependency_neighbours(tree, declared))
     assert isinstance(neighbours, list)
-    items, t_items = timed(lambda: (declared_items(tree, declared, AT) + neighbour_items(tree, neighbours, AT),
-                                    conventions(tree, AT)))
+    items, t_items = timed(
+        lambda: (declared_items(tree, declared, AT) + neighbour_items(tree, neighbours, AT), conventions(tree, AT))
+    )
     assert isinstance(items, tuple)
     inputs = PacketInputs(
         change={"goal": "Speed up function_3 everywhere", "criteria": ["tests pass"], "invariants": []},
-        task={"key": "speed", "kind": "implement", "objective": "Make function_3 faster", "resources": [],
-              "risk": "low", "files": declared},
-        canonical_commit=commit, file_list=tuple(tree.files()), conventions=tuple(items[1]),
+        task={
+            "key": "speed",
+            "kind": "implement",
+            "objective": "Make function_3 faster",
+            "resources": [],
+            "risk": "low",
+            "files": declared,
+        },
+        canonical_commit=commit,
+        file_list=tuple(tree.files()),
+        conventions=tuple(items[1]),
         tools=("list_files", "read_file", "edit_file", "run_command", "complete_task", "fail_task"),
-        budget={"usd": 2.0, "calls": 32}, items=tuple(items[0]), semantic_note="not measured here")
+        budget={"usd": 2.0, "calls": 32},
+        items=tuple(items[0]),
+        semantic_note="not measured here",
+    )
     compiled, t_compile = timed(lambda: compile_packet(inputs))
     assert isinstance(compiled, CompiledPacket)
-    return compiled, {"neighbours": t_neigh, "items": t_items, "compile": t_compile,
-                      "total": t_neigh + t_items + t_compile}
+    return compiled, {
+        "neighbours": t_neigh,
+        "items": t_items,
+        "compile": t_compile,
+        "total": t_neigh + t_items + t_compile,
+    }
 
 
 def bench_compile(args: argparse.Namespace) -> None:
     """Section: dependency_neighbours + items + compile_packet on an N-file repository."""
     files, t_gen = timed(lambda: generate_repo(args.files))
     assert isinstance(files, dict)
-    declared = [p for p in sorted(files) if p.endswith(".py") and "__init__" not in p][::len(files) // 5][:5]
-    print(f"== compile: {len(files)} files ({sum(map(len, files.values())) / 1e6:.1f} MB), "
-          f"{args.runs} runs, declared: {', '.join(declared)} (generated in {t_gen:.0f} ms)")
+    declared = [p for p in sorted(files) if p.endswith(".py") and "__init__" not in p][:: len(files) // 5][:5]
+    print(
+        f"== compile: {len(files)} files ({sum(map(len, files.values())) / 1e6:.1f} MB), "
+        f"{args.runs} runs, declared: {', '.join(declared)} (generated in {t_gen:.0f} ms)"
+    )
     tmp = tempfile.TemporaryDirectory(prefix="drover-packets-")
     commit = "0" * 40
     if args.git:
@@ -161,10 +186,12 @@ def bench_compile(args: argparse.Namespace) -> None:
             print(f"-- {name} (opened in {t_open:.1f} ms)")
             for part in ("neighbours", "items", "compile", "total"):
                 print(f"   {part:<11} ms  {percentiles(samples[part])}")
-            print(f"   packet: {len(compiled.data)} bytes, {compiled.tokens} tokens, "
-                  f"{kinds.count('declared_file')} declared + {kinds.count('dependency_neighbour')} neighbour items, "
-                  f"{len(compiled.dropped)} dropped, file list {len(packet['file_list']['paths'])} of "
-                  f"{packet['file_list']['total']}, sha256 {compiled.sha256[:16]}")
+            print(
+                f"   packet: {len(compiled.data)} bytes, {compiled.tokens} tokens, "
+                f"{kinds.count('declared_file')} declared + {kinds.count('dependency_neighbour')} neighbour items, "
+                f"{len(compiled.dropped)} dropped, file list {len(packet['file_list']['paths'])} of "
+                f"{packet['file_list']['total']}, sha256 {compiled.sha256[:16]}"
+            )
     finally:
         tmp.cleanup()
 
@@ -173,6 +200,7 @@ def bench_memory(args: argparse.Namespace) -> None:
     """Section: semantic memory index build per 1,000 files, incremental rebuild, query latency."""
     started = time.perf_counter()
     from controlplane.context.memory import DailyCap, Memory
+
     t_import = time.perf_counter() - started
     files = {path: text for path, text in generate_repo(args.memory_files + 2).items() if path.endswith(".py")}
     tree1 = {path: (f"{path}@1", text) for path, text in files.items()}
@@ -180,7 +208,7 @@ def bench_memory(args: argparse.Namespace) -> None:
     tree2 = dict(tree1)
     for path in rnd.sample(sorted(files), max(1, len(files) // 100)):
         tree2[path] = (f"{path}@2", files[path] + "\n\ndef added() -> None:\n    return None\n")
-    project = f"bench-{rnd.randrange(16 ** 8):08x}"
+    project = f"bench-{rnd.randrange(16**8):08x}"
     with tempfile.TemporaryDirectory(prefix="drover-memory-") as tmp:
         memory = Memory.open(tmp, url=args.memory_url, model_dir=args.model_dir)
         _, t_load = timed(lambda: memory.embedder(["warm up"]))
@@ -188,21 +216,30 @@ def bench_memory(args: argparse.Namespace) -> None:
         again = memory.build(project, "tree-2", tree2)
         cap, latencies, found = DailyCap(limit=args.queries), [], 0
         for q in range(args.queries):
-            text = (f"function {q % 8} of module {q % 99 + 1} in package {q % 10}" if q % 2 else
-                    f"multiply the value by a constant and add {q % 8}")
+            text = (
+                f"function {q % 8} of module {q % 99 + 1} in package {q % 10}"
+                if q % 2
+                else f"multiply the value by a constant and add {q % 8}"
+            )
             matches, ms = timed(lambda: memory.query(project, "tree-2", text, set(tree2), spend=cap))
             assert isinstance(matches, list)
             latencies.append(ms)
             found += len(matches)
         if args.memory_url:
             memory.client.delete_collection(f"drover-{project}")
-    print(f"== memory: {len(files)} Python files, {args.queries} queries, "
-          f"{'chroma at ' + args.memory_url if args.memory_url else 'PersistentClient in a temporary dir'}")
+    print(
+        f"== memory: {len(files)} Python files, {args.queries} queries, "
+        f"{'chroma at ' + args.memory_url if args.memory_url else 'PersistentClient in a temporary dir'}"
+    )
     print(f"   import {t_import:.2f} s, model load {t_load / 1000:.2f} s (first embedding)")
-    print(f"   build     {first.embedded} chunks in {first.seconds:.1f} s: "
-          f"{first.embedded / first.seconds:.1f} chunks/s, {first.seconds * 1000 / len(files):.1f} s per 1,000 files")
-    print(f"   rebuild   {len(files) // 100 or 1} files changed: {again.embedded} chunks embedded, "
-          f"{again.deleted} deleted in {again.seconds:.2f} s")
+    print(
+        f"   build     {first.embedded} chunks in {first.seconds:.1f} s: "
+        f"{first.embedded / first.seconds:.1f} chunks/s, {first.seconds * 1000 / len(files):.1f} s per 1,000 files"
+    )
+    print(
+        f"   rebuild   {len(files) // 100 or 1} files changed: {again.embedded} chunks embedded, "
+        f"{again.deleted} deleted in {again.seconds:.2f} s"
+    )
     print(f"   query ms  {percentiles(latencies)}  (mean {found / args.queries:.2f} matches)")
 
 

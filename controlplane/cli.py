@@ -26,12 +26,22 @@ Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
 
 def cmd_serve(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
     file = pathlib.Path(args.config) if args.config else None
-    config = ServerConfig(listen=args.listen, data_dir=config.data_dir, database_url=config.database_url,
-                          agent_lost_seconds=args.agent_lost_seconds, agent_silence_seconds=args.agent_silence_seconds,
-                          max_budget_usd=args.max_budget_usd, output_limit_bytes=args.output_limit_bytes,
-                          grace_seconds=args.grace_seconds, harness=load_harness(file, os.environ),
-                          memory=load_memory(file, os.environ), tls_cert=args.tls_cert, tls_key=args.tls_key,
-                          tls_client_ca=args.tls_client_ca, allow_plaintext=args.allow_plaintext)
+    config = ServerConfig(
+        listen=args.listen,
+        data_dir=config.data_dir,
+        database_url=config.database_url,
+        agent_lost_seconds=args.agent_lost_seconds,
+        agent_silence_seconds=args.agent_silence_seconds,
+        max_budget_usd=args.max_budget_usd,
+        output_limit_bytes=args.output_limit_bytes,
+        grace_seconds=args.grace_seconds,
+        harness=load_harness(file, os.environ),
+        memory=load_memory(file, os.environ),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        allow_plaintext=args.allow_plaintext,
+    )
     for path in bootstrap_tokens(store, config.data_dir / "tokens"):
         print(f"wrote {path.stem} token to {path}", flush=True)
     asyncio.run(serve(config, store, file))
@@ -39,9 +49,18 @@ def cmd_serve(store: Store, config: ServerConfig, args: argparse.Namespace) -> N
 
 def cmd_token_create(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
     expires = tokens.parse_duration(args.expires_in) if args.expires_in else None
-    token = store.transaction(lambda s: tokens.create_token(
-        s, args.kind, args.name, args.role, args.monthly_budget_usd, pool=args.pool, projects=args.projects,
-        expires_in=expires))
+    token = store.transaction(
+        lambda s: tokens.create_token(
+            s,
+            args.kind,
+            args.name,
+            args.role,
+            args.monthly_budget_usd,
+            pool=args.pool,
+            projects=args.projects,
+            expires_in=expires,
+        )
+    )
     if args.out:
         tokens.write_token_file(pathlib.Path(args.out), token)
         print(f"wrote {args.kind} token {args.name!r} to {args.out}")
@@ -55,8 +74,9 @@ def cmd_token_list(store: Store, config: ServerConfig, args: argparse.Namespace)
 
 def cmd_token_revoke(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
     count = store.transaction(tokens.revoke, args.name, args.kind)
-    print(f"revoked {count} token{'s' if count != 1 else ''} named {args.name!r}; they are refused from the next "
-          "call on")
+    print(
+        f"revoked {count} token{'s' if count != 1 else ''} named {args.name!r}; they are refused from the next call on"
+    )
 
 
 def cmd_project_add(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
@@ -64,8 +84,17 @@ def cmd_project_add(store: Store, config: ServerConfig, args: argparse.Namespace
     if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
         repo = str(pathlib.Path(repo).resolve())
     token_file = str(pathlib.Path(args.git_token_file).resolve()) if args.git_token_file else ""
-    store.transaction(add_project, args.name, repo, args.branch, args.pool, args.allow, args.network, token_file,
-                      args.monthly_budget_usd)
+    store.transaction(
+        add_project,
+        args.name,
+        repo,
+        args.branch,
+        args.pool,
+        args.allow,
+        args.network,
+        token_file,
+        args.monthly_budget_usd,
+    )
     print(f"project {args.name}: repo {repo or '(none)'}, branch {args.branch}, pool {args.pool or '(default)'}")
 
 
@@ -76,26 +105,40 @@ def cmd_index_build(store: Store, config: ServerConfig, args: argparse.Namespace
         raise NotFound(f"no project {name!r}", field="project")
     if not project.repo:
         raise InvalidArgument("the project has no repository to index", field="project")
-    repo, commit = open_canonical(project.name, project.repo, project.branch, config.data_dir / "mirrors",
-                                  git_token(project))
+    repo, commit = open_canonical(
+        project.name, project.repo, project.branch, config.data_dir / "mirrors", git_token(project)
+    )
     if not commit:
         raise InvalidArgument(f"branch {project.branch} has no commit", field="project")
 
     async def build() -> Any:
         return await Recall(store, config.data_dir, load_memory(file, os.environ)).build(name, repo.path, commit)
+
     print(f"indexed {name} at {commit[:12]}: {asyncio.run(build())}")
 
 
 def token_table(rows: list[Any]) -> str:
     """Tokens for a terminal: never the secret (only its hash is stored anyway)."""
+
     def when(value: Any) -> str:
         value = aware(value)
         return value.strftime("%Y-%m-%d %H:%M") if value else "-"
+
     lines = [["NAME", "KIND", "ROLE", "POOL", "PROJECTS", "CREATED", "LAST USED", "EXPIRES", "REVOKED"]]
     for t in rows:
-        lines.append([t.name, t.kind, t.role or "-", (t.pool or "default") if t.kind == "agent" else "-",
-                      ",".join(t.projects) if t.kind == "user" and t.projects else ("all" if t.kind == "user" else "-"),
-                      when(t.created_at), when(t.last_used_at), when(t.expires_at), when(t.revoked_at)])
+        lines.append(
+            [
+                t.name,
+                t.kind,
+                t.role or "-",
+                (t.pool or "default") if t.kind == "agent" else "-",
+                ",".join(t.projects) if t.kind == "user" and t.projects else ("all" if t.kind == "user" else "-"),
+                when(t.created_at),
+                when(t.last_used_at),
+                when(t.expires_at),
+                when(t.revoked_at),
+            ]
+        )
     widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in lines)
 
@@ -103,10 +146,16 @@ def token_table(rows: list[Any]) -> str:
 def _command(sub: Any, name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
     """A subcommand with the store options every command takes."""
     p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
-    p.add_argument("--data-dir", default=os.environ.get("DROVER_DATA_DIR", ".drover"),
-                   help="SQLite database, tokens (default ./.drover; env DROVER_DATA_DIR)")
-    p.add_argument("--database-url", default=os.environ.get("DROVER_DATABASE_URL", ""),
-                   help="postgresql+psycopg://... (env DROVER_DATABASE_URL); default SQLite in the data dir")
+    p.add_argument(
+        "--data-dir",
+        default=os.environ.get("DROVER_DATA_DIR", ".drover"),
+        help="SQLite database, tokens (default ./.drover; env DROVER_DATA_DIR)",
+    )
+    p.add_argument(
+        "--database-url",
+        default=os.environ.get("DROVER_DATABASE_URL", ""),
+        help="postgresql+psycopg://... (env DROVER_DATABASE_URL); default SQLite in the data dir",
+    )
     p.set_defaults(func=func)
     return p
 
@@ -115,22 +164,43 @@ def _serve_parser(sub: Any) -> None:
     s = _command(sub, "serve", cmd_serve, "run the gRPC server")
     env = os.environ.get
     s.add_argument("--listen", default=env("DROVER_LISTEN", "127.0.0.1:50051"))
-    s.add_argument("--agent-lost-seconds", type=float, default=float(env("DROVER_AGENT_LOST_SECONDS", "120")),
-                   help="fail the runs of an agent gone this long, counted from when it was last heard (default 120)")
-    s.add_argument("--agent-silence-seconds", type=float, default=float(env("DROVER_AGENT_SILENCE_SECONDS", "30")),
-                   help="close an agent stream that carries nothing, not even a heartbeat, this long (default 30)")
-    s.add_argument("--max-budget-usd", type=float, default=float(env("DROVER_MAX_BUDGET_USD", "10000")),
-                   help="the highest budget a Change may have (default 10000)")
+    s.add_argument(
+        "--agent-lost-seconds",
+        type=float,
+        default=float(env("DROVER_AGENT_LOST_SECONDS", "120")),
+        help="fail the runs of an agent gone this long, counted from when it was last heard (default 120)",
+    )
+    s.add_argument(
+        "--agent-silence-seconds",
+        type=float,
+        default=float(env("DROVER_AGENT_SILENCE_SECONDS", "30")),
+        help="close an agent stream that carries nothing, not even a heartbeat, this long (default 30)",
+    )
+    s.add_argument(
+        "--max-budget-usd",
+        type=float,
+        default=float(env("DROVER_MAX_BUDGET_USD", "10000")),
+        help="the highest budget a Change may have (default 10000)",
+    )
     s.add_argument("--output-limit-bytes", type=int, default=8 * 1024 * 1024)
     s.add_argument("--grace-seconds", type=float, default=10.0)
     s.add_argument("--tls-cert", default=env("DROVER_TLS_CERT", ""), help="PEM certificate chain")
     s.add_argument("--tls-key", default=env("DROVER_TLS_KEY", ""), help="PEM private key")
-    s.add_argument("--tls-client-ca", default=env("DROVER_TLS_CLIENT_CA", ""),
-                   help="require client certificates signed by this CA (mTLS)")
-    s.add_argument("--allow-plaintext", action="store_true",
-                   help="serve plaintext on a non-loopback address (a private network only)")
-    s.add_argument("--config", default=env("DROVER_CONFIG", ""),
-                   help="TOML file: [anthropic], [harness], [tiers.*], [prices.*] (env DROVER_CONFIG)")
+    s.add_argument(
+        "--tls-client-ca",
+        default=env("DROVER_TLS_CLIENT_CA", ""),
+        help="require client certificates signed by this CA (mTLS)",
+    )
+    s.add_argument(
+        "--allow-plaintext",
+        action="store_true",
+        help="serve plaintext on a non-loopback address (a private network only)",
+    )
+    s.add_argument(
+        "--config",
+        default=env("DROVER_CONFIG", ""),
+        help="TOML file: [anthropic], [harness], [tiers.*], [prices.*] (env DROVER_CONFIG)",
+    )
 
 
 def _token_parsers(sub: Any) -> None:
@@ -139,8 +209,14 @@ def _token_parsers(sub: Any) -> None:
     tc.add_argument("--kind", choices=tokens.KINDS, required=True)
     tc.add_argument("--name", required=True)
     tc.add_argument("--role", choices=tokens.ROLES, default="")
-    tc.add_argument("--project", action="append", default=[], dest="projects", metavar="PROJECT",
-                    help="user tokens: a project it may use (repeatable; none: every project)")
+    tc.add_argument(
+        "--project",
+        action="append",
+        default=[],
+        dest="projects",
+        metavar="PROJECT",
+        help="user tokens: a project it may use (repeatable; none: every project)",
+    )
     tc.add_argument("--pool", default="", help="agent tokens: the pool it serves (default: the default pool)")
     tc.add_argument("--expires-in", default="", help="e.g. 30d, 12h, 1d12h (default: never)")
     tc.add_argument("--out", help="write the token to this file (mode 0600) instead of printing it")
@@ -158,12 +234,20 @@ def _project_parsers(sub: Any) -> None:
     pa.add_argument("--repo", default="", help="path or URL of the git repository (empty: no repository)")
     pa.add_argument("--branch", default="main")
     pa.add_argument("--pool", default="", help="only agents whose token serves pool P run this project's Tasks")
-    pa.add_argument("--allow", action="append", default=[], metavar="RULE",
-                    help="a command the harness may run, e.g. 'pytest [args]' (repeatable; default: Python rules)")
+    pa.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="a command the harness may run, e.g. 'pytest [args]' (repeatable; default: Python rules)",
+    )
     pa.add_argument("--network", action="store_true", help="let the project's Tasks use the network")
     pa.add_argument("--monthly-budget-usd", type=float, default=0.0, help="the project's monthly model budget")
-    pa.add_argument("--git-token-file", default="",
-                    help="file holding the git token for an https repository; read when a run starts, never stored")
+    pa.add_argument(
+        "--git-token-file",
+        default="",
+        help="file holding the git token for an https repository; read when a run starts, never stored",
+    )
     ix = sub.add_parser("index", help="semantic memory").add_subparsers(dest="index_command", required=True)
     ib = _command(ix, "build", cmd_index_build, "index a project's canonical tree (incremental by blob id)")
     ib.add_argument("project")
@@ -181,8 +265,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("DROVER_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("DROVER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     config = ServerConfig(data_dir=pathlib.Path(args.data_dir), database_url=args.database_url)
     if args.func is cmd_serve:
         lock_data_dir(config.data_dir)  # before touching the database: a second control plane stops here

@@ -113,8 +113,17 @@ class HarnessConfig:
 def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessConfig:
     """The [anthropic], [harness], [tiers.*] and [prices.*] tables of the control plane's TOML file."""
     data = tomllib.loads(file.read_text()) if file else {}
-    unknown = set(data) - {"anthropic", "harness", "tiers", "prices", "classes", "modifiers", "quota_router",
-                           "budgets", "memory"}
+    unknown = set(data) - {
+        "anthropic",
+        "harness",
+        "tiers",
+        "prices",
+        "classes",
+        "modifiers",
+        "quota_router",
+        "budgets",
+        "memory",
+    }
     if unknown:
         raise ValueError(f"{file}: unknown tables {sorted(unknown)}")
     anthropic = dict(data.get("anthropic", {}))
@@ -125,26 +134,37 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
     tiers = dict(DEFAULT_TIERS)
     for name, spec in data.get("tiers", {}).items():
         base = tiers.get(name, DEFAULT_TIERS["sonnet"])
-        tiers[name] = Tier(spec.get("model", base.model), int(spec.get("max_calls", base.max_calls)),
-                           int(spec.get("max_output_tokens", base.max_output_tokens)),
-                           dict(spec.get("thinking", base.thinking)))
-    prices = {model: Price.of(p["input"], p["output"], p.get("cache_write"), p.get("cache_read"))
-              for model, p in data.get("prices", {}).items()}
+        tiers[name] = Tier(
+            spec.get("model", base.model),
+            int(spec.get("max_calls", base.max_calls)),
+            int(spec.get("max_output_tokens", base.max_output_tokens)),
+            dict(spec.get("thinking", base.thinking)),
+        )
+    prices = {
+        model: Price.of(p["input"], p["output"], p.get("cache_write"), p.get("cache_read"))
+        for model, p in data.get("prices", {}).items()
+    }
     classes, warnings = parse_classes(data)
     budgets = dict(data.get("budgets", {}))
     config = HarnessConfig(
-        allow_opus=bool(anthropic.get("allow_opus", False)), classes=classes, modifiers=parse_modifiers(data),
-        quota=parse_quota_router(data), warnings=tuple(warnings),
+        allow_opus=bool(anthropic.get("allow_opus", False)),
+        classes=classes,
+        modifiers=parse_modifiers(data),
+        quota=parse_quota_router(data),
+        warnings=tuple(warnings),
         provider_month_usd=float(budgets.get("provider_month_usd", 10.0)),
         agent_calls_per_day=int(budgets.get("agent_calls_per_day", 1000)),
         classifier_calls_per_day=int(budgets.get("classifier_calls_per_day", 200)),
         base_url=anthropic.get("base_url") or env.get("ANTHROPIC_BASE_URL", "") or "https://api.anthropic.com",
-        api_key=key, tiers=tiers, prices=prices,
+        api_key=key,
+        tiers=tiers,
+        prices=prices,
         default_tier=harness.get("default_tier", "sonnet"),
         context_window_tokens=int(harness.get("context_window_tokens", 200_000)),
         fold_fraction=float(harness.get("fold_fraction", 0.7)),
         stall_timeout_seconds=int(harness.get("stall_timeout_seconds", 120)),
-        max_attempts=int(harness.get("max_attempts", 4)))
+        max_attempts=int(harness.get("max_attempts", 4)),
+    )
     if config.default_tier not in config.tiers:
         raise ValueError(f"harness.default_tier: no tier {config.default_tier!r}")
     return config
@@ -156,7 +176,9 @@ def load_memory(file: pathlib.Path | None, env: Mapping[str, str]) -> MemoryConf
     unknown = set(data) - {"enabled", "url", "model_dir", "queries_per_day"}
     if unknown:
         raise ValueError(f"memory: unknown settings {sorted(unknown)}")
-    return MemoryConfig(enabled=bool(data.get("enabled", True)) and env.get("DROVER_MEMORY", "") != "off",
-                        url=env.get("DROVER_MEMORY_URL", data.get("url", "")),
-                        model_dir=env.get("DROVER_MEMORY_MODEL_DIR", data.get("model_dir", "")),
-                        queries_per_day=int(data.get("queries_per_day", 1000)))
+    return MemoryConfig(
+        enabled=bool(data.get("enabled", True)) and env.get("DROVER_MEMORY", "") != "off",
+        url=env.get("DROVER_MEMORY_URL", data.get("url", "")),
+        model_dir=env.get("DROVER_MEMORY_MODEL_DIR", data.get("model_dir", "")),
+        queries_per_day=int(data.get("queries_per_day", 1000)),
+    )

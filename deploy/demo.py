@@ -34,7 +34,7 @@ SAMPLE = {
     "README.md": "# calc\n\nA tiny calculator. Run the tests with `python -m pytest -q`.\n",
     "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
     "test_calc.py": "from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-                    "def test_mul():\n    assert mul(4, 5) == 20\n",
+    "def test_mul():\n    assert mul(4, 5) == 20\n",
 }
 FAKE_KEY = "sk-demo-fake-key"
 SCRIPT = [
@@ -42,11 +42,21 @@ SCRIPT = [
     fake.tool_use("list_files", {}, text="I'll look at the repository first."),
     fake.tool_use("read_file", {"path": "calc.py"}),
     fake.tool_use("run_command", {"command": "python -m pytest -q"}, text="Let me see what fails."),
-    fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]},
-                  text="add() subtracts; it should add."),
+    fake.tool_use(
+        "edit_file",
+        {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]},
+        text="add() subtracts; it should add.",
+    ),
     fake.tool_use("run_command", {"command": "python -m pytest -q"}),
-    fake.tool_use("complete_task", {"summary": "add() now adds; both tests pass", "files_changed": ["calc.py"],
-                                    "tests_run": ["python -m pytest -q"], "follow_ups": []}),
+    fake.tool_use(
+        "complete_task",
+        {
+            "summary": "add() now adds; both tests pass",
+            "files_changed": ["calc.py"],
+            "tests_run": ["python -m pytest -q"],
+            "follow_ups": [],
+        },
+    ),
 ]
 
 
@@ -62,10 +72,18 @@ def make_repo(path: pathlib.Path) -> None:
 
 def change_tasks() -> list[dict]:
     return [
-        {"key": "fix", "kind": "implement",
-         "objective": "add() in calc.py returns the wrong result. Fix it so that `python -m pytest -q` passes."},
-        {"key": "test", "kind": "test", "objective": "Run the tests on the fix", "depends_on": ["fix"],
-         "command": [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]},
+        {
+            "key": "fix",
+            "kind": "implement",
+            "objective": "add() in calc.py returns the wrong result. Fix it so that `python -m pytest -q` passes.",
+        },
+        {
+            "key": "test",
+            "kind": "test",
+            "objective": "Run the tests on the fix",
+            "depends_on": ["fix"],
+            "command": [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        },
     ]
 
 
@@ -87,9 +105,11 @@ def sandbox_flags() -> list[str]:
     if not reason:
         print("agentd runs every Task in a bubblewrap sandbox")
         return []
-    print(f"bubblewrap does not work here ({reason}): the demo's agentd runs its Tasks WITHOUT A SANDBOX "
-          "(--unsafe-no-sandbox).\nFor real use install it (apt-get install bubblewrap); agentd refuses to start "
-          "without it.")
+    print(
+        f"bubblewrap does not work here ({reason}): the demo's agentd runs its Tasks WITHOUT A SANDBOX "
+        "(--unsafe-no-sandbox).\nFor real use install it (apt-get install bubblewrap); agentd refuses to start "
+        "without it."
+    )
     # As root agentd would run Tasks as `nobody`, who cannot reach this Python or the demo directory.
     return ["--unsafe-no-sandbox"] + (["--session-user", "root"] if os.geteuid() == 0 else [])
 
@@ -102,34 +122,88 @@ def main() -> int:
     data, repo = root / "controlplane", root / "sample-repo"
     procs: list[subprocess.Popen[bytes]] = []
     model = None
-    env = dict(os.environ, DROVER_LOG_LEVEL="WARNING",
-               PATH=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}")
+    env = dict(
+        os.environ, DROVER_LOG_LEVEL="WARNING", PATH=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"
+    )
     try:
         make_repo(repo)
         print(f"demo directory {root}\nsample repository {repo} (branch main)")
         if not os.environ.get("ANTHROPIC_API_KEY"):
             model = fake.FakeAnthropic(SCRIPT).start()
             env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=FAKE_KEY)
-            print(f"ANTHROPIC_API_KEY is not set: the model is a SCRIPTED FAKE Messages API server at "
-                  f"{model.base_url}.\nSet ANTHROPIC_API_KEY to run the same demo against the real API.")
+            print(
+                f"ANTHROPIC_API_KEY is not set: the model is a SCRIPTED FAKE Messages API server at "
+                f"{model.base_url}.\nSet ANTHROPIC_API_KEY to run the same demo against the real API."
+            )
         else:
             print(f"using the Anthropic API at {env.get('ANTHROPIC_BASE_URL') or 'https://api.anthropic.com'}")
         config = root / "controlplane.toml"
         config.write_text(f'[tiers.sonnet]\nmodel = "{os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-5-5")}"\n')
         cp_log = root / "controlplane.log"
-        procs.append(subprocess.Popen([sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0",
-                                       "--data-dir", str(data), "--config", str(config)],
-                                      stdout=open(cp_log, "wb"), stderr=subprocess.STDOUT, env=env))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "controlplane.cli",
+                    "serve",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--data-dir",
+                    str(data),
+                    "--config",
+                    str(config),
+                ],
+                stdout=open(cp_log, "wb"),
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        )
         port = wait_for_port(cp_log, procs[0])
         target = f"127.0.0.1:{port}"
         print(f"control plane on {target}")
-        subprocess.run([sys.executable, "-m", "controlplane.cli", "project", "add", "sample", "--repo", str(repo),
-                        "--data-dir", str(data)], check=True, env=env, stdout=subprocess.DEVNULL)
-        procs.append(subprocess.Popen([sys.executable, "-m", "agentd.cli", "--control-plane", target, "--name",
-                                       "demo-agent", "--capacity", "2", "--token-file",
-                                       str(data / "tokens" / "agent.token"), "--spool-dir", str(root / "spool"),
-                                       "--work-dir", str(root / "work"), *sandbox_flags()],
-                                      stdout=open(root / "agentd.log", "wb"), stderr=subprocess.STDOUT, env=env))
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "controlplane.cli",
+                "project",
+                "add",
+                "sample",
+                "--repo",
+                str(repo),
+                "--data-dir",
+                str(data),
+            ],
+            check=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "agentd.cli",
+                    "--control-plane",
+                    target,
+                    "--name",
+                    "demo-agent",
+                    "--capacity",
+                    "2",
+                    "--token-file",
+                    str(data / "tokens" / "agent.token"),
+                    "--spool-dir",
+                    str(root / "spool"),
+                    "--work-dir",
+                    str(root / "work"),
+                    *sandbox_flags(),
+                ],
+                stdout=open(root / "agentd.log", "wb"),
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        )
         token = (data / "tokens" / "admin.token").read_text().strip()
         with Client(target, token=token) as client:
             deadline = time.monotonic() + 30
@@ -138,8 +212,9 @@ def main() -> int:
                     raise SystemExit("agentd did not connect within 30 s")
                 time.sleep(0.1)
             print("agentd demo-agent connected\n")
-            change = client.submit_change("sample", "Make calc correct", change_tasks(),
-                                          criteria=["python -m pytest -q passes"])
+            change = client.submit_change(
+                "sample", "Make calc correct", change_tasks(), criteria=["python -m pytest -q passes"]
+            )
             print(f"submitted change {change.id}\n")
             keys = {t.id: t.key for t in change.tasks}
             for event in client.watch(change.id):

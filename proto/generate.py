@@ -3,8 +3,8 @@
 import pathlib
 import sys
 
-from grpc_tools import protoc
 import grpc_tools
+from grpc_tools import protoc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
@@ -15,8 +15,15 @@ def generate(out_dir: pathlib.Path) -> None:
     include = pathlib.Path(grpc_tools.__file__).parent / "_proto"
     out_dir.mkdir(parents=True, exist_ok=True)
     code = protoc.main(
-        ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={out_dir}", f"--pyi_out={out_dir}",
-         f"--grpc_python_out={out_dir}", *protos]
+        [
+            "protoc",
+            f"-I{PROTO_DIR}",
+            f"-I{include}",
+            f"--python_out={out_dir}",
+            f"--pyi_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            *protos,
+        ]
     )
     if code != 0:
         raise SystemExit(f"protoc failed with {code}")

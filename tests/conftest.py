@@ -98,21 +98,39 @@ class ControlPlane:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "controlplane.cli", "serve", "--data-dir", str(self.data_dir),
-                 "--listen", f"127.0.0.1:{self.port}", *self.args],
-                stdout=out, stderr=subprocess.STDOUT, env=self.env())
+                [
+                    sys.executable,
+                    "-m",
+                    "controlplane.cli",
+                    "serve",
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--listen",
+                    f"127.0.0.1:{self.port}",
+                    *self.args,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env(),
+            )
 
         def listening() -> int:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"control plane exited {self.proc.returncode}:\n{_log_tail(log)}")
             found = re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
             return int(found.group(1)) if found else 0
+
         self.port = wait_for(listening, 60, what="the control plane to listen")
         return self
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "controlplane.cli", *args, "--data-dir", str(self.data_dir)],
-                              capture_output=True, text=True, env=self.env(), check=True)
+        return subprocess.run(
+            [sys.executable, "-m", "controlplane.cli", *args, "--data-dir", str(self.data_dir)],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            check=True,
+        )
 
     def add_project(self, name: str, repo: str = "", branch: str = "main", pool: str = "") -> None:
         args = ["project", "add", name, "--repo", repo, "--branch", branch]
@@ -156,9 +174,24 @@ class AgentD:
     def start(self) -> "AgentD":
         self.starts += 1
         self.root.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "agentd.cli", "--control-plane", self.plane.target, "--name", self.name,
-                "--token-file", str(self.token_file or self.plane.agent_token_file), "--capacity", str(self.capacity),
-                "--work-dir", str(self.work_dir), "--spool-dir", str(self.spool), *self.extra]
+        args = [
+            sys.executable,
+            "-m",
+            "agentd.cli",
+            "--control-plane",
+            self.plane.target,
+            "--name",
+            self.name,
+            "--token-file",
+            str(self.token_file or self.plane.agent_token_file),
+            "--capacity",
+            str(self.capacity),
+            "--work-dir",
+            str(self.work_dir),
+            "--spool-dir",
+            str(self.spool),
+            *self.extra,
+        ]
         for label in self.labels:
             args += ["--label", label]
         # This interpreter's directory first, so `python` inside the sandbox is the one with pytest.
@@ -191,16 +224,24 @@ class Fleet:
         self.plane.args = args
         return self.plane.start()
 
-    def agent(self, name: str, capacity: int = 1, labels: tuple[str, ...] = (), extra: tuple[str, ...] = (),
-              wait: bool = True, pool: str = "") -> AgentD:
+    def agent(
+        self,
+        name: str,
+        capacity: int = 1,
+        labels: tuple[str, ...] = (),
+        extra: tuple[str, ...] = (),
+        wait: bool = True,
+        pool: str = "",
+    ) -> AgentD:
         """An agentd; one of `pool` P (or labelled pool=P) gets an agent token of pool P of its own."""
         pool = pool or next((label.split("=", 1)[1] for label in labels if label.startswith("pool=")), "")
         root = self.tmp / f"agent-{name}"
         token_file = None
         if pool:
             token_file = root / "agent.token"
-            self.plane.cli("token", "create", "--kind", "agent", "--name", name, "--pool", pool,
-                           "--out", str(token_file))
+            self.plane.cli(
+                "token", "create", "--kind", "agent", "--name", name, "--pool", pool, "--out", str(token_file)
+            )
         agent = AgentD(name, self.plane, root, capacity, labels, extra, token_file=token_file).start()
         self.agents.append(agent)
         if wait:
@@ -209,8 +250,11 @@ class Fleet:
 
     def wait_connected(self, name: str, timeout: float = 30) -> None:
         with self.plane.client() as client:
-            wait_for(lambda: any(a.name == name and a.connected for a in client.list_agents()), timeout,
-                     what=f"agent {name} to connect")
+            wait_for(
+                lambda: any(a.name == name and a.connected for a in client.list_agents()),
+                timeout,
+                what=f"agent {name} to connect",
+            )
 
     def stop_supervisors(self) -> None:
         """Supervisors are detached on purpose (runs outlive agentd); end this test's ones."""
@@ -274,8 +318,14 @@ def python_command(code: str) -> list[str]:
 
 
 def task(key: str, command: list[str], depends_on: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
-    return {"key": key, "kind": "test", "objective": f"run {key}", "command": command,
-            "depends_on": list(depends_on), **extra}
+    return {
+        "key": key,
+        "kind": "test",
+        "objective": f"run {key}",
+        "command": command,
+        "depends_on": list(depends_on),
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -300,9 +350,13 @@ def model() -> Iterator[fake.FakeAnthropic]:
 @pytest.fixture
 def calc_repo(tmp_path: pathlib.Path) -> pathlib.Path:
     """A git repository whose add() subtracts, with a test that says so."""
-    return make_repo(tmp_path / "calc", {
-        "calc.py": "def add(a, b):\n    return a - b\n",
-        "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"})
+    return make_repo(
+        tmp_path / "calc",
+        {
+            "calc.py": "def add(a, b):\n    return a - b\n",
+            "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+        },
+    )
 
 
 @pytest.fixture
@@ -313,8 +367,9 @@ def small_disk() -> Iterator[Callable[[pathlib.Path, str], pathlib.Path]]:
 
     def mount(path: pathlib.Path, size: str) -> pathlib.Path:
         path.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)], capture_output=True, text=True
+        )
         if done.returncode != 0:
             pytest.skip(f"cannot mount a {size} tmpfs to fill (mount needs root): {done.stderr.strip()}")
         mounted.append(path)

@@ -18,11 +18,15 @@ class RawAgent:
     def __init__(self, plane: ControlPlane, name: str, capacity: int = 1, active_runs: tuple[str, ...] = ()) -> None:
         self.channel = grpc.insecure_channel(plane.target)
         self.outgoing: queue.Queue[agent_pb2.AgentMessage | None] = queue.Queue()
-        self.send(agent_pb2.AgentMessage(hello=agent_pb2.Hello(name=name, capacity=capacity, drivers=["command"],
-                                                               active_runs=active_runs)))
+        self.send(
+            agent_pb2.AgentMessage(
+                hello=agent_pb2.Hello(name=name, capacity=capacity, drivers=["command"], active_runs=active_runs)
+            )
+        )
         token = plane.agent_token_file.read_text().strip()
         self.incoming = agent_pb2_grpc.AgentServiceStub(self.channel).Connect(
-            self._requests(), metadata=(("authorization", f"Bearer {token}"),))
+            self._requests(), metadata=(("authorization", f"Bearer {token}"),)
+        )
 
     def _requests(self) -> Iterator[agent_pb2.AgentMessage]:
         while (message := self.outgoing.get()) is not None:
@@ -78,13 +82,15 @@ def test_each_message_is_applied_once_and_acked_cumulatively(fleet: Fleet) -> No
         run_id = raw.next("assign").assign.run_id
         log = agent_pb2.LogBatch
         acks = []
-        for seq, body in [(1, {"started": agent_pb2.RunStarted()}),
-                          (2, {"log": log(stream="stdout", text="a")}),
-                          (2, {"log": log(stream="stdout", text="a")}),      # a replay after a reconnect
-                          (4, {"log": log(stream="stdout", text="c")}),      # a gap: not applied yet
-                          (3, {"log": log(stream="stderr", text="b")}),
-                          (4, {"log": log(stream="stdout", text="c")}),
-                          (5, {"finished": agent_pb2.RunFinished(status="succeeded")})]:
+        for seq, body in [
+            (1, {"started": agent_pb2.RunStarted()}),
+            (2, {"log": log(stream="stdout", text="a")}),
+            (2, {"log": log(stream="stdout", text="a")}),  # a replay after a reconnect
+            (4, {"log": log(stream="stdout", text="c")}),  # a gap: not applied yet
+            (3, {"log": log(stream="stderr", text="b")}),
+            (4, {"log": log(stream="stdout", text="c")}),
+            (5, {"finished": agent_pb2.RunFinished(status="succeeded")}),
+        ]:
             raw.run_message(run_id, seq, **body)
             acks.append(raw.next("ack").ack.seq)
         assert acks == [1, 2, 2, 2, 3, 4, 5]

@@ -46,7 +46,9 @@ def _imports(name: str, path: pathlib.Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             out.add(base)
             out.update(f"{base}.{alias.name}" for alias in node.names)
     return out
@@ -71,7 +73,7 @@ def _cycle() -> list[str]:
             if child.startswith(node + ".") or node.startswith(child + ".") and MODULES[child].name == "__init__.py":
                 continue  # a package and its own modules
             if state.get(child) == 1:
-                return stack[stack.index(child):] + [child]
+                return stack[stack.index(child) :] + [child]
             if not state.get(child):
                 found = visit(child)
                 if found:
@@ -93,20 +95,42 @@ def test_no_import_cycle_between_modules() -> None:
 
 
 def _importers(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
-    return sorted(f"{name} imports {m}" for name, path in MODULES.items() if name.startswith(prefix)
-                  for m in _imports(name, path) if m == forbidden or m.startswith(forbidden)
-                  or any(m == f or m.startswith(f + ".") for f in forbidden))
+    return sorted(
+        f"{name} imports {m}"
+        for name, path in MODULES.items()
+        if name.startswith(prefix)
+        for m in _imports(name, path)
+        if m == forbidden or m.startswith(forbidden) or any(m == f or m.startswith(f + ".") for f in forbidden)
+    )
 
 
 def test_the_domain_is_pure() -> None:
-    assert _importers("controlplane.domain", ("sqlalchemy", "grpc", "google.protobuf", "drover.v1", "controlplane.store",
-                                              "controlplane.services", "controlplane.api", "controlplane.dispatch",
-                                              "controlplane.context", "asyncio")) == []
+    assert (
+        _importers(
+            "controlplane.domain",
+            (
+                "sqlalchemy",
+                "grpc",
+                "google.protobuf",
+                "drover.v1",
+                "controlplane.store",
+                "controlplane.services",
+                "controlplane.api",
+                "controlplane.dispatch",
+                "controlplane.context",
+                "asyncio",
+            ),
+        )
+        == []
+    )
 
 
 def test_only_the_api_layer_touches_the_generated_stubs() -> None:
-    offenders = [line for line in _importers("controlplane", ("drover.v1", "grpc", "google.protobuf"))
-                 if not line.startswith("controlplane.api")]
+    offenders = [
+        line
+        for line in _importers("controlplane", ("drover.v1", "grpc", "google.protobuf"))
+        if not line.startswith("controlplane.api")
+    ]
     assert offenders == []
 
 
@@ -121,7 +145,10 @@ def test_modules_and_functions_stay_small(name: str) -> None:
     path = MODULES[name]
     text = path.read_text()
     assert text.count("\n") <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} has {text.count(chr(10))} lines"
-    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(ast.parse(text))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
     assert long == [], f"{path.relative_to(ROOT)}: {long}"

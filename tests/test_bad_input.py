@@ -45,6 +45,7 @@ def raises(error: type[drover.DroverError], call: Callable[[], Any], *names: str
 
 # --- Change graphs ---------------------------------------------------------------------------------
 
+
 def test_invalid_graphs_are_refused_naming_the_field_and_nothing_is_stored(fleet: Fleet) -> None:
     plane = fleet.start_plane()
     plane.add_project("bare")
@@ -53,8 +54,16 @@ def test_invalid_graphs_are_refused_naming_the_field_and_nothing_is_stored(fleet
         ("bare", "dup", [task("a", TRUE), task("a", TRUE)], "tasks[1].key"),
         ("bare", "unknown dep", [task("a", TRUE), task("b", TRUE, depends_on=("zzz",))], "tasks[1].depends_on"),
         ("bare", "self dep", [task("a", TRUE, depends_on=("a",))], "tasks[0].depends_on"),
-        ("bare", "cycle", [task("a", TRUE, depends_on=("c",)), task("b", TRUE, depends_on=("a",)),
-                           task("c", TRUE, depends_on=("b",))], "tasks[0].depends_on"),
+        (
+            "bare",
+            "cycle",
+            [
+                task("a", TRUE, depends_on=("c",)),
+                task("b", TRUE, depends_on=("a",)),
+                task("c", TRUE, depends_on=("b",)),
+            ],
+            "tasks[0].depends_on",
+        ),
         ("bare", "empty objective", [task("a", TRUE), task("b", TRUE, objective="  ")], "tasks[1].objective"),
         ("bare", "empty key", [task("", TRUE)], "tasks[0].key"),
         ("bare", "empty kind", [task("a", TRUE, kind="")], "tasks[0].kind"),
@@ -71,13 +80,16 @@ def test_invalid_graphs_are_refused_naming_the_field_and_nothing_is_stored(fleet
             assert err.message.startswith(f"{field}:"), err.message
         cycle = raises(drover.InvalidArgument, lambda: client.submit_change("bare", "cycle", cases[3][2]), "cycle")
         assert "a -> c -> b -> a" in cycle.message
-        raises(drover.InvalidArgument,
-               lambda: client.submit_change("bare", "negative budget", [task("a", TRUE)], budget_usd=-1),
-               "budget_usd")
+        raises(
+            drover.InvalidArgument,
+            lambda: client.submit_change("bare", "negative budget", [task("a", TRUE)], budget_usd=-1),
+            "budget_usd",
+        )
 
         # A graph that is valid but names no known project is NOT_FOUND, naming the project.
-        raises(drover.NotFound, lambda: client.submit_change("nowhere", "ghost", [task("a", TRUE)]),
-               "project", "nowhere")
+        raises(
+            drover.NotFound, lambda: client.submit_change("nowhere", "ghost", [task("a", TRUE)]), "project", "nowhere"
+        )
         # Validation comes before the lookup: a bad graph on an unknown project is still INVALID_ARGUMENT.
         raises(drover.InvalidArgument, lambda: client.submit_change("nowhere", "ghost", []), "tasks")
 
@@ -90,14 +102,22 @@ def test_text_limits_and_the_message_size_limit(fleet: Fleet) -> None:
     with plane.client() as client:
         # Over 4 MiB: the transport refuses the message before any servicer sees it.
         huge = "x" * (5 * 1024 * 1024)
-        raises(drover.ResourceExhausted, lambda: client.submit_change("bare", "huge", [task("a", TRUE, objective=huge)]))
+        raises(
+            drover.ResourceExhausted, lambda: client.submit_change("bare", "huge", [task("a", TRUE, objective=huge)])
+        )
         # Over 64 KiB of text but well under 4 MiB: the domain refuses it and names the field.
         big = "y" * (64 * 1024 + 1)
-        raises(drover.InvalidArgument, lambda: client.submit_change("bare", "big", [task("a", TRUE, objective=big)]),
-               "tasks[0].objective", "65536")
-        raises(drover.InvalidArgument,
-               lambda: client.submit_change("bare", "big", [task("a", TRUE), task("b", TRUE, objective=big)]),
-               "tasks[1].objective")
+        raises(
+            drover.InvalidArgument,
+            lambda: client.submit_change("bare", "big", [task("a", TRUE, objective=big)]),
+            "tasks[0].objective",
+            "65536",
+        )
+        raises(
+            drover.InvalidArgument,
+            lambda: client.submit_change("bare", "big", [task("a", TRUE), task("b", TRUE, objective=big)]),
+            "tasks[1].objective",
+        )
         raises(drover.InvalidArgument, lambda: client.submit_change("bare", big, [task("a", TRUE)]), "goal")
         assert_nothing_stored(client)
 
@@ -110,6 +130,7 @@ def test_text_limits_and_the_message_size_limit(fleet: Fleet) -> None:
 
 
 # --- unknown ids -----------------------------------------------------------------------------------
+
 
 def test_unknown_ids_are_not_found(fleet: Fleet) -> None:
     plane = fleet.start_plane()
@@ -147,6 +168,7 @@ def test_list_events_kind_is_a_literal_case_sensitive_prefix(fleet: Fleet) -> No
 
 
 # --- tokens and roles ------------------------------------------------------------------------------
+
 
 def test_missing_or_unknown_tokens_are_unauthenticated(fleet: Fleet) -> None:
     plane = fleet.start_plane()
@@ -197,8 +219,11 @@ def test_roles_gate_cancel_run_and_drain_agent(fleet: Fleet) -> None:
     plane.add_project("bare")  # no agent: runs stay queued
     submit = make_token(plane, "dev", "submit")
     manage = make_token(plane, "oncall", "run.manage")
-    with Client(plane.target, token=submit) as dev, Client(plane.target, token=manage) as oncall, \
-            plane.client() as admin:
+    with (
+        Client(plane.target, token=submit) as dev,
+        Client(plane.target, token=manage) as oncall,
+        plane.client() as admin,
+    ):
         change = dev.submit_change("bare", "queued work", [task("a", TRUE), task("b", TRUE)])
         assert change.submitted_by == "dev"
         run_a, run_b = (t.latest_run_id for t in change.tasks)
@@ -236,7 +261,9 @@ def test_cancel_run_on_a_finished_run_is_a_failed_precondition(fleet: Fleet) -> 
     plane.add_project("bare")
     fleet.agent("worker")
     with plane.client() as client:
-        change = client.submit_change("bare", "quick", [task("a", TRUE), task("b", python_command("raise SystemExit(3)"))])
+        change = client.submit_change(
+            "bare", "quick", [task("a", TRUE), task("b", python_command("raise SystemExit(3)"))]
+        )
         list(client.watch(change.id))
         runs = {r.task_key: r for r in client.list_runs(change_id=change.id)}
         assert runs["a"].state == "succeeded" and runs["b"].state == "failed"
@@ -252,13 +279,16 @@ def test_cancel_run_on_a_finished_run_is_a_failed_precondition(fleet: Fleet) -> 
 
 # --- the raw agent stream --------------------------------------------------------------------------
 
+
 def hello(name: str, capacity: int = 1) -> agent_pb2.AgentMessage:
-    return agent_pb2.AgentMessage(hello=agent_pb2.Hello(name=name, capacity=capacity, drivers=["command"],
-                                                        version="test"))
+    return agent_pb2.AgentMessage(
+        hello=agent_pb2.Hello(name=name, capacity=capacity, drivers=["command"], version="test")
+    )
 
 
-def connect_raw(plane: ControlPlane, token: str, messages: list[agent_pb2.AgentMessage],
-                timeout: float = 10) -> tuple[grpc.StatusCode, str]:
+def connect_raw(
+    plane: ControlPlane, token: str, messages: list[agent_pb2.AgentMessage], timeout: float = 10
+) -> tuple[grpc.StatusCode, str]:
     """Open AgentService/Connect, send `messages` and half-close, read until the stream ends;
     answers its status code and details (OK when the stream ended cleanly)."""
     with grpc.insecure_channel(plane.target) as channel:
@@ -276,11 +306,12 @@ def test_agent_connect_refuses_a_bad_first_message_and_a_duplicate_name(fleet: F
     plane = fleet.start_plane()
     plane.add_project("bare")
     agent_token = plane.agent_token_file.read_text().strip()
-    not_hello = agent_pb2.AgentMessage(run=agent_pb2.RunMessage(run_id="run_x", seq=1,
-                                                                 started=agent_pb2.RunStarted(pid=1)))
+    not_hello = agent_pb2.AgentMessage(
+        run=agent_pb2.RunMessage(run_id="run_x", seq=1, started=agent_pb2.RunStarted(pid=1))
+    )
     for messages, names in [
         ([not_hello], "hello"),
-        ([], "hello"),                                  # no message at all
+        ([], "hello"),  # no message at all
         ([hello("zero", capacity=0)], "hello.capacity"),
         ([hello("negative", capacity=-2)], "hello.capacity"),
         ([hello("")], "hello.name"),

@@ -39,14 +39,18 @@ def reserver(url: str, run_id: str, seed: int, start: Any, out: Any) -> None:
     try:
         start.wait(120)
         while True:
-            r = store.transaction(model_calls.reserve, CONFIG, run_id, f"agent:1:{granted + 1}:1", MODEL, "agent",
-                                  1000, 2000, BUDGETS)
+            r = store.transaction(
+                model_calls.reserve, CONFIG, run_id, f"agent:1:{granted + 1}:1", MODEL, "agent", 1000, 2000, BUDGETS
+            )
             if not r.granted:
                 refusal = r.refusal
                 break
             # Even seeds cost exactly their estimate, odd ones anything up to it.
-            usage = (pricing.Usage(2000, 1000) if seed % 2 == 0
-                     else pricing.Usage(rng.randint(0, 2000), rng.randint(0, 1000)))
+            usage = (
+                pricing.Usage(2000, 1000)
+                if seed % 2 == 0
+                else pricing.Usage(rng.randint(0, 2000), rng.randint(0, 1000))
+            )
             store.transaction(model_calls.settle, CONFIG, r.reservation_id, usage, "")
             granted += 1
     except Exception as err:  # reported to the test, which fails on it
@@ -58,21 +62,34 @@ def reserver(url: str, run_id: str, seed: int, start: Any, out: Any) -> None:
 
 def setup_change(store: Store) -> tuple[str, list[str]]:
     """A Change with one Task and RESERVERS running runs of it."""
+
     def make(s) -> tuple[str, list[str]]:
         add_project(s, "p", "")
         change_id = change_lifecycle.submit_change(
-            s, graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),),
-                                budget_usd=BUDGET_MICROS / 1_000_000), "tester")
+            s,
+            graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),), budget_usd=BUDGET_MICROS / 1_000_000),
+            "tester",
+        )
         first = s.scalars(select(Run).where(Run.change_id == change_id)).one()
         for attempt in range(2, RESERVERS + 1):
-            s.add(Run(id=events.new_id("run"), change_id=change_id, task_id=first.task_id, attempt=attempt,
-                      state="queued", tier="sonnet", model=MODEL))
+            s.add(
+                Run(
+                    id=events.new_id("run"),
+                    change_id=change_id,
+                    task_id=first.task_id,
+                    attempt=attempt,
+                    state="queued",
+                    tier="sonnet",
+                    model=MODEL,
+                )
+            )
         s.flush()
         runs = list(s.scalars(select(Run).where(Run.change_id == change_id).order_by(Run.attempt)))
         for run in runs:
             run_lifecycle.assign(s, run.id, "a1")
             run.tier, run.model = "sonnet", MODEL
         return change_id, [run.id for run in runs]
+
     return store.transaction(make)
 
 
@@ -89,8 +106,10 @@ def test_fifty_processes_never_push_the_change_meter_past_its_limit(url: str) ->
     key = f"change-usd:{change_id}"
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Barrier(RESERVERS + 1), ctx.Queue()
-    procs = [ctx.Process(target=reserver, args=(url, run_id, seed, start, out), daemon=True)
-             for seed, run_id in enumerate(run_ids)]
+    procs = [
+        ctx.Process(target=reserver, args=(url, run_id, seed, start, out), daemon=True)
+        for seed, run_id in enumerate(run_ids)
+    ]
     seen: list[tuple[int, int, int]] = []
     done = threading.Event()
 
@@ -131,17 +150,24 @@ def test_fifty_processes_never_push_the_change_meter_past_its_limit(url: str) ->
     granted = sum(r[1] for r in results)
 
     def final(s) -> dict[str, Any]:
-        calls = list(s.scalars(select(ModelCall).join(Run, Run.id == ModelCall.run_id)
-                               .where(Run.change_id == change_id)))
-        return {"meters": {m["kind"]: m for m in meters.usage(s)}, "calls": calls,
-                "budget": s.get(Change, change_id).budget_usd,
-                "reservations": s.scalar(select(func.count()).select_from(ModelCall))}
+        calls = list(
+            s.scalars(select(ModelCall).join(Run, Run.id == ModelCall.run_id).where(Run.change_id == change_id))
+        )
+        return {
+            "meters": {m["kind"]: m for m in meters.usage(s)},
+            "calls": calls,
+            "budget": s.get(Change, change_id).budget_usd,
+            "reservations": s.scalar(select(func.count()).select_from(ModelCall)),
+        }
+
     state = store.transaction(final)
     store.close()
     change_meter = state["meters"]["change"]
     costs = sum(call.cost_micros for call in state["calls"])
-    print(f"\n{url.split(':')[0]}: {granted} reserve+settle pairs by {RESERVERS} processes in {elapsed:.1f} s, "
-          f"{len(seen)} samples, settled {change_meter['used']} of {change_meter['limit']}")
+    print(
+        f"\n{url.split(':')[0]}: {granted} reserve+settle pairs by {RESERVERS} processes in {elapsed:.1f} s, "
+        f"{len(seen)} samples, settled {change_meter['used']} of {change_meter['limit']}"
+    )
     assert change_meter["limit"] == BUDGET_MICROS
     assert change_meter["used"] <= change_meter["limit"]  # exact <= estimate: never past the limit
     assert change_meter["reserved"] == 0 and all(m["reserved"] == 0 for m in state["meters"].values())

@@ -12,6 +12,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.domain import claims as claim_rules
+from controlplane.domain.claims import task_resources
 from controlplane.domain.errors import FailedPrecondition, InvalidArgument
 from controlplane.domain.graph import ChangeSpec, TaskSpec
 from controlplane.services import agent_presence, change_lifecycle, claims, projects, run_lifecycle
@@ -40,86 +42,98 @@ def at(seconds: float) -> dt.datetime:
 
 # --- pure ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("renewed, expires, now, due", [
-    (0, 120, 0, False),
-    (0, 120, 59.9, False),
-    (0, 120, 60, True),       # half-life of a 120 s lease
-    (0, 120, 119, True),
-    (0, 120, 200, True),      # expired: overdue too
-    (60, 180, 119, False),    # renewed at 60 s: next due at 120 s
-    (60, 180, 120, True),
-    (0, 30, 15, True),        # a shorter lease has a shorter half-life
-])
+
+@pytest.mark.parametrize(
+    "renewed, expires, now, due",
+    [
+        (0, 120, 0, False),
+        (0, 120, 59.9, False),
+        (0, 120, 60, True),  # half-life of a 120 s lease
+        (0, 120, 119, True),
+        (0, 120, 200, True),  # expired: overdue too
+        (60, 180, 119, False),  # renewed at 60 s: next due at 120 s
+        (60, 180, 120, True),
+        (0, 30, 15, True),  # a shorter lease has a shorter half-life
+    ],
+)
 def test_renewal_is_due_at_half_life(renewed: float, expires: float, now: float, due: bool) -> None:
-    assert claims.needs_renewal(at(renewed), at(expires), at(now)) is due
+    assert claim_rules.needs_renewal(at(renewed), at(expires), at(now)) is due
 
 
 @pytest.mark.parametrize("now, expired", [(119.999, False), (120, True), (500, True)])
 def test_a_lease_expires_at_its_end(now: float, expired: bool) -> None:
-    assert claims.lease_expired(at(120), at(now)) is expired
+    assert claim_rules.lease_expired(at(120), at(now)) is expired
 
 
-@pytest.mark.parametrize("given, normal", [
-    ("src/app.py", "src/app.py"),
-    ("./src//app.py", "src/app.py"),
-    ("  /src/app.py ", "src/app.py"),
-    ("src\\app.py", "src/app.py"),
-    ("file:src/app.py", "src/app.py"),
-    ("src/*.py", "src/*.py"),
-    ("table:users", "table:users"),
-    ("Table: users ", "table:users"),
-    ("endpoint:/api/x", "endpoint:/api/x"),
-])
+@pytest.mark.parametrize(
+    "given, normal",
+    [
+        ("src/app.py", "src/app.py"),
+        ("./src//app.py", "src/app.py"),
+        ("  /src/app.py ", "src/app.py"),
+        ("src\\app.py", "src/app.py"),
+        ("file:src/app.py", "src/app.py"),
+        ("src/*.py", "src/*.py"),
+        ("table:users", "table:users"),
+        ("Table: users ", "table:users"),
+        ("endpoint:/api/x", "endpoint:/api/x"),
+    ],
+)
 def test_resources_are_normalised(given: str, normal: str) -> None:
-    assert claims.normalise(given) == normal
+    assert claim_rules.normalise(given) == normal
 
 
 @pytest.mark.parametrize("given", ["", "  ", ".", "../outside.py", "a/../../b", "table:"])
 def test_a_resource_that_names_nothing_is_refused(given: str) -> None:
     with pytest.raises(InvalidArgument) as caught:
-        claims.normalise(given)
+        claim_rules.normalise(given)
     assert caught.value.field == "resources"
 
 
 def test_a_tasks_resources_are_its_files_and_named_resources() -> None:
     spec = {"files": ["./src/a.py", "src/a.py"], "resources": ["table:users", "src/*.py"], "size": "small"}
-    assert claims.task_resources(spec) == ("src/*.py", "src/a.py", "table:users")
-    assert claims.task_resources({}) == ()
+    assert task_resources(spec) == ("src/*.py", "src/a.py", "table:users")
+    assert task_resources({}) == ()
 
 
-@pytest.mark.parametrize("a, b, overlap", [
-    ("src/app.py", "src/app.py", True),
-    ("src/app.py", "src/db.py", False),
-    ("src/*.py", "src/app.py", True),         # a glob and a file overlap when the glob matches it
-    ("src/app.py", "src/*.py", True),
-    ("src/*.py", "src/app.ts", False),
-    ("src/*.py", "lib/app.py", False),
-    ("src/[ab].py", "src/a.py", True),
-    ("src/[!ab].py", "src/a.py", False),
-    ("src/*.py", "src/a*", True),             # src/a.py matches both
-    ("src/*.py", "src/*.ts", False),
-    ("src/?.py", "src/ab*", False),           # one character cannot be "ab..."
-    ("*", "table:users", False),              # a path glob never covers a named resource
-    ("table:users", "table:users", True),
-    ("table:users", "table:orders", False),
-    ("table:users", "endpoint:users", False),
-    ("endpoint:/api/*", "endpoint:/api/x", True),
-])
+@pytest.mark.parametrize(
+    "a, b, overlap",
+    [
+        ("src/app.py", "src/app.py", True),
+        ("src/app.py", "src/db.py", False),
+        ("src/*.py", "src/app.py", True),  # a glob and a file overlap when the glob matches it
+        ("src/app.py", "src/*.py", True),
+        ("src/*.py", "src/app.ts", False),
+        ("src/*.py", "lib/app.py", False),
+        ("src/[ab].py", "src/a.py", True),
+        ("src/[!ab].py", "src/a.py", False),
+        ("src/*.py", "src/a*", True),  # src/a.py matches both
+        ("src/*.py", "src/*.ts", False),
+        ("src/?.py", "src/ab*", False),  # one character cannot be "ab..."
+        ("*", "table:users", False),  # a path glob never covers a named resource
+        ("table:users", "table:users", True),
+        ("table:users", "table:orders", False),
+        ("table:users", "endpoint:users", False),
+        ("endpoint:/api/*", "endpoint:/api/x", True),
+    ],
+)
 def test_overlap(a: str, b: str, overlap: bool) -> None:
-    assert claims.overlaps(a, b) is overlap
-    assert claims.overlaps(b, a) is overlap
+    assert claim_rules.overlaps(a, b) is overlap
+    assert claim_rules.overlaps(b, a) is overlap
 
 
 def test_find_conflicts_pairs_tasks_by_shared_files_and_contention() -> None:
     order = ["a", "b", "c", "d"]
     deps = {"c": ["a"], "d": []}
     files = {"a": ["x.py", "y.py"], "b": ["y.py", "z.py"], "c": ["x.py"], "d": ["q.py"]}
-    found = claims.find_conflicts(order, deps, files, [("d", "b", "table:users"), ("c", "c", "table:users")])
-    assert found == {("a", "b"): (["y.py"], []), ("b", "d"): ([], ["table:users"])}, \
+    found = claim_rules.find_conflicts(order, deps, files, [("d", "b", "table:users"), ("c", "c", "table:users")])
+    assert found == {("a", "b"): (["y.py"], []), ("b", "d"): ([], ["table:users"])}, (
         "c stacks on a, so their shared x.py is no conflict; a Task never conflicts with itself"
+    )
 
 
 # --- store -----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Store]:
@@ -142,8 +156,10 @@ def submit(store: Store, *tasks: TaskSpec) -> str:
 
 def run_of(store: Store, change_id: str, key: str) -> Run:
     def load(s: Session) -> Run:
-        return s.scalars(select(Run).join(Task, Task.id == Run.task_id)
-                         .where(Run.change_id == change_id, Task.key == key)).one()
+        return s.scalars(
+            select(Run).join(Task, Task.id == Run.task_id).where(Run.change_id == change_id, Task.key == key)
+        ).one()
+
     return store.transaction(load)
 
 
@@ -166,19 +182,18 @@ def started_runs(store: Store, *keys: str, agents: tuple[str, ...] = ()) -> tupl
     return change_id, run_ids
 
 
-def acquire(store: Store, run_id: str, resources: list[str], now: dt.datetime,
-            lease: dt.timedelta = claims.LEASE) -> list[ClaimState]:
+def acquire(
+    store: Store, run_id: str, resources: list[str], now: dt.datetime, lease: dt.timedelta = claim_rules.LEASE
+) -> list[ClaimState]:
     return store.transaction(claims.acquire, run_id, resources, now, lease)
 
 
 def events(store: Store, kind: str, **where: str) -> list[Event]:
-    return store.transaction(lambda s: list(s.scalars(select(Event).filter_by(kind=kind, **where)
-                                                      .order_by(Event.id))))
+    return store.transaction(lambda s: list(s.scalars(select(Event).filter_by(kind=kind, **where).order_by(Event.id))))
 
 
 def held(store: Store, run_id: str) -> dict[str, int]:
-    return {c.resource: c.generation
-            for c in store.transaction(lambda s: claims.list_claims(s, False, run_id=run_id))}
+    return {c.resource: c.generation for c in store.transaction(lambda s: claims.list_claims(s, False, run_id=run_id))}
 
 
 def test_a_run_acquires_its_resources_with_a_120_s_lease(store: Store) -> None:
@@ -187,13 +202,17 @@ def test_a_run_acquires_its_resources_with_a_120_s_lease(store: Store) -> None:
     got = acquire(store, run_id, ["./src/app.py", "table:users", "src/app.py"], T0)
 
     assert [(c.resource, c.run_id, c.holder, c.generation, c.contended_with) for c in got] == [
-        ("src/app.py", run_id, AGENT, 1, ()), ("table:users", run_id, AGENT, 1, ())]
+        ("src/app.py", run_id, AGENT, 1, ()),
+        ("table:users", run_id, AGENT, 1, ()),
+    ]
     assert {(c.acquired_at, c.expires_at, c.released_at) for c in got} == {(T0, at(120), None)}
     assert store.transaction(claims.list_claims) == got
     [acquired] = events(store, "claim.acquired", run_id=run_id)
     assert (acquired.change_id, acquired.agent) == (change_id, AGENT)
-    assert acquired.data["claims"] == [{"resource": "src/app.py", "generation": 1},
-                                       {"resource": "table:users", "generation": 1}]
+    assert acquired.data["claims"] == [
+        {"resource": "src/app.py", "generation": 1},
+        {"resource": "table:users", "generation": 1},
+    ]
 
 
 def test_acquiring_again_renews_the_runs_own_claim(store: Store) -> None:
@@ -223,7 +242,9 @@ def test_claims_are_renewed_at_half_life(store: Store) -> None:
 
     assert store.transaction(claims.renew, run_id, {"./src/app.py": 1}, at(130)) == {"./src/app.py": True}
     assert {c.resource: c.expires_at for c in store.transaction(claims.list_claims)} == {
-        "src/app.py": at(250), "table:users": at(180)}
+        "src/app.py": at(250),
+        "table:users": at(180),
+    }
 
 
 def test_an_expired_claim_is_free_and_the_next_holder_gets_a_new_generation(store: Store) -> None:
@@ -248,21 +269,38 @@ def test_a_claim_another_run_holds_is_contended_but_never_blocks(store: Store) -
     got = acquire(store, contender, ["src/*.py", "table:users", "table:orders"], at(30))
 
     assert [(c.resource, c.generation, c.contended_with) for c in got] == [
-        ("src/*.py", 1, (holder,)), ("table:orders", 1, ()), ("table:users", 1, (holder,))]
+        ("src/*.py", 1, (holder,)),
+        ("table:orders", 1, ()),
+        ("table:users", 1, (holder,)),
+    ]
     assert held(store, holder) == {"src/app.py": 1, "table:users": 1}, "both hold"
     assert held(store, contender) == {"src/*.py": 1, "table:orders": 1, "table:users": 1}
     contended = events(store, "claim.contended", change_id=change_id)
     assert [(e.run_id, e.agent) for e in contended] == [(contender, "agent-2")] * 2
-    assert [{k: e.data[k] for k in ("resource", "held_resource", "holder_run", "holder_agent", "contender_run")}
-            for e in contended] == [
-        {"resource": "src/*.py", "held_resource": "src/app.py", "holder_run": holder, "holder_agent": "agent-1",
-         "contender_run": contender},
-        {"resource": "table:users", "held_resource": "table:users", "holder_run": holder,
-         "holder_agent": "agent-1", "contender_run": contender}]
+    assert [
+        {k: e.data[k] for k in ("resource", "held_resource", "holder_run", "holder_agent", "contender_run")}
+        for e in contended
+    ] == [
+        {
+            "resource": "src/*.py",
+            "held_resource": "src/app.py",
+            "holder_run": holder,
+            "holder_agent": "agent-1",
+            "contender_run": contender,
+        },
+        {
+            "resource": "table:users",
+            "held_resource": "table:users",
+            "holder_run": holder,
+            "holder_agent": "agent-1",
+            "contender_run": contender,
+        },
+    ]
     tasks = store.transaction(lambda s: {t.key: t.id for t in s.scalars(select(Task))})
     assert store.transaction(claims.contended_runs, change_id) == [
         claims.Contention("src/*.py", "src/app.py", holder, tasks["a"], change_id, contender, tasks["b"]),
-        claims.Contention("table:users", "table:users", holder, tasks["a"], change_id, contender, tasks["b"])]
+        claims.Contention("table:users", "table:users", holder, tasks["a"], change_id, contender, tasks["b"]),
+    ]
 
 
 def test_concurrent_acquisitions_all_hold_and_each_contends_with_the_earlier_ones(store: Store) -> None:
@@ -296,8 +334,12 @@ def test_a_holder_whose_expired_lease_was_taken_over_is_fenced(store: Store) -> 
 
     assert store.transaction(claims.renew, old, {"src/app.py": first.generation}, at(122)) == {"src/app.py": False}
     [fenced] = events(store, "claim.fenced", run_id=old)
-    assert (fenced.agent, fenced.data["resource"], fenced.data["generation"], fenced.data["current_generation"]) \
-        == ("agent-1", "src/app.py", 1, 2)
+    assert (fenced.agent, fenced.data["resource"], fenced.data["generation"], fenced.data["current_generation"]) == (
+        "agent-1",
+        "src/app.py",
+        1,
+        2,
+    )
     assert store.transaction(claims.renew, new, {"src/app.py": 2}, at(122)) == {"src/app.py": True}
     assert held(store, old) == {} and held(store, new) == {"src/app.py": 2}
 
@@ -320,10 +362,13 @@ def test_renewing_a_generation_the_run_never_held_is_refused(store: Store) -> No
     _, [run_id] = started_runs(store, "a")
     acquire(store, run_id, ["src/app.py"], T0)
     assert store.transaction(claims.renew, run_id, {"src/app.py": 7, "table:x": 1}, at(1)) == {
-        "src/app.py": False, "table:x": False}
+        "src/app.py": False,
+        "table:x": False,
+    }
 
 
 # --- release on every run end ------------------------------------------------------------------------
+
 
 def _finish_succeeded(store: Store, change_id: str, run_id: str) -> None:
     say(store, run_id, 2, "finished", status="succeeded")
@@ -345,8 +390,7 @@ def _cancel_change(store: Store, change_id: str, run_id: str) -> None:
 
 def _agent_lost(store: Store, change_id: str, run_id: str) -> None:
     store.transaction(agent_presence.agent_disconnected, AGENT)
-    store.transaction(lambda s: setattr(s.get(Agent, AGENT), "disconnected_at",
-                                                 utcnow() - dt.timedelta(hours=1)))
+    store.transaction(lambda s: setattr(s.get(Agent, AGENT), "disconnected_at", utcnow() - dt.timedelta(hours=1)))
     assert store.transaction(agent_presence.fail_lost_runs, dt.timedelta(minutes=2)) == [run_id]
 
 
@@ -354,16 +398,20 @@ def _agent_restarted(store: Store, change_id: str, run_id: str) -> None:
     store.transaction(agent_presence.agent_connected, AGENT, {}, 1, ["command"], "test", set(), False)
 
 
-@pytest.mark.parametrize("end, state, reason", [
-    (_finish_succeeded, "succeeded", ""),
-    (_finish_failed, "failed", ""),
-    (_finish_cancelled, "cancelled", ""),
-    (_cancel_change, "cancelled", ""),
-    (_agent_lost, "failed", "agent_lost"),
-    (_agent_restarted, "failed", "agent_restarted"),
-])
-def test_every_run_end_releases_the_runs_claims(store: Store, end: Callable[[Store, str, str], None],
-                                                 state: str, reason: str) -> None:
+@pytest.mark.parametrize(
+    "end, state, reason",
+    [
+        (_finish_succeeded, "succeeded", ""),
+        (_finish_failed, "failed", ""),
+        (_finish_cancelled, "cancelled", ""),
+        (_cancel_change, "cancelled", ""),
+        (_agent_lost, "failed", "agent_lost"),
+        (_agent_restarted, "failed", "agent_restarted"),
+    ],
+)
+def test_every_run_end_releases_the_runs_claims(
+    store: Store, end: Callable[[Store, str, str], None], state: str, reason: str
+) -> None:
     store.transaction(agent_presence.agent_connected, AGENT, {}, 1, ["command"], "test", set(), False)
     change_id, [run_id, other] = started_runs(store, "a", "b", agents=(AGENT, "agent-2"))
     acquire(store, run_id, ["src/app.py", "table:users"], T0)
@@ -378,7 +426,10 @@ def test_every_run_end_releases_the_runs_claims(store: Store, end: Callable[[Sto
     assert len(every) == 2 and all(c.released_at is not None for c in every)
     [released] = events(store, "claim.released", run_id=run_id)
     assert (released.change_id, released.agent, released.data["resources"]) == (
-        change_id, AGENT, ["src/app.py", "table:users"])
+        change_id,
+        AGENT,
+        ["src/app.py", "table:users"],
+    )
     if end is not _cancel_change:
         assert held(store, other) == {"docs/*.md": 1}, "other runs keep theirs"
 
@@ -403,40 +454,69 @@ def test_a_released_resource_is_free_with_a_new_generation(store: Store) -> None
 
 # --- conflict detection ------------------------------------------------------------------------------
 
+
 def add_changesets(store: Store, change_id: str, own_files: dict[str, list[str]]) -> dict[str, str]:
     """A ChangeSet row for each Task key (its run is the Task's first run); answers Task ids by key."""
+
     def add(s: Session) -> dict[str, str]:
         ids = {}
         for key, files in own_files.items():
-            run = s.scalars(select(Run).join(Task, Task.id == Run.task_id)
-                            .where(Run.change_id == change_id, Task.key == key)).one()
-            s.add(ChangeSet(id=new_id("cs"), change_id=change_id, task_id=run.task_id, run_id=run.id,
-                            branch=f"drover/{change_id}/{key}", commit="c" * 40, base_commit="b" * 40,
-                            start_commit="b" * 40, files=files, own_files=files, patch_ref=""))
+            run = s.scalars(
+                select(Run).join(Task, Task.id == Run.task_id).where(Run.change_id == change_id, Task.key == key)
+            ).one()
+            s.add(
+                ChangeSet(
+                    id=new_id("cs"),
+                    change_id=change_id,
+                    task_id=run.task_id,
+                    run_id=run.id,
+                    branch=f"drover/{change_id}/{key}",
+                    commit="c" * 40,
+                    base_commit="b" * 40,
+                    start_commit="b" * 40,
+                    files=files,
+                    own_files=files,
+                    patch_ref="",
+                )
+            )
             ids[key] = run.task_id
         return ids
+
     return store.transaction(add)
 
 
 def conflicts(store: Store, change_id: str) -> list[tuple[str, str, list[str], list[str]]]:
-    return store.transaction(lambda s: [(c.task_a, c.task_b, c.files, c.resources) for c in s.scalars(
-        select(Conflict).where(Conflict.change_id == change_id).order_by(Conflict.created_at, Conflict.id))])
+    return store.transaction(
+        lambda s: [
+            (c.task_a, c.task_b, c.files, c.resources)
+            for c in s.scalars(
+                select(Conflict).where(Conflict.change_id == change_id).order_by(Conflict.created_at, Conflict.id)
+            )
+        ]
+    )
 
 
 def test_changesets_touching_the_same_files_make_one_conflict(store: Store) -> None:
     change_id = submit(store, task("a"), task("b"), task("c"))
-    ids = add_changesets(store, change_id, {"a": ["src/app.py", "README.md"], "b": ["src/app.py", "src/db.py"],
-                                            "c": ["docs/guide.md"]})
+    ids = add_changesets(
+        store, change_id, {"a": ["src/app.py", "README.md"], "b": ["src/app.py", "src/db.py"], "c": ["docs/guide.md"]}
+    )
 
-    found = store.transaction(lambda s: [(c.task_a, c.task_b, c.files, c.resources)
-                                         for c in claims.detect_conflicts(s, change_id)])
+    found = store.transaction(
+        lambda s: [(c.task_a, c.task_b, c.files, c.resources) for c in claims.detect_conflicts(s, change_id)]
+    )
 
     assert found == [(ids["a"], ids["b"], ["src/app.py"], [])]
     assert conflicts(store, change_id) == found
     [event] = events(store, "change.conflict", change_id=change_id)
     assert {k: event.data[k] for k in ("task_a", "task_b", "key_a", "key_b", "files", "resources")} == {
-        "task_a": ids["a"], "task_b": ids["b"], "key_a": "a", "key_b": "b", "files": ["src/app.py"],
-        "resources": []}
+        "task_a": ids["a"],
+        "task_b": ids["b"],
+        "key_a": "a",
+        "key_b": "b",
+        "files": ["src/app.py"],
+        "resources": [],
+    }
 
     assert len(store.transaction(claims.detect_conflicts, change_id)) == 1, "idempotent"
     assert len(conflicts(store, change_id)) == 1
@@ -466,14 +546,16 @@ def test_runs_that_contended_make_a_conflict_that_grows_with_changesets(store: S
     acquire(store, run_b, ["table:users"], at(1))
     tasks = store.transaction(lambda s: {t.key: t.id for t in s.scalars(select(Task))})
 
-    assert [(c.task_a, c.task_b, c.files, c.resources) for c in store.transaction(
-        claims.detect_conflicts, change_id)] == [(tasks["a"], tasks["b"], [], ["table:users"])]
+    assert [
+        (c.task_a, c.task_b, c.files, c.resources) for c in store.transaction(claims.detect_conflicts, change_id)
+    ] == [(tasks["a"], tasks["b"], [], ["table:users"])]
 
     add_changesets(store, change_id, {"a": ["src/app.py"], "b": ["src/app.py"]})
     store.transaction(claims.detect_conflicts, change_id)
     assert conflicts(store, change_id) == [(tasks["a"], tasks["b"], ["src/app.py"], ["table:users"])]
-    assert [e.data["files"] for e in events(store, "change.conflict", change_id=change_id)] == [
-        [], ["src/app.py"]], "a second event only because the conflict grew"
+    assert [e.data["files"] for e in events(store, "change.conflict", change_id=change_id)] == [[], ["src/app.py"]], (
+        "a second event only because the conflict grew"
+    )
 
 
 def test_claim_rows_keep_their_times_in_utc(store: Store) -> None:

@@ -48,8 +48,9 @@ async def model(fake: FakeAnthropic) -> AsyncIterator[AnthropicModel]:
     async def no_sleep(seconds: float) -> None:
         raise AssertionError(f"the classifier never retries, yet slept {seconds} s")
 
-    async with AnthropicModel(fake.base_url, "sk-route", "claude-haiku-test", RetryPolicy(max_attempts=1),
-                              sleep=no_sleep) as client:
+    async with AnthropicModel(
+        fake.base_url, "sk-route", "claude-haiku-test", RetryPolicy(max_attempts=1), sleep=no_sleep
+    ) as client:
         yield client
 
 
@@ -86,13 +87,16 @@ async def test_the_cap_reached_makes_no_call(fake: FakeAnthropic, model: Anthrop
     assert fake.requests == [] and fake.pending == 1
 
 
-@pytest.mark.parametrize("failure", [
-    error(500, "api_error", "internal"),
-    error(529, "overloaded_error", "busy", in_stream=True),
-    error(429, "rate_limit_error", "slow down", retry_after=5),
-    error(400, "invalid_request_error", "bad request"),
-    error(402, "billing_error", "no credit"),
-])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        error(500, "api_error", "internal"),
+        error(529, "overloaded_error", "busy", in_stream=True),
+        error(429, "rate_limit_error", "slow down", retry_after=5),
+        error(400, "invalid_request_error", "bad request"),
+        error(402, "billing_error", "no credit"),
+    ],
+)
 async def test_a_failed_call_abstains(fake: FakeAnthropic, model: AnthropicModel, failure: object) -> None:
     fake.add(failure)  # type: ignore[arg-type]
     cap = Cap(1)

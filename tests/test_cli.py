@@ -13,8 +13,9 @@ import yaml
 from tests.conftest import ControlPlane, Fleet, wait_for
 
 
-def drover(plane: ControlPlane, *args: str, token_env: bool = False, cwd: pathlib.Path | None = None,
-           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def drover(
+    plane: ControlPlane, *args: str, token_env: bool = False, cwd: pathlib.Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("DROVER_TOKEN", None)
     env["DROVER_TARGET"] = plane.target
@@ -28,13 +29,27 @@ def drover(plane: ControlPlane, *args: str, token_env: bool = False, cwd: pathli
 
 def write_change(path: pathlib.Path, fail: bool) -> pathlib.Path:
     py = sys.executable
-    path.write_text(yaml.safe_dump({
-        "project": "cli", "goal": "from a file", "criteria": ["it works"], "budget_usd": 1.5,
-        "tasks": [
-            {"key": "hello", "kind": "test", "objective": "say hello", "command": [py, "-c", "print('hello')"]},
-            {"key": "check", "kind": "test", "objective": "check", "depends_on": ["hello"],
-             "command": [py, "-c", f"raise SystemExit({1 if fail else 0})"], "timeout_seconds": 60},
-        ]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "project": "cli",
+                "goal": "from a file",
+                "criteria": ["it works"],
+                "budget_usd": 1.5,
+                "tasks": [
+                    {"key": "hello", "kind": "test", "objective": "say hello", "command": [py, "-c", "print('hello')"]},
+                    {
+                        "key": "check",
+                        "kind": "test",
+                        "objective": "check",
+                        "depends_on": ["hello"],
+                        "command": [py, "-c", f"raise SystemExit({1 if fail else 0})"],
+                        "timeout_seconds": 60,
+                    },
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -95,14 +110,20 @@ def test_agentd_reads_toml_then_env_then_flags(fleet: Fleet, tmp_path: pathlib.P
     config = tmp_path / "agentd.toml"
     config.write_text(
         f'control_plane = "{plane.target}"\nname = "from-file"\ntoken_file = "{plane.agent_token_file}"\n'
-        f'capacity = 1\nlabels = {{ team = "web", zone = "a" }}\nspool_dir = "{tmp_path / "spool"}"\n')
+        f'capacity = 1\nlabels = {{ team = "web", zone = "a" }}\nspool_dir = "{tmp_path / "spool"}"\n'
+    )
     env = dict(os.environ, DROVER_AGENTD_CAPACITY="3")
-    proc = subprocess.Popen([sys.executable, "-m", "agentd.cli", "--config", str(config), "--label", "zone=b"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentd.cli", "--config", str(config), "--label", "zone=b"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         with plane.client() as client:
-            agent = wait_for(lambda: next((a for a in client.list_agents() if a.connected), None), 30,
-                             what="the agent to connect")
+            agent = wait_for(
+                lambda: next((a for a in client.list_agents() if a.connected), None), 30, what="the agent to connect"
+            )
         assert agent.name == "from-file"
         assert agent.capacity == 3  # env over the file
         assert dict(agent.labels) == {"zone": "b"}  # flags over env and file
@@ -116,8 +137,14 @@ def test_agentd_with_no_flags_connects_next_to_the_quickstart_control_plane(tmp_
     for key in list(env):
         if key.startswith(("DROVER_AGENTD_", "DROVER_DATABASE_URL")):
             del env[key]
-    server = subprocess.Popen([sys.executable, "-m", "controlplane.cli", "serve"], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "controlplane.cli", "serve"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     agent = None
     try:
         banner = ""
@@ -126,11 +153,30 @@ def test_agentd_with_no_flags_connects_next_to_the_quickstart_control_plane(tmp_
             assert line, f"the control plane exited: {banner}"
             banner += line
         assert "wrote admin token to .drover/tokens/admin.token" in banner
-        agent = subprocess.Popen([sys.executable, "-m", "agentd.cli"], cwd=tmp_path, env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: any(a["connected"] for a in json.loads(subprocess.run(
-            [sys.executable, "-m", "drover.cli", "agents", "--json"], cwd=tmp_path, env=env,
-            capture_output=True, text=True).stdout or "[]")), 30, what="agentd to connect with no flags")
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(
+            lambda: any(
+                a["connected"]
+                for a in json.loads(
+                    subprocess.run(
+                        [sys.executable, "-m", "drover.cli", "agents", "--json"],
+                        cwd=tmp_path,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                    ).stdout
+                    or "[]"
+                )
+            ),
+            30,
+            what="agentd to connect with no flags",
+        )
     finally:
         for proc in (agent, server):
             if proc is not None:
@@ -142,9 +188,24 @@ def test_project_and_user_monthly_budgets_from_the_cli(fleet: Fleet) -> None:
     plane = fleet.start_plane()
     plane.cli("project", "add", "budgeted", "--monthly-budget-usd", "12.5")
     plane.cli("token", "create", "--kind", "user", "--name", "ann", "--monthly-budget-usd", "3")
-    bad = subprocess.run([sys.executable, "-m", "controlplane.cli", "project", "add", "x", "--monthly-budget-usd",
-                          "-1", "--data-dir", str(plane.data_dir)], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "project",
+            "add",
+            "x",
+            "--monthly-budget-usd",
+            "-1",
+            "--data-dir",
+            str(plane.data_dir),
+        ],
+        capture_output=True,
+        text=True,
+    )
     import sqlite3
+
     db = sqlite3.connect(plane.data_dir / "drover.db")
     assert db.execute("select monthly_budget_usd from projects where name='budgeted'").fetchone() == (12.5,)
     assert db.execute("select monthly_budget_usd from tokens where name='ann'").fetchone() == (3.0,)

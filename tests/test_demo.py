@@ -10,8 +10,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def test_the_demo_change_succeeds() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    done = subprocess.run([sys.executable, str(ROOT / "deploy" / "demo.py")], capture_output=True, text=True,
-                          timeout=180, env=env)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "demo.py")], capture_output=True, text=True, timeout=180, env=env
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SCRIPTED FAKE Messages API server" in done.stdout  # said plainly
     assert "fix |   -> edit_file" in done.stdout
@@ -26,8 +27,9 @@ def test_the_demo_runs_where_bubblewrap_does_not_and_says_so() -> None:
     the output says so plainly, with how to install it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     env["DROVER_AGENTD_BWRAP"] = "/nonexistent/bwrap"  # as if bubblewrap were not installed
-    done = subprocess.run([sys.executable, str(ROOT / "deploy" / "demo.py")], capture_output=True, text=True,
-                          timeout=180, env=env)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "demo.py")], capture_output=True, text=True, timeout=180, env=env
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "WITHOUT A SANDBOX (--unsafe-no-sandbox)" in done.stdout
     assert "apt-get install bubblewrap" in done.stdout

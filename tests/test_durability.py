@@ -17,7 +17,8 @@ NUMBERED = python_command(
     "import sys, time\n"
     f"for i in range({LINES}):\n"
     "    print(f'line {i:05d}', flush=True)\n"
-    "    if i % 50 == 0: time.sleep(0.02)\n")
+    "    if i % 50 == 0: time.sleep(0.02)\n"
+)
 EXPECTED = "".join(f"line {i:05d}\n" for i in range(LINES))
 
 
@@ -29,6 +30,7 @@ def _running_run(client: Client, change_id: str) -> str:
     def started() -> str:
         run_id = client.get_change(change_id).tasks[0].latest_run_id
         return run_id if run_id and client.get_run(run_id).state == "running" else ""
+
     return wait_for(started, 30, what="the run to start")
 
 
@@ -80,8 +82,14 @@ def test_an_agent_that_never_returns_fails_its_run_as_agent_lost(fleet: Fleet) -
     fleet.plane.add_project("lost")
     agent = fleet.agent("gone")
     with fleet.plane.client() as client:
-        change = client.submit_change("lost", "wait", [task("sleep", python_command("import time; time.sleep(120)")),
-                                                       task("after", ["true"], depends_on=("sleep",))])
+        change = client.submit_change(
+            "lost",
+            "wait",
+            [
+                task("sleep", python_command("import time; time.sleep(120)")),
+                task("after", ["true"], depends_on=("sleep",)),
+            ],
+        )
         run_id = _running_run(client, change.id)
         agent.kill9()
         fleet.stop_supervisors()  # the whole machine is gone, not just agentd
@@ -105,7 +113,8 @@ def _spawns(marker: str) -> list[str]:
         f"kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}])"
         " for _ in range(2)]\n"
         "print('pids', os.getpid(), *[k.pid for k in kids], flush=True)\n"
-        "time.sleep(300)\n")
+        "time.sleep(300)\n"
+    )
 
 
 def test_cancel_stops_the_whole_process_group_within_the_grace_period(fleet: Fleet) -> None:
@@ -118,8 +127,11 @@ def test_cancel_stops_the_whole_process_group_within_the_grace_period(fleet: Fle
         run_id = _running_run(client, change.id)
         line = wait_for(lambda: _stdout(client, run_id), 30, what="the pids line")
         assert line.split()[1] == "2"  # its own PID namespace: bwrap's init is 1, the command 2
-        pids = wait_for(lambda: host_processes(marker) if len(host_processes(marker)) == 3 else [], 10,
-                        what="the command and its two children")
+        pids = wait_for(
+            lambda: host_processes(marker) if len(host_processes(marker)) == 3 else [],
+            10,
+            what="the command and its two children",
+        )
         asked = time.monotonic()
         client.cancel_run(run_id, "operator says stop")
         wait_for(lambda: not set(host_processes(marker)) & set(pids), 10, what="the process group to be gone")
@@ -138,8 +150,9 @@ def test_cancel_change_ends_running_and_queued_runs(fleet: Fleet) -> None:
     fleet.agent("one", capacity=1)
     sleep = python_command("import time; time.sleep(300)")
     with fleet.plane.client() as client:
-        change = client.submit_change("cancel", "cancel all", [task("a", sleep), task("b", sleep),
-                                                               task("c", ["true"], depends_on=("a",))])
+        change = client.submit_change(
+            "cancel", "cancel all", [task("a", sleep), task("b", sleep), task("c", ["true"], depends_on=("a",))]
+        )
         _running_run(client, change.id)
         client.cancel_change(change.id)
         events = list(client.watch(change.id))
@@ -156,8 +169,9 @@ def test_an_agentd_that_comes_back_without_its_runs_fails_them_at_once(fleet: Fl
     fleet.plane.add_project("durable")
     agent = fleet.agent("amnesiac")
     with fleet.plane.client() as client:
-        change = client.submit_change("durable", "lose the disk", [task("sleep", python_command(
-            "import time; time.sleep(120)"))])
+        change = client.submit_change(
+            "durable", "lose the disk", [task("sleep", python_command("import time; time.sleep(120)"))]
+        )
         run_id = _running_run(client, change.id)
         agent.kill9()
         fleet.stop_supervisors()

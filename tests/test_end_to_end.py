@@ -13,12 +13,17 @@ def test_dag_runs_in_order_and_a_failure_blocks_its_dependent(fleet: Fleet, git_
     fleet.agent("agent-a", capacity=2)
     fleet.agent("agent-b", capacity=2)
     with fleet.plane.client() as client:
-        change = client.submit_change("sample", "build and check", [
-            task("prepare", python_command("import os; print(sorted(os.listdir('.')))")),
-            task("count", COUNT, depends_on=("prepare",)),
-            task("check", python_command("raise SystemExit(4)"), depends_on=("prepare",)),
-            task("publish", ["true"], depends_on=("count", "check")),
-        ], criteria=["all lines printed"])
+        change = client.submit_change(
+            "sample",
+            "build and check",
+            [
+                task("prepare", python_command("import os; print(sorted(os.listdir('.')))")),
+                task("count", COUNT, depends_on=("prepare",)),
+                task("check", python_command("raise SystemExit(4)"), depends_on=("prepare",)),
+                task("publish", ["true"], depends_on=("count", "check")),
+            ],
+            criteria=["all lines printed"],
+        )
         assert change.status == "open"
         assert [t.key for t in change.tasks] == ["prepare", "count", "check", "publish"]
 
@@ -47,8 +52,9 @@ def test_dag_runs_in_order_and_a_failure_blocks_its_dependent(fleet: Fleet, git_
     blocked = [e for e in events if e.kind == "task.blocked"]
     assert [e.data["key"] for e in blocked] == ["publish"]
     # "check" and "count" ran only after "prepare" succeeded.
-    assert kinds.index("task.succeeded") < min(i for i, e in enumerate(events)
-                                               if e.kind == "task.ready" and e.data["key"] == "count")
+    assert kinds.index("task.succeeded") < min(
+        i for i, e in enumerate(events) if e.kind == "task.ready" and e.data["key"] == "count"
+    )
 
     with fleet.plane.client() as client:
         count_run = next(t.latest_run_id for t in final.tasks if t.key == "count")
@@ -75,10 +81,20 @@ def test_a_run_gets_the_minimal_environment_and_its_workspace_is_removed(fleet: 
         list(client.watch(change.id))
         run_id = client.get_change(change.id).tasks[0].latest_run_id
         import json
+
         env = json.loads("".join(l.text for l in client.run_logs(run_id) if l.stream == "stdout"))
     assert env["GREETING"] == "hi"
-    assert set(env) <= {"PATH", "LANG", "TZ", "HOME", "DROVER_WORKSPACE", "DROVER_RUN_ID", "DROVER_TASK_KEY",
-                        "GREETING", "LC_CTYPE"}
+    assert set(env) <= {
+        "PATH",
+        "LANG",
+        "TZ",
+        "HOME",
+        "DROVER_WORKSPACE",
+        "DROVER_RUN_ID",
+        "DROVER_TASK_KEY",
+        "GREETING",
+        "LC_CTYPE",
+    }
     assert env["DROVER_RUN_ID"] == run_id
     assert wait_for(lambda: not any(agent.work_dir.iterdir()), 10, what="the workspace to be removed")
 
@@ -115,8 +131,9 @@ def test_the_control_plane_on_postgresql_runs_a_change_and_survives_a_restart(pg
     pg_fleet.agent("pg-agent", capacity=2)
     slow = python_command("import time\nfor i in range(30):\n    print(i, flush=True); time.sleep(0.05)")
     with plane.client() as client:
-        change = client.submit_change("sample", "on postgres", [
-            task("first", slow), task("second", COUNT, depends_on=("first",))])
+        change = client.submit_change(
+            "sample", "on postgres", [task("first", slow), task("second", COUNT, depends_on=("first",))]
+        )
         wait_for(lambda: client.get_change(change.id).status == "running", 30, what="the change to run")
     plane.kill9()
     plane.start()

@@ -55,19 +55,28 @@ DECISIONS = [
     (["sonnet:failed", "sonnet:run_cost_cap"], False, ("stop", "", "two_failures_at_sonnet", "change_budget")),
     (["opus:run_cost_cap", "opus:run_cost_cap"], True, ("stop", "", "two_failures_at_opus", "change_budget")),
     (["sonnet:timeout", "sonnet:run_cost_cap"], False, ("stop", "", "max_attempts_at_sonnet", "change_budget")),
-    (["sonnet:run_cost_cap", "sonnet:failed"], False,
-     ("replan", "", "two_failures_at_sonnet", "max_attempts_per_tier")),
+    (
+        ["sonnet:run_cost_cap", "sonnet:failed"],
+        False,
+        ("replan", "", "two_failures_at_sonnet", "max_attempts_per_tier"),
+    ),
     # transport failures retry once at the same tier; two in a row fail the Task
     (["haiku:rate_limited"], False, ("retry", "haiku", "transport_retry", "")),
     (["sonnet:agent_lost"], False, ("retry", "sonnet", "transport_retry", "")),
     (["haiku:timeout", "haiku:transient"], False, ("fail", "", "transport_twice", "")),
-    (["haiku:failed", "haiku:failed", "sonnet:agent_restarted", "sonnet:supervisor_lost"], False,
-     ("fail", "", "transport_twice", "")),
+    (
+        ["haiku:failed", "haiku:failed", "sonnet:agent_restarted", "sonnet:supervisor_lost"],
+        False,
+        ("fail", "", "transport_twice", ""),
+    ),
     # transport then intelligence: the tier is full, so the retry becomes an escalation
     (["haiku:timeout", "haiku:failed"], False, ("escalate", "sonnet", "max_attempts_at_haiku", "")),
     (["sonnet:rate_limited", "sonnet:failed"], True, ("escalate", "opus", "max_attempts_at_sonnet", "")),
-    (["sonnet:rate_limited", "sonnet:failed"], False,
-     ("replan", "", "max_attempts_at_sonnet", "max_attempts_per_tier")),
+    (
+        ["sonnet:rate_limited", "sonnet:failed"],
+        False,
+        ("replan", "", "max_attempts_at_sonnet", "max_attempts_per_tier"),
+    ),
     (["opus:transient", "opus:failed"], True, ("replan", "", "max_attempts_at_opus", "max_attempts_per_tier")),
     # a transport retry at a tier with no attempts left stops without escalation
     (["haiku:failed", "haiku:timeout"], False, ("stop", "", "max_attempts_at_haiku", "max_attempts_per_tier")),
@@ -95,15 +104,30 @@ def test_decide(runs: list[str], allow_opus: bool, expected: tuple) -> None:
 
 # (failures, allow_opus, next_step alone, after limit_attempts): the limit changes only these.
 LIMITED = [
-    (["haiku:timeout", "haiku:failed"], False,
-     ("retry", "haiku", "first_failure_at_haiku", ""), ("escalate", "sonnet", "max_attempts_at_haiku", "")),
-    (["haiku:failed", "haiku:timeout"], False,
-     ("retry", "haiku", "transport_retry", ""), ("stop", "", "max_attempts_at_haiku", "max_attempts_per_tier")),
-    (["opus:failed", "opus:run_cost_cap"], True,
-     ("replan", "", "two_failures_at_opus", "max_attempts_per_tier"),
-     ("stop", "", "two_failures_at_opus", "change_budget")),
-    (["haiku:failed"], False,
-     ("retry", "haiku", "first_failure_at_haiku", ""), ("retry", "haiku", "first_failure_at_haiku", "")),
+    (
+        ["haiku:timeout", "haiku:failed"],
+        False,
+        ("retry", "haiku", "first_failure_at_haiku", ""),
+        ("escalate", "sonnet", "max_attempts_at_haiku", ""),
+    ),
+    (
+        ["haiku:failed", "haiku:timeout"],
+        False,
+        ("retry", "haiku", "transport_retry", ""),
+        ("stop", "", "max_attempts_at_haiku", "max_attempts_per_tier"),
+    ),
+    (
+        ["opus:failed", "opus:run_cost_cap"],
+        True,
+        ("replan", "", "two_failures_at_opus", "max_attempts_per_tier"),
+        ("stop", "", "two_failures_at_opus", "change_budget"),
+    ),
+    (
+        ["haiku:failed"],
+        False,
+        ("retry", "haiku", "first_failure_at_haiku", ""),
+        ("retry", "haiku", "first_failure_at_haiku", ""),
+    ),
 ]
 
 
@@ -124,42 +148,82 @@ def test_a_larger_attempt_limit_keeps_retrying_a_transport_failure() -> None:
 def test_an_escalation_skips_a_tier_with_no_attempts_left() -> None:
     # Sonnet used up its attempts earlier in the window, so two haiku failures go straight to opus.
     history = _history("sonnet:timeout", "sonnet:timeout", "haiku:failed", "haiku:failed")
-    step = limit_attempts(Step("escalate", "sonnet", "two_failures_at_haiku", delay_seconds=5.0,
-                               escalated_from="haiku", escalated_to="sonnet"), history, allow_opus=True)
+    step = limit_attempts(
+        Step(
+            "escalate",
+            "sonnet",
+            "two_failures_at_haiku",
+            delay_seconds=5.0,
+            escalated_from="haiku",
+            escalated_to="sonnet",
+        ),
+        history,
+        allow_opus=True,
+    )
     assert (step.action, step.tier, step.escalated_from, step.escalated_to, step.reason) == (
-        "escalate", "opus", "haiku", "opus", "max_attempts_at_sonnet")
-    replan = limit_attempts(Step("escalate", "sonnet", "two_failures_at_haiku", delay_seconds=5.0,
-                                 escalated_from="haiku", escalated_to="sonnet"), history)
+        "escalate",
+        "opus",
+        "haiku",
+        "opus",
+        "max_attempts_at_sonnet",
+    )
+    replan = limit_attempts(
+        Step(
+            "escalate",
+            "sonnet",
+            "two_failures_at_haiku",
+            delay_seconds=5.0,
+            escalated_from="haiku",
+            escalated_to="sonnet",
+        ),
+        history,
+    )
     assert _summary(replan) == ("replan", "", "max_attempts_at_sonnet", "max_attempts_per_tier")
 
 
 # The full path of a Task routed to haiku: each step's tier is the tier of the next run.
 PATHS = [
-    (False, ["failed", "failed", "failed", "failed"], [
-        ("retry", "haiku", "first_failure_at_haiku", ""),
-        ("escalate", "sonnet", "two_failures_at_haiku", ""),
-        ("retry", "sonnet", "first_failure_at_sonnet", ""),
-        ("replan", "", "two_failures_at_sonnet", "max_attempts_per_tier"),
-    ]),
-    (True, ["failed", "no_outcome", "run_call_cap", "failed", "failed", "failed"], [
-        ("retry", "haiku", "first_failure_at_haiku", ""),
-        ("escalate", "sonnet", "two_failures_at_haiku", ""),
-        ("retry", "sonnet", "first_failure_at_sonnet", ""),
-        ("escalate", "opus", "two_failures_at_sonnet", ""),
-        ("retry", "opus", "first_failure_at_opus", ""),
-        ("replan", "", "two_failures_at_opus", "max_attempts_per_tier"),
-    ]),
-    (False, ["rate_limited", "failed", "timeout", "failed"], [
-        ("retry", "haiku", "transport_retry", ""),
-        ("escalate", "sonnet", "max_attempts_at_haiku", ""),
-        ("retry", "sonnet", "transport_retry", ""),
-        ("replan", "", "max_attempts_at_sonnet", "max_attempts_per_tier"),
-    ]),
-    (False, ["failed", "transient", "agent_lost"], [
-        ("retry", "haiku", "first_failure_at_haiku", ""),
-        ("stop", "", "max_attempts_at_haiku", "max_attempts_per_tier"),
-        ("fail", "", "transport_twice", ""),       # only if someone runs it again anyway
-    ]),
+    (
+        False,
+        ["failed", "failed", "failed", "failed"],
+        [
+            ("retry", "haiku", "first_failure_at_haiku", ""),
+            ("escalate", "sonnet", "two_failures_at_haiku", ""),
+            ("retry", "sonnet", "first_failure_at_sonnet", ""),
+            ("replan", "", "two_failures_at_sonnet", "max_attempts_per_tier"),
+        ],
+    ),
+    (
+        True,
+        ["failed", "no_outcome", "run_call_cap", "failed", "failed", "failed"],
+        [
+            ("retry", "haiku", "first_failure_at_haiku", ""),
+            ("escalate", "sonnet", "two_failures_at_haiku", ""),
+            ("retry", "sonnet", "first_failure_at_sonnet", ""),
+            ("escalate", "opus", "two_failures_at_sonnet", ""),
+            ("retry", "opus", "first_failure_at_opus", ""),
+            ("replan", "", "two_failures_at_opus", "max_attempts_per_tier"),
+        ],
+    ),
+    (
+        False,
+        ["rate_limited", "failed", "timeout", "failed"],
+        [
+            ("retry", "haiku", "transport_retry", ""),
+            ("escalate", "sonnet", "max_attempts_at_haiku", ""),
+            ("retry", "sonnet", "transport_retry", ""),
+            ("replan", "", "max_attempts_at_sonnet", "max_attempts_per_tier"),
+        ],
+    ),
+    (
+        False,
+        ["failed", "transient", "agent_lost"],
+        [
+            ("retry", "haiku", "first_failure_at_haiku", ""),
+            ("stop", "", "max_attempts_at_haiku", "max_attempts_per_tier"),
+            ("fail", "", "transport_twice", ""),  # only if someone runs it again anyway
+        ],
+    ),
 ]
 
 
@@ -174,30 +238,35 @@ def test_a_task_path(allow_opus: bool, outcomes: list[str], steps: list[tuple]) 
         tier = step.tier or tier
 
 
-@pytest.mark.parametrize("runs, allow_opus, delay", [
-    (["haiku:failed"], False, 5),
-    (["haiku:rate_limited"], False, 5),
-    (["haiku:failed", "haiku:failed"], False, 5),
-    (["haiku:timeout", "haiku:failed"], False, 5),
-    (["sonnet:failed", "sonnet:failed"], False, 0),
-    (["haiku:timeout", "haiku:timeout"], False, 0),
-    (["haiku:spend_limited"], False, 0),
-    (["haiku:failed", "haiku:timeout"], False, 0),
-])
+@pytest.mark.parametrize(
+    "runs, allow_opus, delay",
+    [
+        (["haiku:failed"], False, 5),
+        (["haiku:rate_limited"], False, 5),
+        (["haiku:failed", "haiku:failed"], False, 5),
+        (["haiku:timeout", "haiku:failed"], False, 5),
+        (["sonnet:failed", "sonnet:failed"], False, 0),
+        (["haiku:timeout", "haiku:timeout"], False, 0),
+        (["haiku:spend_limited"], False, 0),
+        (["haiku:failed", "haiku:timeout"], False, 0),
+    ],
+)
 def test_retries_and_escalations_start_5_seconds_later(runs: list[str], allow_opus: bool, delay: float) -> None:
     assert decide(_history(*runs), allow_opus).delay_seconds == delay
 
 
-@pytest.mark.parametrize("runs, allow_opus, fields, receipt", [
-    (["haiku:failed", "haiku:failed"], False, ("haiku", "sonnet"), "two_failures_at_haiku"),
-    (["sonnet:failed", "sonnet:failed"], True, ("sonnet", "opus"), "two_failures_at_sonnet"),
-    (["haiku:timeout", "haiku:failed"], False, ("haiku", "sonnet"), "max_attempts_at_haiku"),
-    (["haiku:failed"], False, ("", ""), ""),
-    (["sonnet:failed", "sonnet:failed"], False, ("", ""), ""),
-    (["haiku:spend_limited"], False, ("", ""), ""),
-])
-def test_escalation_fields_and_receipt_reason(runs: list[str], allow_opus: bool, fields: tuple,
-                                              receipt: str) -> None:
+@pytest.mark.parametrize(
+    "runs, allow_opus, fields, receipt",
+    [
+        (["haiku:failed", "haiku:failed"], False, ("haiku", "sonnet"), "two_failures_at_haiku"),
+        (["sonnet:failed", "sonnet:failed"], True, ("sonnet", "opus"), "two_failures_at_sonnet"),
+        (["haiku:timeout", "haiku:failed"], False, ("haiku", "sonnet"), "max_attempts_at_haiku"),
+        (["haiku:failed"], False, ("", ""), ""),
+        (["sonnet:failed", "sonnet:failed"], False, ("", ""), ""),
+        (["haiku:spend_limited"], False, ("", ""), ""),
+    ],
+)
+def test_escalation_fields_and_receipt_reason(runs: list[str], allow_opus: bool, fields: tuple, receipt: str) -> None:
     step = decide(_history(*runs), allow_opus)
     assert (step.escalated_from, step.escalated_to) == fields
     assert receipt_reason(step) == receipt
@@ -219,37 +288,42 @@ def test_a_budget_stop_then_a_raise_lets_the_task_retry() -> None:
     assert _summary(decide(fresh, False)) == ("retry", "sonnet", "first_failure_at_sonnet", "")
 
 
-@pytest.mark.parametrize("reset_at, kept", [
-    (None, 3),
-    (T0 - dt.timedelta(hours=1), 3),
-    (T0, 2),                                             # a run that ended at the raise is old
-    ("2025-03-01T12:00:30+00:00", 2),
-    ("2025-03-01T12:01:30Z", 1),
-    (dt.datetime(2025, 3, 1, 12, 1, 30), 1),             # naive is UTC
-    ("2025-03-01T13:01:30+01:00", 1),                    # the same moment in another zone
-    (T0 + dt.timedelta(hours=1), 0),
-])
+@pytest.mark.parametrize(
+    "reset_at, kept",
+    [
+        (None, 3),
+        (T0 - dt.timedelta(hours=1), 3),
+        (T0, 2),  # a run that ended at the raise is old
+        ("2025-03-01T12:00:30+00:00", 2),
+        ("2025-03-01T12:01:30Z", 1),
+        (dt.datetime(2025, 3, 1, 12, 1, 30), 1),  # naive is UTC
+        ("2025-03-01T13:01:30+01:00", 1),  # the same moment in another zone
+        (T0 + dt.timedelta(hours=1), 0),
+    ],
+)
 def test_window_keeps_attempts_after_the_last_raise(reset_at: object, kept: int) -> None:
     history = _history("haiku:failed", "haiku:failed", "sonnet:failed")
-    assert window(history, reset_at) == history[3 - kept:]
+    assert window(history, reset_at) == history[3 - kept :]
 
 
 def test_history_is_ordered_by_time_not_by_position() -> None:
     newest_first = list(reversed(_history("haiku:failed", "haiku:timeout")))
     assert _summary(decide(newest_first, False)) == ("stop", "", "max_attempts_at_haiku", "max_attempts_per_tier")
-    strings = [Attempt("haiku", "timeout", "2025-03-01T12:00:00Z"),
-               Attempt("haiku", "failed", "2025-03-01T12:01:00Z")]
+    strings = [Attempt("haiku", "timeout", "2025-03-01T12:00:00Z"), Attempt("haiku", "failed", "2025-03-01T12:01:00Z")]
     assert _summary(decide(strings, False)) == ("escalate", "sonnet", "max_attempts_at_haiku", "")
 
 
-@pytest.mark.parametrize("build", [
-    lambda: Attempt("gpt", "failed", T0),
-    lambda: Attempt("haiku", "exploded", T0),
-    lambda: Attempt("haiku", "failed", "yesterday"),
-    lambda: Step("retry_later"),
-    lambda: decide([], False),
-    lambda: decide(_history("haiku:failed", "haiku:completed"), False),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: Attempt("gpt", "failed", T0),
+        lambda: Attempt("haiku", "exploded", T0),
+        lambda: Attempt("haiku", "failed", "yesterday"),
+        lambda: Step("retry_later"),
+        lambda: decide([], False),
+        lambda: decide(_history("haiku:failed", "haiku:completed"), False),
+    ],
+)
 def test_bad_input_is_refused(build) -> None:
     with pytest.raises(ValueError):
         build()

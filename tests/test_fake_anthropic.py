@@ -44,8 +44,12 @@ def client(fake: FakeAnthropic, api_key: str = "sk-test") -> anthropic.AsyncAnth
 
 def post(fake: FakeAnthropic, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
     """A raw POST /v1/messages, for what the SDK would hide (headers, other auth styles)."""
-    request = urllib.request.Request(f"{fake.base_url}/v1/messages", data=json.dumps(body).encode(),
-                                     headers={"content-type": "application/json", **headers}, method="POST")
+    request = urllib.request.Request(
+        f"{fake.base_url}/v1/messages",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", **headers},
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, dict(response.headers), json.loads(response.read())
@@ -54,19 +58,24 @@ def post(fake: FakeAnthropic, body: dict[str, Any], headers: dict[str, str]) -> 
 
 
 async def test_text_reply_without_streaming_carries_usage_with_cache_fields(fake: FakeAnthropic) -> None:
-    fake.add(text("hi there", usage={"input_tokens": 7, "cache_read_input_tokens": 50,
-                                     "cache_creation_input_tokens": 9}))
+    fake.add(
+        text("hi there", usage={"input_tokens": 7, "cache_read_input_tokens": 50, "cache_creation_input_tokens": 9})
+    )
     async with client(fake) as c:
         message = await c.messages.create(model="claude-x", max_tokens=64, messages=MESSAGES)
     assert [(b.type, b.text) for b in message.content] == [("text", "hi there")]
     assert message.stop_reason == "end_turn"
     assert message.model == "claude-x"
-    assert (message.usage.input_tokens, message.usage.output_tokens, message.usage.cache_creation_input_tokens,
-            message.usage.cache_read_input_tokens) == (7, 20, 9, 50)
+    assert (
+        message.usage.input_tokens,
+        message.usage.output_tokens,
+        message.usage.cache_creation_input_tokens,
+        message.usage.cache_read_input_tokens,
+    ) == (7, 20, 9, 50)
 
 
 async def test_streamed_tool_uses_reassemble_their_input(fake: FakeAnthropic) -> None:
-    big = {"path": "src/a.py", "lines": list(range(30)), "nested": {"x": "é\"quoted\""}}
+    big = {"path": "src/a.py", "lines": list(range(30)), "nested": {"x": 'é"quoted"'}}
     fake.add(tool_uses([("read_file", big), ("list_files", {})], text="Looking."))
     async with client(fake) as c:
         async with c.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as stream:
@@ -91,17 +100,21 @@ async def test_tool_use_takes_an_explicit_id(fake: FakeAnthropic) -> None:
     assert message.stop_reason == "tool_use"
 
 
-@pytest.mark.parametrize("status, type_, exc", [
-    (429, "rate_limit_error", anthropic.RateLimitError),
-    (529, "overloaded_error", anthropic.OverloadedError),
-    (500, "api_error", anthropic.InternalServerError),
-    (400, "invalid_request_error", anthropic.BadRequestError),
-    (401, "authentication_error", anthropic.AuthenticationError),
-    (402, "billing_error", anthropic.PaymentRequiredError),
-    (413, "request_too_large", anthropic.ContentTooLargeError),
-])
-async def test_errors_reach_the_sdk_as_its_typed_exceptions(fake: FakeAnthropic, status: int, type_: str,
-                                                            exc: type[anthropic.APIStatusError]) -> None:
+@pytest.mark.parametrize(
+    "status, type_, exc",
+    [
+        (429, "rate_limit_error", anthropic.RateLimitError),
+        (529, "overloaded_error", anthropic.OverloadedError),
+        (500, "api_error", anthropic.InternalServerError),
+        (400, "invalid_request_error", anthropic.BadRequestError),
+        (401, "authentication_error", anthropic.AuthenticationError),
+        (402, "billing_error", anthropic.PaymentRequiredError),
+        (413, "request_too_large", anthropic.ContentTooLargeError),
+    ],
+)
+async def test_errors_reach_the_sdk_as_its_typed_exceptions(
+    fake: FakeAnthropic, status: int, type_: str, exc: type[anthropic.APIStatusError]
+) -> None:
     fake.add(error(status, type_, "scripted", retry_after=3 if status == 429 else None))
     async with client(fake) as c:
         with pytest.raises(exc) as caught:
@@ -181,8 +194,9 @@ def test_script_items_name_a_constructor_and_its_arguments() -> None:
     assert step_from_json({"step": "stall", "seconds": 2}) == Stall(2)
     uses = step_from_json({"step": "tool_uses", "uses": [["a", {}, "toolu_1"], ["b", {"k": 1}, "toolu_2"]]})
     assert isinstance(uses, Reply) and [b["name"] for b in uses.content] == ["a", "b"]
-    assert step_from_json({"step": "error", "status": 429, "type": "rate_limit_error", "message": "m",
-                           "retry_after": 1}) == error(429, "rate_limit_error", "m", retry_after=1)
+    assert step_from_json(
+        {"step": "error", "status": 429, "type": "rate_limit_error", "message": "m", "retry_after": 1}
+    ) == error(429, "rate_limit_error", "m", retry_after=1)
     with pytest.raises(ValueError, match="unknown step"):
         step_from_json({"step": "teleport"})
 
@@ -190,8 +204,11 @@ def test_script_items_name_a_constructor_and_its_arguments() -> None:
 async def test_the_command_line_fake_serves_a_script_file(tmp_path: pathlib.Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"step": "tool_use", "name": "complete_task", "input": {"intent": "done"}}]))
-    proc = subprocess.Popen([sys.executable, "-m", "drover.testing.fake_anthropic", "--port", "0",
-                             "--script", str(script)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drover.testing.fake_anthropic", "--port", "0", "--script", str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 10)

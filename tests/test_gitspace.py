@@ -55,8 +55,9 @@ def origin_branches(origin: str) -> set[str]:
     return set(pygit2.Repository(origin).branches.local)
 
 
-def publish_task(tmp_path: pathlib.Path, origin: str, task_id: str, edits: dict[str, str],
-                 stack: Sequence[StackItem] = ()) -> ChangeSetResult:
+def publish_task(
+    tmp_path: pathlib.Path, origin: str, task_id: str, edits: dict[str, str], stack: Sequence[StackItem] = ()
+) -> ChangeSetResult:
     ws = open_workspace(tmp_path / f"ws-{task_id}", origin, "main", stack)
     for path, text in edits.items():
         (ws.path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -270,8 +271,7 @@ def test_token_goes_only_through_credentials(tmp_path: pathlib.Path, refusing_se
     assert all(TOKEN not in path for path, _ in seen)
 
 
-def test_refused_token_on_push_fails_cleanly(tmp_path: pathlib.Path, git_repo: pathlib.Path,
-                                             refusing_server) -> None:
+def test_refused_token_on_push_fails_cleanly(tmp_path: pathlib.Path, git_repo: pathlib.Path, refusing_server) -> None:
     url, seen = refusing_server
     ws = open_workspace(tmp_path / "ws", str(git_repo), "main", [], token=TOKEN)
     pygit2.Repository(str(ws.path)).remotes.set_url("origin", url)

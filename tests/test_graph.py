@@ -26,23 +26,39 @@ def replace_tasks(*tasks: TaskSpec) -> ChangeSpec:
     return dataclasses.replace(GOOD, tasks=tasks)
 
 
-@pytest.mark.parametrize("spec, field, message", [
-    pytest.param(dataclasses.replace(GOOD, project=""), "project", "must name a project", id="empty project"),
-    pytest.param(dataclasses.replace(GOOD, project="   "), "project", "must name a project", id="blank project"),
-    pytest.param(dataclasses.replace(GOOD, goal=""), "goal", "must not be empty", id="empty goal"),
-    pytest.param(dataclasses.replace(GOOD, tasks=()), "tasks", "a Change needs at least one Task", id="no tasks"),
-    pytest.param(replace_tasks(t("a"), t("b"), t("a")), "tasks[2].key", "duplicate key 'a'", id="duplicate key"),
-    pytest.param(replace_tasks(t("a"), t("")), "tasks[1].key", "must not be empty", id="empty key"),
-    pytest.param(replace_tasks(t("a"), t("b", objective=" ")), "tasks[1].objective", "must not be empty",
-                 id="empty objective"),
-    pytest.param(replace_tasks(t("a", kind="")), "tasks[0].kind", "must not be empty", id="empty kind"),
-    pytest.param(replace_tasks(t("a"), t("b", "nope")), "tasks[1].depends_on", "unknown Task 'nope'",
-                 id="unknown dependency"),
-    pytest.param(replace_tasks(t("a"), t("b", "b")), "tasks[1].depends_on", "Task 'b' depends on itself",
-                 id="self-dependency"),
-    pytest.param(replace_tasks(t("root"), t("x", "z"), t("y", "x"), t("z", "y")), "tasks[1].depends_on",
-                 "cycle x -> z -> y -> x", id="3-cycle"),
-])
+@pytest.mark.parametrize(
+    "spec, field, message",
+    [
+        pytest.param(dataclasses.replace(GOOD, project=""), "project", "must name a project", id="empty project"),
+        pytest.param(dataclasses.replace(GOOD, project="   "), "project", "must name a project", id="blank project"),
+        pytest.param(dataclasses.replace(GOOD, goal=""), "goal", "must not be empty", id="empty goal"),
+        pytest.param(dataclasses.replace(GOOD, tasks=()), "tasks", "a Change needs at least one Task", id="no tasks"),
+        pytest.param(replace_tasks(t("a"), t("b"), t("a")), "tasks[2].key", "duplicate key 'a'", id="duplicate key"),
+        pytest.param(replace_tasks(t("a"), t("")), "tasks[1].key", "must not be empty", id="empty key"),
+        pytest.param(
+            replace_tasks(t("a"), t("b", objective=" ")),
+            "tasks[1].objective",
+            "must not be empty",
+            id="empty objective",
+        ),
+        pytest.param(replace_tasks(t("a", kind="")), "tasks[0].kind", "must not be empty", id="empty kind"),
+        pytest.param(
+            replace_tasks(t("a"), t("b", "nope")), "tasks[1].depends_on", "unknown Task 'nope'", id="unknown dependency"
+        ),
+        pytest.param(
+            replace_tasks(t("a"), t("b", "b")),
+            "tasks[1].depends_on",
+            "Task 'b' depends on itself",
+            id="self-dependency",
+        ),
+        pytest.param(
+            replace_tasks(t("root"), t("x", "z"), t("y", "x"), t("z", "y")),
+            "tasks[1].depends_on",
+            "cycle x -> z -> y -> x",
+            id="3-cycle",
+        ),
+    ],
+)
 def test_validate_names_the_first_bad_field(spec: ChangeSpec, field: str, message: str) -> None:
     with pytest.raises(InvalidArgument) as caught:
         graph.validate(spec)
@@ -50,16 +66,20 @@ def test_validate_names_the_first_bad_field(spec: ChangeSpec, field: str, messag
     assert str(caught.value) == f"{field}: {message}"
 
 
-@pytest.mark.parametrize("deps, cycle", [
-    pytest.param({}, [], id="empty"),
-    pytest.param({"a": [], "b": ["a"], "c": ["a", "b"]}, [], id="DAG"),
-    pytest.param({"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}, [], id="diamond"),
-    pytest.param({"a": ["a"]}, ["a", "a"], id="self loop"),
-    pytest.param({"a": ["b"], "b": ["a"]}, ["a", "b", "a"], id="2-cycle"),
-    pytest.param({"a": ["b"], "b": ["c"], "c": ["a"]}, ["a", "b", "c", "a"], id="3-cycle"),
-    pytest.param({"r": [], "a": ["r", "b"], "b": ["c"], "c": ["b"]}, ["b", "c", "b"],
-                 id="cycle below an acyclic root"),
-])
+@pytest.mark.parametrize(
+    "deps, cycle",
+    [
+        pytest.param({}, [], id="empty"),
+        pytest.param({"a": [], "b": ["a"], "c": ["a", "b"]}, [], id="DAG"),
+        pytest.param({"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}, [], id="diamond"),
+        pytest.param({"a": ["a"]}, ["a", "a"], id="self loop"),
+        pytest.param({"a": ["b"], "b": ["a"]}, ["a", "b", "a"], id="2-cycle"),
+        pytest.param({"a": ["b"], "b": ["c"], "c": ["a"]}, ["a", "b", "c", "a"], id="3-cycle"),
+        pytest.param(
+            {"r": [], "a": ["r", "b"], "b": ["c"], "c": ["b"]}, ["b", "c", "b"], id="cycle below an acyclic root"
+        ),
+    ],
+)
 def test_find_cycle(deps: dict[str, list[str]], cycle: list[str]) -> None:
     assert graph.find_cycle(deps) == cycle
 
@@ -67,29 +87,46 @@ def test_find_cycle(deps: dict[str, list[str]], cycle: list[str]) -> None:
 DEPS = {"a": [], "b": ["a"], "c": ["a", "b"], "d": []}
 
 
-@pytest.mark.parametrize("statuses, ready", [
-    pytest.param({"a": "pending", "b": "pending", "c": "pending", "d": "pending"}, ["a", "d"], id="roots"),
-    pytest.param({"a": "succeeded", "b": "pending", "c": "pending", "d": "running"}, ["b"],
-                 id="one of two dependencies succeeded"),
-    pytest.param({"a": "succeeded", "b": "succeeded", "c": "pending", "d": "ready"}, ["c"],
-                 id="all dependencies succeeded"),
-    pytest.param({"a": "failed", "b": "pending", "c": "pending", "d": "succeeded"}, [], id="dependency failed"),
-    pytest.param({"a": "running", "b": "pending", "c": "pending", "d": "ready"}, [],
-                 id="only pending tasks become ready"),
-])
+@pytest.mark.parametrize(
+    "statuses, ready",
+    [
+        pytest.param({"a": "pending", "b": "pending", "c": "pending", "d": "pending"}, ["a", "d"], id="roots"),
+        pytest.param(
+            {"a": "succeeded", "b": "pending", "c": "pending", "d": "running"},
+            ["b"],
+            id="one of two dependencies succeeded",
+        ),
+        pytest.param(
+            {"a": "succeeded", "b": "succeeded", "c": "pending", "d": "ready"}, ["c"], id="all dependencies succeeded"
+        ),
+        pytest.param({"a": "failed", "b": "pending", "c": "pending", "d": "succeeded"}, [], id="dependency failed"),
+        pytest.param(
+            {"a": "running", "b": "pending", "c": "pending", "d": "ready"}, [], id="only pending tasks become ready"
+        ),
+    ],
+)
 def test_ready_tasks(statuses: dict[str, str], ready: list[str]) -> None:
     assert graph.ready_tasks(statuses, DEPS) == ready
 
 
-@pytest.mark.parametrize("failed, statuses, blocked", [
-    pytest.param("a", {"a": "failed", "b": "pending", "c": "pending", "d": "pending"}, ["b", "c"],
-                 id="direct and transitive"),
-    pytest.param("b", {"a": "succeeded", "b": "failed", "c": "pending", "d": "pending"}, ["c"],
-                 id="only dependents"),
-    pytest.param("d", {"a": "pending", "b": "pending", "c": "pending", "d": "failed"}, [], id="no dependents"),
-    pytest.param("a", {"a": "failed", "b": "succeeded", "c": "running", "d": "pending"}, [],
-                 id="dependents no longer pending"),
-])
+@pytest.mark.parametrize(
+    "failed, statuses, blocked",
+    [
+        pytest.param(
+            "a", {"a": "failed", "b": "pending", "c": "pending", "d": "pending"}, ["b", "c"], id="direct and transitive"
+        ),
+        pytest.param(
+            "b", {"a": "succeeded", "b": "failed", "c": "pending", "d": "pending"}, ["c"], id="only dependents"
+        ),
+        pytest.param("d", {"a": "pending", "b": "pending", "c": "pending", "d": "failed"}, [], id="no dependents"),
+        pytest.param(
+            "a",
+            {"a": "failed", "b": "succeeded", "c": "running", "d": "pending"},
+            [],
+            id="dependents no longer pending",
+        ),
+    ],
+)
 def test_dependents_to_block(failed: str, statuses: dict[str, str], blocked: list[str]) -> None:
     assert sorted(graph.dependents_to_block(failed, statuses, DEPS)) == blocked
 
@@ -100,13 +137,16 @@ def test_dependents_to_block_follows_a_long_chain() -> None:
     assert graph.dependents_to_block("t0", statuses, deps) == ["t1", "t2", "t3", "t4", "t5"]
 
 
-@pytest.mark.parametrize("statuses, cancel_requested, started, status", [
-    pytest.param(["succeeded", "succeeded"], False, True, "succeeded", id="all succeeded"),
-    pytest.param(["pending", "ready"], False, False, "open", id="nothing started"),
-    pytest.param(["succeeded", "ready"], False, True, "running", id="started, work left"),
-    pytest.param(["succeeded", "failed", "blocked"], False, True, "failed", id="ended with a failure"),
-    pytest.param(["succeeded", "cancelled"], True, True, "cancelled", id="ended after a cancel"),
-    pytest.param(["cancelled", "running"], True, True, "running", id="cancel still winding down"),
-])
+@pytest.mark.parametrize(
+    "statuses, cancel_requested, started, status",
+    [
+        pytest.param(["succeeded", "succeeded"], False, True, "succeeded", id="all succeeded"),
+        pytest.param(["pending", "ready"], False, False, "open", id="nothing started"),
+        pytest.param(["succeeded", "ready"], False, True, "running", id="started, work left"),
+        pytest.param(["succeeded", "failed", "blocked"], False, True, "failed", id="ended with a failure"),
+        pytest.param(["succeeded", "cancelled"], True, True, "cancelled", id="ended after a cancel"),
+        pytest.param(["cancelled", "running"], True, True, "running", id="cancel still winding down"),
+    ],
+)
 def test_change_status(statuses: list[str], cancel_requested: bool, started: bool, status: str) -> None:
     assert graph.change_status(statuses, cancel_requested=cancel_requested, started=started) == status

@@ -15,8 +15,7 @@ from drover.testing import fake_anthropic as fake
 from tests.conftest import API_KEY, Fleet, wait_for
 
 
-def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_args: str,
-          capacity: int = 1) -> None:
+def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_args: str, capacity: int = 1) -> None:
     fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
     fleet.start_plane(*plane_args)
     fleet.plane.add_project("calc", str(repo))
@@ -25,30 +24,34 @@ def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_ar
 
 def implement(key: str, *deps: str) -> dict:
     # medium complexity routes to sonnet by rule, so no classifier call takes a scripted reply
-    return {"key": key, "kind": "implement", "objective": f"do {key}", "depends_on": list(deps),
-            "complexity": "medium"}
+    return {"key": key, "kind": "implement", "objective": f"do {key}", "depends_on": list(deps), "complexity": "medium"}
 
 
 def events(client: Client, run_id: str) -> list[dict]:
-    return [json.loads(line) for l in client.run_logs(run_id) if l.stream == "event"
-            for line in l.text.splitlines()]
+    return [json.loads(line) for l in client.run_logs(run_id) if l.stream == "event" for line in l.text.splitlines()]
 
 
 def test_a_task_stacks_on_both_dependencies_and_the_candidate_composes_all(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
-    model.extend([
-        fake.tool_use("write_file", {"path": "schema.py", "content": "TABLE = 'users'\n"}),
-        fake.tool_use("complete_task", {"summary": "schema"}),
-        fake.tool_use("write_file", {"path": "api.py", "content": "ROUTE = '/users'\n"}),
-        fake.tool_use("complete_task", {"summary": "api"}),
-        fake.tool_use("list_files", {}),
-        fake.tool_use("write_file", {"path": "ui.py", "content": "from api import ROUTE\nfrom schema import TABLE\n"}),
-        fake.tool_use("complete_task", {"summary": "ui"}),
-    ])
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("write_file", {"path": "schema.py", "content": "TABLE = 'users'\n"}),
+            fake.tool_use("complete_task", {"summary": "schema"}),
+            fake.tool_use("write_file", {"path": "api.py", "content": "ROUTE = '/users'\n"}),
+            fake.tool_use("complete_task", {"summary": "api"}),
+            fake.tool_use("list_files", {}),
+            fake.tool_use(
+                "write_file", {"path": "ui.py", "content": "from api import ROUTE\nfrom schema import TABLE\n"}
+            ),
+            fake.tool_use("complete_task", {"summary": "ui"}),
+        ]
+    )
     start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "users page", [implement("schema"), implement("api"),
-                                                             implement("ui", "schema", "api")])
+        change = client.submit_change(
+            "calc", "users page", [implement("schema"), implement("api"), implement("ui", "schema", "api")]
+        )
         list(client.watch(change.id))
         final = client.get_change(change.id)
         sets = {c.task_key: c for c in client.list_changesets(change.id)}
@@ -65,17 +68,21 @@ def test_a_task_stacks_on_both_dependencies_and_the_candidate_composes_all(
 
 
 def test_conflicting_dependencies_fail_the_task_as_dependency_merge_conflict(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
-    model.extend([
-        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
-        fake.tool_use("complete_task", {"summary": "plus"}),
-        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "b + a"}]}),
-        fake.tool_use("complete_task", {"summary": "commuted"}),
-    ])
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
+            fake.tool_use("complete_task", {"summary": "plus"}),
+            fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "b + a"}]}),
+            fake.tool_use("complete_task", {"summary": "commuted"}),
+        ]
+    )
     start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "two fixes", [implement("one"), implement("two"),
-                                                            implement("both", "one", "two")])
+        change = client.submit_change(
+            "calc", "two fixes", [implement("one"), implement("two"), implement("both", "one", "two")]
+        )
         list(client.watch(change.id))
         final = client.get_change(change.id)
         both = next(t for t in final.tasks if t.key == "both")
@@ -86,32 +93,48 @@ def test_conflicting_dependencies_fail_the_task_as_dependency_merge_conflict(
 
 
 def test_the_call_cap_ends_the_run_and_the_task_retries_at_its_tier(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     config = tmp_path / "controlplane.toml"
     config.write_text("[tiers.sonnet]\nmax_calls = 2\n")
-    model.extend([fake.tool_use("list_files", {}), fake.tool_use("list_files", {}),   # the first run: capped
-                  fake.tool_use("list_files", {}), fake.tool_use("complete_task", {"summary": "done"})])
+    model.extend(
+        [
+            fake.tool_use("list_files", {}),
+            fake.tool_use("list_files", {}),  # the first run: capped
+            fake.tool_use("list_files", {}),
+            fake.tool_use("complete_task", {"summary": "done"}),
+        ]
+    )
     start(fleet, model, calc_repo, "--config", str(config))
     with fleet.plane.client() as client:
         change = client.submit_change("calc", "loop", [implement("spin")])
         seen = list(client.watch(change.id))
         runs = sorted(client.list_runs(change_id=change.id), key=lambda r: r.attempt)
         final = client.get_change(change.id)
-    assert [(r.outcome, r.model_calls, r.tier) for r in runs] == [("run_call_cap", 2, "sonnet"),
-                                                                   ("completed", 2, "sonnet")]
+    assert [(r.outcome, r.model_calls, r.tier) for r in runs] == [
+        ("run_call_cap", 2, "sonnet"),
+        ("completed", 2, "sonnet"),
+    ]
     assert len(model.requests) == 4 and final.status == "succeeded"
     retry = next(e for e in seen if e.kind == "task.retrying")
     assert retry.data["reason"] == "first_failure_at_sonnet"
 
 
-SLOW_TEST = ("import pathlib, time\n\n\ndef test_slow():\n"
-             "    with open('runs.log', 'a') as f:\n        f.write('ran\\n')\n    time.sleep(60)\n")
+SLOW_TEST = (
+    "import pathlib, time\n\n\ndef test_slow():\n"
+    "    with open('runs.log', 'a') as f:\n        f.write('ran\\n')\n    time.sleep(60)\n"
+)
 
 
-def test_cancel_during_a_running_tool_stops_it(fleet: Fleet, model: fake.FakeAnthropic,
-                                               calc_repo: pathlib.Path) -> None:
-    model.extend([fake.tool_use("write_file", {"path": "test_slow.py", "content": SLOW_TEST}),
-                  fake.tool_use("run_command", {"command": "python -m pytest -q test_slow.py"})])
+def test_cancel_during_a_running_tool_stops_it(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("write_file", {"path": "test_slow.py", "content": SLOW_TEST}),
+            fake.tool_use("run_command", {"command": "python -m pytest -q test_slow.py"}),
+        ]
+    )
     start(fleet, model, calc_repo)
     agent = fleet.agents[0]
     with fleet.plane.client() as client:
@@ -130,12 +153,15 @@ def test_cancel_during_a_running_tool_stops_it(fleet: Fleet, model: fake.FakeAnt
 
 
 def test_a_harness_run_resumes_after_agentd_and_its_supervisor_are_killed(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
-    model.extend([
-        fake.tool_use("write_file", {"path": "test_slow.py", "content": SLOW_TEST.replace("60", "30")}),
-        fake.tool_use("run_command", {"command": "python -m pytest -q test_slow.py"}),
-        fake.tool_use("complete_task", {"summary": "resumed"}),
-    ])
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("write_file", {"path": "test_slow.py", "content": SLOW_TEST.replace("60", "30")}),
+            fake.tool_use("run_command", {"command": "python -m pytest -q test_slow.py"}),
+            fake.tool_use("complete_task", {"summary": "resumed"}),
+        ]
+    )
     start(fleet, model, calc_repo)
     agent = fleet.agents[0]
     with fleet.plane.client() as client:
@@ -160,18 +186,20 @@ def test_a_harness_run_resumes_after_agentd_and_its_supervisor_are_killed(
     steps = [e["step"] for e in stream]
     assert len(steps) == len(set((e["step"], e["kind"], e.get("tool")) for e in stream))
     assert [e["kind"] for e in stream].count("tool_use") == 3
-    assert [e["tool"] for e in stream if e["kind"] == "tool_result"] == ["write_file", "run_command",
-                                                                          "complete_task"]
+    assert [e["tool"] for e in stream if e["kind"] == "tool_result"] == ["write_file", "run_command", "complete_task"]
 
 
 def test_a_candidate_conflict_fails_the_change_naming_the_files(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
-    model.extend([
-        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
-        fake.tool_use("complete_task", {"summary": "plus"}),
-        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "b + a"}]}),
-        fake.tool_use("complete_task", {"summary": "commuted"}),
-    ])
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
+            fake.tool_use("complete_task", {"summary": "plus"}),
+            fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "b + a"}]}),
+            fake.tool_use("complete_task", {"summary": "commuted"}),
+        ]
+    )
     start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
         change = client.submit_change("calc", "two fixes", [implement("one"), implement("two")])
@@ -183,7 +211,8 @@ def test_a_candidate_conflict_fails_the_change_naming_the_files(
 
 
 def test_secrets_never_reach_the_database_objects_events_or_output(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     token = "ghp_neverleak_0123456789abcdef"
     (tmp_path / "git.token").write_text(token + "\n")
     model.extend(FIX_STEPS)
@@ -193,11 +222,20 @@ def test_secrets_never_reach_the_database_objects_events_or_output(
     agent = fleet.agent("keeper")
     show_env = [sys.executable, "-c", "import os, time; print(os.environ.get('DROVER_GIT_TOKEN')); time.sleep(2)"]
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "secrets", [
-            implement("fix"), {"key": "env", "kind": "test", "objective": "print env", "command": show_env,
-                               "depends_on": ["fix"]}])
-        run_id = wait_for(lambda: next((t.latest_run_id for t in client.get_change(change.id).tasks
-                                        if t.key == "env" and t.latest_run_id), ""), 60)
+        change = client.submit_change(
+            "calc",
+            "secrets",
+            [
+                implement("fix"),
+                {"key": "env", "kind": "test", "objective": "print env", "command": show_env, "depends_on": ["fix"]},
+            ],
+        )
+        run_id = wait_for(
+            lambda: next(
+                (t.latest_run_id for t in client.get_change(change.id).tasks if t.key == "env" and t.latest_run_id), ""
+            ),
+            60,
+        )
         wait_for(lambda: client.get_run(run_id).state == "running", 30)
         on_disk = [p for p in agent.root.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
         list(client.watch(change.id))

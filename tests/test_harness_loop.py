@@ -55,13 +55,19 @@ class Rig:
     events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     summaries: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
 
-    def harness(self, limits: Limits = Limits(max_calls=8, max_output_tokens=1000), fold: bool = False,
-                writable: bool = True) -> Harness:
+    def harness(
+        self, limits: Limits = Limits(max_calls=8, max_output_tokens=1000), fold: bool = False, writable: bool = True
+    ) -> Harness:
         transcript = Transcript(self.transcript_path)  # read back from disk, as after a restart
-        tools = TaskTools(self.workspace, writable, DEFAULT_PYTHON_POLICY, None, {},
-                          lambda: max(limits.max_calls - transcript.model_calls, 0))
-        return Harness(self.model, tools, transcript, limits, PROMPT, self.emit,
-                       self.summarise if fold else None)
+        tools = TaskTools(
+            self.workspace,
+            writable,
+            DEFAULT_PYTHON_POLICY,
+            None,
+            {},
+            lambda: max(limits.max_calls - transcript.model_calls, 0),
+        )
+        return Harness(self.model, tools, transcript, limits, PROMPT, self.emit, self.summarise if fold else None)
 
     def emit(self, index: int, entry: dict[str, Any]) -> None:
         self.events.extend(events_for(index, entry))
@@ -113,8 +119,19 @@ async def test_a_scripted_run_reads_edits_and_completes(rig: Rig, fake: FakeAnth
 
     transcript = Transcript(rig.transcript_path)  # what is on disk
     assert transcript.entries == harness.transcript.entries
-    assert kinds(transcript) == ["prompt", "reply", "tool_started", "tool_done", "reply", "tool_started",
-                                 "tool_done", "reply", "tool_started", "tool_done", "outcome"]
+    assert kinds(transcript) == [
+        "prompt",
+        "reply",
+        "tool_started",
+        "tool_done",
+        "reply",
+        "tool_started",
+        "tool_done",
+        "reply",
+        "tool_started",
+        "tool_done",
+        "outcome",
+    ]
     assert transcript.prompt == PROMPT
     replies = [e for e in transcript.entries if e["kind"] == "reply"]
     assert [r["call"] for r in replies] == [1, 2, 3]
@@ -127,18 +144,27 @@ async def test_a_scripted_run_reads_edits_and_completes(rig: Rig, fake: FakeAnth
     assert done[0]["text"] == "def add(a, b):\n    return a - b\n\n[7 model calls remain]"
     assert done[1]["text"] == "edited calc.py (1 edit)\n[6 model calls remain]"
     assert (done[2]["text"], done[2]["error"]) == ("completed: recorded", False)
-    assert transcript.outcome == {"kind": "outcome", "outcome": "completed", "reason": "add adds",
-                                  "intent": ended.intent}
+    assert transcript.outcome == {
+        "kind": "outcome",
+        "outcome": "completed",
+        "reason": "add adds",
+        "intent": ended.intent,
+    }
 
     # The events, in step order, as the control plane would see them.
     assert [e["step"] for e in rig.events] == sorted(e["step"] for e in rig.events)
     assert [(e["kind"], e.get("tool")) for e in rig.events] == [
-        ("text", None), ("tool_use", "read_file"), ("tool_result", "read_file"), ("tool_use", "edit_file"),
-        ("tool_result", "edit_file"), ("tool_use", "complete_task"), ("tool_result", "complete_task"),
-        ("result", None)]
+        ("text", None),
+        ("tool_use", "read_file"),
+        ("tool_result", "read_file"),
+        ("tool_use", "edit_file"),
+        ("tool_result", "edit_file"),
+        ("tool_use", "complete_task"),
+        ("tool_result", "complete_task"),
+        ("result", None),
+    ]
     assert rig.events[0] == {"kind": "text", "text": "Let me look at calc.py.", "step": 1}
-    assert rig.events[-1] == {"kind": "result", "text": "add adds", "outcome": "completed", "error": False,
-                              "step": 10}
+    assert rig.events[-1] == {"kind": "result", "text": "add adds", "outcome": "completed", "error": False, "step": 10}
 
     # Each request carries the conversation so far: the edit's request holds the read's result.
     second = fake.requests[1].body["messages"]
@@ -146,10 +172,15 @@ async def test_a_scripted_run_reads_edits_and_completes(rig: Rig, fake: FakeAnth
     assert second[0]["content"][0]["text"] == PROMPT
     result = second[2]["content"][0]
     assert (result["type"], result["tool_use_id"], result["content"], result["is_error"]) == (
-        "tool_result", replies[0]["content"][1]["id"], done[0]["text"], False)
+        "tool_result",
+        replies[0]["content"][1]["id"],
+        done[0]["text"],
+        False,
+    )
 
 
 # --- (b)-(d) other ends --------------------------------------------------------------------------
+
 
 async def test_a_reply_without_a_tool_ends_with_no_outcome(rig: Rig, fake: FakeAnthropic) -> None:
     fake.add(text("I think it works now."))
@@ -161,8 +192,7 @@ async def test_a_reply_without_a_tool_ends_with_no_outcome(rig: Rig, fake: FakeA
 
 
 async def test_the_call_cap_ends_the_run(rig: Rig, fake: FakeAnthropic) -> None:
-    fake.extend([tool_use("list_files", {}), tool_use("read_file", {"path": "calc.py"}),
-                 tool_use("list_files", {})])
+    fake.extend([tool_use("list_files", {}), tool_use("read_file", {"path": "calc.py"}), tool_use("list_files", {})])
     ended = await rig.harness(Limits(max_calls=2, max_output_tokens=1000)).run()
     assert (ended.outcome, ended.reason) == ("run_call_cap", "2 model calls used")
     assert len(fake.requests) == 2 and fake.pending == 1
@@ -170,19 +200,23 @@ async def test_the_call_cap_ends_the_run(rig: Rig, fake: FakeAnthropic) -> None:
     assert done[-1]["text"].endswith("\n[0 model calls remain]")
 
 
-@pytest.mark.parametrize("script, outcome, requests", [
-    ([error(400, "invalid_request_error", "prompt is too long")], "failed", 1),
-    ([error(402, "billing_error", "no credit")], "spend_limited", 1),
-    ([error(500, "api_error", "boom")] * 3, "transient", 3),
-    ([error(429, "rate_limit_error", "slow down")] * 3, "rate_limited", 3),
-])
-async def test_model_errors_end_the_run(rig: Rig, fake: FakeAnthropic, script: list[Any], outcome: str,
-                                        requests: int) -> None:
+@pytest.mark.parametrize(
+    "script, outcome, requests",
+    [
+        ([error(400, "invalid_request_error", "prompt is too long")], "failed", 1),
+        ([error(402, "billing_error", "no credit")], "spend_limited", 1),
+        ([error(500, "api_error", "boom")] * 3, "transient", 3),
+        ([error(429, "rate_limit_error", "slow down")] * 3, "rate_limited", 3),
+    ],
+)
+async def test_model_errors_end_the_run(
+    rig: Rig, fake: FakeAnthropic, script: list[Any], outcome: str, requests: int
+) -> None:
     fake.extend(script)
     ended = await rig.harness().run()
     assert ended.outcome == outcome
     assert len(fake.requests) == requests
-    assert rig.sleeps == [0.01, 0.02][:requests - 1]
+    assert rig.sleeps == [0.01, 0.02][: requests - 1]
     transcript = Transcript(rig.transcript_path)
     assert kinds(transcript) == ["prompt", "outcome"]
     assert transcript.outcome is not None and transcript.outcome["outcome"] == outcome
@@ -205,8 +239,12 @@ async def test_a_stalled_stream_is_asked_again(rig: Rig, fake: FakeAnthropic) ->
 
 
 async def test_a_tool_call_with_bad_arguments_does_not_end_the_run(rig: Rig, fake: FakeAnthropic) -> None:
-    fake.extend([tool_use("edit_file", {"path": "calc.py", "edits": "a + b"}),
-                 tool_use("complete_task", {"summary": "recovered"})])
+    fake.extend(
+        [
+            tool_use("edit_file", {"path": "calc.py", "edits": "a + b"}),
+            tool_use("complete_task", {"summary": "recovered"}),
+        ]
+    )
     ended = await rig.harness().run()
     assert (ended.outcome, ended.reason) == ("completed", "recovered")
     result = fake.requests[1].body["messages"][-1]["content"][0]
@@ -216,19 +254,19 @@ async def test_a_tool_call_with_bad_arguments_does_not_end_the_run(rig: Rig, fak
 
 # --- (e) resuming --------------------------------------------------------------------------------
 
+
 async def test_resume_never_runs_an_interrupted_tool_again(rig: Rig, fake: FakeAnthropic) -> None:
     written = Transcript(rig.transcript_path)
     written.append("prompt", text=PROMPT)
-    reply = [{"type": "text", "text": "Three things."},
-             {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "calc.py"}},
-             {"type": "tool_use", "id": "toolu_2", "name": "write_file",
-              "input": {"path": "second.txt", "content": "two"}},
-             {"type": "tool_use", "id": "toolu_3", "name": "write_file",
-              "input": {"path": "third.txt", "content": "three"}}]
+    reply = [
+        {"type": "text", "text": "Three things."},
+        {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "calc.py"}},
+        {"type": "tool_use", "id": "toolu_2", "name": "write_file", "input": {"path": "second.txt", "content": "two"}},
+        {"type": "tool_use", "id": "toolu_3", "name": "write_file", "input": {"path": "third.txt", "content": "three"}},
+    ]
     written.append("reply", call=1, content=reply, usage={})
     written.append("tool_started", id="toolu_1", name="read_file", input={"path": "calc.py"})
-    written.append("tool_done", id="toolu_1", name="read_file", text="as recorded\n[3 model calls remain]",
-                   error=False)
+    written.append("tool_done", id="toolu_1", name="read_file", text="as recorded\n[3 model calls remain]", error=False)
     written.append("tool_started", id="toolu_2", name="write_file", input={"path": "second.txt", "content": "two"})
 
     fake.add(tool_use("complete_task", {"summary": "resumed"}))
@@ -247,10 +285,22 @@ async def test_resume_never_runs_an_interrupted_tool_again(rig: Rig, fake: FakeA
     assert results[1] == ("toolu_2", INTERRUPTED, True)
     assert results[2][0] == "toolu_3" and results[2][1].startswith("wrote third.txt (5 characters)\n")
     assert results[2][2] is False
-    assert kinds(Transcript(rig.transcript_path))[5:] == ["tool_done", "tool_started", "tool_done", "reply",
-                                                         "tool_started", "tool_done", "outcome"]
-    assert harness.transcript.entries[5] == {"kind": "tool_done", "id": "toolu_2", "name": "write_file",
-                                             "text": INTERRUPTED, "error": True}
+    assert kinds(Transcript(rig.transcript_path))[5:] == [
+        "tool_done",
+        "tool_started",
+        "tool_done",
+        "reply",
+        "tool_started",
+        "tool_done",
+        "outcome",
+    ]
+    assert harness.transcript.entries[5] == {
+        "kind": "tool_done",
+        "id": "toolu_2",
+        "name": "write_file",
+        "text": INTERRUPTED,
+        "error": True,
+    }
 
 
 async def test_resume_after_a_torn_append_reports_the_tool_interrupted(rig: Rig, fake: FakeAnthropic) -> None:
@@ -267,8 +317,16 @@ async def test_resume_after_a_torn_append_reports_the_tool_interrupted(rig: Rig,
     assert not (rig.workspace / "w.txt").exists()
     result = fake.requests[0].body["messages"][-1]["content"][0]
     assert (result["tool_use_id"], result["content"], result["is_error"]) == ("toolu_w", INTERRUPTED, True)
-    assert kinds(Transcript(rig.transcript_path)) == ["prompt", "reply", "tool_started", "tool_done", "reply",
-                                                     "tool_started", "tool_done", "outcome"]
+    assert kinds(Transcript(rig.transcript_path)) == [
+        "prompt",
+        "reply",
+        "tool_started",
+        "tool_done",
+        "reply",
+        "tool_started",
+        "tool_done",
+        "outcome",
+    ]
 
 
 async def test_resume_after_a_model_call_in_flight_asks_again(rig: Rig, fake: FakeAnthropic) -> None:
@@ -333,7 +391,7 @@ async def test_a_long_run_folds_its_older_exchanges(rig: Rig, fake: FakeAnthropi
         assert request.startswith(f"Previous summary:\n{f'summary-{n}' if n else '(none)'}\n")
 
     # Every request after the first fold is back under the fold threshold.
-    first_after = sum(1 for e in transcript.entries[:folds[0][0]] if e["kind"] == "reply")
+    first_after = sum(1 for e in transcript.entries[: folds[0][0]] if e["kind"] == "reply")
     threshold = FOLD_LIMITS.context_window * FOLD_LIMITS.fold_fraction
     for request in fake.requests[first_after:]:
         sent = request.body
@@ -364,9 +422,14 @@ async def test_without_a_summariser_nothing_folds(rig: Rig, fake: FakeAnthropic)
 
 # --- (g) prompt caching ------------------------------------------------------------------------
 
+
 async def test_requests_mark_the_cache_breakpoints(rig: Rig, fake: FakeAnthropic) -> None:
-    fake.extend([tool_uses([("list_files", {}), ("read_file", {"path": "calc.py"})]),
-                 tool_use("complete_task", {"summary": "ok"})])
+    fake.extend(
+        [
+            tool_uses([("list_files", {}), ("read_file", {"path": "calc.py"})]),
+            tool_use("complete_task", {"summary": "ok"}),
+        ]
+    )
     assert (await rig.harness().run()).outcome == "completed"
     for request in fake.requests:
         body = request.body

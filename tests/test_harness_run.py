@@ -24,12 +24,20 @@ FIX = [
     CLASSIFIED,
     fake.tool_use("list_files", {}),
     fake.tool_use("read_file", {"path": "calc.py"}, text="Let me look at calc.py."),
-    fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]}),
+    fake.tool_use(
+        "edit_file", {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]}
+    ),
     fake.tool_use("run_command", {"command": "python -m pytest -q"}),
-    fake.tool_use("complete_task", {"summary": "add adds", "files_changed": ["calc.py"],
-                                    "tests_run": ["python -m pytest -q"]},
-                  usage={"input_tokens": 1000, "output_tokens": 200, "cache_creation_input_tokens": 500,
-                         "cache_read_input_tokens": 3000}),
+    fake.tool_use(
+        "complete_task",
+        {"summary": "add adds", "files_changed": ["calc.py"], "tests_run": ["python -m pytest -q"]},
+        usage={
+            "input_tokens": 1000,
+            "output_tokens": 200,
+            "cache_creation_input_tokens": 500,
+            "cache_read_input_tokens": 3000,
+        },
+    ),
 ]
 
 
@@ -37,8 +45,12 @@ def test_a_task_becomes_a_changeset(fleet: Fleet, model: fake.FakeAnthropic, cal
     model.extend(FIX)
     start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "make add correct", [
-            {"key": "fix", "kind": "implement", "objective": "add() must add"}], criteria=["tests pass"])
+        change = client.submit_change(
+            "calc",
+            "make add correct",
+            [{"key": "fix", "kind": "implement", "objective": "add() must add"}],
+            criteria=["tests pass"],
+        )
         events = list(client.watch(change.id))
         final = client.get_change(change.id)
         run = client.get_run(final.tasks[0].latest_run_id)
@@ -78,8 +90,13 @@ def test_a_task_becomes_a_changeset(fleet: Fleet, model: fake.FakeAnthropic, cal
     # Full tool inputs and outputs in the object store.
     objects = fleet.plane.data_dir / "objects" / "context" / "calc" / change.id / final.tasks[0].id
     tools = json.loads((objects / f"tools-{run.id}.json").read_text())
-    assert [c["tool"] for c in tools["calls"]] == ["list_files", "read_file", "edit_file", "run_command",
-                                                   "complete_task"]
+    assert [c["tool"] for c in tools["calls"]] == [
+        "list_files",
+        "read_file",
+        "edit_file",
+        "run_command",
+        "complete_task",
+    ]
     assert "def add(a, b)" in tools["calls"][1]["output"]
     # The API key never reached the database, the object store or any streamed line.
     assert API_KEY.encode() not in (fleet.plane.data_dir / "drover.db").read_bytes()

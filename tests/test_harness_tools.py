@@ -35,28 +35,37 @@ WINDOWS = [
     ("short file", "a\nb\n", 1, 10, "a\nb\n"),
     ("no final newline", "a\nb", 1, 10, "a\nb"),
     ("exact-limit file", numbered(3), 1, 27, numbered(3)),
-    ("long file ends with a note", numbered(5), 1, 20,
-     "00000001\n00000002\n" + continuation_note(3)),
-    ("note names the exact next line", numbered(5), 1, 27,
-     "00000001\n00000002\n00000003\n[truncated: the file continues at line 4; "
-     "call read_file with from_line=4]"),
+    ("long file ends with a note", numbered(5), 1, 20, "00000001\n00000002\n" + continuation_note(3)),
+    (
+        "note names the exact next line",
+        numbered(5),
+        1,
+        27,
+        "00000001\n00000002\n00000003\n[truncated: the file continues at line 4; call read_file with from_line=4]",
+    ),
     ("from_line reads on", numbered(5), 4, 27, "00000004\n00000005\n"),
-    ("from_line mid-file with a note", numbered(5), 2, 18,
-     "00000002\n00000003\n" + continuation_note(4)),
-    ("single huge line, more follow", HUGE + "tail\n", 1, 10,
-     "x" * 10 + "\n[truncated: line 1 is cut after 10 of its 26 characters; "
-     "the file continues at line 2; call read_file with from_line=2]"),
-    ("single huge last line", "ok\n" + HUGE, 2, 10,
-     "x" * 10 + "\n[truncated: line 2 is cut after 10 of its 26 characters; "
-     "it is the last line of the file]"),
-    ("huge line after short ones stops before it", "ok\n" + HUGE, 1, 10,
-     "ok\n" + continuation_note(2)),
+    ("from_line mid-file with a note", numbered(5), 2, 18, "00000002\n00000003\n" + continuation_note(4)),
+    (
+        "single huge line, more follow",
+        HUGE + "tail\n",
+        1,
+        10,
+        "x" * 10 + "\n[truncated: line 1 is cut after 10 of its 26 characters; "
+        "the file continues at line 2; call read_file with from_line=2]",
+    ),
+    (
+        "single huge last line",
+        "ok\n" + HUGE,
+        2,
+        10,
+        "x" * 10 + "\n[truncated: line 2 is cut after 10 of its 26 characters; it is the last line of the file]",
+    ),
+    ("huge line after short ones stops before it", "ok\n" + HUGE, 1, 10, "ok\n" + continuation_note(2)),
     ("past the end", "a\nb\n", 3, 10, "[line 3 is past the end: the file has 2 lines]"),
     ("past the end of a one-line file", "a", 5, 10, "[line 5 is past the end: the file has 1 line]"),
     ("past the end of an empty file", "", 2, 10, "[line 2 is past the end: the file has 0 lines]"),
     ("from_line below 1", "a\n", 0, 10, "[from_line must be 1 or more, not 0]"),
-    ("a lone carriage return stays inside its line", "a\rb\nc\n", 1, 4,
-     "a\rb\n" + continuation_note(2)),
+    ("a lone carriage return stays inside its line", "a\rb\nc\n", 1, 4, "a\rb\n" + continuation_note(2)),
 ]
 
 
@@ -113,14 +122,18 @@ SOURCE = "def f():\n    return 1\n\n\ndef g():\n    return 2\n"
 GOOD_EDITS = [
     # (case, edits, expected)
     ("single", [Edit("return 1", "return 10")], SOURCE.replace("return 1", "return 10")),
-    ("multiple in order", [Edit("def f", "def first"), Edit("return 1", "return 10"),
-                           Edit("return 2", "return 20")],
-     "def first():\n    return 10\n\n\ndef g():\n    return 20\n"),
-    ("adjacent edits", [Edit("def f():\n", "def h():\n"), Edit("    return 1\n", "    pass\n")],
-     "def h():\n    pass\n\n\ndef g():\n    return 2\n"),
+    (
+        "multiple in order",
+        [Edit("def f", "def first"), Edit("return 1", "return 10"), Edit("return 2", "return 20")],
+        "def first():\n    return 10\n\n\ndef g():\n    return 20\n",
+    ),
+    (
+        "adjacent edits",
+        [Edit("def f():\n", "def h():\n"), Edit("    return 1\n", "    pass\n")],
+        "def h():\n    pass\n\n\ndef g():\n    return 2\n",
+    ),
     ("delete text", [Edit("\n\ndef g():\n    return 2\n", "")], "def f():\n    return 1\n"),
-    ("new_text may repeat old text", [Edit("return 2", "return 2 + 2")],
-     SOURCE.replace("return 2", "return 2 + 2")),
+    ("new_text may repeat old text", [Edit("return 2", "return 2 + 2")], SOURCE.replace("return 2", "return 2 + 2")),
     ("no edits", [], SOURCE),
 ]
 
@@ -133,31 +146,78 @@ def test_apply_edits(case: str, edits: list[Edit], expected: str) -> None:
 BAD_EDITS = [
     # (case, text, edits, index, message)
     ("not found", SOURCE, [Edit("return 3", "x")], 0, "edit 0: old_text not found"),
-    ("not found names the second edit", SOURCE, [Edit("return 1", "x"), Edit("nope", "y")], 1,
-     "edit 1: old_text not found"),
-    ("chained on an earlier edit's output", SOURCE,
-     [Edit("return 1", "return one"), Edit("return one", "return 1.0")], 1,
-     "edit 1: old_text not found; it occurs only in the new_text of edit 0"),
-    ("whitespace differs", SOURCE, [Edit("  return 1  \n", "x")], 0,
-     "edit 0: old_text not found (it matches only with different leading or trailing whitespace)"),
-    ("ambiguous", "a = 1\na = 1\na = 1\n", [Edit("a = 1", "a = 2")], 0,
-     "edit 0: old_text occurs 3 times; it must occur exactly once"),
-    ("overlapping occurrences are ambiguous too", "aaa", [Edit("aa", "b")], 0,
-     "edit 0: old_text occurs 2 times; it must occur exactly once"),
-    ("ambiguous second edit", SOURCE, [Edit("def f", "def h"), Edit("return", "yield")], 1,
-     "edit 1: old_text occurs 2 times; it must occur exactly once"),
-    ("out of order", SOURCE, [Edit("def f", "def h"), Edit("return 2", "x"), Edit("return 1", "y")], 2,
-     "edit 2: old_text not found after edit 1"),
-    ("overlapping", SOURCE, [Edit("def f():\n    return", "x"), Edit("return 1", "y")], 1,
-     "edit 1: old_text overlaps the old_text of edit 0"),
-    ("contained in an earlier edit", SOURCE, [Edit("def f():\n    return 1", "x"), Edit("f()", "y")], 1,
-     "edit 1: old_text overlaps the old_text of edit 0"),
-    ("overlapping an edit before the previous one", SOURCE,
-     [Edit("def f():\n    return 1", "x"), Edit("return 2", "y"), Edit("f()", "z")], 2,
-     "edit 2: old_text overlaps the old_text of edit 0"),
+    (
+        "not found names the second edit",
+        SOURCE,
+        [Edit("return 1", "x"), Edit("nope", "y")],
+        1,
+        "edit 1: old_text not found",
+    ),
+    (
+        "chained on an earlier edit's output",
+        SOURCE,
+        [Edit("return 1", "return one"), Edit("return one", "return 1.0")],
+        1,
+        "edit 1: old_text not found; it occurs only in the new_text of edit 0",
+    ),
+    (
+        "whitespace differs",
+        SOURCE,
+        [Edit("  return 1  \n", "x")],
+        0,
+        "edit 0: old_text not found (it matches only with different leading or trailing whitespace)",
+    ),
+    (
+        "ambiguous",
+        "a = 1\na = 1\na = 1\n",
+        [Edit("a = 1", "a = 2")],
+        0,
+        "edit 0: old_text occurs 3 times; it must occur exactly once",
+    ),
+    (
+        "overlapping occurrences are ambiguous too",
+        "aaa",
+        [Edit("aa", "b")],
+        0,
+        "edit 0: old_text occurs 2 times; it must occur exactly once",
+    ),
+    (
+        "ambiguous second edit",
+        SOURCE,
+        [Edit("def f", "def h"), Edit("return", "yield")],
+        1,
+        "edit 1: old_text occurs 2 times; it must occur exactly once",
+    ),
+    (
+        "out of order",
+        SOURCE,
+        [Edit("def f", "def h"), Edit("return 2", "x"), Edit("return 1", "y")],
+        2,
+        "edit 2: old_text not found after edit 1",
+    ),
+    (
+        "overlapping",
+        SOURCE,
+        [Edit("def f():\n    return", "x"), Edit("return 1", "y")],
+        1,
+        "edit 1: old_text overlaps the old_text of edit 0",
+    ),
+    (
+        "contained in an earlier edit",
+        SOURCE,
+        [Edit("def f():\n    return 1", "x"), Edit("f()", "y")],
+        1,
+        "edit 1: old_text overlaps the old_text of edit 0",
+    ),
+    (
+        "overlapping an edit before the previous one",
+        SOURCE,
+        [Edit("def f():\n    return 1", "x"), Edit("return 2", "y"), Edit("f()", "z")],
+        2,
+        "edit 2: old_text overlaps the old_text of edit 0",
+    ),
     ("empty old_text", SOURCE, [Edit("", "x")], 0, "edit 0: old_text is empty"),
-    ("empty old_text after good edits", SOURCE, [Edit("return 1", "x"), Edit("", "y")], 1,
-     "edit 1: old_text is empty"),
+    ("empty old_text after good edits", SOURCE, [Edit("return 1", "x"), Edit("", "y")], 1, "edit 1: old_text is empty"),
 ]
 
 
@@ -171,8 +231,9 @@ def test_apply_edits_refuses(case: str, text: str, edits: list[Edit], index: int
 
 
 @pytest.mark.parametrize("case,text,edits,index,message", BAD_EDITS, ids=[e[0] for e in BAD_EDITS])
-def test_a_failed_edit_changes_nothing_on_disk(tmp_path: pathlib.Path, case: str, text: str,
-                                               edits: list[Edit], index: int, message: str) -> None:
+def test_a_failed_edit_changes_nothing_on_disk(
+    tmp_path: pathlib.Path, case: str, text: str, edits: list[Edit], index: int, message: str
+) -> None:
     target = tmp_path / "module.py"
     target.write_text(text)
     with pytest.raises(EditError):
@@ -186,6 +247,7 @@ def test_edit_is_frozen() -> None:
 
 
 # --- resolve_inside and list_tree --------------------------------------------------------
+
 
 @pytest.fixture
 def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
@@ -276,8 +338,17 @@ def test_resolve_inside_follows_a_symlinked_root(workspace: pathlib.Path, tmp_pa
 
 def test_list_tree(workspace: pathlib.Path) -> None:
     assert list_tree(workspace) == [
-        "README.md", "alias.py", "dangling", "gitlink", "leak.txt", "leakdir", "loop_a", "loop_b",
-        "pkglink", "src/pkg/mod.py", "src/up",
+        "README.md",
+        "alias.py",
+        "dangling",
+        "gitlink",
+        "leak.txt",
+        "leakdir",
+        "loop_a",
+        "loop_b",
+        "pkglink",
+        "src/pkg/mod.py",
+        "src/up",
     ]
 
 
@@ -290,8 +361,7 @@ TRUNCATIONS = [
 
 
 @pytest.mark.parametrize("files,max_entries,expected", TRUNCATIONS)
-def test_list_tree_truncates(tmp_path: pathlib.Path, files: int, max_entries: int,
-                             expected: list[str]) -> None:
+def test_list_tree_truncates(tmp_path: pathlib.Path, files: int, max_entries: int, expected: list[str]) -> None:
     for n in range(files):
         (tmp_path / f"f{n}").write_text("")
     (tmp_path / ".git").mkdir()
@@ -396,9 +466,14 @@ def test_parse_command_splits_like_posix_shlex(command: str, argv: list[str]) ->
     assert parse_command(command) == argv
 
 
-@pytest.mark.parametrize("command,reason", [
-    ("", "empty"), ("   ", "empty"), ("cat 'open", "cannot be parsed"),
-])
+@pytest.mark.parametrize(
+    "command,reason",
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("cat 'open", "cannot be parsed"),
+    ],
+)
 def test_parse_command_refuses_empty_and_unparseable(command: str, reason: str) -> None:
     with pytest.raises(CommandRefused, match=reason):
         parse_command(command)
@@ -410,20 +485,31 @@ REFUSED = [
     # (argv, policy, scripts, reason fragment)
     (["npm", "run", "-x"], NPM, None, "a script name may not start with -"),
     (["npm", "run", "--", "build"], NPM, None, "a script name may not start with -"),
-    (["npm", "run", "deploy"], NPM, frozenset({"build", "test"}),
-     "'deploy' is not a known script (known: build, test)"),
+    (
+        ["npm", "run", "deploy"],
+        NPM,
+        frozenset({"build", "test"}),
+        "'deploy' is not a known script (known: build, test)",
+    ),
     (["npm", "run"], NPM, None, "missing a script name"),
     (["npm", "run", "build", "extra"], NPM, None, "unexpected extra word 'extra'"),
     (["npm", "install", "left-pad"], NPM, None, "unexpected extra word 'left-pad'"),
     (["npm", "publish"], NPM, None, "'publish' is not allowed after 'npm' (expected 'install', 'run', 'test')"),
     (["rm", "-rf", "src"], DEFAULT_PYTHON_POLICY, None, "'rm' is not an allowed program"),
     (["bash"], DEFAULT_PYTHON_POLICY, None, "'bash' is not an allowed program"),
-    (["python", "-c", "import os"], DEFAULT_PYTHON_POLICY, None,
-     "'-c' is not allowed after 'python' (expected '-m')"),
-    (["python", "-m", "pip", "install", "x"], DEFAULT_PYTHON_POLICY, None,
-     "'pip' is not allowed after 'python -m' (expected 'py_compile', 'pytest', 'unittest')"),
-    (["git", "push"], DEFAULT_PYTHON_POLICY, None,
-     "'push' is not allowed after 'git' (expected 'diff', 'log', 'show', 'status')"),
+    (["python", "-c", "import os"], DEFAULT_PYTHON_POLICY, None, "'-c' is not allowed after 'python' (expected '-m')"),
+    (
+        ["python", "-m", "pip", "install", "x"],
+        DEFAULT_PYTHON_POLICY,
+        None,
+        "'pip' is not allowed after 'python -m' (expected 'py_compile', 'pytest', 'unittest')",
+    ),
+    (
+        ["git", "push"],
+        DEFAULT_PYTHON_POLICY,
+        None,
+        "'push' is not allowed after 'git' (expected 'diff', 'log', 'show', 'status')",
+    ),
     (["git"], DEFAULT_PYTHON_POLICY, None, "missing status or diff or log or show after 'git'"),
     (["ls", "../outside"], DEFAULT_PYTHON_POLICY, None, "'../outside' has a '..' component"),
     (["cat", "src/../../etc/passwd"], DEFAULT_PYTHON_POLICY, None, "has a '..' component"),
@@ -437,8 +523,9 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("argv,policy,scripts,reason", REFUSED, ids=[" ".join(r[0]) or "empty" for r in REFUSED])
-def test_check_command_refuses(argv: list[str], policy: CommandPolicy, scripts: frozenset[str] | None,
-                               reason: str) -> None:
+def test_check_command_refuses(
+    argv: list[str], policy: CommandPolicy, scripts: frozenset[str] | None, reason: str
+) -> None:
     with pytest.raises(CommandRefused) as caught:
         check_command(argv, policy, scripts)
     assert reason in caught.value.reason
@@ -453,13 +540,16 @@ def test_an_unknown_program_lists_every_allowed_pattern() -> None:
         assert f"\n  {rule}" in str(caught.value)
 
 
-@pytest.mark.parametrize("argv,scripts", [
-    (["npm", "run", "build"], None),
-    (["npm", "run", "build"], frozenset({"build"})),
-    (["npm", "install"], frozenset()),
-    (["npm", "test"], None),
-    (["npm", "test", "src/a.test.js", "./b"], None),
-])
+@pytest.mark.parametrize(
+    "argv,scripts",
+    [
+        (["npm", "run", "build"], None),
+        (["npm", "run", "build"], frozenset({"build"})),
+        (["npm", "install"], frozenset()),
+        (["npm", "test"], None),
+        (["npm", "test", "src/a.test.js", "./b"], None),
+    ],
+)
 def test_npm_policy_accepts(argv: list[str], scripts: frozenset[str] | None) -> None:
     check_command(argv, NPM, scripts)
 

@@ -48,8 +48,11 @@ def test_a_stream_change_sends_the_batch_of_the_previous_stream() -> None:
     end_err = rec.add("stderr", "again\n")
     end_last = rec.add("stdout", "c\n")
     rec.batcher.flush()
-    assert rec.sent == [("stdout", "a\nb\n", end_out), ("stderr", "oops\nagain\n", end_err),
-                        ("stdout", "c\n", end_last)]
+    assert rec.sent == [
+        ("stdout", "a\nb\n", end_out),
+        ("stderr", "oops\nagain\n", end_err),
+        ("stdout", "c\n", end_last),
+    ]
 
 
 def test_a_batch_is_sent_when_it_reaches_max_bytes() -> None:

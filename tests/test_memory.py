@@ -45,10 +45,10 @@ RELATED = {  # each scores at least 0.68 against "add two numbers" with int8 all
 }
 UNRELATED = {  # each below 0.5
     "weather.py": 'def forecast(city):\n    """The weather forecast for a city, e.g. sunny in Paris."""\n'
-                  "    return WEATHER[city]\n",
+    "    return WEATHER[city]\n",
     "http.py": 'def fetch_with_retry(url, retries=3):\n    """Fetch url, retrying with exponential backoff."""\n'
-               "    for attempt in range(retries):\n        try:\n            return requests.get(url)\n"
-               "        except IOError:\n            time.sleep(2 ** attempt)\n",
+    "    for attempt in range(retries):\n        try:\n            return requests.get(url)\n"
+    "        except IOError:\n            time.sleep(2 ** attempt)\n",
     "subtract.py": 'def subtract(a, b):\n    """Subtract two numbers."""\n    return a - b\n',
 }
 
@@ -112,16 +112,23 @@ def similarity(embedder: OnnxEmbedder, a: str, b: str) -> float:
     return float(np.dot(va, vb))
 
 
-@pytest.mark.parametrize("query, related, unrelated", [
-    ("how do I add two numbers", ADD, "the weather in Paris is sunny"),
-    ("parse a JSON configuration file",
-     'def load_config(path):\n    """Read the JSON config file at path."""\n    with open(path) as f:\n'
-     "        return json.load(f)\n", ADD),
-    ("retry an HTTP request with exponential backoff", UNRELATED["http.py"], "I like pizza with cheese."),
-    ("A man is playing a guitar.", "A person plays a guitar.", "The cat sits on the mat."),
-])
+@pytest.mark.parametrize(
+    "query, related, unrelated",
+    [
+        ("how do I add two numbers", ADD, "the weather in Paris is sunny"),
+        (
+            "parse a JSON configuration file",
+            'def load_config(path):\n    """Read the JSON config file at path."""\n    with open(path) as f:\n'
+            "        return json.load(f)\n",
+            ADD,
+        ),
+        ("retry an HTTP request with exponential backoff", UNRELATED["http.py"], "I like pizza with cheese."),
+        ("A man is playing a guitar.", "A person plays a guitar.", "The cat sits on the mat."),
+    ],
+)
 def test_related_texts_score_above_the_threshold_and_unrelated_ones(
-        embedder: OnnxEmbedder, query: str, related: str, unrelated: str) -> None:
+    embedder: OnnxEmbedder, query: str, related: str, unrelated: str
+) -> None:
     close, far = similarity(embedder, query, related), similarity(embedder, query, unrelated)
     assert close >= 0.6, close
     assert far < 0.3, far
@@ -150,7 +157,8 @@ def test_padding_is_to_the_longest_input_of_the_batch(embedder: OnnxEmbedder) ->
 
 
 def test_find_model_uses_the_configured_directory_or_says_how_to_provide_one(
-        tmp_path: pathlib.Path, model: tuple[pathlib.Path, pathlib.Path]) -> None:
+    tmp_path: pathlib.Path, model: tuple[pathlib.Path, pathlib.Path]
+) -> None:
     with pytest.raises(EmbeddingModelMissing, match=r"model\.onnx or tokenizer\.json.*model_dir"):
         find_model(str(tmp_path))
     shutil.copy(model[1], tmp_path / "tokenizer.json")
@@ -183,8 +191,15 @@ def test_a_rebuild_embeds_only_changed_files_and_drops_deleted_ones(client: Any,
     assert memory.build("p", "t1", files).embedded == 0  # a tree is indexed once
     files2 = {**files, "add.py": ("add.py-2", ADD.replace("a + b", "b + a"))}
     del files2["consts.py"]
-    report = memory.build("p", "t2", files2, [{"changeset_id": "cs1", "text": "Add numbers", "files": ["add.py"]},
-                                              {"changeset_id": "cs2", "text": "Swap operands", "files": ["add.py"]}])
+    report = memory.build(
+        "p",
+        "t2",
+        files2,
+        [
+            {"changeset_id": "cs1", "text": "Add numbers", "files": ["add.py"]},
+            {"changeset_id": "cs2", "text": "Swap operands", "files": ["add.py"]},
+        ],
+    )
     assert counting.texts == [ADD.replace("a + b", "b + a"), "Swap operands"]
     assert (report.embedded, report.deleted) == (2, 1 + 3)
     ids = client.get_collection(collection_name("p")).get()["ids"]
@@ -211,8 +226,15 @@ def test_a_query_returns_at_most_k_files_above_the_threshold_one_per_path(client
     memory = Memory(client, embedder)
     two_chunks = ADD + "\n" * (CHUNK_LINES - 3) + ADD.replace("add", "add_again")
     files = {**RELATED, **UNRELATED, "twice.py": two_chunks}
-    memory.build("p", "t1", tree(files), [{"changeset_id": "cs1", "text": "Add two numbers", "files": ["add.py"]},
-                                          {"changeset_id": "cs0", "text": "Add two numbers", "files": ["gone.py"]}])
+    memory.build(
+        "p",
+        "t1",
+        tree(files),
+        [
+            {"changeset_id": "cs1", "text": "Add two numbers", "files": ["add.py"]},
+            {"changeset_id": "cs0", "text": "Add two numbers", "files": ["gone.py"]},
+        ],
+    )
     found = memory.query("p", "t1", "add two numbers", set(files))
     assert len(found) == 5 and found.reason == ""
     assert [m.similarity for m in found] == sorted((m.similarity for m in found), reverse=True)
@@ -253,7 +275,8 @@ def test_the_daily_cap_counts_per_utc_day() -> None:
 
 
 def test_a_run_waits_for_the_build_of_its_tree_then_starts_without_it(
-        client: Any, embedder: OnnxEmbedder, model: tuple[pathlib.Path, pathlib.Path]) -> None:
+    client: Any, embedder: OnnxEmbedder, model: tuple[pathlib.Path, pathlib.Path]
+) -> None:
     gated = GatedEmbedder(*model)
     reader = Memory(client, embedder)
     build = threading.Thread(target=Memory(client, gated).build, args=("p", "t1", tree(RELATED)))
@@ -277,6 +300,7 @@ def test_a_run_waits_for_the_build_of_its_tree_then_starts_without_it(
             if len(sleeps) == 3:
                 gated.gate.set()
                 build.join(30)
+
         assert reader.wait_for_index("p", "t1", sleep=finish_on_third_wait) is True
         assert sleeps == [2.0] * 3
     finally:
@@ -286,7 +310,8 @@ def test_a_run_waits_for_the_build_of_its_tree_then_starts_without_it(
 
 
 def test_a_failed_build_clears_its_marker_and_keeps_the_previous_tree(
-        client: Any, embedder: OnnxEmbedder, model: tuple[pathlib.Path, pathlib.Path]) -> None:
+    client: Any, embedder: OnnxEmbedder, model: tuple[pathlib.Path, pathlib.Path]
+) -> None:
     Memory(client, embedder).build("p", "t1", tree(RELATED))
     with pytest.raises(RuntimeError, match="crashed"):
         Memory(client, FailingEmbedder(*model)).build("p", "t2", tree(UNRELATED))
@@ -297,15 +322,22 @@ def test_a_failed_build_clears_its_marker_and_keeps_the_previous_tree(
 def test_the_index_persists_across_processes(tmp_path: pathlib.Path) -> None:
     memory = Memory.open(tmp_path)
     memory.build("p", "t1", tree(RELATED))
-    script = ("import json, sys; from controlplane.context.memory import Memory\n"
-              "m = Memory.open(sys.argv[1])\n"
-              "indexed = m.state('p').tree\n"
-              "found = m.query('p', 't1', 'add two numbers', set(json.loads(sys.argv[2])))\n"
-              "again = m.build('p', 't2', {k: tuple(v) for k, v in json.loads(sys.argv[3]).items()})\n"
-              "print(json.dumps([indexed, [f.path for f in found], again.embedded]))")
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path), json.dumps(list(RELATED)),
-                          json.dumps(tree(RELATED))], capture_output=True, text=True, check=True, timeout=60,
-                         cwd=pathlib.Path(__file__).resolve().parent.parent)
+    script = (
+        "import json, sys; from controlplane.context.memory import Memory\n"
+        "m = Memory.open(sys.argv[1])\n"
+        "indexed = m.state('p').tree\n"
+        "found = m.query('p', 't1', 'add two numbers', set(json.loads(sys.argv[2])))\n"
+        "again = m.build('p', 't2', {k: tuple(v) for k, v in json.loads(sys.argv[3]).items()})\n"
+        "print(json.dumps([indexed, [f.path for f in found], again.embedded]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), json.dumps(list(RELATED)), json.dumps(tree(RELATED))],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        cwd=pathlib.Path(__file__).resolve().parent.parent,
+    )
     indexed, paths, embedded = json.loads(out.stdout.strip().splitlines()[-1])
     assert indexed == "t1" and len(paths) == 5 and set(paths) <= set(RELATED)
     assert embedded == 0  # same blobs in the next tree: nothing to embed again
@@ -321,13 +353,18 @@ def chroma_server(tmp_path: pathlib.Path) -> Iterator[str]:
     assert chroma, "the chroma command comes with chromadb"
     log = tmp_path / "chroma-server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([chroma, "run", "--path", str(tmp_path / "server"), "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [chroma, "run", "--path", str(tmp_path / "server"), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
+
         def up() -> bool:
             assert proc.poll() is None, log.read_text(errors="replace")
             with socket.socket() as s:
                 return s.connect_ex(("127.0.0.1", port)) == 0
+
         wait_for(up, 30, what="the chroma server")
         yield f"http://127.0.0.1:{port}"
     finally:

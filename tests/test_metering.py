@@ -19,15 +19,18 @@ from controlplane.store.models import Event, ModelCall, Project, Run, Token
 SONNET = pricing.Price.of(3, 15)
 
 
-@pytest.mark.parametrize("usage, micros", [
-    (pricing.Usage(), 0),
-    (pricing.Usage(input_tokens=1_000_000), 3_000_000),                  # $3 per million input tokens
-    (pricing.Usage(output_tokens=1_000), 15_000),                         # thinking is output
-    (pricing.Usage(cache_creation_input_tokens=1_000_000), 3_750_000),    # 1.25x input
-    (pricing.Usage(cache_read_input_tokens=1_000_000), 300_000),          # 0.1x input
-    (pricing.Usage(1, 1, 1, 1), 22),                                      # 3 + 15 + 3.75 + 0.3 = 22.05, half up
-    (pricing.Usage(1000, 200, 500, 3000), 3000 + 3000 + 1875 + 900),
-])
+@pytest.mark.parametrize(
+    "usage, micros",
+    [
+        (pricing.Usage(), 0),
+        (pricing.Usage(input_tokens=1_000_000), 3_000_000),  # $3 per million input tokens
+        (pricing.Usage(output_tokens=1_000), 15_000),  # thinking is output
+        (pricing.Usage(cache_creation_input_tokens=1_000_000), 3_750_000),  # 1.25x input
+        (pricing.Usage(cache_read_input_tokens=1_000_000), 300_000),  # 0.1x input
+        (pricing.Usage(1, 1, 1, 1), 22),  # 3 + 15 + 3.75 + 0.3 = 22.05, half up
+        (pricing.Usage(1000, 200, 500, 3000), 3000 + 3000 + 1875 + 900),
+    ],
+)
 def test_cost_is_exact_in_micro_dollars(usage: pricing.Usage, micros: int) -> None:
     assert pricing.cost_micros(usage, SONNET) == micros
 
@@ -51,12 +54,14 @@ def store(request: pytest.FixtureRequest, tmp_path) -> Store:
 def running_run(store: Store) -> str:
     def make(s) -> str:
         add_project(s, "p", "")
-        change_id = change_lifecycle.submit_change(s, graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),)),
-                                            "tester")
+        change_id = change_lifecycle.submit_change(
+            s, graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),)), "tester"
+        )
         run = s.query(Run).filter(Run.change_id == change_id).one()
         run_lifecycle.assign(s, run.id, "a1")
         run.tier, run.model = "sonnet", "claude-sonnet-5-5"
         return run.id
+
     return store.transaction(make)
 
 
@@ -93,8 +98,11 @@ def test_a_reservation_never_settled_settles_at_its_estimate(store: Store) -> No
 def test_a_finished_run_gets_no_reservation(store: Store) -> None:
     run_id = running_run(store)
     store.transaction(run_lifecycle.cancel_run, run_id, "stop")
-    store.transaction(lambda s: run_lifecycle.apply_run_message(
-        s, "a1", run_lifecycle.RunMessage(run_id, 1, "finished", status="cancelled"), 1 << 20))
+    store.transaction(
+        lambda s: run_lifecycle.apply_run_message(
+            s, "a1", run_lifecycle.RunMessage(run_id, 1, "finished", status="cancelled"), 1 << 20
+        )
+    )
     r = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:1:1", "m", "agent", 1, 0)
     assert not r.granted and r.refusal == "run_not_running"
 
@@ -104,20 +112,23 @@ def test_a_finished_run_gets_no_reservation(store: Store) -> None:
 ESTIMATE = 2000 * 3 + 1000 * 15  # 2,000 input and 1,000 output tokens of sonnet, in micro-dollars
 
 
-def budgeted_run(store: Store, budget_usd: float = 0.0, project_usd: float = 0.0, user_usd: float | None = None,
-                 tasks: int = 1) -> str:
+def budgeted_run(
+    store: Store, budget_usd: float = 0.0, project_usd: float = 0.0, user_usd: float | None = None, tasks: int = 1
+) -> str:
     def make(s) -> str:
         add_project(s, "p", "")
         s.get(Project, "p").monthly_budget_usd = project_usd
         if user_usd is not None:
             s.add(Token(name="tester", kind="user", role="submit", token_hash="h", monthly_budget_usd=user_usd))
-        spec = graph.ChangeSpec("p", "g", tuple(graph.TaskSpec(f"t{i}", "implement", "o") for i in range(tasks)),
-                                budget_usd=budget_usd)
+        spec = graph.ChangeSpec(
+            "p", "g", tuple(graph.TaskSpec(f"t{i}", "implement", "o") for i in range(tasks)), budget_usd=budget_usd
+        )
         change_id = change_lifecycle.submit_change(s, spec, "tester")
         run = s.query(Run).filter(Run.change_id == change_id).order_by(Run.id).first()
         run_lifecycle.assign(s, run.id, "a1")
         run.tier, run.model = "sonnet", "claude-sonnet-5-5"
         return run.id
+
     return store.transaction(make)
 
 
@@ -128,15 +139,19 @@ def reserve(store: Store, run_id: str, key: str, budgets: BudgetConfig | None = 
 BIG = HarnessConfig(tiers={"sonnet": Tier("claude-sonnet-5-5", 100, 1000)}, default_tier="sonnet")
 
 
-@pytest.mark.parametrize("setup, budgets, refusal, meter", [
-    ({}, BudgetConfig(provider_month_usd=0.05), "monthly_budget", "provider-usd:"),
-    ({}, BudgetConfig(agent_calls_per_day=2), "daily_calls", "agent-calls:"),
-    ({"budget_usd": 0.05}, None, "change_budget", "change-usd:"),
-    ({"project_usd": 0.05}, None, "project_budget", "project-usd:p:"),
-    ({"user_usd": 0.05}, None, "user_budget", "user-usd:tester:"),
-])
-def test_each_budget_refuses_by_its_name(store: Store, setup: dict, budgets: BudgetConfig | None, refusal: str,
-                                         meter: str) -> None:
+@pytest.mark.parametrize(
+    "setup, budgets, refusal, meter",
+    [
+        ({}, BudgetConfig(provider_month_usd=0.05), "monthly_budget", "provider-usd:"),
+        ({}, BudgetConfig(agent_calls_per_day=2), "daily_calls", "agent-calls:"),
+        ({"budget_usd": 0.05}, None, "change_budget", "change-usd:"),
+        ({"project_usd": 0.05}, None, "project_budget", "project-usd:p:"),
+        ({"user_usd": 0.05}, None, "user_budget", "user-usd:tester:"),
+    ],
+)
+def test_each_budget_refuses_by_its_name(
+    store: Store, setup: dict, budgets: BudgetConfig | None, refusal: str, meter: str
+) -> None:
     run_id = budgeted_run(store, **setup)
     assert reserve(store, run_id, "agent:1:1:1", budgets).granted
     assert reserve(store, run_id, "agent:1:2:1", budgets).granted  # 2 x 21,000 fits in 50,000
@@ -165,13 +180,23 @@ def test_settle_and_expiry_move_every_meter(store: Store) -> None:
     run_id = budgeted_run(store, budget_usd=1.0)
     r1 = reserve(store, run_id, "agent:1:1:1")
     held = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}
-    assert held == {"provider_month": (0, ESTIMATE), "agent_calls_day": (0, 1), "change": (0, ESTIMATE),
-                    "project": (0, ESTIMATE), "user": (0, ESTIMATE)}
+    assert held == {
+        "provider_month": (0, ESTIMATE),
+        "agent_calls_day": (0, 1),
+        "change": (0, ESTIMATE),
+        "project": (0, ESTIMATE),
+        "user": (0, ESTIMATE),
+    }
     cost, _ = store.transaction(model_calls.settle, CONFIG, r1.reservation_id, pricing.Usage(100, 10), "")
     store.transaction(model_calls.settle, CONFIG, r1.reservation_id, pricing.Usage(9999, 9999), "")
     settled = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}
-    assert settled == {"provider_month": (cost, 0), "agent_calls_day": (1, 0), "change": (cost, 0),
-                       "project": (cost, 0), "user": (cost, 0)}
+    assert settled == {
+        "provider_month": (cost, 0),
+        "agent_calls_day": (1, 0),
+        "change": (cost, 0),
+        "project": (cost, 0),
+        "user": (cost, 0),
+    }
     reserve(store, run_id, "agent:1:2:1")
     assert store.transaction(model_calls.settle_expired, dt.timedelta(0)) == 1
     expired = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}

@@ -30,19 +30,27 @@ def test_the_meters_of_one_agent_call() -> None:
         MeterSpec("user-usd:ana:2026-11", "user", "2026-11", "usd", 7_000_000),
     ]
     assert [p.kind for p in meters.meters_for(NOW, "c", 0, "p", 0, "", 0, 0, 0)] == [
-        "provider_month", "agent_calls_day", "change", "project"]  # no submitter, no user meter
+        "provider_month",
+        "agent_calls_day",
+        "change",
+        "project",
+    ]  # no submitter, no user meter
 
 
-@pytest.mark.parametrize("now, month, day", [
-    (NOW, "2026-11", "2026-11-30"),
-    (dt.datetime(2026, 12, 1, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=2))), "2026-11", "2026-11-30"),  # UTC
-    (dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc), "2027-01", "2027-01-01"),
-])
+@pytest.mark.parametrize(
+    "now, month, day",
+    [
+        (NOW, "2026-11", "2026-11-30"),
+        (dt.datetime(2026, 12, 1, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=2))), "2026-11", "2026-11-30"),  # UTC
+        (dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc), "2027-01", "2027-01-01"),
+    ],
+)
 def test_periods_are_utc(now: dt.datetime, month: str, day: str) -> None:
     specs = meters.meters_for(now, "c", 0, "p", 0, "u", 0, 0, 0)
     assert (specs[0].period, specs[1].period, specs[3].period, specs[4].period) == (month, day, month, month)
-    assert meters.classifier_meter(now) == MeterSpec(f"classifier-calls:{day}", "classifier_calls_day", day,
-                                                     "calls", 200)
+    assert meters.classifier_meter(now) == MeterSpec(
+        f"classifier-calls:{day}", "classifier_calls_day", day, "calls", 200
+    )
 
 
 USD = MeterSpec("u", "change", "", "usd", 100)
@@ -50,29 +58,35 @@ CALLS = MeterSpec("c", "agent_calls_day", "d", "calls", 3)
 FREE = MeterSpec("f", "project", "m", "usd", 0)
 
 
-@pytest.mark.parametrize("states, amounts, refused", [
-    ([(USD, 0, 0)], {"u": 100}, None),                     # exactly at the limit is admitted
-    ([(USD, 0, 0)], {"u": 101}, "u"),
-    ([(USD, 60, 30)], {"u": 10}, None),                    # reserved counts like used
-    ([(USD, 60, 30)], {"u": 11}, "u"),
-    ([(USD, 150, 0)], {"u": 0}, "u"),                      # already past: even nothing is refused
-    ([(FREE, 10**15, 10**15)], {"f": 10**15}, None),       # limit 0: no limit
-    ([(CALLS, 2, 0), (USD, 0, 0)], {"c": 1, "u": 200}, "u"),
-    ([(CALLS, 2, 1), (USD, 0, 0)], {"c": 1, "u": 200}, "c"),  # the first refusing meter is named
-    ([(USD, 0, 0)], {}, None),                              # no amount: nothing taken
-    ([], {"u": 10**9}, None),
-])
+@pytest.mark.parametrize(
+    "states, amounts, refused",
+    [
+        ([(USD, 0, 0)], {"u": 100}, None),  # exactly at the limit is admitted
+        ([(USD, 0, 0)], {"u": 101}, "u"),
+        ([(USD, 60, 30)], {"u": 10}, None),  # reserved counts like used
+        ([(USD, 60, 30)], {"u": 11}, "u"),
+        ([(USD, 150, 0)], {"u": 0}, "u"),  # already past: even nothing is refused
+        ([(FREE, 10**15, 10**15)], {"f": 10**15}, None),  # limit 0: no limit
+        ([(CALLS, 2, 0), (USD, 0, 0)], {"c": 1, "u": 200}, "u"),
+        ([(CALLS, 2, 1), (USD, 0, 0)], {"c": 1, "u": 200}, "c"),  # the first refusing meter is named
+        ([(USD, 0, 0)], {}, None),  # no amount: nothing taken
+        ([], {"u": 10**9}, None),
+    ],
+)
 def test_admit(states: list[meters.MeterState], amounts: dict[str, int], refused: str | None) -> None:
     assert meters.admit(states, amounts) == refused
 
 
-@pytest.mark.parametrize("key, spec", [
-    ("provider-usd:2026-11", MeterSpec("provider-usd:2026-11", "provider_month", "2026-11", "usd", 5)),
-    ("agent-calls:2026-11-30", MeterSpec("agent-calls:2026-11-30", "agent_calls_day", "2026-11-30", "calls", 5)),
-    ("change-usd:chg_x", MeterSpec("change-usd:chg_x", "change", "", "usd", 5)),
-    ("project-usd:a:b:2026-11", MeterSpec("project-usd:a:b:2026-11", "project", "2026-11", "usd", 5)),
-    ("user-usd:ana:2026-11", MeterSpec("user-usd:ana:2026-11", "user", "2026-11", "usd", 5)),
-])
+@pytest.mark.parametrize(
+    "key, spec",
+    [
+        ("provider-usd:2026-11", MeterSpec("provider-usd:2026-11", "provider_month", "2026-11", "usd", 5)),
+        ("agent-calls:2026-11-30", MeterSpec("agent-calls:2026-11-30", "agent_calls_day", "2026-11-30", "calls", 5)),
+        ("change-usd:chg_x", MeterSpec("change-usd:chg_x", "change", "", "usd", 5)),
+        ("project-usd:a:b:2026-11", MeterSpec("project-usd:a:b:2026-11", "project", "2026-11", "usd", 5)),
+        ("user-usd:ana:2026-11", MeterSpec("user-usd:ana:2026-11", "user", "2026-11", "usd", 5)),
+    ],
+)
 def test_a_key_names_its_meter(key: str, spec: MeterSpec) -> None:
     assert meters.spec_of_key(key, 5) == spec
 
@@ -92,6 +106,7 @@ def test_amounts_and_exact_costs() -> None:
 
 
 # --- the store -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
@@ -140,16 +155,18 @@ def test_settle_moves_reserved_to_used_once(store: Store) -> None:
 def test_usage_by_prefix(store: Store) -> None:
     store.transaction(meters.reserve_on_meters, "r1", [A, B], {A.key: 60, B.key: 1})
     assert store.transaction(meters.usage, "change-usd:") == [
-        {"key": "change-usd:a", "kind": "change", "period": "", "unit": "usd", "used": 0, "reserved": 60,
-         "limit": 100}]
+        {"key": "change-usd:a", "kind": "change", "period": "", "unit": "usd", "used": 0, "reserved": 60, "limit": 100}
+    ]
     assert store.transaction(meters.usage, "change_usd") == []
 
 
 def submitted(store: Store, budget_usd: float) -> str:
     def make(s) -> str:
         add_project(s, "web", "")
-        return change_lifecycle.submit_change(s, graph.ChangeSpec("web", "g", (graph.TaskSpec("t", "implement", "o"),),
-                                                           budget_usd=budget_usd), "ana")
+        return change_lifecycle.submit_change(
+            s, graph.ChangeSpec("web", "g", (graph.TaskSpec("t", "implement", "o"),), budget_usd=budget_usd), "ana"
+        )
+
     return store.transaction(make)
 
 

@@ -23,48 +23,70 @@ from drover.testing.fake_anthropic import FakeAnthropic, error, stall, text, too
 
 pytestmark = pytest.mark.timeout(30)
 SYSTEM = [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}]
-TOOLS = [{"name": "read_file", "description": "Read a file.",
-          "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+TOOLS = [
+    {
+        "name": "read_file",
+        "description": "Read a file.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
 MESSAGES = [{"role": "user", "content": "Fix the bug."}]
 
 
 # --- retry.py: the decisions, as tables -------------------------------------------------------
 
-@pytest.mark.parametrize("status, error_type, transport, verdict", [
-    (None, "", True, "retry"),                          # connection refused, reset, stalled stream
-    (408, "", False, "retry"),
-    (409, "", False, "retry"),
-    (429, "rate_limit_error", False, "retry"),
-    (429, "", False, "retry"),                          # a bare 429 is still "too many requests"
-    (500, "api_error", False, "retry"),
-    (502, "", False, "retry"),
-    (503, "", False, "retry"),
-    (529, "overloaded_error", False, "retry"),
-    (None, "overloaded_error", False, "retry"),         # error event inside a 200 stream
-    (None, "api_error", False, "retry"),
-    (None, "rate_limit_error", False, "retry"),
-    (402, "billing_error", False, "spend_limited"),
-    (402, "", False, "spend_limited"),
-    (400, "billing_error", False, "spend_limited"),
-    (429, "quota_exceeded", False, "spend_limited"),    # a 429 that is not a rate limit
-    (429, "billing_error", False, "spend_limited"),
-    (400, "invalid_request_error", False, "permanent"),  # includes "prompt is too long" (context limit)
-    (401, "authentication_error", False, "permanent"),
-    (403, "permission_error", False, "permanent"),
-    (404, "not_found_error", False, "permanent"),
-    (413, "request_too_large", False, "permanent"),
-    (422, "", False, "permanent"),
-    (None, "invalid_request_error", False, "permanent"),
-    (None, "", False, "permanent"),                     # nothing known: never repeat blindly
-])
+
+@pytest.mark.parametrize(
+    "status, error_type, transport, verdict",
+    [
+        (None, "", True, "retry"),  # connection refused, reset, stalled stream
+        (408, "", False, "retry"),
+        (409, "", False, "retry"),
+        (429, "rate_limit_error", False, "retry"),
+        (429, "", False, "retry"),  # a bare 429 is still "too many requests"
+        (500, "api_error", False, "retry"),
+        (502, "", False, "retry"),
+        (503, "", False, "retry"),
+        (529, "overloaded_error", False, "retry"),
+        (None, "overloaded_error", False, "retry"),  # error event inside a 200 stream
+        (None, "api_error", False, "retry"),
+        (None, "rate_limit_error", False, "retry"),
+        (402, "billing_error", False, "spend_limited"),
+        (402, "", False, "spend_limited"),
+        (400, "billing_error", False, "spend_limited"),
+        (429, "quota_exceeded", False, "spend_limited"),  # a 429 that is not a rate limit
+        (429, "billing_error", False, "spend_limited"),
+        (400, "invalid_request_error", False, "permanent"),  # includes "prompt is too long" (context limit)
+        (401, "authentication_error", False, "permanent"),
+        (403, "permission_error", False, "permanent"),
+        (404, "not_found_error", False, "permanent"),
+        (413, "request_too_large", False, "permanent"),
+        (422, "", False, "permanent"),
+        (None, "invalid_request_error", False, "permanent"),
+        (None, "", False, "permanent"),  # nothing known: never repeat blindly
+    ],
+)
 def test_classify(status: int | None, error_type: str, transport: bool, verdict: str) -> None:
     assert classify(status, error_type, transport) == verdict
 
 
-@pytest.mark.parametrize("attempt, retry_after, delay", [
-    (1, None, 1.0), (2, None, 2.0), (3, None, 4.0), (5, None, 16.0), (6, None, 30.0), (20, None, 30.0),
-    (1, 7.0, 7.0), (3, 0.5, 0.5), (1, 60.0, 60.0), (1, 61.0, 60.0), (2, 3600.0, 60.0), (1, -5.0, 0.0),
-])
+@pytest.mark.parametrize(
+    "attempt, retry_after, delay",
+    [
+        (1, None, 1.0),
+        (2, None, 2.0),
+        (3, None, 4.0),
+        (5, None, 16.0),
+        (6, None, 30.0),
+        (20, None, 30.0),
+        (1, 7.0, 7.0),
+        (3, 0.5, 0.5),
+        (1, 60.0, 60.0),
+        (1, 61.0, 60.0),
+        (2, 3600.0, 60.0),
+        (1, -5.0, 0.0),
+    ],
+)
 def test_retry_delay(attempt: int, retry_after: float | None, delay: float) -> None:
     assert retry_delay(attempt, retry_after) == delay
 
@@ -76,13 +98,15 @@ def test_retry_delay_follows_the_policy() -> None:
 
 
 def test_the_default_policy() -> None:
-    assert RetryPolicy() == RetryPolicy(max_attempts=4, stall_timeout=120.0, max_retry_after=60.0,
-                                        base_delay=1.0, max_delay=30.0)
+    assert RetryPolicy() == RetryPolicy(
+        max_attempts=4, stall_timeout=120.0, max_retry_after=60.0, base_delay=1.0, max_delay=30.0
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         RetryPolicy().max_attempts = 9  # type: ignore[misc]
 
 
 # --- model.py against the fake ----------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Harness:
@@ -104,8 +128,9 @@ def fake() -> Iterator[FakeAnthropic]:
         yield server
 
 
-async def make_harness(fake: FakeAnthropic, base_url: str | None = None, api_key: str = "sk-run",
-                       **policy: Any) -> Harness:
+async def make_harness(
+    fake: FakeAnthropic, base_url: str | None = None, api_key: str = "sk-run", **policy: Any
+) -> Harness:
     sleeps: list[float] = []
     attempts: list[tuple[int, Usage | None, ModelError | None]] = []
 
@@ -115,8 +140,9 @@ async def make_harness(fake: FakeAnthropic, base_url: str | None = None, api_key
     async def on_attempt(number: int, usage: Usage | None, err: ModelError | None) -> None:
         attempts.append((number, usage, err))
 
-    model = AnthropicModel(base_url or fake.base_url, api_key, "claude-test", RetryPolicy(**policy),
-                           sleep=sleep, on_attempt=on_attempt)
+    model = AnthropicModel(
+        base_url or fake.base_url, api_key, "claude-test", RetryPolicy(**policy), sleep=sleep, on_attempt=on_attempt
+    )
     return Harness(fake, model, sleeps, attempts)
 
 
@@ -128,8 +154,12 @@ async def h(fake: FakeAnthropic) -> AsyncIterator[Harness]:
 
 
 async def test_a_text_reply_with_cache_usage(h: Harness) -> None:
-    usage = {"input_tokens": 12, "output_tokens": 34, "cache_creation_input_tokens": 560,
-             "cache_read_input_tokens": 7800}
+    usage = {
+        "input_tokens": 12,
+        "output_tokens": 34,
+        "cache_creation_input_tokens": 560,
+        "cache_read_input_tokens": 7800,
+    }
     h.fake.add(text("All done.", usage=usage))
     reply = await h.complete(thinking={"type": "enabled", "budget_tokens": 512})
     assert reply == ModelReply([{"type": "text", "text": "All done."}], "end_turn", Usage(12, 34, 560, 7800), 1)
@@ -189,17 +219,21 @@ async def test_an_error_event_inside_the_stream_is_retried(h: Harness) -> None:
     assert err.outcome == "transient"
 
 
-@pytest.mark.parametrize("status, type_, exc, outcome", [
-    (400, "invalid_request_error", PermanentModelError, "failed"),
-    (404, "not_found_error", PermanentModelError, "failed"),
-    (401, "authentication_error", PermanentModelError, "failed"),
-    (403, "permission_error", PermanentModelError, "failed"),
-    (413, "request_too_large", PermanentModelError, "failed"),
-    (402, "billing_error", SpendLimited, "spend_limited"),
-    (429, "quota_exceeded_error", SpendLimited, "spend_limited"),
-])
-async def test_permanent_and_spend_errors_are_tried_exactly_once(h: Harness, status: int, type_: str,
-                                                                 exc: type[ModelError], outcome: str) -> None:
+@pytest.mark.parametrize(
+    "status, type_, exc, outcome",
+    [
+        (400, "invalid_request_error", PermanentModelError, "failed"),
+        (404, "not_found_error", PermanentModelError, "failed"),
+        (401, "authentication_error", PermanentModelError, "failed"),
+        (403, "permission_error", PermanentModelError, "failed"),
+        (413, "request_too_large", PermanentModelError, "failed"),
+        (402, "billing_error", SpendLimited, "spend_limited"),
+        (429, "quota_exceeded_error", SpendLimited, "spend_limited"),
+    ],
+)
+async def test_permanent_and_spend_errors_are_tried_exactly_once(
+    h: Harness, status: int, type_: str, exc: type[ModelError], outcome: str
+) -> None:
     h.fake.extend([error(status, type_, "no"), text("never reached")])
     with pytest.raises(exc) as caught:
         await h.complete()

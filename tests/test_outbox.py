@@ -132,7 +132,8 @@ def full_disk(small_disk: Callable[[pathlib.Path, str], pathlib.Path], tmp_path:
 
 
 def test_an_append_on_a_full_disk_stores_nothing_and_the_outbox_goes_on_once_there_is_room(
-        full_disk: pathlib.Path) -> None:
+    full_disk: pathlib.Path,
+) -> None:
     box = RunOutbox(full_disk)
     box.append("started", end=0)
     stored = box.path.read_bytes()

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.timeout(60)
 
 # Built the same way in this process and in two other processes (different PYTHONHASHSEED). The
 # items and the repository files pass through sets, so their order differs between processes.
-INPUTS = r'''
+INPUTS = r"""
 from controlplane.domain.packet import Item, PacketInputs
 from controlplane.context.retrieval import (DictTree, conventions, declared_items, dependency_neighbours, failure_items,
                                     intent_items, neighbour_items, resource_owner_items)
@@ -63,7 +63,7 @@ inputs = PacketInputs(
                                          "outcome": "run_call_cap", "reason": "ran out of calls"}], AT)),
     tools=("list_files", "read_file", "edit_file", "complete_task", "fail_task"),
     budget={"usd": 1.25, "calls": 32}, items=tuple(items), semantic_note="")
-'''
+"""
 
 
 def build_inputs() -> PacketInputs:
@@ -77,19 +77,37 @@ def build_inputs() -> PacketInputs:
 def test_same_inputs_give_the_same_bytes_and_hash_across_processes() -> None:
     here = compile_packet(build_inputs())
     assert here.sha256 == hashlib.sha256(here.data).hexdigest()
-    script = INPUTS + ("\nimport hashlib\nfrom controlplane.domain.packet import compile_packet\n"
-                       "c = compile_packet(inputs)\nprint(c.sha256, hashlib.sha256(c.data).hexdigest(), len(c.data))\n")
+    script = INPUTS + (
+        "\nimport hashlib\nfrom controlplane.domain.packet import compile_packet\n"
+        "c = compile_packet(inputs)\nprint(c.sha256, hashlib.sha256(c.data).hexdigest(), len(c.data))\n"
+    )
     seen = []
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True,
-                             timeout=30, cwd=os.path.dirname(os.path.dirname(__file__)))
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+        )
         seen.append(out.stdout.split())
     assert seen == [[here.sha256, here.sha256, str(len(here.data))]] * 2
     # the sets really were iterated in different orders in the two processes
     order = "\nprint(','.join(i.item_id for i in inputs.items))\n"
-    orders = {subprocess.run([sys.executable, "-c", INPUTS + order], env={**os.environ, "PYTHONHASHSEED": s},
-                             capture_output=True, text=True, check=True, timeout=30).stdout for s in ("1", "2", "3")}
+    orders = {
+        subprocess.run(
+            [sys.executable, "-c", INPUTS + order],
+            env={**os.environ, "PYTHONHASHSEED": s},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+        for s in ("1", "2", "3")
+    }
     assert len(orders) > 1
 
 
@@ -98,21 +116,40 @@ def test_compiling_twice_in_one_process_is_identical() -> None:
     assert (a.data, a.sha256, a.dropped) == (b.data, b.sha256, b.dropped)
 
 
-@pytest.mark.parametrize("change", [
-    lambda i: dataclasses.replace(i, change={**i.change, "goal": "Show VALUE nowhere"}),
-    lambda i: dataclasses.replace(i, task={**i.task, "risk": "high"}),
-    lambda i: dataclasses.replace(i, canonical_commit="f" * 40),
-    lambda i: dataclasses.replace(i, file_list=i.file_list + ("app/extra.py",)),
-    lambda i: dataclasses.replace(i, tools=i.tools[:-1]),
-    lambda i: dataclasses.replace(i, budget={"usd": 1.5, "calls": 32}),
-    lambda i: dataclasses.replace(i, items=i.items[1:]),
-    lambda i: dataclasses.replace(i, items=tuple(dataclasses.replace(x, text=x.text + " ")
-                                                 if x.source == "declared_file" else x for x in i.items)),
-    lambda i: dataclasses.replace(i, items=tuple(dataclasses.replace(x, captured_at="2025-01-02T03:04:06+00:00")
-                                                 for x in i.items)),
-    lambda i: dataclasses.replace(i, semantic_note="index still building: no semantic items"),
-], ids=["goal", "risk", "commit", "file_list", "tools", "budget", "one item fewer", "item text", "captured_at",
-        "semantic_note"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda i: dataclasses.replace(i, change={**i.change, "goal": "Show VALUE nowhere"}),
+        lambda i: dataclasses.replace(i, task={**i.task, "risk": "high"}),
+        lambda i: dataclasses.replace(i, canonical_commit="f" * 40),
+        lambda i: dataclasses.replace(i, file_list=i.file_list + ("app/extra.py",)),
+        lambda i: dataclasses.replace(i, tools=i.tools[:-1]),
+        lambda i: dataclasses.replace(i, budget={"usd": 1.5, "calls": 32}),
+        lambda i: dataclasses.replace(i, items=i.items[1:]),
+        lambda i: dataclasses.replace(
+            i,
+            items=tuple(
+                dataclasses.replace(x, text=x.text + " ") if x.source == "declared_file" else x for x in i.items
+            ),
+        ),
+        lambda i: dataclasses.replace(
+            i, items=tuple(dataclasses.replace(x, captured_at="2025-01-02T03:04:06+00:00") for x in i.items)
+        ),
+        lambda i: dataclasses.replace(i, semantic_note="index still building: no semantic items"),
+    ],
+    ids=[
+        "goal",
+        "risk",
+        "commit",
+        "file_list",
+        "tools",
+        "budget",
+        "one item fewer",
+        "item text",
+        "captured_at",
+        "semantic_note",
+    ],
+)
 def test_a_changed_input_changes_the_hash(change) -> None:  # type: ignore[no-untyped-def]
     inputs = build_inputs()
     assert compile_packet(change(inputs)).sha256 != compile_packet(inputs).sha256
@@ -122,18 +159,26 @@ def test_the_bytes_are_canonical_json_of_packet_version_1() -> None:
     compiled = compile_packet(build_inputs())
     packet = json.loads(compiled.data)
     assert packet == compiled.packet and packet["packet_version"] == 1 and packet["limit_tokens"] == LIMIT_TOKENS
-    assert compiled.data == json.dumps(packet, sort_keys=True, separators=(",", ":"),
-                                       ensure_ascii=False).encode("utf-8")
+    assert compiled.data == json.dumps(packet, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
     assert "é ☃".encode("utf-8") in compiled.data  # UTF-8, not \u escapes
     assert compiled.tokens == estimate_tokens(compiled.data) <= LIMIT_TOKENS
 
 
-@pytest.mark.parametrize("text, tokens", [
-    ("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("x" * 400, 100),
-    ("é" * 8, 4),          # UTF-8 bytes, not characters: 16 bytes
-    ("☃", 1),              # 3 bytes
-    (b"abcdefgh", 2),
-])
+@pytest.mark.parametrize(
+    "text, tokens",
+    [
+        ("", 0),
+        ("a", 1),
+        ("abcd", 1),
+        ("abcde", 2),
+        ("x" * 400, 100),
+        ("é" * 8, 4),  # UTF-8 bytes, not characters: 16 bytes
+        ("☃", 1),  # 3 bytes
+        (b"abcdefgh", 2),
+    ],
+)
 def test_estimate_tokens(text: str | bytes, tokens: int) -> None:
     assert estimate_tokens(text) == tokens
 
@@ -146,31 +191,56 @@ def item(item_id: str, source: str, priority: int, text: str = "x", score: float
 
 
 def inputs_with(items: list[Item], **fixed: object) -> PacketInputs:
-    return PacketInputs(change={"goal": "G", "criteria": ["c"], "invariants": []},
-                        task={"key": "k", "kind": "implement", "objective": "O", "resources": [], "risk": "low"},
-                        canonical_commit="c0", items=tuple(items), **fixed)  # type: ignore[arg-type]
+    return PacketInputs(
+        change={"goal": "G", "criteria": ["c"], "invariants": []},
+        task={"key": "k", "kind": "implement", "objective": "O", "resources": [], "risk": "low"},
+        canonical_commit="c0",
+        items=tuple(items),
+        **fixed,
+    )  # type: ignore[arg-type]
 
 
 def test_retrieval_order_declared_neighbours_owners_intents_failures_semantic() -> None:
-    items = [item("sem", "semantic", 4000, score=0.9), item("fail", "prior_failure", 3000),
-             item("near", "nearby_intent", 3000), item("dep", "dependency_intent", 3000),
-             item("owner", "resource_owner", 2000), item("nb2", "dependency_neighbour", 1001),
-             item("nb1", "dependency_neighbour", 1000), item("decl2", "declared_file", 1),
-             item("decl1", "declared_file", 0)]
+    items = [
+        item("sem", "semantic", 4000, score=0.9),
+        item("fail", "prior_failure", 3000),
+        item("near", "nearby_intent", 3000),
+        item("dep", "dependency_intent", 3000),
+        item("owner", "resource_owner", 2000),
+        item("nb2", "dependency_neighbour", 1001),
+        item("nb1", "dependency_neighbour", 1000),
+        item("decl2", "declared_file", 1),
+        item("decl1", "declared_file", 0),
+    ]
     packet = compile_packet(inputs_with(items)).packet
-    assert [i["item_id"] for i in packet["items"]] == ["decl1", "decl2", "nb1", "nb2", "owner", "dep", "near",
-                                                       "fail", "sem"]
+    assert [i["item_id"] for i in packet["items"]] == [
+        "decl1",
+        "decl2",
+        "nb1",
+        "nb2",
+        "owner",
+        "dep",
+        "near",
+        "fail",
+        "sem",
+    ]
 
 
 def test_equal_priorities_order_by_source_then_item_id() -> None:
-    items = [item("b", "semantic", 5), item("z", "declared_file", 5), item("a", "declared_file", 5),
-             item("m", "resource_owner", 5)]
+    items = [
+        item("b", "semantic", 5),
+        item("z", "declared_file", 5),
+        item("a", "declared_file", 5),
+        item("m", "resource_owner", 5),
+    ]
     assert [i["item_id"] for i in compile_packet(inputs_with(items)).packet["items"]] == ["a", "z", "m", "b"]
 
 
 def test_a_repeated_item_id_keeps_its_most_important_place() -> None:
-    items = [item("file:a.py@1", "dependency_neighbour", 1000, "neighbour copy"),
-             item("file:a.py@1", "declared_file", 0, "declared copy")]
+    items = [
+        item("file:a.py@1", "dependency_neighbour", 1000, "neighbour copy"),
+        item("file:a.py@1", "declared_file", 0, "declared copy"),
+    ]
     packet = compile_packet(inputs_with(items)).packet
     assert [(i["source"], i["text"]) for i in packet["items"]] == [("declared_file", "declared copy")]
 
@@ -181,10 +251,13 @@ def sized(limit: int, items: list[Item], **fixed: object) -> CompiledPacket:
 
 def test_over_the_limit_semantic_items_go_first_lowest_score_first() -> None:
     body = "y" * 400  # about 100 tokens each
-    items = [item("decl", "declared_file", 0, body), item("nb", "dependency_neighbour", 1000, body),
-             item("fail", "prior_failure", 3000, body),
-             item("sem-high", "semantic", 0, body, score=0.9),   # a small priority number does not save it
-             item("sem-low", "semantic", 4000, body, score=0.6)]
+    items = [
+        item("decl", "declared_file", 0, body),
+        item("nb", "dependency_neighbour", 1000, body),
+        item("fail", "prior_failure", 3000, body),
+        item("sem-high", "semantic", 0, body, score=0.9),  # a small priority number does not save it
+        item("sem-low", "semantic", 4000, body, score=0.6),
+    ]
     full = sized(999, items)  # three digits of limit, like the limits below
     assert full.dropped == () and 100 < full.tokens < 999
     one = sized(full.tokens - 1, items)
@@ -199,11 +272,15 @@ def test_over_the_limit_semantic_items_go_first_lowest_score_first() -> None:
 
 def test_then_the_lowest_priority_items_go_and_no_more_than_needed() -> None:
     items = [item(f"decl{n}", "declared_file", n, "z" * 200) for n in range(10)]
-    full = sized(10 ** 6, items).packet
+    full = sized(10**6, items).packet
 
     def tokens_keeping(k: int, limit: int) -> int:  # the oracle: the packet built by hand with k items kept
-        packet = {**full, "limit_tokens": limit, "items": full["items"][:k],
-                  "dropped": [f"decl{n}" for n in reversed(range(k, 10))]}
+        packet = {
+            **full,
+            "limit_tokens": limit,
+            "items": full["items"][:k],
+            "dropped": [f"decl{n}" for n in reversed(range(k, 10))],
+        }
         return estimate_tokens(canonical_json(packet))
 
     for limit in range(tokens_keeping(0, 100), tokens_keeping(10, 1000) + 2, 7):
@@ -219,8 +296,15 @@ def test_the_fixed_part_is_always_kept_even_over_the_limit() -> None:
     conv = Item("file:README.md@r", CONVENTION, 0, "r", AT, "README.md", "conventions " * 50)
     failure = Item("failure:r1", "prior_failure", 3000, "r1", AT, "attempt 1", "it broke " * 50)
     items = [item("decl", "declared_file", 0, "d" * 100), item("sem", "semantic", 4000, "s", 0.8)]
-    compiled = sized(10, items, conventions=(conv,), prior_failures=(failure,), tools=("read_file",),
-                     budget={"usd": 2.0, "calls": 16}, file_list=("a.py", "b.py"))
+    compiled = sized(
+        10,
+        items,
+        conventions=(conv,),
+        prior_failures=(failure,),
+        tools=("read_file",),
+        budget={"usd": 2.0, "calls": 16},
+        file_list=("a.py", "b.py"),
+    )
     packet = compiled.packet
     assert compiled.dropped == ("sem", "decl") and packet["items"] == []
     assert compiled.tokens > 10  # the fixed part alone is over: it is kept anyway
@@ -258,15 +342,18 @@ def test_every_item_carries_its_provenance() -> None:
     assert ids[-2:] == ["semantic:app/mod9.py@x", "semantic:app/mod8.py@y"]
 
 
-@pytest.mark.parametrize("bad, field", [
-    (lambda i: dataclasses.replace(i, items=(item("a", "guess", 0),)), "items"),
-    (lambda i: dataclasses.replace(i, items=(item("a", CONVENTION, 0),)), "items"),
-    (lambda i: dataclasses.replace(i, conventions=(item("a", "declared_file", 0),)), "conventions"),
-    (lambda i: dataclasses.replace(i, prior_failures=(item("a", "semantic", 0),)), "prior_failures"),
-    (lambda i: dataclasses.replace(i, items=({"item_id": "a"},)), "items"),
-    (lambda i: dataclasses.replace(i, change={"criteria": []}), "change"),
-    (lambda i: dataclasses.replace(i, task={"key": "k", "kind": "implement"}), "task"),
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (lambda i: dataclasses.replace(i, items=(item("a", "guess", 0),)), "items"),
+        (lambda i: dataclasses.replace(i, items=(item("a", CONVENTION, 0),)), "items"),
+        (lambda i: dataclasses.replace(i, conventions=(item("a", "declared_file", 0),)), "conventions"),
+        (lambda i: dataclasses.replace(i, prior_failures=(item("a", "semantic", 0),)), "prior_failures"),
+        (lambda i: dataclasses.replace(i, items=({"item_id": "a"},)), "items"),
+        (lambda i: dataclasses.replace(i, change={"criteria": []}), "change"),
+        (lambda i: dataclasses.replace(i, task={"key": "k", "kind": "implement"}), "task"),
+    ],
+)
 def test_invalid_inputs_are_refused(bad, field: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidArgument) as err:
         compile_packet(bad(inputs_with([])))
@@ -285,15 +372,26 @@ def test_render_prompt_is_made_from_the_packet_alone() -> None:
     prompt = render_prompt(compiled.packet)
     assert prompt == render_prompt(json.loads(compiled.data)) == render_prompt(json.loads(compiled.data))
     assert prompt.startswith("# Change: Show VALUE everywhere\n")
-    for text in ("- VALUE shown", "- no new deps", "# Your Task: core (implement, risk low)",
-                 "Export VALUE from app.core", "Resources: db:users", "- app/new.py",
-                 "Tools: list_files, read_file, edit_file, complete_task, fail_task", "Budget: calls 32, usd 1.25",
-                 "Use tabs. ünïcode", '"changeset_id": "cs-9"', "ran out of calls",
-                 "Repository at 0123456789abcdef0123456789abcdef01234567: 35 files"):
+    for text in (
+        "- VALUE shown",
+        "- no new deps",
+        "# Your Task: core (implement, risk low)",
+        "Export VALUE from app.core",
+        "Resources: db:users",
+        "- app/new.py",
+        "Tools: list_files, read_file, edit_file, complete_task, fail_task",
+        "Budget: calls 32, usd 1.25",
+        "Use tabs. ünïcode",
+        '"changeset_id": "cs-9"',
+        "ran out of calls",
+        "Repository at 0123456789abcdef0123456789abcdef01234567: 35 files",
+    ):
         assert text in prompt
     for entry in compiled.packet["items"]:
-        assert (f"item: {entry['item_id']} | source: {entry['source']} | version: {entry['source_version']} | "
-                f"captured: {entry['captured_at']}") in prompt
+        assert (
+            f"item: {entry['item_id']} | source: {entry['source']} | version: {entry['source_version']} | "
+            f"captured: {entry['captured_at']}"
+        ) in prompt
         assert entry["text"] in prompt
     assert compiled.dropped
     assert f"Left out to fit 900 tokens (read them if you need them): {', '.join(compiled.dropped)}" in prompt

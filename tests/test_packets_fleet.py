@@ -19,19 +19,39 @@ def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, capacity:
 
 
 def test_a_dependent_task_gets_its_dependency_s_intent_and_files_and_the_prompt_is_the_packet(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
-    model.extend([
-        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
-        fake.tool_use("complete_task", {"summary": "add() adds now", "files_changed": ["calc.py"]}),
-        fake.tool_use("complete_task", {"summary": "documented"}),
-    ])
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
+            fake.tool_use("complete_task", {"summary": "add() adds now", "files_changed": ["calc.py"]}),
+            fake.tool_use("complete_task", {"summary": "documented"}),
+        ]
+    )
     start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "fix and document", [
-            {"key": "fix", "kind": "implement", "objective": "fix add", "complexity": "medium",
-             "files": ["calc.py"], "resources": ["module:calc"]},
-            {"key": "docs", "kind": "implement", "objective": "document add", "complexity": "medium",
-             "files": ["test_calc.py"], "depends_on": ["fix"]}])
+        change = client.submit_change(
+            "calc",
+            "fix and document",
+            [
+                {
+                    "key": "fix",
+                    "kind": "implement",
+                    "objective": "fix add",
+                    "complexity": "medium",
+                    "files": ["calc.py"],
+                    "resources": ["module:calc"],
+                },
+                {
+                    "key": "docs",
+                    "kind": "implement",
+                    "objective": "document add",
+                    "complexity": "medium",
+                    "files": ["test_calc.py"],
+                    "depends_on": ["fix"],
+                },
+            ],
+        )
         list(client.watch(change.id))
         final = client.get_change(change.id)
         runs = {t.key: client.get_run(t.latest_run_id) for t in final.tasks}
@@ -40,8 +60,15 @@ def test_a_dependent_task_gets_its_dependency_s_intent_and_files_and_the_prompt_
         claimed = client.list_events(change_id=change.id, kind="claim.")
     assert final.status == "succeeded"
     # The packet is stored by the hash of its canonical bytes, which the run keeps.
-    stored = (fleet.plane.data_dir / "objects" / "context" / "calc" / change.id / final.tasks[1].id
-              / f"{runs['docs'].context_hash}.json").read_bytes()
+    stored = (
+        fleet.plane.data_dir
+        / "objects"
+        / "context"
+        / "calc"
+        / change.id
+        / final.tasks[1].id
+        / f"{runs['docs'].context_hash}.json"
+    ).read_bytes()
     assert hashlib.sha256(stored).hexdigest() == runs["docs"].context_hash
     assert json.loads(stored) == docs_packet and docs_packet["packet_version"] == 1
     # The dependency's intent and the files it touched are in the dependent's packet.
@@ -62,13 +89,17 @@ def test_a_dependent_task_gets_its_dependency_s_intent_and_files_and_the_prompt_
 
 
 def test_contended_resources_never_block_and_the_change_records_the_conflict(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
     model.extend([fake.tool_use("complete_task", {"summary": "done"}) for _ in range(2)])
     start(fleet, model, calc_repo, capacity=2)
     users = {"kind": "implement", "complexity": "medium", "resources": ["table:users"]}
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "two on one table", [
-            {"key": "left", "objective": "left", **users}, {"key": "right", "objective": "right", **users}])
+        change = client.submit_change(
+            "calc",
+            "two on one table",
+            [{"key": "left", "objective": "left", **users}, {"key": "right", "objective": "right", **users}],
+        )
         list(client.watch(change.id))
         final = client.get_change(change.id)
         contended = client.list_events(change_id=change.id, kind="claim.contended")
@@ -80,19 +111,23 @@ def test_contended_resources_never_block_and_the_change_records_the_conflict(
 
 
 def test_a_long_failure_log_is_compacted_by_a_metered_haiku_call_before_the_retry(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
     noisy = "x" * 30_000  # a tool result of ~7,500 tokens lands in the failed run's event log
-    model.extend([
-        fake.tool_use("write_file", {"path": "noise.txt", "content": noisy}),
-        fake.tool_use("read_file", {"path": "noise.txt"}),
-        fake.tool_use("fail_task", {"reason": "gave up"}),
-        fake.text("Tried writing and reading noise.txt; gave up without touching calc.py."),  # the compaction
-        fake.tool_use("complete_task", {"summary": "second time lucky"}),
-    ])
+    model.extend(
+        [
+            fake.tool_use("write_file", {"path": "noise.txt", "content": noisy}),
+            fake.tool_use("read_file", {"path": "noise.txt"}),
+            fake.tool_use("fail_task", {"reason": "gave up"}),
+            fake.text("Tried writing and reading noise.txt; gave up without touching calc.py."),  # the compaction
+            fake.tool_use("complete_task", {"summary": "second time lucky"}),
+        ]
+    )
     start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "retry", [
-            {"key": "t", "kind": "implement", "objective": "t", "complexity": "medium"}])
+        change = client.submit_change(
+            "calc", "retry", [{"key": "t", "kind": "implement", "objective": "t", "complexity": "medium"}]
+        )
         list(client.watch(change.id))
         runs = sorted(client.list_runs(change_id=change.id), key=lambda r: r.attempt)
         retry_packet = client.get_packet(runs[1].id)
@@ -104,28 +139,50 @@ def test_a_long_failure_log_is_compacted_by_a_metered_haiku_call_before_the_retr
     assert runs[1].outcome == "completed"
     assert usage["agent_calls_day"].used >= 5  # the compaction call was metered with the run's calls
     # The 30,000-character tool result arrived in pieces and is stored whole.
-    tools = json.loads((fleet.plane.data_dir / "objects" / "context" / "calc" / change.id / runs[0].task_id
-                        / f"tools-{runs[0].id}.json").read_text())
+    tools = json.loads(
+        (
+            fleet.plane.data_dir
+            / "objects"
+            / "context"
+            / "calc"
+            / change.id
+            / runs[0].task_id
+            / f"tools-{runs[0].id}.json"
+        ).read_text()
+    )
     read = next(c for c in tools["calls"] if c["tool"] == "read_file")
     assert read["output"].startswith(noisy) and tools["pending"] == {}
 
 
-NET = ('import time\n\n\ndef fetch_with_retry(url, attempts=5):\n'
-       '    """Retry an HTTP request with exponential backoff: wait 1 s, 2 s, 4 s... between attempts."""\n'
-       '    for attempt in range(attempts):\n        try:\n            return get(url)\n'
-       '        except IOError:\n            time.sleep(2 ** attempt)\n')
+NET = (
+    "import time\n\n\ndef fetch_with_retry(url, attempts=5):\n"
+    '    """Retry an HTTP request with exponential backoff: wait 1 s, 2 s, 4 s... between attempts."""\n'
+    "    for attempt in range(attempts):\n        try:\n            return get(url)\n"
+    "        except IOError:\n            time.sleep(2 ** attempt)\n"
+)
 
 
 def test_semantic_memory_indexes_the_tree_at_run_start_and_adds_related_files(
-        fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path) -> None:
+    fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path
+) -> None:
     from tests.conftest import make_repo
+
     repo = make_repo(tmp_path / "net", {"net.py": NET, "colors.py": "RED = '#ff0000'\nBLUE = '#0000ff'\n"})
     model.extend([fake.tool_use("complete_task", {"summary": "ok"})])
     start(fleet, model, repo)
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "retry an HTTP request with exponential backoff", [
-            {"key": "r", "kind": "implement", "objective": "retry an HTTP request with exponential backoff",
-             "complexity": "medium"}])
+        change = client.submit_change(
+            "calc",
+            "retry an HTTP request with exponential backoff",
+            [
+                {
+                    "key": "r",
+                    "kind": "implement",
+                    "objective": "retry an HTTP request with exponential backoff",
+                    "complexity": "medium",
+                }
+            ],
+        )
         list(client.watch(change.id))
         run_id = client.get_change(change.id).tasks[0].latest_run_id
         found = client.get_packet(run_id)

@@ -37,8 +37,9 @@ class QuotaServer(http.server.ThreadingHTTPServer):
         self.requests: list[tuple[str, str]] = []  # (path, Authorization)
 
     def answer(self, path: str, *responses: tuple[int, object]) -> str:
-        self.script[path] = [(status, body if isinstance(body, bytes) else json.dumps(body).encode())
-                             for status, body in responses]
+        self.script[path] = [
+            (status, body if isinstance(body, bytes) else json.dumps(body).encode()) for status, body in responses
+        ]
         return f"http://127.0.0.1:{self.server_address[1]}{path}"
 
     def hits(self, path: str) -> int:
@@ -87,8 +88,15 @@ class Sleeps(list):
 
 
 def sub(url: str, instance: str = "acct-a", token_env: str = "TOKEN_A", score: int = 100, order: int = 0) -> Member:
-    return Member(agent="anthropic", instance_id=instance, billing="Subscription", quality_score=score,
-                  probe_url=url, credential_env=token_env, order=order)
+    return Member(
+        agent="anthropic",
+        instance_id=instance,
+        billing="Subscription",
+        quality_score=score,
+        probe_url=url,
+        credential_env=token_env,
+        order=order,
+    )
 
 
 def probe(clock: Clock, sleeps: Sleeps, **policy: object) -> QuotaProbe:
@@ -115,21 +123,27 @@ async def test_snapshots_feed_select_most_quota_first(server: QuotaServer) -> No
     payg = Member(agent="anthropic", instance_id="payg", billing="PayPerApi", quality_score=100, order=2)
     snapshots = await probe(clock, sleeps).snapshots([acct_a, acct_b, payg])
     assert {k: s.available_pct for k, s in snapshots.items()} == {
-        "anthropic/acct-a": 30.0, "anthropic/acct-b": 80.0, "anthropic/payg": 100.0}
+        "anthropic/acct-a": 30.0,
+        "anthropic/acct-b": 80.0,
+        "anthropic/payg": 100.0,
+    }
     assert sorted(server.requests) == [("/a", "Bearer tok-a"), ("/b", "Bearer tok-b")]
     now = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
     selection = select(TierClass("sonnet", (acct_a, acct_b, payg)), [], [], snapshots, {}, {}, QuotaPolicy(), now)
     assert selection.chosen == acct_b
 
 
-@pytest.mark.parametrize("responses, pct, hits, delays", [
-    ([(500, b"oops"), (503, b""), (200, {"available_pct": 55})], 55.0, 3, [0.25, 0.5]),
-    ([(500, b"oops")], -1.0, 3, [0.25, 0.5]),                       # two retries, then unknown
-    ([(401, {"error": "unauthorized"})], -1.0, 1, []),              # 4xx: not worth a retry
-    ([(200, b"<html>garbage</html>")], -1.0, 1, []),                # unrecognised shape
-    ([(200, {"remaining": 12})], -1.0, 1, []),
-    ([(200, {"available_pct": 140})], -1.0, 1, []),
-])
+@pytest.mark.parametrize(
+    "responses, pct, hits, delays",
+    [
+        ([(500, b"oops"), (503, b""), (200, {"available_pct": 55})], 55.0, 3, [0.25, 0.5]),
+        ([(500, b"oops")], -1.0, 3, [0.25, 0.5]),  # two retries, then unknown
+        ([(401, {"error": "unauthorized"})], -1.0, 1, []),  # 4xx: not worth a retry
+        ([(200, b"<html>garbage</html>")], -1.0, 1, []),  # unrecognised shape
+        ([(200, {"remaining": 12})], -1.0, 1, []),
+        ([(200, {"available_pct": 140})], -1.0, 1, []),
+    ],
+)
 async def test_transient_failures_retry_with_doubling_backoff(server, responses, pct, hits, delays) -> None:
     clock, sleeps = Clock(), Sleeps()
     url = server.answer("/a", *responses)
@@ -156,7 +170,7 @@ async def test_last_good_is_kept_for_a_few_failures_then_dropped(server: QuotaSe
     for _ in range(4):
         clock.now += 10
         answers.append((await quota.snapshot(sub(url))).available_pct)
-    assert answers == [70.0, 70.0, 70.0, -1.0]   # three failures tolerated, the fourth is unknown
+    assert answers == [70.0, 70.0, 70.0, -1.0]  # three failures tolerated, the fourth is unknown
     assert server.hits("/a") == 5
 
 
@@ -166,15 +180,23 @@ async def test_last_good_is_dropped_when_stale(server: QuotaServer) -> None:
     quota = probe(clock, sleeps, probe_max_retries=0, probe_max_staleness_seconds=300)
     await quota.snapshot(sub(url))
     clock.now += 120
-    assert (await quota.snapshot(sub(url))).available_pct == 70.0   # 120 s old: still used
+    assert (await quota.snapshot(sub(url))).available_pct == 70.0  # 120 s old: still used
     clock.now += 181
     assert (await quota.snapshot(sub(url))) == QuotaSnapshot(-1.0, 1301.0)  # 301 s old: unknown
 
 
 async def test_a_success_resets_the_failure_count(server: QuotaServer) -> None:
     clock, sleeps = Clock(), Sleeps()
-    url = server.answer("/a", (200, {"available_pct": 70}), (500, b""), (500, b""),
-                        (200, {"available_pct": 60}), (500, b""), (500, b""), (500, b""))
+    url = server.answer(
+        "/a",
+        (200, {"available_pct": 70}),
+        (500, b""),
+        (500, b""),
+        (200, {"available_pct": 60}),
+        (500, b""),
+        (500, b""),
+        (500, b""),
+    )
     quota = probe(clock, sleeps, probe_max_retries=0, cache_ttl_seconds=1, probe_max_consecutive_failures=2)
     answers = []
     for _ in range(7):
@@ -183,11 +205,14 @@ async def test_a_success_resets_the_failure_count(server: QuotaServer) -> None:
     assert answers == [70.0, 70.0, 70.0, 60.0, 60.0, 60.0, -1.0]
 
 
-@pytest.mark.parametrize("with_url, token_env", [
-    (False, "TOKEN_A"),     # no probe_url
-    (True, "UNSET_TOKEN"),  # no credential
-    (True, ""),
-])
+@pytest.mark.parametrize(
+    "with_url, token_env",
+    [
+        (False, "TOKEN_A"),  # no probe_url
+        (True, "UNSET_TOKEN"),  # no credential
+        (True, ""),
+    ],
+)
 async def test_unknown_without_a_probe_url_or_a_credential(server: QuotaServer, with_url, token_env) -> None:
     url = server.answer("/a", (200, {"available_pct": 90}))
     member = sub(url if with_url else "", token_env=token_env)
@@ -198,8 +223,13 @@ async def test_unknown_without_a_probe_url_or_a_credential(server: QuotaServer, 
 async def test_credential_from_a_file(server: QuotaServer, tmp_path) -> None:
     (tmp_path / "token").write_text("tok-file\n")
     url = server.answer("/a", (200, {"available_pct": 12.5}))
-    member = Member(agent="anthropic", billing="Subscription", quality_score=100, probe_url=url,
-                    credential_file=str(tmp_path / "token"))
+    member = Member(
+        agent="anthropic",
+        billing="Subscription",
+        quality_score=100,
+        probe_url=url,
+        credential_file=str(tmp_path / "token"),
+    )
     assert (await probe(Clock(), Sleeps()).snapshot(member)).available_pct == 12.5
     assert server.requests == [("/a", "Bearer tok-file")]
 
@@ -211,14 +241,17 @@ async def test_pay_per_api_is_never_probed(server: QuotaServer) -> None:
     assert server.requests == []
 
 
-@pytest.mark.parametrize("body, pct", [
-    (b'{"available_pct": 0}', 0.0),
-    (b'{"available_pct": 99.5, "reset_at": "2030-01-01T00:00:00Z"}', 99.5),
-    (b'{"available_pct": true}', None),
-    (b'{"available_pct": "50"}', None),
-    (b'[50]', None),
-    (b'', None),
-])
+@pytest.mark.parametrize(
+    "body, pct",
+    [
+        (b'{"available_pct": 0}', 0.0),
+        (b'{"available_pct": 99.5, "reset_at": "2030-01-01T00:00:00Z"}', 99.5),
+        (b'{"available_pct": true}', None),
+        (b'{"available_pct": "50"}', None),
+        (b"[50]", None),
+        (b"", None),
+    ],
+)
 def test_parse_available_pct(body: bytes, pct: float | None) -> None:
     if pct is None:
         with pytest.raises(ProbeFailed):
@@ -230,12 +263,15 @@ def test_parse_available_pct(body: bytes, pct: float | None) -> None:
 T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
 
 
-@pytest.mark.parametrize("ago_minutes, key, recent", [
-    ([3], "anthropic/acct-a", 1),
-    ([11], "anthropic/acct-a", 0),          # outside the 10-minute window
-    ([3, 9, 12], "anthropic/acct-a", 2),
-    ([3], "anthropic/acct-b", 0),           # failures are per route key
-])
+@pytest.mark.parametrize(
+    "ago_minutes, key, recent",
+    [
+        ([3], "anthropic/acct-a", 1),
+        ([11], "anthropic/acct-a", 0),  # outside the 10-minute window
+        ([3, 9, 12], "anthropic/acct-a", 2),
+        ([3], "anthropic/acct-b", 0),  # failures are per route key
+    ],
+)
 def test_observed_failures_within_the_window(ago_minutes, key, recent) -> None:
     observed = ObservedFailures()
     for ago in sorted(ago_minutes, reverse=True):

@@ -16,22 +16,32 @@ def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_ar
 
 
 def test_two_failures_at_haiku_escalate_the_third_attempt_to_sonnet(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
-    model.extend([fake.tool_use("fail_task", {"reason": "too hard"}),
-                  fake.tool_use("fail_task", {"reason": "still too hard"}),
-                  fake.tool_use("complete_task", {"summary": "done on sonnet"})])
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("fail_task", {"reason": "too hard"}),
+            fake.tool_use("fail_task", {"reason": "still too hard"}),
+            fake.tool_use("complete_task", {"summary": "done on sonnet"}),
+        ]
+    )
     start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "escalate", [
-            {"key": "tiny", "kind": "implement", "objective": "a small fix", "size": "small", "risk": "low"}])
+        change = client.submit_change(
+            "calc",
+            "escalate",
+            [{"key": "tiny", "kind": "implement", "objective": "a small fix", "size": "small", "risk": "low"}],
+        )
         seen = list(client.watch(change.id))
         runs = sorted(client.list_runs(change_id=change.id), key=lambda r: r.attempt)
         spend = client.get_spend(change.id)
         final = client.get_change(change.id)
     assert final.status == "succeeded"
     assert [(r.tier, r.model, r.outcome) for r in runs] == [
-        ("haiku", "claude-haiku-5-5", "failed"), ("haiku", "claude-haiku-5-5", "failed"),
-        ("sonnet", "claude-sonnet-5-5", "completed")]
+        ("haiku", "claude-haiku-5-5", "failed"),
+        ("haiku", "claude-haiku-5-5", "failed"),
+        ("sonnet", "claude-sonnet-5-5", "completed"),
+    ]
     assert [r.body["model"] for r in model.requests] == ["claude-haiku-5-5"] * 2 + ["claude-sonnet-5-5"]
     escalated = [e for e in seen if e.kind == "agent.escalated"]
     assert len(escalated) == 1 and escalated[0].data["from"] == "haiku" and escalated[0].data["to"] == "sonnet"
@@ -45,13 +55,24 @@ def test_two_failures_at_haiku_escalate_the_third_attempt_to_sonnet(
     assert {line.tier for line in spend.lines} == {"haiku", "sonnet"} and spend.spent_micros > 0
 
 
-def test_opus_runs_on_the_sonnet_model_unless_allowed(fleet: Fleet, model: fake.FakeAnthropic,
-                                                      calc_repo: pathlib.Path) -> None:
+def test_opus_runs_on_the_sonnet_model_unless_allowed(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
     model.extend([fake.tool_use("complete_task", {"summary": "migrated"})])
     start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "migrate", [
-            {"key": "drop", "kind": "migrate", "objective": "drop a column", "flags": {"destructive_migration": True}}])
+        change = client.submit_change(
+            "calc",
+            "migrate",
+            [
+                {
+                    "key": "drop",
+                    "kind": "migrate",
+                    "objective": "drop a column",
+                    "flags": {"destructive_migration": True},
+                }
+            ],
+        )
         list(client.watch(change.id))
         [receipt] = client.list_receipts(change_id=change.id)
         [run] = client.list_runs(change_id=change.id)
@@ -59,13 +80,24 @@ def test_opus_runs_on_the_sonnet_model_unless_allowed(fleet: Fleet, model: fake.
     assert receipt.data["opus_disabled"] and receipt.data["rule"] == "destructive_migration"
 
 
-def test_no_eligible_member_fails_the_task_naming_the_gate(fleet: Fleet, model: fake.FakeAnthropic,
-                                                           calc_repo: pathlib.Path) -> None:
+def test_no_eligible_member_fails_the_task_naming_the_gate(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
     start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "sensitive", [
-            {"key": "auth", "kind": "implement", "objective": "rewrite auth", "complexity": "medium",
-             "required_capabilities": ["sensitive"]}])
+        change = client.submit_change(
+            "calc",
+            "sensitive",
+            [
+                {
+                    "key": "auth",
+                    "kind": "implement",
+                    "objective": "rewrite auth",
+                    "complexity": "medium",
+                    "required_capabilities": ["sensitive"],
+                }
+            ],
+        )
         list(client.watch(change.id))
         final = client.get_change(change.id)
     assert final.status == "failed"
@@ -74,12 +106,17 @@ def test_no_eligible_member_fails_the_task_naming_the_gate(fleet: Fleet, model: 
     assert model.requests == []
 
 
-BIG = {"input_tokens": 100_000, "output_tokens": 20, "cache_creation_input_tokens": 0,
-       "cache_read_input_tokens": 0}  # $0.3003 a call at sonnet prices
+BIG = {
+    "input_tokens": 100_000,
+    "output_tokens": 20,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 0,
+}  # $0.3003 a call at sonnet prices
 
 
 def test_a_change_whose_budget_runs_out_blocks_exactly_the_right_tasks_and_a_raise_finishes_it(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     config = tmp_path / "controlplane.toml"
     config.write_text("[tiers.sonnet]\nmax_output_tokens = 1000\n")  # an estimate of about $0.02 a call
     model.extend([fake.tool_use("complete_task", {"summary": key}, usage=BIG) for key in ("a", "c", "b", "d")])
@@ -87,9 +124,11 @@ def test_a_change_whose_budget_runs_out_blocks_exactly_the_right_tasks_and_a_rai
 
     def task(key: str, *deps: str) -> dict:
         return {"key": key, "kind": "implement", "objective": key, "complexity": "medium", "depends_on": list(deps)}
+
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "budgeted", [task("a"), task("b", "a"), task("c"), task("d", "b")],
-                                      budget_usd=0.61)
+        change = client.submit_change(
+            "calc", "budgeted", [task("a"), task("b", "a"), task("c"), task("d", "b")], budget_usd=0.61
+        )
         first = list(client.watch(change.id))
         stopped = client.get_change(change.id)
         statuses = {t.key: (t.status, t.reason) for t in stopped.tasks}
@@ -115,22 +154,41 @@ BAD_CLASSES = '[[classes]]\nid = "sonnet"\n[[classes.members]]\nagent = "anthrop
 def test_an_invalid_member_config_stops_the_start_with_the_seed_message(tmp_path: pathlib.Path) -> None:
     import subprocess
     import sys
+
     config = tmp_path / "bad.toml"
     config.write_text(BAD_CLASSES)  # no quality_score
-    done = subprocess.run([sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0",
-                           "--data-dir", str(tmp_path / "cp"), "--config", str(config)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "cp"),
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "quality_score" in done.stderr and "AgentClass 'sonnet'" in done.stderr
 
 
-def test_a_hot_reload_with_an_invalid_config_keeps_the_old_one(fleet: Fleet, model: fake.FakeAnthropic,
-                                                               calc_repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_a_hot_reload_with_an_invalid_config_keeps_the_old_one(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     import signal
     import time
+
     config = tmp_path / "live.toml"
     config.write_text("")
-    model.extend([fake.tool_use("complete_task", {"summary": "one"}), fake.tool_use("complete_task", {"summary": "two"})])
+    model.extend(
+        [fake.tool_use("complete_task", {"summary": "one"}), fake.tool_use("complete_task", {"summary": "two"})]
+    )
     start(fleet, model, calc_repo, "--config", str(config))
     drop = {"key": "drop", "kind": "migrate", "objective": "drop", "flags": {"destructive_migration": True}}
     config.write_text(BAD_CLASSES)
@@ -151,10 +209,12 @@ def test_a_hot_reload_with_an_invalid_config_keeps_the_old_one(fleet: Fleet, mod
 
 
 def test_exhausted_subscription_members_defer_the_run_until_the_probe_allows_it(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     import http.server
     import json
     import threading
+
     quota = {"available_pct": 5.0}
 
     class Probe(http.server.BaseHTTPRequestHandler):
@@ -191,11 +251,16 @@ cache_ttl_seconds = 0.2
     try:
         start(fleet, model, calc_repo, "--config", str(config))
         with fleet.plane.client() as client:
-            change = client.submit_change("calc", "quota", [
-                {"key": "q", "kind": "implement", "objective": "q", "complexity": "medium"}])
+            change = client.submit_change(
+                "calc", "quota", [{"key": "q", "kind": "implement", "objective": "q", "complexity": "medium"}]
+            )
             from tests.conftest import wait_for
-            wait_for(lambda: client.list_events(change_id=change.id, kind="quota_router.deferred"), 20,
-                     what="the run to be deferred")
+
+            wait_for(
+                lambda: client.list_events(change_id=change.id, kind="quota_router.deferred"),
+                20,
+                what="the run to be deferred",
+            )
             assert model.requests == []
             quota["available_pct"] = 80.0
             list(client.watch(change.id))

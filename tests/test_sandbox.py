@@ -39,15 +39,28 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="running as another user needs root")
 
 
-def run(sandbox: Sandbox, argv: list[str], workspace: pathlib.Path, env: dict[str, str] | None = None,
-        writable: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    sandbox: Sandbox,
+    argv: list[str],
+    workspace: pathlib.Path,
+    env: dict[str, str] | None = None,
+    writable: pathlib.Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     """As the supervisor does: its own process group, everything of the command stopped afterwards."""
     read, write = ready_pipe() if sandbox.isolated else (None, None)
-    args, child_env = sandbox.wrap(argv, workspace, dict(ENV if env is None else env), writable=writable,
-                                   ready_fd=write)
-    proc = subprocess.Popen(args, env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            pass_fds=() if write is None else (write,))
+    args, child_env = sandbox.wrap(
+        argv, workspace, dict(ENV if env is None else env), writable=writable, ready_fd=write
+    )
+    proc = subprocess.Popen(
+        args,
+        env=child_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        pass_fds=() if write is None else (write,),
+    )
     if write is not None:
         os.close(write)
     processes = Confined(proc.pid, read)
@@ -77,6 +90,7 @@ def holding(marker: str) -> list[int]:
 
 # --- the mode: bubblewrap, or nothing when agentd was told so --------------------------------------
 
+
 def test_the_probe_finds_bubblewrap_here() -> None:
     assert BubblewrapSandbox(SandboxPolicy()).probe() == ""
     if os.geteuid() == 0:
@@ -97,13 +111,16 @@ def test_a_run_gets_the_sandbox_its_spec_names_and_never_a_weaker_one() -> None:
         for_mode("auto", SandboxPolicy())
 
 
-@pytest.mark.parametrize("configured, euid, users, expected", [
-    ("", 0, {"drover-run", "nobody"}, "drover-run"),
-    ("", 0, {"nobody"}, "nobody"),
-    ("builder", 0, {"builder", "drover-run", "nobody"}, "builder"),
-    ("", 1000, {"drover-run", "nobody"}, ""),       # not root: runs execute as agentd's own user
-    ("builder", 1000, {"builder"}, "builder"),     # refused later unless it is agentd's own user
-])
+@pytest.mark.parametrize(
+    "configured, euid, users, expected",
+    [
+        ("", 0, {"drover-run", "nobody"}, "drover-run"),
+        ("", 0, {"nobody"}, "nobody"),
+        ("builder", 0, {"builder", "drover-run", "nobody"}, "builder"),
+        ("", 1000, {"drover-run", "nobody"}, ""),  # not root: runs execute as agentd's own user
+        ("builder", 1000, {"builder"}, "builder"),  # refused later unless it is agentd's own user
+    ],
+)
 def test_the_session_user(configured: str, euid: int, users: set[str], expected: str) -> None:
     assert isolation.default_session_user(configured, euid, users.__contains__) == expected
 
@@ -124,6 +141,7 @@ def test_agentd_decides_at_start_and_refuses_without_a_working_sandbox() -> None
 
 # --- the command line ------------------------------------------------------------------------------
 
+
 def _bound(command: list[str]) -> dict[str, str]:
     """destination -> source of every bind."""
     return {command[i + 2]: command[i + 1] for i, a in enumerate(command) if a in ("--bind", "--ro-bind")}
@@ -131,21 +149,28 @@ def _bound(command: list[str]) -> dict[str, str]:
 
 def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
     argv, env = BubblewrapSandbox(SandboxPolicy(user="nobody"), privileged=True).wrap(
-        ["git", "status"], tmp_path / "repo", {"A": "1"}, writable=tmp_path)
+        ["git", "status"], tmp_path / "repo", {"A": "1"}, writable=tmp_path
+    )
     assert env == {"A": "1"}
     end = argv.index("--")
-    command, inside = argv[:end], argv[end + 1:]
+    command, inside = argv[:end], argv[end + 1 :]
     assert command[0] == "/usr/bin/bwrap"
     # no user namespace (setgroups() would fail in it): each namespace by name, and no network
     assert "--unshare-all" not in command and "--unshare-user" not in command
-    for flag in ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent",
-                 "--new-session"):
+    for flag in (
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-net",
+        "--die-with-parent",
+        "--new-session",
+    ):
         assert flag in command
     caps = [command[i + 1] for i, a in enumerate(command) if a in ("--cap-drop", "--cap-add")]
     assert caps == ["ALL", "CAP_SETUID", "CAP_SETGID"]  # only for the launcher to drop to the user
-    assert command[command.index("--perms") + 1:command.index("--perms") + 3] == ["0755", "--dir"]
+    assert command[command.index("--perms") + 1 : command.index("--perms") + 3] == ["0755", "--dir"]
     tmpfs = command.index("--tmpfs")
-    assert command[tmpfs - 2:tmpfs + 2] == ["--perms", "1777", "--tmpfs", "/tmp"]
+    assert command[tmpfs - 2 : tmpfs + 2] == ["--perms", "1777", "--tmpfs", "/tmp"]
     bound = _bound(command)
     assert bound[str(tmp_path)] == str(tmp_path) and command[command.index("--bind") + 2] == str(tmp_path)
     assert inside[inside.index("--chdir") + 1] == str(tmp_path / "repo")  # once it is the user
@@ -166,7 +191,7 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
 
 def test_the_bubblewrap_command_line_as_another_user(tmp_path: pathlib.Path) -> None:
     argv, _ = BubblewrapSandbox(SandboxPolicy(), privileged=False).wrap(["true"], tmp_path, {})
-    command = argv[:argv.index("--")]
+    command = argv[: argv.index("--")]
     assert "--unshare-all" in command and "--share-net" not in command and "--cap-add" not in command
     networked, _ = BubblewrapSandbox(SandboxPolicy(network=True), privileged=False).wrap(["true"], tmp_path, {})
     assert "--share-net" in networked
@@ -174,13 +199,20 @@ def test_the_bubblewrap_command_line_as_another_user(tmp_path: pathlib.Path) -> 
 
 # --- what a command can do -------------------------------------------------------------------------
 
+
 def test_a_command_writes_and_reads_its_workspace(tmp_path: pathlib.Path) -> None:
     (tmp_path / "repo").mkdir()
-    done = run(BubblewrapSandbox(SandboxPolicy()), python(
-        "import os, pathlib\n"
-        "pathlib.Path('made.txt').write_text('from inside')\n"
-        "pathlib.Path('../home').mkdir()\n"
-        "print(os.getcwd(), pathlib.Path('made.txt').read_text())\n"), tmp_path / "repo", writable=tmp_path)
+    done = run(
+        BubblewrapSandbox(SandboxPolicy()),
+        python(
+            "import os, pathlib\n"
+            "pathlib.Path('made.txt').write_text('from inside')\n"
+            "pathlib.Path('../home').mkdir()\n"
+            "print(os.getcwd(), pathlib.Path('made.txt').read_text())\n"
+        ),
+        tmp_path / "repo",
+        writable=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{tmp_path / 'repo'} from inside"
     assert (tmp_path / "repo" / "made.txt").read_text() == "from inside" and (tmp_path / "home").is_dir()
@@ -191,12 +223,17 @@ def test_a_command_cannot_write_outside_its_workspace(tmp_path: pathlib.Path) ->
     workspace.mkdir()
     sibling.mkdir()
     name = f"drover-sandbox-{uuid.uuid4().hex}"
-    targets = [sibling / name, pathlib.Path("/etc") / name, pathlib.Path.home() / name,
-               pathlib.Path("/") / name, pathlib.Path("/usr") / name, pathlib.Path("/tmp") / name]
+    targets = [
+        sibling / name,
+        pathlib.Path("/etc") / name,
+        pathlib.Path.home() / name,
+        pathlib.Path("/") / name,
+        pathlib.Path("/usr") / name,
+        pathlib.Path("/tmp") / name,
+    ]
     try:
         for target in targets:
-            done = run(BubblewrapSandbox(SandboxPolicy()), python(f"open({str(target)!r}, 'w').write('x')"),
-                       workspace)
+            done = run(BubblewrapSandbox(SandboxPolicy()), python(f"open({str(target)!r}, 'w').write('x')"), workspace)
             assert not target.exists(), target  # /tmp is the sandbox's own: the write lands there
             if target.parent != pathlib.Path("/tmp"):
                 assert done.returncode != 0 and "Error" in done.stderr, (target, done.stderr)
@@ -208,14 +245,20 @@ def test_a_command_cannot_write_outside_its_workspace(tmp_path: pathlib.Path) ->
 def test_home_directories_are_not_visible(tmp_path: pathlib.Path) -> None:
     """Only the way down to this Python's own directories, which commands need, shows."""
     homes = sorted({"/root", "/home", str(pathlib.Path.home())})
-    done = run(BubblewrapSandbox(SandboxPolicy()), python(
-        f"import json, os\nprint(json.dumps({{h: sorted(os.listdir(h)) if os.path.isdir(h) else None "
-        f"for h in {homes!r}}}))"), tmp_path)
+    done = run(
+        BubblewrapSandbox(SandboxPolicy()),
+        python(
+            f"import json, os\nprint(json.dumps({{h: sorted(os.listdir(h)) if os.path.isdir(h) else None "
+            f"for h in {homes!r}}}))"
+        ),
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     pythons = {f(p) for p in (sys.prefix, sys.base_prefix) for f in (os.path.abspath, os.path.realpath)}
     for home, inside in json.loads(done.stdout).items():
-        leads_to_python = {pathlib.Path(p).relative_to(home).parts[0] for p in pythons
-                           if p.startswith(home.rstrip("/") + "/")}
+        leads_to_python = {
+            pathlib.Path(p).relative_to(home).parts[0] for p in pythons if p.startswith(home.rstrip("/") + "/")
+        }
         assert inside is None or set(inside) <= leads_to_python, (home, inside)
         assert inside is None or set(inside) != set(os.listdir(home)), home
 
@@ -224,13 +267,17 @@ def test_etc_shows_only_its_allowlist_and_tmp_is_private(tmp_path: pathlib.Path)
     marker = tmp_path.parent / f"drover-marker-{uuid.uuid4().hex}"
     marker.write_text("outside")
     try:
-        done = run(BubblewrapSandbox(SandboxPolicy()), python(
-            "import json, os\n"
-            "found = []\n"
-            "for parent, dirs, files in os.walk('/etc'):\n"
-            "    found += [os.path.relpath(os.path.join(parent, n), '/etc') for n in dirs + files]\n"
-            f"print(json.dumps([found, oct(os.stat('/tmp').st_mode), os.path.exists({str(marker)!r})]))"),
-            tmp_path)
+        done = run(
+            BubblewrapSandbox(SandboxPolicy()),
+            python(
+                "import json, os\n"
+                "found = []\n"
+                "for parent, dirs, files in os.walk('/etc'):\n"
+                "    found += [os.path.relpath(os.path.join(parent, n), '/etc') for n in dirs + files]\n"
+                f"print(json.dumps([found, oct(os.stat('/tmp').st_mode), os.path.exists({str(marker)!r})]))"
+            ),
+            tmp_path,
+        )
     finally:
         marker.unlink()
     assert done.returncode == 0, done.stderr
@@ -238,6 +285,7 @@ def test_etc_shows_only_its_allowlist_and_tmp_is_private(tmp_path: pathlib.Path)
 
     def allowed(path: str) -> bool:  # an allowlisted entry, inside one, or a directory leading to one
         return any(path == a or path.startswith(a + "/") or a.startswith(path + "/") for a in ETC_ALLOWED)
+
     assert found and all(allowed(f) for f in found), [f for f in found if not allowed(f)]
     assert not {"shadow", "gshadow", "sudoers", "ssh", "drover"} & set(found)
     assert tmp_mode == oct(0o41777) and not sees_marker
@@ -254,9 +302,11 @@ def listener() -> Iterator[int]:
 
 @pytest.mark.parametrize("network", [False, True])
 def test_the_network_only_when_the_policy_allows_it(tmp_path: pathlib.Path, listener: int, network: bool) -> None:
-    done = run(BubblewrapSandbox(SandboxPolicy(network=network)), python(
-        f"import socket\nsocket.create_connection(('127.0.0.1', {listener}), 2).close()\nprint('connected')"),
-        tmp_path)
+    done = run(
+        BubblewrapSandbox(SandboxPolicy(network=network)),
+        python(f"import socket\nsocket.create_connection(('127.0.0.1', {listener}), 2).close()\nprint('connected')"),
+        tmp_path,
+    )
     if network:
         assert done.returncode == 0 and done.stdout.strip() == "connected", done.stderr
     else:
@@ -264,10 +314,10 @@ def test_the_network_only_when_the_policy_allows_it(tmp_path: pathlib.Path, list
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("env", [ENV, {"PATH": "/usr/bin:/bin"},
-                                 {**ENV, "PWD": "/somewhere", "SECRET": "s3cr=t\nx"}])
-def test_the_command_sees_exactly_the_env_given(tmp_path: pathlib.Path, kind: type, env: dict[str, str],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("env", [ENV, {"PATH": "/usr/bin:/bin"}, {**ENV, "PWD": "/somewhere", "SECRET": "s3cr=t\nx"}])
+def test_the_command_sees_exactly_the_env_given(
+    tmp_path: pathlib.Path, kind: type, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DROVER_TEST_LEAK", "from the test process")
     done = run(kind(SandboxPolicy()), ["/usr/bin/env", "-0"], tmp_path, env)
     assert done.returncode == 0, done.stderr
@@ -305,20 +355,31 @@ def test_the_cpu_limit(tmp_path: pathlib.Path, kind: type) -> None:
 def test_plain_sandbox_runs_in_the_workspace_without_isolation(tmp_path: pathlib.Path) -> None:
     outside = tmp_path / "outside.txt"
     (tmp_path / "ws").mkdir()
-    done = run(PlainSandbox(SandboxPolicy()), python(
-        f"import os\nopen({str(outside)!r}, 'w').write('x')\nprint(os.getcwd())"), tmp_path / "ws")
+    done = run(
+        PlainSandbox(SandboxPolicy()),
+        python(f"import os\nopen({str(outside)!r}, 'w').write('x')\nprint(os.getcwd())"),
+        tmp_path / "ws",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path / "ws") and outside.exists()  # hence --unsafe-no-sandbox
 
 
 # --- nothing outlives the command ------------------------------------------------------------------
 
+
 def test_what_the_command_detached_dies_when_it_ends(tmp_path: pathlib.Path) -> None:
     """setsid and a double fork both stay in the PID namespace, which ends with the command."""
     marker = f"{time.time() % 1000 + 2000:.6f}"
-    done = run(BubblewrapSandbox(SandboxPolicy()), ["/bin/sh", "-c",
-               f"(setsid sleep {marker} >/dev/null 2>&1 &); (sh -c 'sleep {marker} &' >/dev/null 2>&1 &); "
-               f"sleep 0.3; echo left"], tmp_path)
+    done = run(
+        BubblewrapSandbox(SandboxPolicy()),
+        [
+            "/bin/sh",
+            "-c",
+            f"(setsid sleep {marker} >/dev/null 2>&1 &); (sh -c 'sleep {marker} &' >/dev/null 2>&1 &); "
+            f"sleep 0.3; echo left",
+        ],
+        tmp_path,
+    )
     assert done.returncode == 0 and done.stdout == "left\n", done.stderr
     wait_for(lambda: not holding(f"sleep\0{marker}"), timeout=10, what="the detached sleepers to be gone")
 
@@ -326,7 +387,8 @@ def test_what_the_command_detached_dies_when_it_ends(tmp_path: pathlib.Path) -> 
 def test_killing_bubblewrap_ends_everything_in_the_sandbox(tmp_path: pathlib.Path) -> None:
     marker = f"{time.time() % 1000 + 1000:.6f}"
     argv, env = BubblewrapSandbox(SandboxPolicy()).wrap(
-        ["/bin/sh", "-c", f"setsid sleep {marker} & sleep {marker}"], tmp_path, ENV)
+        ["/bin/sh", "-c", f"setsid sleep {marker} & sleep {marker}"], tmp_path, ENV
+    )
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     wait_for(lambda: len(holding(f"sleep\0{marker}")) == 2, what="both sleepers")
     os.killpg(proc.pid, signal.SIGKILL)
@@ -341,9 +403,11 @@ def test_terminate_reaches_every_process_of_the_namespace_and_lets_them_finish(t
     read, write = ready_pipe()
     argv, env = BubblewrapSandbox(SandboxPolicy()).wrap(
         ["/bin/sh", "-c", f"trap 'echo cleaned up; exit 3' TERM; (setsid sleep {marker} &); sleep {marker} & wait"],
-        tmp_path, ENV, ready_fd=write)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
-                            pass_fds=(write,))
+        tmp_path,
+        ENV,
+        ready_fd=write,
+    )
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True, pass_fds=(write,))
     os.close(write)
     processes = Confined(proc.pid, read)
     wait_for(lambda: len(holding(f"sleep\0{marker}")) == 2, what="both sleepers")
@@ -370,6 +434,7 @@ def test_a_sandbox_that_does_not_come_up_is_told_apart_from_a_failing_command(tm
 
 # --- the session user ------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def nobody_workspace(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
     """A workspace the user `nobody` owns. As root bubblewrap binds it whatever its parents allow."""
@@ -381,9 +446,11 @@ def nobody_workspace(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
 
 
 def test_the_command_runs_as_the_policy_user_without_capabilities(nobody_workspace: pathlib.Path) -> None:
-    done = run(BubblewrapSandbox(SandboxPolicy(user="nobody")), ["/bin/sh", "-c",
-               "id -u; id -G; grep -E '^(CapPrm|CapEff|CapAmb|NoNewPrivs):' /proc/self/status; touch made"],
-               nobody_workspace)
+    done = run(
+        BubblewrapSandbox(SandboxPolicy(user="nobody")),
+        ["/bin/sh", "-c", "id -u; id -G; grep -E '^(CapPrm|CapEff|CapAmb|NoNewPrivs):' /proc/self/status; touch made"],
+        nobody_workspace,
+    )
     nobody = pwd.getpwnam("nobody")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split("\n")
@@ -421,9 +488,17 @@ print(json.dumps([sandbox.privileged, sandbox.probe(), done.returncode, done.std
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="needs a Python the user nobody can run")
 def test_agentd_that_is_not_root_sandboxes_through_a_user_namespace() -> None:
     nobody = pwd.getpwnam("nobody")
-    done = subprocess.run(["/usr/bin/python3", "-I", "-c", UNPRIVILEGED.format(root=str(ROOT))], capture_output=True,
-                          text=True, user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp"}, timeout=60)
+    done = subprocess.run(
+        ["/usr/bin/python3", "-I", "-c", UNPRIVILEGED.format(root=str(ROOT))],
+        capture_output=True,
+        text=True,
+        user=nobody.pw_uid,
+        group=nobody.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp"},
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     privileged, probe, code, out, err = json.loads(done.stdout)
     assert not privileged and probe == "" and code == 0, err

@@ -38,6 +38,7 @@ AGENT = "agent-1"
 
 # --- fixtures and helpers --------------------------------------------------------------------------
 
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     if request.param == "sqlite":
@@ -74,8 +75,11 @@ def submit(store: Store, *tasks: TaskSpec) -> str:
 
 def counts(store: Store) -> dict[str, int]:
     def count(s: Session) -> dict[str, int]:
-        return {model.__tablename__: s.scalar(select(func.count()).select_from(model))
-                for model in (Change, Task, Run, Event, RunLog)}
+        return {
+            model.__tablename__: s.scalar(select(func.count()).select_from(model))
+            for model in (Change, Task, Run, Event, RunLog)
+        }
+
     return store.transaction(count)
 
 
@@ -84,8 +88,7 @@ def event_kinds(store: Store, **where: str) -> list[str]:
 
 
 def events(store: Store, kind: str, **where: str) -> list[Event]:
-    return store.transaction(lambda s: list(s.scalars(select(Event).filter_by(kind=kind, **where)
-                                                      .order_by(Event.id))))
+    return store.transaction(lambda s: list(s.scalars(select(Event).filter_by(kind=kind, **where).order_by(Event.id))))
 
 
 def tasks_by_key(store: Store, change_id: str) -> dict[str, Task]:
@@ -95,10 +98,15 @@ def tasks_by_key(store: Store, change_id: str) -> dict[str, Task]:
 def runs_by_key(store: Store, change_id: str) -> dict[str, list[Run]]:
     def load(s: Session) -> dict[str, list[Run]]:
         found: dict[str, list[Run]] = {}
-        for run, key in s.execute(select(Run, Task.key).join(Task, Task.id == Run.task_id)
-                                  .where(Run.change_id == change_id).order_by(Run.created_at, Run.id)):
+        for run, key in s.execute(
+            select(Run, Task.key)
+            .join(Task, Task.id == Run.task_id)
+            .where(Run.change_id == change_id)
+            .order_by(Run.created_at, Run.id)
+        ):
             found.setdefault(key, []).append(run)
         return found
+
     return store.transaction(load)
 
 
@@ -111,8 +119,7 @@ def get(store: Store, model: type, ident: Any) -> Any:
     return store.transaction(lambda s: s.get(model, ident))
 
 
-def say(store: Store, run_id: str, seq: int, kind: str, limit: int = LIMIT, agent: str = AGENT,
-        **fields: Any) -> int:
+def say(store: Store, run_id: str, seq: int, kind: str, limit: int = LIMIT, agent: str = AGENT, **fields: Any) -> int:
     """The agent's message about a run; answers the seq the control plane acks."""
     return store.transaction(run_lifecycle.apply_run_message, agent, RunMessage(run_id, seq, kind, **fields), limit)
 
@@ -123,8 +130,12 @@ def start(store: Store, run_id: str, agent: str = AGENT) -> None:
 
 
 def logs(store: Store, run_id: str) -> list[tuple[int, str, str]]:
-    return store.transaction(lambda s: [(r.seq, r.stream, r.text) for r in s.scalars(
-        select(RunLog).filter_by(run_id=run_id).order_by(RunLog.seq, RunLog.id))])
+    return store.transaction(
+        lambda s: [
+            (r.seq, r.stream, r.text)
+            for r in s.scalars(select(RunLog).filter_by(run_id=run_id).order_by(RunLog.seq, RunLog.id))
+        ]
+    )
 
 
 def connect(store: Store, name: str, listed: set[str]) -> agent_presence.HelloResult:
@@ -132,6 +143,7 @@ def connect(store: Store, name: str, listed: set[str]) -> agent_presence.HelloRe
 
 
 # --- migrations ------------------------------------------------------------------------------------
+
 
 def schema_diff(store: Store) -> list[Any]:
     with store.engine.connect() as conn:
@@ -164,6 +176,7 @@ def test_migrating_twice_changes_nothing(empty_store: Store) -> None:
 
 # --- submitting ------------------------------------------------------------------------------------
 
+
 def test_submit_makes_tasks_without_dependencies_ready_with_queued_runs(store: Store) -> None:
     change_id = submit(store, task("a"), task("b", "a"), task("c"))
 
@@ -173,9 +186,16 @@ def test_submit_makes_tasks_without_dependencies_ready_with_queued_runs(store: S
     assert {key: t.status for key, t in tasks.items()} == {"a": "ready", "b": "pending", "c": "ready"}
     runs = runs_by_key(store, change_id)
     assert {key: [(r.state, r.attempt) for r in rs] for key, rs in runs.items()} == {
-        "a": [("queued", 1)], "c": [("queued", 1)]}
+        "a": [("queued", 1)],
+        "c": [("queued", 1)],
+    }
     assert event_kinds(store, change_id=change_id) == [
-        "change.submitted", "task.ready", "run.queued", "task.ready", "run.queued"]
+        "change.submitted",
+        "task.ready",
+        "run.queued",
+        "task.ready",
+        "run.queued",
+    ]
     [queued_a] = events(store, "run.queued", run_id=runs["a"][0].id)
     assert (queued_a.task_id, queued_a.data["key"]) == (tasks["a"].id, "a")
 
@@ -197,6 +217,7 @@ def test_an_invalid_graph_stores_nothing(store: Store) -> None:
 
 
 # --- runs ------------------------------------------------------------------------------------------
+
 
 def test_a_run_moves_from_queued_to_succeeded_and_its_dependents_become_ready(store: Store) -> None:
     change_id = submit(store, task("a"), task("b", "a"))
@@ -280,8 +301,12 @@ def test_a_failed_run_blocks_its_dependents(store: Store) -> None:
     run = get(store, Run, run_id)
     assert (run.state, run.exit_code) == ("failed", 3)
     statuses = {key: (t.status, t.reason) for key, t in tasks_by_key(store, change_id).items()}
-    assert statuses == {"a": ("failed", "failed"), "b": ("blocked", "dependency a failed"),
-                        "c": ("blocked", "dependency a failed"), "d": ("ready", "")}
+    assert statuses == {
+        "a": ("failed", "failed"),
+        "b": ("blocked", "dependency a failed"),
+        "c": ("blocked", "dependency a failed"),
+        "d": ("ready", ""),
+    }
     blocked = events(store, "task.blocked", change_id=change_id)
     assert sorted((e.data["key"], e.data["because"]) for e in blocked) == [("b", "a"), ("c", "a")]
     assert set(runs_by_key(store, change_id)) == {"a", "d"}, "blocked tasks get no run"
@@ -304,8 +329,7 @@ def test_cancelling_a_change_with_a_queued_run_finishes_it_as_cancelled(store: S
     assert told == [], "no agent holds a queued run"
     run = get(store, Run, run_id)
     assert (run.state, run.reason) == ("cancelled", "cancelled")
-    assert {key: t.status for key, t in tasks_by_key(store, change_id).items()} == {"a": "cancelled",
-                                                                                    "b": "cancelled"}
+    assert {key: t.status for key, t in tasks_by_key(store, change_id).items()} == {"a": "cancelled", "b": "cancelled"}
     change = get(store, Change, change_id)
     assert (change.status, change.cancel_requested, change.finished_at is not None) == ("cancelled", True, True)
     [finished] = events(store, "change.finished", change_id=change_id)
@@ -333,6 +357,7 @@ def test_a_cancelled_change_ends_with_its_last_running_run(store: Store) -> None
 
 
 # --- agents ----------------------------------------------------------------------------------------
+
 
 def test_a_reconnecting_agent_gets_back_only_the_runs_it_lists(store: Store) -> None:
     change_id = submit(store, task("never_received"), task("lost"), task("kept"))
@@ -382,12 +407,14 @@ def test_runs_of_an_agent_disconnected_too_long_fail_as_agent_lost(store: Store)
 
 # --- tokens ----------------------------------------------------------------------------------------
 
+
 def test_tokens_are_stored_only_as_hashes(store: Store) -> None:
     user_token = store.transaction(tokens.create_token, "user", "alice", "run.manage")
     agent_token = store.transaction(tokens.create_token, "agent", "fleet")
 
-    assert store.transaction(tokens.lookup, tokens.hash_token(user_token)) == tokens.Principal("alice", "user",
-                                                                                         "run.manage", 1)
+    assert store.transaction(tokens.lookup, tokens.hash_token(user_token)) == tokens.Principal(
+        "alice", "user", "run.manage", 1
+    )
     assert store.transaction(tokens.lookup, tokens.hash_token(agent_token)) == tokens.Principal("fleet", "agent", "", 2)
     assert store.transaction(tokens.lookup, tokens.hash_token(user_token + "x")) is None
     assert store.transaction(tokens.lookup, user_token) is None, "the token itself is not a key"

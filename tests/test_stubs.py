@@ -20,8 +20,11 @@ def _generate(out_dir: pathlib.Path) -> pathlib.Path:
 
 
 def _files(directory: pathlib.Path) -> dict[str, bytes]:
-    return {p.relative_to(directory).as_posix(): p.read_bytes()
-            for p in sorted(directory.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        p.relative_to(directory).as_posix(): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def test_committed_stubs_match_the_generated_ones(tmp_path: pathlib.Path) -> None:

@@ -22,32 +22,84 @@ def pki(tmp_path: pathlib.Path) -> pathlib.Path:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
     d = tmp_path / "pki"
     d.mkdir()
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=drover test CA", cwd=d)
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=drover test CA",
+        cwd=d,
+    )
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name in ("server", "client"):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", f"/CN={name}", cwd=d)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.pem", "-days", "2", "-extfile", "san.ext", cwd=d)
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={name}",
+            cwd=d,
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            cwd=d,
+        )
     return d
 
 
 def tls_client(plane, pki: pathlib.Path, with_cert: bool = True) -> Client:
-    creds = grpc.ssl_channel_credentials((pki / "ca.pem").read_bytes(),
-                                         (pki / "client.key").read_bytes() if with_cert else None,
-                                         (pki / "client.pem").read_bytes() if with_cert else None)
+    creds = grpc.ssl_channel_credentials(
+        (pki / "ca.pem").read_bytes(),
+        (pki / "client.key").read_bytes() if with_cert else None,
+        (pki / "client.pem").read_bytes() if with_cert else None,
+    )
     return Client(plane.target, token=plane.admin_token, credentials=creds)
 
 
-def test_agentd_and_the_sdk_speak_mtls_and_plaintext_is_refused(fleet: Fleet, pki: pathlib.Path,
-                                                                tmp_path: pathlib.Path) -> None:
-    plane = fleet.start_plane("--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
-                              "--tls-client-ca", str(pki / "ca.pem"))
+def test_agentd_and_the_sdk_speak_mtls_and_plaintext_is_refused(
+    fleet: Fleet, pki: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    plane = fleet.start_plane(
+        "--tls-cert",
+        str(pki / "server.pem"),
+        "--tls-key",
+        str(pki / "server.key"),
+        "--tls-client-ca",
+        str(pki / "ca.pem"),
+    )
     plane.add_project("secure")
     config = tmp_path / "agentd.toml"
-    config.write_text(f'tls = true\nca_file = "{pki / "ca.pem"}"\ntls_cert = "{pki / "client.pem"}"\n'
-                      f'tls_key = "{pki / "client.key"}"\n')
+    config.write_text(
+        f'tls = true\nca_file = "{pki / "ca.pem"}"\ntls_cert = "{pki / "client.pem"}"\n'
+        f'tls_key = "{pki / "client.key"}"\n'
+    )
     fleet.agent("tls-agent", extra=("--config", str(config)), wait=False)
     with tls_client(plane, pki) as client:
         wait_for(lambda: any(a.connected for a in client.list_agents()), 30, what="agentd over mTLS")
@@ -61,12 +113,38 @@ def test_agentd_and_the_sdk_speak_mtls_and_plaintext_is_refused(fleet: Fleet, pk
 
 
 def test_plaintext_is_served_only_on_loopback_unless_allowed(tmp_path: pathlib.Path) -> None:
-    refused = subprocess.run([sys.executable, "-m", "controlplane.cli", "serve", "--listen", "0.0.0.0:0",
-                              "--data-dir", str(tmp_path / "cp")], capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--data-dir",
+            str(tmp_path / "cp"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode != 0 and "refusing plaintext on 0.0.0.0:0" in refused.stderr
-    allowed = subprocess.Popen([sys.executable, "-m", "controlplane.cli", "serve", "--listen", "0.0.0.0:0",
-                                "--allow-plaintext", "--data-dir", str(tmp_path / "cp")],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    allowed = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--allow-plaintext",
+            "--data-dir",
+            str(tmp_path / "cp"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert allowed.stdout is not None
         assert any("listening on 0.0.0.0:" in allowed.stdout.readline() for _ in range(20))

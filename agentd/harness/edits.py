@@ -43,8 +43,10 @@ def _not_found_reason(text: str, edits: Sequence[Edit], index: int) -> str:
     old = edits[index].old_text
     for earlier in range(index):
         if old in edits[earlier].new_text:
-            return (f"old_text not found; it occurs only in the new_text of edit {earlier}, "
-                    f"and every old_text must match the file as it was before this call")
+            return (
+                f"old_text not found; it occurs only in the new_text of edit {earlier}, "
+                f"and every old_text must match the file as it was before this call"
+            )
     if old.strip() and old.strip() in text:
         return "old_text not found (it matches only with different leading or trailing whitespace)"
     return "old_text not found"
@@ -71,8 +73,11 @@ def apply_edits(text: str, edits: Sequence[Edit]) -> str:
             if start < other_end and other_start < end:
                 raise EditError(index, f"old_text overlaps the old_text of edit {earlier}")
         if spans and start < spans[-1][1]:
-            raise EditError(index, f"old_text not found after edit {index - 1}; list the edits "
-                                   f"in the order their old_text appears in the file")
+            raise EditError(
+                index,
+                f"old_text not found after edit {index - 1}; list the edits "
+                f"in the order their old_text appears in the file",
+            )
         spans.append((start, end))
 
     pieces: list[str] = []

@@ -18,11 +18,12 @@ def estimate_tokens(value: Any) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class FoldPlan:
-    fold_through: int       # index of the last exchange to fold into the summary; -1: nothing to fold
+    fold_through: int  # index of the last exchange to fold into the summary; -1: nothing to fold
 
 
-def plan(sizes: Sequence[int], folded_through: int, fixed: int, window: int, fraction: float,
-         tail_fraction: float = 0.25) -> FoldPlan | None:
+def plan(
+    sizes: Sequence[int], folded_through: int, fixed: int, window: int, fraction: float, tail_fraction: float = 0.25
+) -> FoldPlan | None:
     """`sizes` are the token estimates of every exchange; exchanges up to `folded_through` are already
     in the summary, and `fixed` counts the system prompt, tools, opening message and summary.
     Answers None while under the threshold; otherwise which exchanges to fold (the newest whole
@@ -43,14 +44,18 @@ def plan(sizes: Sequence[int], folded_through: int, fixed: int, window: int, fra
     return FoldPlan(fold_through=keep_from - 1 if keep_from - 1 > folded_through else -1)
 
 
-FOLD_SYSTEM = ("You summarise the work of a coding agent so it can go on without its older messages. "
-               "Keep every fact it needs: files read and what they contain that matters, edits made, "
-               "commands run and their results, decisions, open problems. Be concise; no preamble.")
+FOLD_SYSTEM = (
+    "You summarise the work of a coding agent so it can go on without its older messages. "
+    "Keep every fact it needs: files read and what they contain that matters, edits made, "
+    "commands run and their results, decisions, open problems. Be concise; no preamble."
+)
 
 
 def fold_request(previous_summary: str, exchanges: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The messages of the summary call: the previous summary and the exchanges to fold."""
     body = json.dumps(exchanges, ensure_ascii=False)
-    text = (f"Previous summary:\n{previous_summary or '(none)'}\n\nNewer work to fold in (JSON):\n{body}\n\n"
-            "Write the updated summary.")
+    text = (
+        f"Previous summary:\n{previous_summary or '(none)'}\n\nNewer work to fold in (JSON):\n{body}\n\n"
+        "Write the updated summary."
+    )
     return [{"role": "user", "content": [{"type": "text", "text": text}]}]

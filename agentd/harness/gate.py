@@ -14,24 +14,30 @@ from agentd.harness.loop import RunEnded
 from drover.core.model import ModelError, Usage
 from drover.v1 import agent_pb2, agent_pb2_grpc
 
-REFUSALS = {"run_call_cap": "run_call_cap", "run_cost_cap": "run_cost_cap", "spend_limited": "spend_limited",
-            "run_not_running": "cancelled"}
+REFUSALS = {
+    "run_call_cap": "run_call_cap",
+    "run_cost_cap": "run_cost_cap",
+    "spend_limited": "spend_limited",
+    "run_not_running": "cancelled",
+}
 
 
 def _unavailable(err: BaseException) -> bool:
     return isinstance(err, grpc.aio.AioRpcError) and err.code() in (
-        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    )
 
 
 @dataclasses.dataclass
 class Gate:
-    channel: ChannelSettings          # dialled as agentd dials: TLS, CA, client certificate, keepalive
+    channel: ChannelSettings  # dialled as agentd dials: TLS, CA, client certificate, keepalive
     token: str
     run_id: str
     model: str
     max_output_tokens: int
-    incarnation: int                  # supervisor starts: a resumed run's attempts get new keys
-    call_number: Callable[[], int]    # the model call this attempt belongs to
+    incarnation: int  # supervisor starts: a resumed run's attempts get new keys
+    call_number: Callable[[], int]  # the model call this attempt belongs to
     purpose: str = "agent"
     input_estimate: Callable[[], int] = lambda: 0  # tokens of the request about to be sent
     calls_used: int = 0
@@ -46,8 +52,11 @@ class Gate:
     async def _call(self, method: Any, request: Any) -> Any:
         """One unary call; while the control plane is unreachable (restarting), keep asking for ten minutes."""
         async for attempt in tenacity.AsyncRetrying(
-                retry=tenacity.retry_if_exception(_unavailable), reraise=True,
-                wait=tenacity.wait_exponential_jitter(initial=0.5, max=30), stop=tenacity.stop_after_delay(600)):
+            retry=tenacity.retry_if_exception(_unavailable),
+            reraise=True,
+            wait=tenacity.wait_exponential_jitter(initial=0.5, max=30),
+            stop=tenacity.stop_after_delay(600),
+        ):
             with attempt:
                 return await method(request, metadata=self._metadata)
 
@@ -57,15 +66,23 @@ class Gate:
     async def reserve(self, attempt: int) -> None:
         key = f"{self.purpose}:{self.incarnation}:{self.call_number()}:{attempt}"
         request = agent_pb2.ReserveModelCallRequest(
-            run_id=self.run_id, key=key, model=self.model, purpose=self.purpose,
-            max_output_tokens=self.max_output_tokens, estimated_input_tokens=self.input_estimate())
+            run_id=self.run_id,
+            key=key,
+            model=self.model,
+            purpose=self.purpose,
+            max_output_tokens=self.max_output_tokens,
+            estimated_input_tokens=self.input_estimate(),
+        )
         answer = await self._call(self._stub.ReserveModelCall, request)
         if answer.calls_cap:
             self.calls_used, self.calls_cap = answer.calls_used, answer.calls_cap
         if not answer.granted:
             # A budget refusal is spend_limited; its reason is the exact limit (change_budget, ...).
-            raise RunEnded(REFUSALS.get(answer.refusal, "spend_limited"),
-                           f"the control plane refused the model call: {answer.refusal}", code=answer.refusal)
+            raise RunEnded(
+                REFUSALS.get(answer.refusal, "spend_limited"),
+                f"the control plane refused the model call: {answer.refusal}",
+                code=answer.refusal,
+            )
         self._reservations[attempt] = answer.reservation_id
 
     async def settle(self, attempt: int, usage: Usage | None, error: ModelError | None) -> None:
@@ -74,10 +91,15 @@ class Gate:
             return
         u = usage or Usage()
         request = agent_pb2.SettleModelCallRequest(
-            reservation_id=reservation, error=(error.error_type or type(error).__name__) if error else "",
-            usage=agent_pb2.Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                                  cache_creation_input_tokens=u.cache_creation_input_tokens,
-                                  cache_read_input_tokens=u.cache_read_input_tokens))
+            reservation_id=reservation,
+            error=(error.error_type or type(error).__name__) if error else "",
+            usage=agent_pb2.Usage(
+                input_tokens=u.input_tokens,
+                output_tokens=u.output_tokens,
+                cache_creation_input_tokens=u.cache_creation_input_tokens,
+                cache_read_input_tokens=u.cache_read_input_tokens,
+            ),
+        )
         await self._call(self._stub.SettleModelCall, request)
 
     async def publish(self, request: agent_pb2.PublishChangeSetRequest) -> agent_pb2.ChangeSetRef:

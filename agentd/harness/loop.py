@@ -15,18 +15,26 @@ from agentd.harness.tools import Finished, TaskTools
 from agentd.harness.transcript import INTERRUPTED, Transcript, messages
 from drover.core.model import ModelError, ModelReply
 
-SYSTEM = ("You are a coding agent working on one Task of a Change in a git repository, unattended. "
-          "Use the tools to inspect and change the repository and to run the allowed commands. "
-          "Make the smallest change that meets the Task's objective and the Change's criteria, check it, "
-          "then call complete_task with your intent (summary, files changed, tests run, follow-ups). "
-          "If you cannot do the Task, call fail_task with the reason. Every tool result says how many "
-          "model calls remain; plan to finish before they run out.")
+SYSTEM = (
+    "You are a coding agent working on one Task of a Change in a git repository, unattended. "
+    "Use the tools to inspect and change the repository and to run the allowed commands. "
+    "Make the smallest change that meets the Task's objective and the Change's criteria, check it, "
+    "then call complete_task with your intent (summary, files changed, tests run, follow-ups). "
+    "If you cannot do the Task, call fail_task with the reason. Every tool result says how many "
+    "model calls remain; plan to finish before they run out."
+)
 
 
 class ModelClient(Protocol):
-    async def complete(self, *, system: list[dict[str, Any]], tools: list[dict[str, Any]],
-                       messages: list[dict[str, Any]], max_tokens: int,
-                       thinking: dict[str, Any] | None = None) -> ModelReply: ...
+    async def complete(
+        self,
+        *,
+        system: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+        max_tokens: int,
+        thinking: dict[str, Any] | None = None,
+    ) -> ModelReply: ...
 
 
 class RunEnded(Exception):
@@ -58,12 +66,20 @@ def cached(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class Harness:
-    def __init__(self, model: ModelClient, tools: TaskTools, transcript: Transcript, limits: Limits, prompt: str,
-                 emit: Emit, summarise: Callable[[list[dict[str, Any]]], Awaitable[str]] | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelClient,
+        tools: TaskTools,
+        transcript: Transcript,
+        limits: Limits,
+        prompt: str,
+        emit: Emit,
+        summarise: Callable[[list[dict[str, Any]]], Awaitable[str]] | None = None,
+    ) -> None:
         self.model, self.tools, self.transcript, self.limits = model, tools, transcript, limits
         self.prompt = prompt
-        self.emit = emit              # projects a transcript entry into run events
-        self.summarise = summarise    # the fold's haiku call
+        self.emit = emit  # projects a transcript entry into run events
+        self.summarise = summarise  # the fold's haiku call
         self.fold_stalled = False
         self.request_tokens = 0
 
@@ -99,10 +115,15 @@ class Harness:
         conversation[-1] = {**conversation[-1], "content": cached(conversation[-1]["content"])}
         self.request_tokens = self._context_tokens()  # the budget gate reserves on this estimate
         reply = await self.model.complete(
-            system=cached([{"type": "text", "text": SYSTEM}]), tools=cached(self.tools.definitions()),
-            messages=conversation, max_tokens=self.limits.max_output_tokens, thinking=self.limits.thinking)
-        self._append("reply", call=self.transcript.model_calls + 1, content=reply.content,
-                     usage=dataclasses.asdict(reply.usage))
+            system=cached([{"type": "text", "text": SYSTEM}]),
+            tools=cached(self.tools.definitions()),
+            messages=conversation,
+            max_tokens=self.limits.max_output_tokens,
+            thinking=self.limits.thinking,
+        )
+        self._append(
+            "reply", call=self.transcript.model_calls + 1, content=reply.content, usage=dataclasses.asdict(reply.usage)
+        )
         uses = [b for b in reply.content if b.get("type") == "tool_use"]
         if not uses:
             raise RunEnded("no_outcome", "the model ended its turn without complete_task or fail_task")
@@ -114,8 +135,7 @@ class Harness:
         try:
             result = await self.tools.call(use["name"], use.get("input") or {})
         except Finished as finished:
-            self._append("tool_done", id=use["id"], name=use["name"], text=f"{finished.outcome}: recorded",
-                         error=False)
+            self._append("tool_done", id=use["id"], name=use["name"], text=f"{finished.outcome}: recorded", error=False)
             raise
         self._append("tool_done", id=use["id"], name=use["name"], text=result.text, error=result.error)
 
@@ -136,12 +156,18 @@ class Harness:
 
     def _fixed_tokens(self) -> int:
         """The system prompt, the tools and the opening message (with the running summary)."""
-        return (fold.estimate_tokens(SYSTEM) + fold.estimate_tokens(self.tools.definitions())
-                + fold.estimate_tokens(messages(self.transcript, [])[0]))
+        return (
+            fold.estimate_tokens(SYSTEM)
+            + fold.estimate_tokens(self.tools.definitions())
+            + fold.estimate_tokens(messages(self.transcript, [])[0])
+        )
 
     def _context_tokens(self) -> int:
-        return (fold.estimate_tokens(SYSTEM) + fold.estimate_tokens(self.tools.definitions())
-                + sum(fold.estimate_tokens(m) for m in messages(self.transcript)))
+        return (
+            fold.estimate_tokens(SYSTEM)
+            + fold.estimate_tokens(self.tools.definitions())
+            + sum(fold.estimate_tokens(m) for m in messages(self.transcript))
+        )
 
     async def _maybe_fold(self) -> None:
         if self.summarise is None or self.fold_stalled:
@@ -149,14 +175,20 @@ class Harness:
         exchanges = _exchange_messages(self.transcript.exchanges())
         previous = self.transcript.latest_fold()
         through = previous["through"] if previous else -1
-        plan = fold.plan([fold.estimate_tokens(m) for m in exchanges], through, self._fixed_tokens(),
-                         self.limits.context_window, self.limits.fold_fraction)
+        plan = fold.plan(
+            [fold.estimate_tokens(m) for m in exchanges],
+            through,
+            self._fixed_tokens(),
+            self.limits.context_window,
+            self.limits.fold_fraction,
+        )
         if plan is None:
             return
         if plan.fold_through < 0:
             return  # nothing left to fold: no call (a later exchange may give the fold something to fold)
-        summary = await self.summarise(fold.fold_request(previous["summary"] if previous else "",
-                                                         exchanges[through + 1:plan.fold_through + 1]))
+        summary = await self.summarise(
+            fold.fold_request(previous["summary"] if previous else "", exchanges[through + 1 : plan.fold_through + 1])
+        )
         self._append("fold", summary=summary, through=plan.fold_through)
         if self._context_tokens() > self.limits.context_window * self.limits.fold_fraction:
             self.fold_stalled = True  # still over the threshold: stop folding for the rest of the turn
@@ -164,9 +196,13 @@ class Harness:
 
 def _exchange_messages(exchanges: list[Any]) -> list[dict[str, Any]]:
     """One plain record per exchange (the reply and its results), for sizing and summarising."""
-    return [{"reply": ex.reply["content"],
-             "results": [{"id": k, "text": v["text"], "error": v["error"]} for k, v in ex.results.items()]}
-            for ex in exchanges]
+    return [
+        {
+            "reply": ex.reply["content"],
+            "results": [{"id": k, "text": v["text"], "error": v["error"]} for k, v in ex.results.items()],
+        }
+        for ex in exchanges
+    ]
 
 
 def events_for(index: int, entry: dict[str, Any]) -> list[dict[str, Any]]:
@@ -182,11 +218,17 @@ def events_for(index: int, entry: dict[str, Any]) -> list[dict[str, Any]]:
         return [{**e, "step": index} for e in out]
     if kind == "tool_done":
         text = entry["text"].encode()[:4000].decode(errors="ignore")
-        return [{"kind": "tool_result", "tool": entry["name"], "text": text, "error": entry["error"],
-                 "step": index}]
+        return [{"kind": "tool_result", "tool": entry["name"], "text": text, "error": entry["error"], "step": index}]
     if kind == "outcome":
-        return [{"kind": "result", "text": entry.get("reason", ""), "outcome": entry["outcome"],
-                 "error": entry["outcome"] != "completed", "step": index}]
+        return [
+            {
+                "kind": "result",
+                "text": entry.get("reason", ""),
+                "outcome": entry["outcome"],
+                "error": entry["outcome"] != "completed",
+                "step": index,
+            }
+        ]
     if kind == "fold":
         return [{"kind": "fold", "through": entry["through"], "step": index}]
     return []

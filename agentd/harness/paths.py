@@ -71,8 +71,7 @@ def resolve_inside(root: pathlib.Path, relative: str) -> pathlib.Path:
     if "\x00" in relative:
         raise PathEscape(relative, "the path contains a NUL byte")
     if relative.startswith("/") or os.path.isabs(relative):
-        raise PathEscape(relative, "absolute paths are not allowed; name the file relative "
-                                   "to the workspace root")
+        raise PathEscape(relative, "absolute paths are not allowed; name the file relative to the workspace root")
     parts = _lexical_parts(relative)
     if any(_is_git_dir(part) for part in parts):
         raise PathEscape(relative, "the git directory (.git) is not open to file tools")

@@ -15,7 +15,7 @@ import os
 import pathlib
 import sys
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from agentd.connection import ChannelSettings
 from agentd.harness.gate import Gate
@@ -23,8 +23,9 @@ from agentd.harness.loop import Harness, Limits, RunEnded, as_json_line, events_
 from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import Transcript
 from agentd.outbox import is_full
+from agentd.output import Output
 from agentd.sandbox import UNSANDBOXED, SandboxFailed, user_ids
-from agentd.supervisor import Output, sandbox_for
+from agentd.supervisor import sandbox_for
 from drover.core import allowlist, gitspace, workspace
 from drover.core.model import AnthropicModel
 from drover.core.retry import RetryPolicy
@@ -71,11 +72,23 @@ class HarnessRun:
         for event in events_for(index, entry):
             self.output.write("event", as_json_line(event))
         if entry["kind"] == "tool_done":
-            started = next((e for e in self.transcript.entries
-                            if e["kind"] == "tool_started" and e["id"] == entry["id"]), {})
-            self.output.write("tool", json.dumps({"id": entry["id"], "tool": entry["name"],
-                                                  "input": started.get("input", {}), "output": entry["text"],
-                                                  "error": entry["error"]}, ensure_ascii=False) + "\n")
+            started = next(
+                (e for e in self.transcript.entries if e["kind"] == "tool_started" and e["id"] == entry["id"]), {}
+            )
+            self.output.write(
+                "tool",
+                json.dumps(
+                    {
+                        "id": entry["id"],
+                        "tool": entry["name"],
+                        "input": started.get("input", {}),
+                        "output": entry["text"],
+                        "error": entry["error"],
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n",
+            )
 
     # --- the workspace ---------------------------------------------------------------------------
 
@@ -92,17 +105,31 @@ class HarnessRun:
             return repo_dir, False
         if state.exists() and (repo_dir / ".git").exists():  # resumed: the workspace is as the run left it
             saved = json.loads(state.read_text())
-            self.workspace = gitspace.Workspace(repo_dir, saved["base_commit"], saved["start_commit"],
-                                                saved["stacked_on"], token, gitspace.DEFAULT_IDENTITY)
+            self.workspace = gitspace.Workspace(
+                repo_dir,
+                saved["base_commit"],
+                saved["start_commit"],
+                saved["stacked_on"],
+                token,
+                gitspace.DEFAULT_IDENTITY,
+            )
             return repo_dir, True
         stack = [gitspace.StackItem(**item) for item in self.spec.get("stack", [])]
-        self.output.write("system", f"workspace: cloning {workspace.redact_url(self.spec['repo'])} at "
-                                    f"{self.spec['branch']}" + (f", merging {len(stack)} ChangeSets" if stack else "")
-                          + "\n")
+        self.output.write(
+            "system",
+            f"workspace: cloning {workspace.redact_url(self.spec['repo'])} at "
+            f"{self.spec['branch']}" + (f", merging {len(stack)} ChangeSets" if stack else "") + "\n",
+        )
         self.workspace = gitspace.open_workspace(repo_dir, self.spec["repo"], self.spec["branch"], stack, token)
-        state.write_text(json.dumps({"base_commit": self.workspace.base_commit,
-                                     "start_commit": self.workspace.start_commit,
-                                     "stacked_on": self.workspace.stacked_on}))
+        state.write_text(
+            json.dumps(
+                {
+                    "base_commit": self.workspace.base_commit,
+                    "start_commit": self.workspace.start_commit,
+                    "stacked_on": self.workspace.stacked_on,
+                }
+            )
+        )
         return repo_dir, True
 
     # --- the run ---------------------------------------------------------------------------------
@@ -111,8 +138,11 @@ class HarnessRun:
         try:
             ended = await self._run()
         except gitspace.MergeConflict as conflict:
-            ended = RunEnded("failed", f"dependency_merge_conflict: {', '.join(conflict.files)} "
-                                       f"({conflict.changeset_id})", code="dependency_merge_conflict")
+            ended = RunEnded(
+                "failed",
+                f"dependency_merge_conflict: {', '.join(conflict.files)} ({conflict.changeset_id})",
+                code="dependency_merge_conflict",
+            )
         except workspace.WorkspaceError as err:
             ended = RunEnded("failed", f"workspace_failed: {err}", code="workspace_failed")
         except SandboxFailed as err:  # never run the model's commands any other way
@@ -123,14 +153,81 @@ class HarnessRun:
                 ended = RunEnded("failed", f"disk_full: {err}", code="disk_full")
             else:
                 ended = RunEnded("failed", f"harness_error: {type(err).__name__}: {err}", code="harness_error")
-        self.output.exit(STATUS.get(ended.outcome, "failed"), 0 if ended.outcome == "completed" else 1, ended.code,
-                         "" if ended.outcome == "completed" else ended.reason)
+        self.output.exit(
+            STATUS.get(ended.outcome, "failed"),
+            0 if ended.outcome == "completed" else 1,
+            ended.code,
+            "" if ended.outcome == "completed" else ended.reason,
+        )
         if not self.spec.get("keep_workspace"):
             workspace.remove(self.ws_dir)
 
     async def _run(self) -> RunEnded:
         h = self.spec["harness"]
         root, writable = self.open_root()
+        limits = Limits(
+            max_calls=int(h["max_calls"]),
+            max_output_tokens=int(h["max_output_tokens"]),
+            thinking=json.loads(h["thinking_json"]) if h.get("thinking_json") else None,
+            context_window=int(h.get("context_window_tokens") or 200_000),
+            fold_fraction=float(h.get("fold_fraction") or 0.7),
+        )
+        fold_model = h.get("fold_model") or self.spec["model"]
+        gate = self._gate(self.spec["model"], limits.max_output_tokens, lambda: self.transcript.model_calls + 1)
+        fold_gate = self._gate(fold_model, 2000, lambda: len(self.transcript.entries), "fold")
+        tools = self._tools(
+            root, writable, lambda: max(limits.max_calls - max(gate.calls_used, self.transcript.model_calls), 0)
+        )
+        model, folder = self._model(self.spec["model"], gate), self._model(fold_model, fold_gate)
+
+        async def summarise(request: list[dict[str, Any]]) -> str:
+            reply = await folder.complete(
+                system=[{"type": "text", "text": _fold_system()}], tools=[], messages=request, max_tokens=2000
+            )
+            return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
+
+        harness = Harness(model, tools, self.transcript, limits, self.spec["prompt"], self.emit, summarise)
+        gate.input_estimate = lambda: harness.request_tokens
+        try:
+            ended = await self._watch(harness, int(self.spec.get("timeout_seconds") or 0))
+            if ended.outcome == "completed" and self.workspace is not None:
+                ended = await self._publish(gate, ended)
+            return ended
+        finally:
+            for closable in (model, folder, gate, fold_gate):
+                await closable.close()
+
+    def _gate(self, model: str, max_output_tokens: int, call_number: Callable[[], int], purpose: str = "agent") -> Gate:
+        """The budget gate of one kind of model call (the loop's, or folding's)."""
+        return Gate(
+            self.channel,
+            self.agent_token,
+            self.spec["run_id"],
+            model,
+            max_output_tokens,
+            self.incarnation,
+            call_number,
+            purpose,
+        )
+
+    def _model(self, model: str, gate: Gate) -> AnthropicModel:
+        """A model client whose every attempt is reserved and settled through `gate`."""
+        h = self.spec["harness"]
+        policy = RetryPolicy(
+            max_attempts=int(h.get("max_attempts") or 4), stall_timeout=float(h.get("stall_timeout_seconds") or 120)
+        )
+        return AnthropicModel(
+            self.spec["base_url"],
+            self.secret_env.get("ANTHROPIC_API_KEY", ""),
+            model,
+            policy,
+            before_attempt=gate.reserve,
+            on_attempt=gate.settle,
+        )
+
+    def _tools(self, root: pathlib.Path | None, writable: bool, calls_left: Callable[[], int]) -> TaskTools:
+        """The Task tools, their commands run in the sandbox as the session user."""
+        h = self.spec["harness"]
         sandbox, owner = None, None
         home = self.ws_dir / "home"
         home.mkdir(parents=True, exist_ok=True)
@@ -144,47 +241,28 @@ class HarnessRun:
             except ValueError as err:
                 raise SandboxFailed(str(err)) from None
             workspace.hand_over(self.ws_dir, user)  # the commands run as the session user
-        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8", "TZ": "UTC",
-               "HOME": str(home), "DROVER_WORKSPACE": str(root or ""), "DROVER_RUN_ID": self.spec["run_id"],
-               # test runs leave no caches behind to end up in the ChangeSet
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_ADDOPTS": "-p no:cacheprovider"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "TZ": "UTC",
+            "HOME": str(home),
+            "DROVER_WORKSPACE": str(root or ""),
+            "DROVER_RUN_ID": self.spec["run_id"],
+            # test runs leave no caches behind to end up in the ChangeSet
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTEST_ADDOPTS": "-p no:cacheprovider",
+        }
         rules = h.get("command_rules") or list(allowlist.DEFAULT_PYTHON_POLICY.rules)
-        limits = Limits(max_calls=int(h["max_calls"]), max_output_tokens=int(h["max_output_tokens"]),
-                        thinking=json.loads(h["thinking_json"]) if h.get("thinking_json") else None,
-                        context_window=int(h.get("context_window_tokens") or 200_000),
-                        fold_fraction=float(h.get("fold_fraction") or 0.7))
-        gate = Gate(self.channel, self.agent_token, self.spec["run_id"], self.spec["model"],
-                    limits.max_output_tokens, self.incarnation, lambda: self.transcript.model_calls + 1)
-        fold_gate = Gate(self.channel, self.agent_token, self.spec["run_id"], h.get("fold_model") or
-                         self.spec["model"], 2000, self.incarnation, lambda: len(self.transcript.entries), "fold")
-        tools = TaskTools(root, writable, allowlist.policy_from_strings(rules), sandbox, env,
-                          lambda: max(limits.max_calls - max(gate.calls_used, self.transcript.model_calls), 0),
-                          shown=self.ws_dir, owner=owner)
-        policy = RetryPolicy(max_attempts=int(h.get("max_attempts") or 4),
-                             stall_timeout=float(h.get("stall_timeout_seconds") or 120))
-        api_key = self.secret_env.get("ANTHROPIC_API_KEY", "")
-        model = AnthropicModel(self.spec["base_url"], api_key, self.spec["model"], policy,
-                               before_attempt=gate.reserve, on_attempt=gate.settle)
-        folder = AnthropicModel(self.spec["base_url"], api_key, h.get("fold_model") or self.spec["model"], policy,
-                                before_attempt=fold_gate.reserve, on_attempt=fold_gate.settle)
-
-        async def summarise(request: list[dict[str, Any]]) -> str:
-            reply = await folder.complete(system=[{"type": "text", "text": _fold_system()}], tools=[],
-                                          messages=request, max_tokens=2000)
-            return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
-
-        harness = Harness(model, tools, self.transcript, limits, self.spec["prompt"], self.emit, summarise)
-        gate.input_estimate = lambda: harness.request_tokens
-        try:
-            ended = await self._watch(harness, int(self.spec.get("timeout_seconds") or 0))
-            if ended.outcome == "completed" and self.workspace is not None:
-                ended = await self._publish(gate, ended)
-            return ended
-        finally:
-            await model.close()
-            await folder.close()
-            await gate.close()
-            await fold_gate.close()
+        return TaskTools(
+            root,
+            writable,
+            allowlist.policy_from_strings(rules),
+            sandbox,
+            env,
+            calls_left,
+            shown=self.ws_dir,
+            owner=owner,
+        )
 
     async def _watch(self, harness: Harness, timeout: int) -> RunEnded:
         """Run the loop; a cancel file or the timeout stops it (a running tool is killed)."""
@@ -203,8 +281,9 @@ class HarnessRun:
             if stopped:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-                ended = RunEnded(stopped, "cancelled by request" if stopped == "cancelled"
-                                 else f"timed out after {timeout} s")
+                ended = RunEnded(
+                    stopped, "cancelled by request" if stopped == "cancelled" else f"timed out after {timeout} s"
+                )
                 harness._append("outcome", outcome=ended.outcome, reason=ended.reason, intent={})
                 return ended
         return task.result()
@@ -212,20 +291,36 @@ class HarnessRun:
     async def _publish(self, gate: Gate, ended: RunEnded) -> RunEnded:
         assert self.workspace is not None
         summary = ended.intent.get("summary", "") or ended.reason
-        result = await asyncio.to_thread(self.workspace.publish, self.spec["change_id"], self.spec["task_id"],
-                                         f"{self.spec['task_key']}: {summary}"[:500])
-        ref = await gate.publish(agent_pb2.PublishChangeSetRequest(
-            run_id=self.spec["run_id"], branch=result.branch, commit=result.commit,
-            base_commit=result.base_commit, start_commit=result.start_commit, stacked_on=result.stacked_on,
-            files=result.files, own_files=result.own_files, patch=result.patch, summary=summary,
-            intent_json=json.dumps(ended.intent)))
-        self.output.write("system", f"published ChangeSet {ref.changeset_id} on {result.branch} "
-                                    f"({len(result.own_files)} files)\n")
+        result = await asyncio.to_thread(
+            self.workspace.publish,
+            self.spec["change_id"],
+            self.spec["task_id"],
+            f"{self.spec['task_key']}: {summary}"[:500],
+        )
+        ref = await gate.publish(
+            agent_pb2.PublishChangeSetRequest(
+                run_id=self.spec["run_id"],
+                branch=result.branch,
+                commit=result.commit,
+                base_commit=result.base_commit,
+                start_commit=result.start_commit,
+                stacked_on=result.stacked_on,
+                files=result.files,
+                own_files=result.own_files,
+                patch=result.patch,
+                summary=summary,
+                intent_json=json.dumps(ended.intent),
+            )
+        )
+        self.output.write(
+            "system", f"published ChangeSet {ref.changeset_id} on {result.branch} ({len(result.own_files)} files)\n"
+        )
         return ended
 
 
 def _fold_system() -> str:
     from agentd.harness.fold import FOLD_SYSTEM
+
     return FOLD_SYSTEM
 
 

@@ -41,17 +41,24 @@ class ToolResult:
     error: bool = False
 
 
-
-
 class TaskTools:
     """The tools of one run. `root` is the workspace (or the canonical checkout when read-only);
     `shown` is what commands see read-write (the run's workspace directory: `root` and its home;
     default `root`); `owner` (uid, gid) is the session user, given every file and directory the
     tools make so the commands, which run as it, can change them."""
 
-    def __init__(self, root: pathlib.Path | None, writable: bool, policy: allowlist.CommandPolicy,
-                 sandbox: Sandbox | None, env: dict[str, str], calls_left: Callable[[], int], *,
-                 shown: pathlib.Path | None = None, owner: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        root: pathlib.Path | None,
+        writable: bool,
+        policy: allowlist.CommandPolicy,
+        sandbox: Sandbox | None,
+        env: dict[str, str],
+        calls_left: Callable[[], int],
+        *,
+        shown: pathlib.Path | None = None,
+        owner: tuple[int, int] | None = None,
+    ) -> None:
         self.root, self.writable, self.policy, self.sandbox = root, writable, policy, sandbox
         self.env, self.calls_left = env, calls_left
         self.shown, self.owner = shown or root, owner
@@ -145,11 +152,16 @@ class TaskTools:
         read, write = ready_pipe() if self.sandbox.isolated else (None, None)
         try:
             wrapped, env = self.sandbox.wrap(argv, self.root, dict(self.env), writable=self.shown, ready_fd=write)
-            proc = await asyncio.create_subprocess_exec(*wrapped, cwd=self.root, env=env,
-                                                        stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=asyncio.subprocess.PIPE,
-                                                        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-                                                        pass_fds=() if write is None else (write,))
+            proc = await asyncio.create_subprocess_exec(
+                *wrapped,
+                cwd=self.root,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=() if write is None else (write,),
+            )
         except BaseException:
             if read is not None:
                 os.close(read)
@@ -175,15 +187,21 @@ class TaskTools:
         if not started:  # bwrap said why on the output; the run must not go on unsandboxed or blind
             raise SandboxFailed(f"the sandbox did not start: {text.strip()[-500:] or proc.returncode}")
         if len(text) > COMMAND_OUTPUT:
-            text = f"[output cut: the first {len(text) - COMMAND_OUTPUT:,} characters are not shown]\n" \
-                   + text[-COMMAND_OUTPUT:]
+            text = (
+                f"[output cut: the first {len(text) - COMMAND_OUTPUT:,} characters are not shown]\n"
+                + text[-COMMAND_OUTPUT:]
+            )
         return ToolResult(f"exit code {proc.returncode}\n{text}", proc.returncode != 0)
 
     # --- ending ------------------------------------------------------------------------------------
 
     async def _complete_task(self, args: dict[str, Any]) -> ToolResult:
-        intent = {"summary": str(args.get("summary", "")), "files_changed": _strings(args.get("files_changed")),
-                  "tests_run": _strings(args.get("tests_run")), "follow_ups": _strings(args.get("follow_ups"))}
+        intent = {
+            "summary": str(args.get("summary", "")),
+            "files_changed": _strings(args.get("files_changed")),
+            "tests_run": _strings(args.get("tests_run")),
+            "follow_ups": _strings(args.get("follow_ups")),
+        }
         raise Finished("completed", intent["summary"], intent)
 
     async def _fail_task(self, args: dict[str, Any]) -> ToolResult:
@@ -197,4 +215,3 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     return [str(v) for v in value]
-

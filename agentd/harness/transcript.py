@@ -21,13 +21,16 @@ import os
 import pathlib
 from typing import Any
 
-INTERRUPTED = ("interrupted: this tool call was under way when the agent restarted, so it was not run "
-               "again and its effects are unknown; check the workspace before you go on")
+INTERRUPTED = (
+    "interrupted: this tool call was under way when the agent restarted, so it was not run "
+    "again and its effects are unknown; check the workspace before you go on"
+)
 
 
 @dataclasses.dataclass
 class Exchange:
     """One model reply and the results of the tool calls it asked for."""
+
     reply: dict[str, Any]
     results: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # tool_use id -> tool_done
     started: set[str] = dataclasses.field(default_factory=set)
@@ -112,14 +115,18 @@ def messages(transcript: Transcript, exchanges: list[Exchange] | None = None) ->
     fold = transcript.latest_fold()
     opening: list[dict[str, Any]] = [{"type": "text", "text": transcript.prompt}]
     if fold is not None:
-        opening.append({"type": "text", "text": "Summary of your work so far (older turns were folded):\n"
-                                                + fold["summary"]})
-        exchanges = exchanges[fold["through"] + 1:]
+        opening.append(
+            {"type": "text", "text": "Summary of your work so far (older turns were folded):\n" + fold["summary"]}
+        )
+        exchanges = exchanges[fold["through"] + 1 :]
     out: list[dict[str, Any]] = [{"role": "user", "content": opening}]
     for ex in exchanges:
         out.append({"role": "assistant", "content": ex.reply["content"]})
-        results = [tool_result_block(use["id"], ex.results[use["id"]]["text"], ex.results[use["id"]]["error"])
-                   for use in ex.tool_uses if use["id"] in ex.results]
+        results = [
+            tool_result_block(use["id"], ex.results[use["id"]]["text"], ex.results[use["id"]]["error"])
+            for use in ex.tool_uses
+            if use["id"] in ex.results
+        ]
         if results:
             out.append({"role": "user", "content": results})
     return out

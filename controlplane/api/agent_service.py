@@ -23,8 +23,15 @@ from drover.v1 import agent_pb2, agent_pb2_grpc
 
 
 class AgentService(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, store: Store, notifier: Notifier, objects: DirectoryStore, sessions: AgentSessions,
-                 router: Router, settings: Callable[[], ServerConfig]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        notifier: Notifier,
+        objects: DirectoryStore,
+        sessions: AgentSessions,
+        router: Router,
+        settings: Callable[[], ServerConfig],
+    ) -> None:
         self.store, self.notifier, self.objects = store, notifier, objects
         self.sessions, self.router, self.settings = sessions, router, settings
 
@@ -36,44 +43,69 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         await self.sessions.connect(context)
 
     @reporting
-    async def ReserveModelCall(self, request: agent_pb2.ReserveModelCallRequest,
-                               context: grpc.aio.ServicerContext) -> agent_pb2.ReserveModelCallResponse:
+    async def ReserveModelCall(
+        self, request: agent_pb2.ReserveModelCallRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.ReserveModelCallResponse:
         await self.store.read(tenancy.agent_run, request.run_id, auth.current().token_id)
         h = self.harness
         budgets = meters.BudgetConfig(h.provider_month_usd, h.agent_calls_per_day, h.classifier_calls_per_day)
-        r = await self.store.run(lambda s: model_calls.reserve(
-            s, h, request.run_id, request.key, request.model, request.purpose or "agent", request.max_output_tokens,
-            request.estimated_input_tokens, budgets=budgets))
+        r = await self.store.run(
+            lambda s: model_calls.reserve(
+                s,
+                h,
+                request.run_id,
+                request.key,
+                request.model,
+                request.purpose or "agent",
+                request.max_output_tokens,
+                request.estimated_input_tokens,
+                budgets=budgets,
+            )
+        )
         if r.granted:  # each model call renews the run's claims at half-life
             await self.store.run(lambda s: claims.renew_due(s, request.run_id, utcnow()))
         self.notifier.notify()
-        return agent_pb2.ReserveModelCallResponse(reservation_id=r.reservation_id, granted=r.granted,
-                                                  refusal=r.refusal, calls_used=r.calls_used,
-                                                  calls_cap=r.calls_cap, estimate_micros=r.estimate_micros)
+        return agent_pb2.ReserveModelCallResponse(
+            reservation_id=r.reservation_id,
+            granted=r.granted,
+            refusal=r.refusal,
+            calls_used=r.calls_used,
+            calls_cap=r.calls_cap,
+            estimate_micros=r.estimate_micros,
+        )
 
     @reporting
-    async def SettleModelCall(self, request: agent_pb2.SettleModelCallRequest,
-                              context: grpc.aio.ServicerContext) -> agent_pb2.SettleModelCallResponse:
+    async def SettleModelCall(
+        self, request: agent_pb2.SettleModelCallRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.SettleModelCallResponse:
         await self.store.read(tenancy.agent_reservation, request.reservation_id, auth.current().token_id)
         u = request.usage
-        usage = pricing.Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens,
-                              u.cache_read_input_tokens)
-        cost, run_cost = await self.store.run(model_calls.settle, self.harness, request.reservation_id, usage,
-                                              request.error)
+        usage = pricing.Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
+        cost, run_cost = await self.store.run(
+            model_calls.settle, self.harness, request.reservation_id, usage, request.error
+        )
         if request.error:  # a 429 or quota error blocks the member while its quota is unknown
-            self.router.observe(await self.store.run(model_calls.member_of, request.reservation_id),
-                                      request.error)
+            self.router.observe(await self.store.run(model_calls.member_of, request.reservation_id), request.error)
         return agent_pb2.SettleModelCallResponse(cost_micros=cost, run_cost_micros=run_cost)
 
     @reporting
-    async def PublishChangeSet(self, request: agent_pb2.PublishChangeSetRequest,
-                               context: grpc.aio.ServicerContext) -> agent_pb2.ChangeSetRef:
+    async def PublishChangeSet(
+        self, request: agent_pb2.PublishChangeSetRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.ChangeSetRef:
         await self.store.read(tenancy.agent_run, request.run_id, auth.current().token_id)
         published = changesets.Published(
-            run_id=request.run_id, branch=request.branch, commit=request.commit, base_commit=request.base_commit,
-            start_commit=request.start_commit, stacked_on=tuple(request.stacked_on), files=tuple(request.files),
-            own_files=tuple(request.own_files), patch=request.patch, summary=request.summary,
-            intent=json.loads(request.intent_json) if request.intent_json else {})
+            run_id=request.run_id,
+            branch=request.branch,
+            commit=request.commit,
+            base_commit=request.base_commit,
+            start_commit=request.start_commit,
+            stacked_on=tuple(request.stacked_on),
+            files=tuple(request.files),
+            own_files=tuple(request.own_files),
+            patch=request.patch,
+            summary=request.summary,
+            intent=json.loads(request.intent_json) if request.intent_json else {},
+        )
         row = await self.store.run(changesets.publish, self.objects, published)
         self.notifier.notify()
         return agent_pb2.ChangeSetRef(changeset_id=row.id, patch_ref=row.patch_ref)

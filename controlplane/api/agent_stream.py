@@ -150,35 +150,59 @@ class AgentSessions:
         hello = first.hello
         claimed = hello.labels.get("pool")
         if claimed is not None and claimed != who.pool:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                f'hello.labels["pool"]: this agent\'s token serves the {_pool_name(who.pool)} pool, '
-                                f"not {claimed!r}")
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f'hello.labels["pool"]: this agent\'s token serves the {_pool_name(who.pool)} pool, not {claimed!r}',
+            )
         if self._stopping:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is shutting down")
         if hello.name in self.sessions:
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"name: an agent named {hello.name!r} is already connected")
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS, f"name: an agent named {hello.name!r} is already connected"
+            )
         return hello
 
-    async def _welcome(self, session: AgentSession, hello: agent_pb2.Hello, who: tokens.Principal,
-                       context: grpc.aio.ServicerContext) -> None:
+    async def _welcome(
+        self, session: AgentSession, hello: agent_pb2.Hello, who: tokens.Principal, context: grpc.aio.ServicerContext
+    ) -> None:
         """Record the agent (its name bound to its token), answer the hello, re-send what it must resume."""
         listed = set(hello.active_runs) | set(hello.undelivered_runs)
         labels = {**dict(hello.labels), **({"pool": who.pool} if who.pool else {})}
         try:
             result = await self.store.run(
-                agent_presence.agent_connected, hello.name, labels, hello.capacity, list(hello.drivers),
-                hello.version, listed, hello.draining, who.token_id, who.pool)
+                agent_presence.agent_connected,
+                hello.name,
+                labels,
+                hello.capacity,
+                list(hello.drivers),
+                hello.version,
+                listed,
+                hello.draining,
+                who.token_id,
+                who.pool,
+            )
         except DroverError as err:  # the name belongs to another agent token
             await context.abort(grpc_code(err), str(err))
         session.send(agent_pb2.ControlMessage(welcome=agent_pb2.Welcome(agent=hello.name, applied=result.applied)))
         for run_id in result.to_cancel:
             session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))
         if hello.resume_runs:
-            for assignment in await self.store.run(resume_assignments, hello.name, list(hello.resume_runs),
-                                                   self.config.harness, self.objects, self.config.output_limit_bytes):
+            for assignment in await self.store.run(
+                resume_assignments,
+                hello.name,
+                list(hello.resume_runs),
+                self.config.harness,
+                self.objects,
+                self.config.output_limit_bytes,
+            ):
                 session.send(agent_pb2.ControlMessage(assign=convert.assignment(assignment)))
-        log.info("agent %s connected (capacity %d, %s pool, %d runs listed)", hello.name, hello.capacity,
-                 _pool_name(who.pool), len(listed))
+        log.info(
+            "agent %s connected (capacity %d, %s pool, %d runs listed)",
+            hello.name,
+            hello.capacity,
+            _pool_name(who.pool),
+            len(listed),
+        )
         self.notifier.notify()
         self.on_change()
 
@@ -194,10 +218,13 @@ class AgentSessions:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
             if not session.closing.is_set():
-                session.close(grpc.StatusCode.UNAVAILABLE,
-                              f"no message or heartbeat from {session.name} for {self.config.agent_silence_seconds:g} s")
-                log.warning("agent %s: silent for %.0f s; closing its stream", session.name,
-                            self.config.agent_silence_seconds)
+                session.close(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"no message or heartbeat from {session.name} for {self.config.agent_silence_seconds:g} s",
+                )
+                log.warning(
+                    "agent %s: silent for %.0f s; closing its stream", session.name, self.config.agent_silence_seconds
+                )
         elif not reader.cancelled():
             reader.result()  # the reader's own failure, if any
         if session.closing.is_set():
@@ -235,8 +262,9 @@ class AgentSessions:
                 session.close(grpc.StatusCode.INVALID_ARGUMENT, str(err))
                 return
             decoded = convert.run_message(message.run)
-            seq = await self.store.run(run_lifecycle.apply_run_message, session.name, decoded,
-                                       self.config.output_limit_bytes, self.objects)
+            seq = await self.store.run(
+                run_lifecycle.apply_run_message, session.name, decoded, self.config.output_limit_bytes, self.objects
+            )
             session.send(agent_pb2.ControlMessage(ack=agent_pb2.Ack(run_id=decoded.run_id, seq=seq)))
             self.notifier.notify()
             if decoded.kind == "refused":

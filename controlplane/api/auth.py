@@ -25,14 +25,14 @@ TOUCH_SECONDS = 60.0
 
 @dataclasses.dataclass(frozen=True)
 class Permission:
-    kind: str           # agent | user
-    role: str = ""      # the least user role, "" for any
+    kind: str  # agent | user
+    role: str = ""  # the least user role, "" for any
 
 
 def bearer(metadata: Any) -> str | None:
     for key, value in metadata or ():
         if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-            return value[len("Bearer "):].strip()
+            return value[len("Bearer ") :].strip()
     return None
 
 
@@ -53,8 +53,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Checks the bearer token and the method's permission before any servicer runs, and hands the
     principal to the servicer (`auth.current()`)."""
 
-    def __init__(self, permissions: dict[str, Permission], lookup_hash: Lookup, touch_token: Touch | None = None,
-                 ) -> None:
+    def __init__(
+        self,
+        permissions: dict[str, Permission],
+        lookup_hash: Lookup,
+        touch_token: Touch | None = None,
+    ) -> None:
         self._permissions = permissions
         self._lookup = lookup_hash
         self._touch = touch_token
@@ -89,15 +93,21 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return handler  # health, reflection, unknown methods
         who = await self.principal(details.invocation_metadata)
         if who is None:
-            return _denied(handler, grpc.StatusCode.UNAUTHENTICATED,
-                           "missing, unknown, expired or revoked bearer token "
-                           "(metadata 'authorization: Bearer <token>')")
+            return _denied(
+                handler,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing, unknown, expired or revoked bearer token (metadata 'authorization: Bearer <token>')",
+            )
         if who.kind != needed.kind:
-            return _denied(handler, grpc.StatusCode.PERMISSION_DENIED,
-                           f"{who.kind} tokens cannot call {details.method}")
+            return _denied(
+                handler, grpc.StatusCode.PERMISSION_DENIED, f"{who.kind} tokens cannot call {details.method}"
+            )
         if needed.role and not who.has_role(needed.role):
-            return _denied(handler, grpc.StatusCode.PERMISSION_DENIED,
-                           f"{details.method} needs role {needed.role}; token {who.name!r} has {who.role}")
+            return _denied(
+                handler,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{details.method} needs role {needed.role}; token {who.name!r} has {who.role}",
+            )
         return _as(handler, who)
 
 
@@ -113,6 +123,7 @@ def _as(handler: grpc.RpcMethodHandler, who: Principal) -> grpc.RpcMethodHandler
         async def unary_unary(request: Any, context: Any) -> Any:
             _CURRENT.set(who)
             return await inner_uu(request, context)
+
         return grpc.unary_unary_rpc_method_handler(unary_unary, **_kw(handler))
     if handler.unary_stream:
         inner_us = handler.unary_stream
@@ -121,6 +132,7 @@ def _as(handler: grpc.RpcMethodHandler, who: Principal) -> grpc.RpcMethodHandler
             _CURRENT.set(who)
             async for item in inner_us(request, context):
                 yield item
+
         return grpc.unary_stream_rpc_method_handler(unary_stream, **_kw(handler))
     if handler.stream_unary:
         inner_su = handler.stream_unary
@@ -128,18 +140,22 @@ def _as(handler: grpc.RpcMethodHandler, who: Principal) -> grpc.RpcMethodHandler
         async def stream_unary(requests: Any, context: Any) -> Any:
             _CURRENT.set(who)
             return await inner_su(requests, context)
+
         return grpc.stream_unary_rpc_method_handler(stream_unary, **_kw(handler))
     inner_ss = handler.stream_stream
     if inspect.isasyncgenfunction(inner_ss):
+
         async def stream_stream_gen(requests: Any, context: Any) -> Any:
             _CURRENT.set(who)
             async for item in inner_ss(requests, context):
                 yield item
+
         return grpc.stream_stream_rpc_method_handler(stream_stream_gen, **_kw(handler))
 
     async def stream_stream(requests: Any, context: Any) -> Any:
         _CURRENT.set(who)
         return await inner_ss(requests, context)
+
     return grpc.stream_stream_rpc_method_handler(stream_stream, **_kw(handler))
 
 

@@ -6,7 +6,7 @@ from typing import AsyncIterator, Callable
 
 import grpc
 
-from controlplane.api import auth, convert, queries, validation
+from controlplane.api import auth, change_queries, convert, validation
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
 from controlplane.domain import graph
@@ -27,44 +27,63 @@ async def still_allowed(store: Store, who: tokens.Principal) -> None:
 
 
 class ChangeService(change_pb2_grpc.ChangeServiceServicer):
-    def __init__(self, store: Store, notifier: Notifier, objects: DirectoryStore, agents: AgentSessions,
-                 wake: Callable[[], None], limits: validation.Limits = validation.Limits()) -> None:
+    def __init__(
+        self,
+        store: Store,
+        notifier: Notifier,
+        objects: DirectoryStore,
+        agents: AgentSessions,
+        wake: Callable[[], None],
+        limits: validation.Limits = validation.Limits(),
+    ) -> None:
         self.store, self.notifier, self.objects, self.agents = store, notifier, objects, agents
         self.wake, self.limits = wake, limits
 
     @reporting
-    async def SubmitChange(self, request: change_pb2.SubmitChangeRequest,
-                           context: grpc.aio.ServicerContext) -> types_pb2.Change:
+    async def SubmitChange(
+        self, request: change_pb2.SubmitChangeRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Change:
         who = auth.current()
         spec = convert.change_spec(request)
         change_id = await self.store.run(change_lifecycle.submit_change, spec, who.name, who.projects)
         self.notifier.notify()
         self.wake()
-        return await self.store.run(queries.get_change, change_id)
+        return await self.store.run(change_queries.get_change, change_id)
 
     @reporting
-    async def GetChange(self, request: change_pb2.GetChangeRequest,
-                        context: grpc.aio.ServicerContext) -> types_pb2.Change:
-        return await self.store.run(queries.get_change, request.change_id, auth.current().projects)
+    async def GetChange(
+        self, request: change_pb2.GetChangeRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Change:
+        return await self.store.run(change_queries.get_change, request.change_id, auth.current().projects)
 
     @reporting
-    async def ListChanges(self, request: change_pb2.ListChangesRequest,
-                          context: grpc.aio.ServicerContext) -> change_pb2.ListChangesResponse:
-        page = await self.store.run(queries.list_changes, request.project, request.page_size or request.limit,
-                                    request.page_token, auth.current().projects)
+    async def ListChanges(
+        self, request: change_pb2.ListChangesRequest, context: grpc.aio.ServicerContext
+    ) -> change_pb2.ListChangesResponse:
+        page = await self.store.run(
+            change_queries.list_changes,
+            request.project,
+            request.page_size or request.limit,
+            request.page_token,
+            auth.current().projects,
+        )
         return change_pb2.ListChangesResponse(changes=page.items, next_page_token=page.next_token)
 
     @reporting
-    async def WatchChange(self, request: change_pb2.WatchChangeRequest,
-                          context: grpc.aio.ServicerContext) -> AsyncIterator[types_pb2.Event]:
+    async def WatchChange(
+        self, request: change_pb2.WatchChangeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[types_pb2.Event]:
         who = auth.current()
-        await self.store.run(queries.change_status, request.change_id, who.projects)  # NOT_FOUND before streaming
+        await self.store.run(
+            change_queries.change_status, request.change_id, who.projects
+        )  # NOT_FOUND before streaming
         after = request.after_event_id
         while True:
             await still_allowed(self.store, who)
-            status = await self.store.run(queries.change_status, request.change_id, who.projects)
-            page = await self.store.run(lambda s: queries.events(s, change_id=request.change_id, after_id=after,
-                                                                  scope=who.projects))
+            status = await self.store.run(change_queries.change_status, request.change_id, who.projects)
+            page = await self.store.run(
+                lambda s: change_queries.events(s, change_id=request.change_id, after_id=after, scope=who.projects)
+            )
             for event in page.items:
                 after = event.id
                 yield event
@@ -74,41 +93,57 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
                 await self.notifier.wait(WATCH_POLL_SECONDS)
 
     @reporting
-    async def CancelChange(self, request: change_pb2.CancelChangeRequest,
-                           context: grpc.aio.ServicerContext) -> types_pb2.Change:
+    async def CancelChange(
+        self, request: change_pb2.CancelChangeRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Change:
         who = auth.current()
-        runs = await self.store.run(lambda s: change_lifecycle.cancel_change(
-            s, request.change_id, scope=who.projects, by=who.name, may_manage=who.has_role("run.manage")))
+        runs = await self.store.run(
+            lambda s: change_lifecycle.cancel_change(
+                s, request.change_id, scope=who.projects, by=who.name, may_manage=who.has_role("run.manage")
+            )
+        )
         self.agents.tell_cancel([(r.id, r.agent) for r in runs], "change cancelled")
         self.notifier.notify()
         self.wake()
-        return await self.store.run(queries.get_change, request.change_id)
+        return await self.store.run(change_queries.get_change, request.change_id)
 
     @reporting
-    async def ListChangeSets(self, request: change_pb2.ListChangeSetsRequest,
-                             context: grpc.aio.ServicerContext) -> change_pb2.ListChangeSetsResponse:
-        page = await self.store.run(queries.changesets, request.change_id, request.page_size, request.page_token,
-                                    auth.current().projects)
+    async def ListChangeSets(
+        self, request: change_pb2.ListChangeSetsRequest, context: grpc.aio.ServicerContext
+    ) -> change_pb2.ListChangeSetsResponse:
+        page = await self.store.run(
+            change_queries.changesets, request.change_id, request.page_size, request.page_token, auth.current().projects
+        )
         return change_pb2.ListChangeSetsResponse(changesets=page.items, next_page_token=page.next_token)
 
     @reporting
-    async def GetPatch(self, request: change_pb2.GetPatchRequest,
-                       context: grpc.aio.ServicerContext) -> change_pb2.Patch:
-        text = await self.store.run(queries.patch, self.objects, request.changeset_id, auth.current().projects)
+    async def GetPatch(
+        self, request: change_pb2.GetPatchRequest, context: grpc.aio.ServicerContext
+    ) -> change_pb2.Patch:
+        text = await self.store.run(change_queries.patch, self.objects, request.changeset_id, auth.current().projects)
         return change_pb2.Patch(changeset_id=request.changeset_id, text=text)
 
     @reporting
-    async def RaiseBudget(self, request: change_pb2.RaiseBudgetRequest,
-                          context: grpc.aio.ServicerContext) -> types_pb2.Change:
+    async def RaiseBudget(
+        self, request: change_pb2.RaiseBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Change:
         who = auth.current()
-        await self.store.run(lambda s: change_lifecycle.raise_budget(
-            s, request.change_id, request.budget_usd, scope=who.projects, by=who.name,
-            may_manage=who.has_role("run.manage")))
+        await self.store.run(
+            lambda s: change_lifecycle.raise_budget(
+                s,
+                request.change_id,
+                request.budget_usd,
+                scope=who.projects,
+                by=who.name,
+                may_manage=who.has_role("run.manage"),
+            )
+        )
         self.notifier.notify()
         self.wake()
-        return await self.store.run(queries.get_change, request.change_id)
+        return await self.store.run(change_queries.get_change, request.change_id)
 
     @reporting
-    async def GetSpend(self, request: change_pb2.GetSpendRequest,
-                       context: grpc.aio.ServicerContext) -> change_pb2.Spend:
-        return await self.store.run(queries.spend, request.change_id, auth.current().projects)
+    async def GetSpend(
+        self, request: change_pb2.GetSpendRequest, context: grpc.aio.ServicerContext
+    ) -> change_pb2.Spend:
+        return await self.store.run(change_queries.spend, request.change_id, auth.current().projects)

@@ -27,12 +27,22 @@ def ts(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
 
 def change_spec(req: change_pb2.SubmitChangeRequest) -> graph.ChangeSpec:
     return graph.ChangeSpec(
-        project=req.project, goal=req.goal, criteria=tuple(req.criteria), invariants=tuple(req.invariants),
+        project=req.project,
+        goal=req.goal,
+        criteria=tuple(req.criteria),
+        invariants=tuple(req.invariants),
         budget_usd=req.budget_usd,
         tasks=tuple(
-            graph.TaskSpec(key=t.key, kind=t.kind, objective=t.objective, depends_on=tuple(t.depends_on),
-                           command=tuple(t.command), env=dict(t.env), timeout_seconds=t.timeout_seconds,
-                           traits=task_traits(t))
+            graph.TaskSpec(
+                key=t.key,
+                kind=t.kind,
+                objective=t.objective,
+                depends_on=tuple(t.depends_on),
+                command=tuple(t.command),
+                env=dict(t.env),
+                timeout_seconds=t.timeout_seconds,
+                traits=task_traits(t),
+            )
             for t in req.tasks
         ),
     )
@@ -41,9 +51,15 @@ def change_spec(req: change_pb2.SubmitChangeRequest) -> graph.ChangeSpec:
 def task_traits(t: types_pb2.Task) -> dict[str, Any]:
     """The routing fields of a submitted Task, kept only when set; files and resources normalised (the
     request was checked, so each one normalises)."""
-    traits: dict[str, Any] = {"files": _normalised(t.files), "resources": _normalised(t.resources), "size": t.size,
-                              "complexity": t.complexity, "risk": t.risk,
-                              "required_capabilities": list(t.required_capabilities), "flags": dict(t.flags)}
+    traits: dict[str, Any] = {
+        "files": _normalised(t.files),
+        "resources": _normalised(t.resources),
+        "size": t.size,
+        "complexity": t.complexity,
+        "risk": t.risk,
+        "required_capabilities": list(t.required_capabilities),
+        "flags": dict(t.flags),
+    }
     return {k: v for k, v in traits.items() if v}
 
 
@@ -53,55 +69,123 @@ def _normalised(entries: Any) -> list[str]:
 
 def task(row: models.Task, latest_run: str = "") -> types_pb2.Task:
     spec = row.spec or {}
-    return types_pb2.Task(id=row.id, key=row.key, kind=row.kind, objective=row.objective,
-                          depends_on=row.depends_on, command=row.command, env=row.env,
-                          timeout_seconds=row.timeout_seconds, status=row.status, reason=row.reason,
-                          latest_run_id=latest_run, files=spec.get("files", []),
-                          resources=spec.get("resources", []), size=spec.get("size", ""),
-                          complexity=spec.get("complexity", ""), risk=spec.get("risk", ""),
-                          required_capabilities=spec.get("required_capabilities", []), flags=spec.get("flags", {}))
+    return types_pb2.Task(
+        id=row.id,
+        key=row.key,
+        kind=row.kind,
+        objective=row.objective,
+        depends_on=row.depends_on,
+        command=row.command,
+        env=row.env,
+        timeout_seconds=row.timeout_seconds,
+        status=row.status,
+        reason=row.reason,
+        latest_run_id=latest_run,
+        files=spec.get("files", []),
+        resources=spec.get("resources", []),
+        size=spec.get("size", ""),
+        complexity=spec.get("complexity", ""),
+        risk=spec.get("risk", ""),
+        required_capabilities=spec.get("required_capabilities", []),
+        flags=spec.get("flags", {}),
+    )
 
 
 def change(row: models.Change, tasks: list[types_pb2.Task]) -> types_pb2.Change:
-    return types_pb2.Change(id=row.id, project=row.project, goal=row.goal, criteria=row.criteria,
-                            invariants=row.invariants, budget_usd=row.budget_usd, tasks=tasks,
-                            status=row.status, submitted_by=row.submitted_by, created_at=ts(row.created_at),
-                            finished_at=ts(row.finished_at), candidate_branch=row.candidate_branch,
-                            candidate_commit=row.candidate_commit, reason=row.reason)
+    return types_pb2.Change(
+        id=row.id,
+        project=row.project,
+        goal=row.goal,
+        criteria=row.criteria,
+        invariants=row.invariants,
+        budget_usd=row.budget_usd,
+        tasks=tasks,
+        status=row.status,
+        submitted_by=row.submitted_by,
+        created_at=ts(row.created_at),
+        finished_at=ts(row.finished_at),
+        candidate_branch=row.candidate_branch,
+        candidate_commit=row.candidate_commit,
+        reason=row.reason,
+    )
 
 
 def changeset(row: models.ChangeSet, task_key: str = "") -> types_pb2.ChangeSet:
-    return types_pb2.ChangeSet(id=row.id, change_id=row.change_id, task_id=row.task_id, task_key=task_key,
-                               run_id=row.run_id, branch=row.branch, commit=row.commit, base_commit=row.base_commit,
-                               start_commit=row.start_commit, stacked_on=row.stacked_on, files=row.files,
-                               own_files=row.own_files, patch_ref=row.patch_ref, summary=row.summary,
-                               created_at=ts(row.created_at))
+    return types_pb2.ChangeSet(
+        id=row.id,
+        change_id=row.change_id,
+        task_id=row.task_id,
+        task_key=task_key,
+        run_id=row.run_id,
+        branch=row.branch,
+        commit=row.commit,
+        base_commit=row.base_commit,
+        start_commit=row.start_commit,
+        stacked_on=row.stacked_on,
+        files=row.files,
+        own_files=row.own_files,
+        patch_ref=row.patch_ref,
+        summary=row.summary,
+        created_at=ts(row.created_at),
+    )
 
 
-def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0,
-        cost: int = 0) -> types_pb2.Run:
-    return types_pb2.Run(id=row.id, change_id=row.change_id, task_id=row.task_id, task_key=task_key,
-                         state=row.state, agent=row.agent, attempt=row.attempt, exit_code=row.exit_code,
-                         reason=row.reason, created_at=ts(row.created_at), started_at=ts(row.started_at),
-                         finished_at=ts(row.finished_at), output_bytes=row.output_bytes,
-                         output_truncated=row.output_truncated, cancel_requested=row.cancel_requested,
-                         project=project, driver=row.driver, tier=row.tier, model=row.model,
-                         outcome=row.reason if row.driver == "harness" and row.finished_at else "",
-                         model_calls=calls, cost_micros=cost, context_hash=row.context_hash)
+def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0, cost: int = 0) -> types_pb2.Run:
+    return types_pb2.Run(
+        id=row.id,
+        change_id=row.change_id,
+        task_id=row.task_id,
+        task_key=task_key,
+        state=row.state,
+        agent=row.agent,
+        attempt=row.attempt,
+        exit_code=row.exit_code,
+        reason=row.reason,
+        created_at=ts(row.created_at),
+        started_at=ts(row.started_at),
+        finished_at=ts(row.finished_at),
+        output_bytes=row.output_bytes,
+        output_truncated=row.output_truncated,
+        cancel_requested=row.cancel_requested,
+        project=project,
+        driver=row.driver,
+        tier=row.tier,
+        model=row.model,
+        outcome=row.reason if row.driver == "harness" and row.finished_at else "",
+        model_calls=calls,
+        cost_micros=cost,
+        context_hash=row.context_hash,
+    )
 
 
 def agent(row: models.Agent, active: int) -> types_pb2.Agent:
-    return types_pb2.Agent(name=row.name, labels=row.labels, capacity=row.capacity, active_runs=active,
-                           connected=row.connected, draining=row.draining, drivers=row.drivers,
-                           version=row.version, connected_at=ts(row.connected_at),
-                           disconnected_at=ts(row.disconnected_at))
+    return types_pb2.Agent(
+        name=row.name,
+        labels=row.labels,
+        capacity=row.capacity,
+        active_runs=active,
+        connected=row.connected,
+        draining=row.draining,
+        drivers=row.drivers,
+        version=row.version,
+        connected_at=ts(row.connected_at),
+        disconnected_at=ts(row.disconnected_at),
+    )
 
 
 def event(row: models.Event) -> types_pb2.Event:
     data = struct_pb2.Struct()
     data.update(_plain(row.data))
-    return types_pb2.Event(id=row.id, kind=row.kind, change_id=row.change_id, task_id=row.task_id,
-                           run_id=row.run_id, agent=row.agent, data=data, created_at=ts(row.created_at))
+    return types_pb2.Event(
+        id=row.id,
+        kind=row.kind,
+        change_id=row.change_id,
+        task_id=row.task_id,
+        run_id=row.run_id,
+        agent=row.agent,
+        data=data,
+        created_at=ts(row.created_at),
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -113,8 +197,9 @@ def _plain(value: Any) -> Any:
 
 
 def log_line(row: models.RunLog) -> types_pb2.LogLine:
-    return types_pb2.LogLine(run_id=row.run_id, seq=row.seq, stream=row.stream, text=row.text,
-                             created_at=ts(row.created_at))
+    return types_pb2.LogLine(
+        run_id=row.run_id, seq=row.seq, stream=row.stream, text=row.text, created_at=ts(row.created_at)
+    )
 
 
 def run_message(msg: agent_pb2.RunMessage) -> run_lifecycle.RunMessage:
@@ -133,19 +218,40 @@ def run_message(msg: agent_pb2.RunMessage) -> run_lifecycle.RunMessage:
 def receipt(row: models.DecisionReceipt, task_key: str = "") -> types_pb2.DecisionReceipt:
     data = struct_pb2.Struct()
     data.update(_plain(row.data or {}))
-    return types_pb2.DecisionReceipt(run_id=row.run_id, task_id=row.task_id, task_key=task_key, tier=row.tier,
-                                     data=data, created_at=ts(row.created_at))
+    return types_pb2.DecisionReceipt(
+        run_id=row.run_id,
+        task_id=row.task_id,
+        task_key=task_key,
+        tier=row.tier,
+        data=data,
+        created_at=ts(row.created_at),
+    )
 
 
 def assignment(a: assignments.Assignment) -> agent_pb2.RunAssignment:
     """A run's assignment on the wire."""
     out = agent_pb2.RunAssignment(
-        run_id=a.run_id, change_id=a.change_id, task_id=a.task_id, task_key=a.task_key, kind=a.kind,
-        driver=a.driver, attempt=a.attempt, secret_env=dict(a.secret_env), tier=a.tier, model=a.model,
-        base_url=a.base_url, context_hash=a.context_hash, resume=a.resume,
-        workspace=agent_pb2.WorkspaceSpec(project=a.project, repo=a.repo, branch=a.branch, stack=[
-            agent_pb2.StackedChangeSet(**dataclasses.asdict(item)) for item in a.stack]),
-        command=agent_pb2.CommandSpec(timeout_seconds=a.timeout_seconds))
+        run_id=a.run_id,
+        change_id=a.change_id,
+        task_id=a.task_id,
+        task_key=a.task_key,
+        kind=a.kind,
+        driver=a.driver,
+        attempt=a.attempt,
+        secret_env=dict(a.secret_env),
+        tier=a.tier,
+        model=a.model,
+        base_url=a.base_url,
+        context_hash=a.context_hash,
+        resume=a.resume,
+        workspace=agent_pb2.WorkspaceSpec(
+            project=a.project,
+            repo=a.repo,
+            branch=a.branch,
+            stack=[agent_pb2.StackedChangeSet(**dataclasses.asdict(item)) for item in a.stack],
+        ),
+        command=agent_pb2.CommandSpec(timeout_seconds=a.timeout_seconds),
+    )
     if a.output_limit_bytes > 0:  # agentd stops recording a run's output past what the control plane keeps
         out.limits["output_bytes"] = a.output_limit_bytes
     if a.command is not None:

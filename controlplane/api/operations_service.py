@@ -7,7 +7,7 @@ from typing import AsyncIterator, Callable
 
 import grpc
 
-from controlplane.api import auth, queries
+from controlplane.api import auth, change_queries, run_queries
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.change_service import still_allowed
 from controlplane.api.status import reporting
@@ -22,57 +22,76 @@ TAIL_POLL_SECONDS = 1.0
 
 
 class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
-    def __init__(self, store: Store, notifier: Notifier, objects: DirectoryStore, agents: AgentSessions,
-                 wake: Callable[[], None]) -> None:
+    def __init__(
+        self, store: Store, notifier: Notifier, objects: DirectoryStore, agents: AgentSessions, wake: Callable[[], None]
+    ) -> None:
         self.store, self.notifier, self.objects, self.agents, self.wake = store, notifier, objects, agents, wake
 
     @reporting
-    async def ListAgents(self, request: operations_pb2.ListAgentsRequest,
-                         context: grpc.aio.ServicerContext) -> operations_pb2.ListAgentsResponse:
-        page = await self.store.run(queries.list_agents, request.connected_only, request.page_size,
-                                    request.page_token, auth.current().projects)
+    async def ListAgents(
+        self, request: operations_pb2.ListAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.ListAgentsResponse:
+        page = await self.store.run(
+            run_queries.list_agents,
+            request.connected_only,
+            request.page_size,
+            request.page_token,
+            auth.current().projects,
+        )
         return operations_pb2.ListAgentsResponse(agents=page.items, next_page_token=page.next_token)
 
     @reporting
-    async def DrainAgent(self, request: operations_pb2.DrainAgentRequest,
-                         context: grpc.aio.ServicerContext) -> types_pb2.Agent:
+    async def DrainAgent(
+        self, request: operations_pb2.DrainAgentRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Agent:
         await self.store.run(agent_presence.drain_agent, request.name)
         self.agents.tell_drain(request.name)
-        return await self.store.run(queries.agent, request.name)
+        return await self.store.run(run_queries.agent, request.name)
 
     @reporting
-    async def ListRuns(self, request: operations_pb2.ListRunsRequest,
-                       context: grpc.aio.ServicerContext) -> operations_pb2.ListRunsResponse:
+    async def ListRuns(
+        self, request: operations_pb2.ListRunsRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.ListRunsResponse:
         scope = auth.current().projects
-        page = await self.store.run(lambda s: queries.list_runs(
-            s, change_id=request.change_id, state=request.state, agent=request.agent,
-            limit=request.page_size or request.limit, token=request.page_token, scope=scope))
+        page = await self.store.run(
+            lambda s: run_queries.list_runs(
+                s,
+                change_id=request.change_id,
+                state=request.state,
+                agent=request.agent,
+                limit=request.page_size or request.limit,
+                token=request.page_token,
+                scope=scope,
+            )
+        )
         return operations_pb2.ListRunsResponse(runs=page.items, next_page_token=page.next_token)
 
     @reporting
-    async def GetRun(self, request: operations_pb2.GetRunRequest,
-                     context: grpc.aio.ServicerContext) -> types_pb2.Run:
-        return await self.store.run(queries.get_run, request.run_id, auth.current().projects)
+    async def GetRun(self, request: operations_pb2.GetRunRequest, context: grpc.aio.ServicerContext) -> types_pb2.Run:
+        return await self.store.run(run_queries.get_run, request.run_id, auth.current().projects)
 
     @reporting
-    async def CancelRun(self, request: operations_pb2.CancelRunRequest,
-                        context: grpc.aio.ServicerContext) -> types_pb2.Run:
+    async def CancelRun(
+        self, request: operations_pb2.CancelRunRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Run:
         reason = request.reason or "cancelled by operator"
         run = await self.store.run(run_lifecycle.cancel_run, request.run_id, reason, auth.current().projects)
         if run.state in run_states.ACTIVE:
             self.agents.tell_cancel([(run.id, run.agent)], reason)
         self.notifier.notify()
         self.wake()
-        return await self.store.run(queries.get_run, request.run_id)
+        return await self.store.run(run_queries.get_run, request.run_id)
 
     @reporting
-    async def TailRunLogs(self, request: operations_pb2.TailRunLogsRequest,
-                          context: grpc.aio.ServicerContext) -> AsyncIterator[types_pb2.LogLine]:
+    async def TailRunLogs(
+        self, request: operations_pb2.TailRunLogsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[types_pb2.LogLine]:
         who = auth.current()
         after = request.after_seq
         while True:
-            lines, state = await self.store.run(lambda s: queries.run_logs(s, request.run_id, after,
-                                                                           scope=who.projects))
+            lines, state = await self.store.run(
+                lambda s: run_queries.run_logs(s, request.run_id, after, scope=who.projects)
+            )
             for line in lines:
                 after = line.seq
                 yield line
@@ -84,41 +103,72 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
             await still_allowed(self.store, who)
 
     @reporting
-    async def ListEvents(self, request: operations_pb2.ListEventsRequest,
-                         context: grpc.aio.ServicerContext) -> operations_pb2.ListEventsResponse:
+    async def ListEvents(
+        self, request: operations_pb2.ListEventsRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.ListEventsResponse:
         scope = auth.current().projects
-        page = await self.store.run(lambda s: queries.events(
-            s, change_id=request.change_id, run_id=request.run_id, kind=request.kind, after_id=request.after_id,
-            limit=request.page_size or request.limit, token=request.page_token, scope=scope))
+        page = await self.store.run(
+            lambda s: change_queries.events(
+                s,
+                change_id=request.change_id,
+                run_id=request.run_id,
+                kind=request.kind,
+                after_id=request.after_id,
+                limit=request.page_size or request.limit,
+                token=request.page_token,
+                scope=scope,
+            )
+        )
         return operations_pb2.ListEventsResponse(events=page.items, next_page_token=page.next_token)
 
     @reporting
-    async def GetUsage(self, request: operations_pb2.GetUsageRequest,
-                       context: grpc.aio.ServicerContext) -> operations_pb2.GetUsageResponse:
+    async def GetUsage(
+        self, request: operations_pb2.GetUsageRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.GetUsageResponse:
         who = auth.current()
-        page = await self.store.run(lambda s: queries.usage(s, request.prefix, request.page_size, request.page_token,
-                                                             user=who.name, scope=who.projects))
+        page = await self.store.run(
+            lambda s: run_queries.usage(
+                s, request.prefix, request.page_size, request.page_token, user=who.name, scope=who.projects
+            )
+        )
         return operations_pb2.GetUsageResponse(meters=page.items, next_page_token=page.next_token)
 
     @reporting
-    async def ListReceipts(self, request: operations_pb2.ListReceiptsRequest,
-                           context: grpc.aio.ServicerContext) -> operations_pb2.ListReceiptsResponse:
+    async def ListReceipts(
+        self, request: operations_pb2.ListReceiptsRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.ListReceiptsResponse:
         scope = auth.current().projects
-        page = await self.store.run(lambda s: queries.receipts(s, change_id=request.change_id, run_id=request.run_id,
-                                                                size=request.page_size, token=request.page_token,
-                                                                scope=scope))
+        page = await self.store.run(
+            lambda s: change_queries.receipts(
+                s,
+                change_id=request.change_id,
+                run_id=request.run_id,
+                size=request.page_size,
+                token=request.page_token,
+                scope=scope,
+            )
+        )
         return operations_pb2.ListReceiptsResponse(receipts=page.items, next_page_token=page.next_token)
 
     @reporting
-    async def ListClaims(self, request: operations_pb2.ListClaimsRequest,
-                         context: grpc.aio.ServicerContext) -> operations_pb2.ListClaimsResponse:
-        page = await self.store.run(queries.list_claims, request.change_id, request.include_released,
-                                    request.page_size, request.page_token, auth.current().projects)
+    async def ListClaims(
+        self, request: operations_pb2.ListClaimsRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.ListClaimsResponse:
+        page = await self.store.run(
+            run_queries.list_claims,
+            request.change_id,
+            request.include_released,
+            request.page_size,
+            request.page_token,
+            auth.current().projects,
+        )
         return operations_pb2.ListClaimsResponse(claims=page.items, next_page_token=page.next_token)
 
     @reporting
-    async def GetPacket(self, request: operations_pb2.GetPacketRequest,
-                        context: grpc.aio.ServicerContext) -> operations_pb2.Packet:
-        context_hash, text = await self.store.run(queries.packet_of, self.objects, request.run_id,
-                                                  auth.current().projects)
+    async def GetPacket(
+        self, request: operations_pb2.GetPacketRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.Packet:
+        context_hash, text = await self.store.run(
+            run_queries.packet_of, self.objects, request.run_id, auth.current().projects
+        )
         return operations_pb2.Packet(run_id=request.run_id, context_hash=context_hash, json=text)

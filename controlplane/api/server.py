@@ -108,8 +108,10 @@ def lock_data_dir(data_dir: pathlib.Path) -> int:
     except OSError:
         holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise SystemExit(f"controlplane: another control plane (pid {holder}) is serving from {data_dir}; "
-                         "stop it first, or give this one its own --data-dir") from None
+        raise SystemExit(
+            f"controlplane: another control plane (pid {holder}) is serving from {data_dir}; "
+            "stop it first, or give this one its own --data-dir"
+        ) from None
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
     return fd
@@ -117,17 +119,40 @@ def lock_data_dir(data_dir: pathlib.Path) -> int:
 
 def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path) -> list[pathlib.Path]:
     """On first start (no token stored yet) write an admin and an agent token, mode 0600."""
+
     def create(s: Session) -> dict[str, str]:
         if s.scalar(select(func.count()).select_from(Token)):
             return {}
-        return {"admin": tokens.create_token(s, "user", "admin", "admin"),
-                "agent": tokens.create_token(s, "agent", "agent")}
+        return {
+            "admin": tokens.create_token(s, "user", "admin", "admin"),
+            "agent": tokens.create_token(s, "agent", "agent"),
+        }
+
     written = []
     for name, token in store.transaction(create).items():
         path = tokens_dir / f"{name}.token"
         tokens.write_token_file(path, token)
         written.append(path)
     return written
+
+
+def grpc_server(config: ServerConfig, auth: AuthInterceptor) -> grpc.aio.Server:
+    return grpc.aio.server(
+        interceptors=[auth],
+        options=[
+            # No SO_REUSEPORT: a second control plane on the same port must fail to bind, not share it.
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", config.max_message_bytes),
+            ("grpc.max_send_message_length", 16 * 1024 * 1024),
+            # Accept agentd's keepalive pings (every 10 s, also without calls in flight).
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", config.keepalive_min_ping_seconds * 1000),
+            ("grpc.http2.min_ping_interval_without_data_ms", config.keepalive_min_ping_seconds * 1000),
+            ("grpc.http2.max_ping_strikes", 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+        ],
+    )
 
 
 class ControlPlane:
@@ -143,50 +168,46 @@ class ControlPlane:
             log.warning("%s", warning)
         self.objects = DirectoryStore(config.objects)
         self.recall = Recall(store, config.data_dir, config.memory)
-        self.router = Router(store, config.harness, self.notifier, self.objects, config.data_dir / "mirrors",
-                             self.recall)
+        self.router = Router(
+            store, config.harness, self.notifier, self.objects, config.data_dir / "mirrors", self.recall
+        )
         self.agents = AgentSessions(store, config, self.notifier, self.objects)
         self.dispatcher = Dispatcher(store, config, self.notifier, self.objects, self.router, self.agents)
         self.agents.on_change, self.agents.on_refused = self.dispatcher.wake, self.dispatcher.refused
         self.liveness = Liveness(store, config, self.notifier, self.agents, self.dispatcher.wake)
         self.composer = Composer(store, self.notifier, config.data_dir / "compose")
-        self.auth = AuthInterceptor(PERMISSIONS, lambda digest: store.read(tokens.lookup, digest),
-                                    lambda token_id: store.run(tokens.touch, token_id))
-        self.health = health.aio.HealthServicer()
-        self.server = grpc.aio.server(
-            interceptors=[self.auth],
-            options=[
-                # No SO_REUSEPORT: a second control plane on the same port must fail to bind, not share it.
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_receive_message_length", config.max_message_bytes),
-                ("grpc.max_send_message_length", 16 * 1024 * 1024),
-                # Accept agentd's keepalive pings (every 10 s, also without calls in flight).
-                ("grpc.http2.min_recv_ping_interval_without_data_ms", config.keepalive_min_ping_seconds * 1000),
-                ("grpc.http2.min_ping_interval_without_data_ms", config.keepalive_min_ping_seconds * 1000),
-                ("grpc.http2.max_ping_strikes", 0),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.keepalive_time_ms", 30_000),
-                ("grpc.keepalive_timeout_ms", 10_000),
-            ],
+        self.auth = AuthInterceptor(
+            PERMISSIONS,
+            lambda digest: store.read(tokens.lookup, digest),
+            lambda token_id: store.run(tokens.touch, token_id),
         )
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(
-            AgentService(store, self.notifier, self.objects, self.agents, self.router, lambda: self.config), self.server)
-        change_pb2_grpc.add_ChangeServiceServicer_to_server(
-            ChangeService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake,
-                          validation.Limits(config.max_budget_usd)), self.server)
-        operations_pb2_grpc.add_OperationsServiceServicer_to_server(
-            OperationsService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake), self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME),
-                                            self.server)
+        self.health = health.aio.HealthServicer()
+        self.server = grpc_server(config, self.auth)
+        self._add_services(config, store)
         try:
             self.port = self._bind(config)
         except RuntimeError as err:  # grpc raises when the address cannot be bound
-            raise SystemExit(f"controlplane: cannot listen on {config.listen}: {err} (is another control plane "
-                             "listening there?)") from None
+            raise SystemExit(
+                f"controlplane: cannot listen on {config.listen}: {err} (is another control plane listening there?)"
+            ) from None
         if self.port == 0:
-            raise SystemExit(f"controlplane: cannot listen on {config.listen} (is another control plane "
-                             "listening there?)")
+            raise SystemExit(
+                f"controlplane: cannot listen on {config.listen} (is another control plane listening there?)"
+            )
+
+    def _add_services(self, config: ServerConfig, store: Store) -> None:
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(
+            AgentService(store, self.notifier, self.objects, self.agents, self.router, lambda: self.config), self.server
+        )
+        limits = validation.Limits(config.max_budget_usd)
+        change_pb2_grpc.add_ChangeServiceServicer_to_server(
+            ChangeService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake, limits), self.server
+        )
+        operations_pb2_grpc.add_OperationsServiceServicer_to_server(
+            OperationsService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake), self.server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
 
     def _bind(self, config: ServerConfig) -> int:
         """TLS (mTLS with a client CA) when configured; plaintext only on loopback unless allowed."""
@@ -196,19 +217,25 @@ class ControlPlane:
             ca = pathlib.Path(config.tls_client_ca).read_bytes() if config.tls_client_ca else None
             credentials = grpc.ssl_server_credentials(
                 [(pathlib.Path(config.tls_key).read_bytes(), pathlib.Path(config.tls_cert).read_bytes())],
-                root_certificates=ca, require_client_auth=ca is not None)
+                root_certificates=ca,
+                require_client_auth=ca is not None,
+            )
             return self.server.add_secure_port(config.listen, credentials)
         host = config.listen.rsplit(":", 1)[0].strip("[]")
         if host not in LOOPBACK and not config.allow_plaintext:
-            raise SystemExit(f"controlplane: refusing plaintext on {config.listen} (not loopback): give "
-                             "--tls-cert and --tls-key, or --allow-plaintext on a private network")
+            raise SystemExit(
+                f"controlplane: refusing plaintext on {config.listen} (not loopback): give "
+                "--tls-cert and --tls-key, or --allow-plaintext on a private network"
+            )
         return self.server.add_insecure_port(config.listen)
 
     async def start(self) -> None:
         await self.store.run(agent_presence.disconnect_all)  # none is connected to this process yet
-        self._loops = [asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
-                       asyncio.create_task(self.liveness.run_forever(), name="liveness"),
-                       asyncio.create_task(self.composer.run_forever(), name="composer")]
+        self._loops = [
+            asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
+            asyncio.create_task(self.liveness.run_forever(), name="liveness"),
+            asyncio.create_task(self.composer.run_forever(), name="composer"),
+        ]
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -260,4 +287,5 @@ async def serve(config: ServerConfig, store: Store, config_file: pathlib.Path | 
 def _safe_url(url: str) -> str:
     """A database URL without its password, for logs."""
     from sqlalchemy.engine import make_url
+
     return make_url(url).render_as_string(hide_password=True)

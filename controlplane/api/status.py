@@ -24,8 +24,6 @@ def grpc_code(err: DroverError) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, err.code, grpc.StatusCode.INTERNAL)
 
 
-
-
 async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:
     eid = error_id()
     log.exception("%s failed with an unexpected error, id %s", method, eid)
@@ -36,6 +34,7 @@ def reporting(method: Callable[..., Any]) -> Callable[..., Any]:
     """Check the request against validation's rules, run the method, report its failure as a status."""
     name = method.__name__
     if inspect.isasyncgenfunction(method):
+
         @functools.wraps(method)
         async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
@@ -48,6 +47,7 @@ def reporting(method: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             except Exception:
                 await _internal(context, name)
+
         return stream
 
     @functools.wraps(method)
@@ -61,4 +61,5 @@ def reporting(method: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except Exception:
             await _internal(context, name)
+
     return unary

@@ -57,6 +57,7 @@ PURPOSES = ("", "agent", "fold")
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What the operator configures."""
+
     max_budget_usd: float = 10_000.0
     """The highest budget a Change may have (SubmitChange, RaiseBudget)."""
 
@@ -64,6 +65,7 @@ class Limits:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """What one field may hold. For a list or a map the item rules apply to each entry."""
+
     max_len: int = DEFAULT_STRING
     """Characters of a string (each item of a list of strings, each value of a map)."""
     pattern: re.Pattern[str] | None = None
@@ -94,8 +96,11 @@ def _page(maximum: int) -> Rule:
 
 
 TOKEN = Rule(max_len=512)
-KEY = Rule(pattern=TASK_KEY, optional=False, explain="a Task key: lower-case letters, digits, '.', '_', '-', "
-                                                       "starting with a letter or digit, at most 64")
+KEY = Rule(
+    pattern=TASK_KEY,
+    optional=False,
+    explain="a Task key: lower-case letters, digits, '.', '_', '-', starting with a letter or digit, at most 64",
+)
 ID_RULE = Rule(pattern=ID, max_len=64, explain="an id: letters, digits, '_', '.', '-', at most 64")
 """An optional id: a filter left out."""
 ID_REQUIRED = dataclasses.replace(ID_RULE, optional=False)
@@ -109,21 +114,24 @@ RULES: dict[str, Rule] = {
     "drover.v1.SubmitChangeRequest.budget_usd": Rule(limit=lambda limits: limits.max_budget_usd),
     "drover.v1.SubmitChangeRequest.tasks": Rule(max_items=500),
     "drover.v1.Task.key": KEY,
-    "drover.v1.Task.kind": Rule(pattern=KIND, optional=False, explain="a kind: lower-case letters, digits, '_', "
-                                                                      "'-', at most 32"),
+    "drover.v1.Task.kind": Rule(
+        pattern=KIND, optional=False, explain="a kind: lower-case letters, digits, '_', '-', at most 32"
+    ),
     "drover.v1.Task.objective": Rule(max_len=64 * KiB),
     "drover.v1.Task.depends_on": Rule(pattern=TASK_KEY, optional=False, max_items=500, explain="a Task key"),
     "drover.v1.Task.command": Rule(max_len=16 * KiB, max_items=1000),
-    "drover.v1.Task.env": Rule(max_len=32 * KiB, max_items=200, key_pattern=ENV_NAME,
-                               explain="a POSIX environment variable name"),
+    "drover.v1.Task.env": Rule(
+        max_len=32 * KiB, max_items=200, key_pattern=ENV_NAME, explain="a POSIX environment variable name"
+    ),
     "drover.v1.Task.timeout_seconds": Rule(maximum=MAX_TIMEOUT_SECONDS),
     "drover.v1.Task.files": Rule(max_len=1 * KiB, max_items=200, item=resources.normalise),
     "drover.v1.Task.resources": Rule(max_len=1 * KiB, max_items=200, item=resources.normalise),
     "drover.v1.Task.size": Rule(choices=SIZES),
     "drover.v1.Task.complexity": Rule(choices=LEVELS),
     "drover.v1.Task.risk": Rule(choices=LEVELS),
-    "drover.v1.Task.required_capabilities": Rule(pattern=CAPABILITY, optional=False, max_items=32,
-                                                 explain="a capability name"),
+    "drover.v1.Task.required_capabilities": Rule(
+        pattern=CAPABILITY, optional=False, max_items=32, explain="a capability name"
+    ),
     "drover.v1.Task.flags": Rule(max_items=len(FLAGS), key_choices=FLAGS),
     # Output fields of a Task: a submission leaves them empty, and they are ignored.
     "drover.v1.Task.id": Rule(max_len=64),
@@ -193,16 +201,20 @@ RULES: dict[str, Rule] = {
     "drover.v1.PublishChangeSetRequest.commit": Rule(pattern=COMMIT, optional=False, explain="a commit id"),
     "drover.v1.PublishChangeSetRequest.base_commit": Rule(pattern=COMMIT, explain="a commit id"),
     "drover.v1.PublishChangeSetRequest.start_commit": Rule(pattern=COMMIT, explain="a commit id"),
-    "drover.v1.PublishChangeSetRequest.stacked_on": Rule(pattern=ID, optional=False, max_items=500,
-                                                         explain="a ChangeSet id"),
+    "drover.v1.PublishChangeSetRequest.stacked_on": Rule(
+        pattern=ID, optional=False, max_items=500, explain="a ChangeSet id"
+    ),
     "drover.v1.PublishChangeSetRequest.files": Rule(max_items=100_000),
     "drover.v1.PublishChangeSetRequest.own_files": Rule(max_items=100_000),
     "drover.v1.PublishChangeSetRequest.patch": Rule(max_len=64 * MiB),
     "drover.v1.PublishChangeSetRequest.summary": Rule(max_len=64 * KiB),
     "drover.v1.PublishChangeSetRequest.intent_json": Rule(max_len=64 * KiB, json_object=True),
     # --- AgentService.Connect: the agent's messages ----------------------------------------------
-    "drover.v1.Hello.name": Rule(pattern=AGENT_NAME, optional=False, explain="an agent name: letters, digits, "
-                                                                             "'.', '_', ':', '@', '-', at most 200"),
+    "drover.v1.Hello.name": Rule(
+        pattern=AGENT_NAME,
+        optional=False,
+        explain="an agent name: letters, digits, '.', '_', ':', '@', '-', at most 200",
+    ),
     "drover.v1.Hello.labels": Rule(max_len=256, max_items=64, key_pattern=LABEL_KEY, explain="a label key"),
     "drover.v1.Hello.capacity": Rule(minimum=1, maximum=1024),
     "drover.v1.Hello.drivers": Rule(pattern=KIND, optional=False, max_items=16, explain="a driver name"),
@@ -211,12 +223,12 @@ RULES: dict[str, Rule] = {
     "drover.v1.Hello.undelivered_runs": Rule(pattern=ID, optional=False, max_items=10_000, explain="a run id"),
     "drover.v1.Hello.resume_runs": Rule(pattern=ID, optional=False, max_items=10_000, explain="a run id"),
     "drover.v1.RunMessage.run_id": Rule(pattern=ID, optional=False, explain="a run id"),
-    "drover.v1.RunMessage.seq": Rule(minimum=1, maximum=2 ** 62),
+    "drover.v1.RunMessage.seq": Rule(minimum=1, maximum=2**62),
     "drover.v1.RunRefused.reason": Rule(max_len=1 * KiB),
     "drover.v1.LogBatch.stream": Rule(choices=STREAMS, optional=False),
     "drover.v1.LogBatch.text": Rule(max_len=16 * MiB),
     "drover.v1.RunFinished.status": Rule(max_len=32),
-    "drover.v1.RunFinished.exit_code": Rule(minimum=-(2 ** 31)),
+    "drover.v1.RunFinished.exit_code": Rule(minimum=-(2**31)),
     "drover.v1.RunFinished.reason": Rule(max_len=1 * KiB),
     "drover.v1.RunFinished.error": Rule(max_len=64 * KiB),
 }
@@ -315,12 +327,11 @@ def _map(value: Any, field: FieldDescriptor, rule: Rule, name: str, limits: Limi
             if rule.key_pattern is not None and not rule.key_pattern.fullmatch(key):
                 raise InvalidArgument(f"{_show(key)} is not {rule.explain or 'an allowed key'}", field=where)
             if rule.key_choices and key not in rule.key_choices:
-                raise InvalidArgument(f"unknown key {_show(key)}; known: {', '.join(sorted(rule.key_choices))}",
-                                      field=where)
+                raise InvalidArgument(
+                    f"unknown key {_show(key)}; known: {', '.join(sorted(rule.key_choices))}", field=where
+                )
         item_rule = dataclasses.replace(rule, pattern=None, choices=(), key_pattern=None)
         _scalar(value[key], value_field, item_rule, where, limits)
-
-
 
 
 def _repeated(field: FieldDescriptor) -> bool:
@@ -328,8 +339,7 @@ def _repeated(field: FieldDescriptor) -> bool:
 
 
 def _is_map(field: FieldDescriptor) -> bool:
-    return (field.type == FieldDescriptor.TYPE_MESSAGE and _repeated(field)
-            and field.message_type.GetOptions().map_entry)
+    return field.type == FieldDescriptor.TYPE_MESSAGE and _repeated(field) and field.message_type.GetOptions().map_entry
 
 
 def _show(value: str) -> str:

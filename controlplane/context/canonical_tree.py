@@ -22,8 +22,9 @@ def _is_local(repo: str) -> bool:
     return "://" not in repo and not repo.startswith("git@") or repo.startswith("file://")
 
 
-def open_canonical(project: str, repo: str, branch: str, mirrors: pathlib.Path,
-                   token: str = "") -> tuple[pygit2.Repository, str]:
+def open_canonical(
+    project: str, repo: str, branch: str, mirrors: pathlib.Path, token: str = ""
+) -> tuple[pygit2.Repository, str]:
     """The repository and the commit id at the tip of `branch` ("" for an empty repository)."""
     try:
         if _is_local(repo):

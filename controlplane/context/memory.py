@@ -134,10 +134,32 @@ def chunks(path: str, blob: str, tree: str, text: str) -> list[Chunk]:
     lines = text.splitlines(keepends=True)
     out = []
     for n, start in enumerate(range(0, len(lines), CHUNK_LINES)):
-        body = "".join(lines[start:start + CHUNK_LINES])
-        out.append(Chunk(f"file:{path}:{n}@{blob}", body, {"kind": FILE, "path": path, "blob": blob, "tree": tree,
-                                                           "changeset": "", "line": start + 1}))
+        body = "".join(lines[start : start + CHUNK_LINES])
+        out.append(
+            Chunk(
+                f"file:{path}:{n}@{blob}",
+                body,
+                {"kind": FILE, "path": path, "blob": blob, "tree": tree, "changeset": "", "line": start + 1},
+            )
+        )
     return out
+
+
+def intent_chunk(intent: Mapping[str, Any], tree_id: str) -> Chunk:
+    """A ChangeSet's intent as a chunk of its own."""
+    return Chunk(
+        f"intent:{intent['changeset_id']}",
+        str(intent["text"]),
+        {
+            "kind": INTENT,
+            "path": "",
+            "blob": "",
+            "tree": tree_id,
+            "changeset": str(intent["changeset_id"]),
+            "line": 0,
+            "files": "\n".join(intent.get("files") or ()),
+        },
+    )
 
 
 class Memory:
@@ -155,15 +177,20 @@ class Memory:
         if url:
             parts = urllib.parse.urlsplit(url if "//" in url else f"http://{url}")
             https = parts.scheme == "https"
-            client = chromadb.HttpClient(host=parts.hostname or "localhost",
-                                         port=parts.port or (443 if https else 8000), ssl=https, settings=settings)
+            client = chromadb.HttpClient(
+                host=parts.hostname or "localhost",
+                port=parts.port or (443 if https else 8000),
+                ssl=https,
+                settings=settings,
+            )
         else:
             client = chromadb.PersistentClient(path=str(Path(data_dir) / "chroma"), settings=settings)
         return cls(client, OnnxEmbedder(*find_model(model_dir)))
 
     def _collection(self, project: str) -> Any:
-        return self.client.get_or_create_collection(collection_name(project), metadata={"hnsw:space": "cosine"},
-                                                    embedding_function=self.embedder)
+        return self.client.get_or_create_collection(
+            collection_name(project), metadata={"hnsw:space": "cosine"}, embedding_function=self.embedder
+        )
 
     def state(self, project: str) -> IndexState:
         """The project's index state, read from chroma now."""
@@ -172,16 +199,22 @@ class Memory:
     @staticmethod
     def _state(collection: Any) -> IndexState:
         meta = collection.metadata or {}
-        return IndexState(str(meta.get("tree", "")), str(meta.get("building", "")),
-                          float(meta.get("building_since", 0.0)))
+        return IndexState(
+            str(meta.get("tree", "")), str(meta.get("building", "")), float(meta.get("building_since", 0.0))
+        )
 
     @staticmethod
     def _set_state(collection: Any, state: IndexState) -> None:
         # modify() replaces the metadata; chroma refuses hnsw:* keys there, the space is in the configuration.
         collection.modify(metadata=dataclasses.asdict(state))
 
-    def build(self, project: str, tree_id: str, files: Mapping[str, tuple[str, str]],
-              intents: Iterable[Mapping[str, Any]] = ()) -> BuildReport:
+    def build(
+        self,
+        project: str,
+        tree_id: str,
+        files: Mapping[str, tuple[str, str]],
+        intents: Iterable[Mapping[str, Any]] = (),
+    ) -> BuildReport:
         """Index `tree_id`: `files` maps every path of the tree to (blob id, text); `intents` are
         {changeset_id, text, files} of the ChangeSets composed so far.
 
@@ -197,30 +230,22 @@ class Memory:
         self._set_state(collection, IndexState(previous.tree, tree_id, time.time()))
         try:
             indexed = self._indexed_ids(collection)
-            wanted: list[Chunk] = []
-            keep: set[str] = set()
-            for path, (blob, text) in files.items():
-                for chunk in chunks(path, blob, tree_id, text):
-                    keep.add(chunk.id)
-                    if chunk.id not in indexed:
-                        wanted.append(chunk)
-            for intent in intents:
-                chunk = Chunk(f"intent:{intent['changeset_id']}", str(intent["text"]),
-                              {"kind": INTENT, "path": "", "blob": "", "tree": tree_id,
-                               "changeset": str(intent["changeset_id"]), "line": 0,
-                               "files": "\n".join(intent.get("files") or ())})
-                keep.add(chunk.id)
-                if chunk.id not in indexed and chunk.text.strip():
-                    wanted.append(chunk)
+            candidates = [chunk for path, (blob, text) in files.items() for chunk in chunks(path, blob, tree_id, text)]
+            candidates += [intent_chunk(intent, tree_id) for intent in intents]
+            keep = {chunk.id for chunk in candidates}
+            wanted = [c for c in candidates if c.id not in indexed and (c.metadata["kind"] != INTENT or c.text.strip())]
             # Intents stay after their files leave the tree; a query skips those whose files all left.
             stale = [i for i in indexed if i not in keep and i.startswith("file:")]
             for start in range(0, len(wanted), ADD_BATCH):
-                batch = wanted[start:start + ADD_BATCH]
-                collection.add(ids=[c.id for c in batch], documents=[c.text for c in batch],
-                               metadatas=[c.metadata for c in batch],
-                               embeddings=self.embedder([c.text for c in batch]))
+                batch = wanted[start : start + ADD_BATCH]
+                collection.add(
+                    ids=[c.id for c in batch],
+                    documents=[c.text for c in batch],
+                    metadatas=[c.metadata for c in batch],
+                    embeddings=self.embedder([c.text for c in batch]),
+                )
             for start in range(0, len(stale), ADD_BATCH * 8):
-                collection.delete(ids=stale[start:start + ADD_BATCH * 8])
+                collection.delete(ids=stale[start : start + ADD_BATCH * 8])
         except BaseException:
             self._set_state(collection, IndexState(previous.tree))
             raise
@@ -236,8 +261,15 @@ class Memory:
             if len(got) < page:
                 return ids
 
-    def wait_for_index(self, project: str, tree_id: str, waits: int = 6, interval: float = 2.0,
-                       sleep: Sleep = time.sleep, now: Callable[[], float] = time.time) -> bool:
+    def wait_for_index(
+        self,
+        project: str,
+        tree_id: str,
+        waits: int = 6,
+        interval: float = 2.0,
+        sleep: Sleep = time.sleep,
+        now: Callable[[], float] = time.time,
+    ) -> bool:
         """True once `tree_id` is indexed. While a build of `tree_id` runs, sleeps `interval` up to
         `waits` times; False when it is still running after that, or when no build of it runs."""
         for attempt in range(waits + 1):
@@ -250,8 +282,16 @@ class Memory:
             sleep(interval)
         return False
 
-    def query(self, project: str, tree_id: str, text: str, tree_files: set[str], k: int = 5,
-              min_similarity: float = 0.6, spend: Spend = lambda: True) -> Matches:
+    def query(
+        self,
+        project: str,
+        tree_id: str,
+        text: str,
+        tree_files: set[str],
+        k: int = 5,
+        min_similarity: float = 0.6,
+        spend: Spend = lambda: True,
+    ) -> Matches:
         """The at most `k` files and intents most similar to `text`, each at least `min_similarity`,
         one per path (its best chunk), only files in `tree_files` and intents touching one of them.
 
@@ -266,8 +306,9 @@ class Memory:
         if not spend():
             return Matches(reason="semantic memory: the daily cap of query embeddings is reached", tree=state.tree)
         # Fetch more than k: several chunks of one file, and files not in the run's tree, are dropped.
-        found = collection.query(query_texts=[text], n_results=max(4 * k, 20),
-                                 include=["documents", "metadatas", "distances"])
+        found = collection.query(
+            query_texts=[text], n_results=max(4 * k, 20), include=["documents", "metadatas", "distances"]
+        )
         matches: dict[str, Match] = {}
         for meta, document, distance in zip(found["metadatas"][0], found["documents"][0], found["distances"][0]):
             similarity = 1.0 - float(distance)
@@ -283,6 +324,13 @@ class Memory:
                     continue
                 key = f"changeset:{meta['changeset']}"
             if key not in matches:
-                matches[key] = Match(key, similarity, document or "", str(meta.get("blob", "")), str(meta["kind"]),
-                                     int(meta.get("line", 0)), str(meta.get("changeset", "")))
+                matches[key] = Match(
+                    key,
+                    similarity,
+                    document or "",
+                    str(meta.get("blob", "")),
+                    str(meta["kind"]),
+                    int(meta.get("line", 0)),
+                    str(meta.get("changeset", "")),
+                )
         return Matches(matches.values(), tree=state.tree)

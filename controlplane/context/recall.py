@@ -47,10 +47,15 @@ def take_query(s: Session, cap: int) -> bool:
 
 
 def intents_of(s: Session, project: str) -> list[dict[str, Any]]:
-    return [{"changeset_id": cs.id, "text": cs.summary, "files": list(cs.own_files)}
-            for cs in s.scalars(select(ChangeSet).join(Change, Change.id == ChangeSet.change_id)
-                                .where(Change.project == project, ChangeSet.summary != "")
-                                .order_by(ChangeSet.created_at))]
+    return [
+        {"changeset_id": cs.id, "text": cs.summary, "files": list(cs.own_files)}
+        for cs in s.scalars(
+            select(ChangeSet)
+            .join(Change, Change.id == ChangeSet.change_id)
+            .where(Change.project == project, ChangeSet.summary != "")
+            .order_by(ChangeSet.created_at)
+        )
+    ]
 
 
 def tree_files(repo_path: str, commit: str) -> tuple[str, dict[str, tuple[str, str]]]:
@@ -81,8 +86,10 @@ class Recall:
                 from controlplane.context.memory import (
                     Memory,  # chromadb and onnxruntime load only when used
                 )
-                self._memory = await asyncio.to_thread(Memory.open, self.data_dir, self.config.url,
-                                                       self.config.model_dir)
+
+                self._memory = await asyncio.to_thread(
+                    Memory.open, self.data_dir, self.config.url, self.config.model_dir
+                )
             except Exception as err:  # no model, no chroma: runs go on without semantic items
                 self._unavailable = f"semantic memory unavailable: {type(err).__name__}: {err}"
                 log.warning("%s", self._unavailable)
@@ -101,12 +108,18 @@ class Recall:
         running = self._builds.get(project)
         if running is None or running.done():
             task = asyncio.create_task(self.build(project, repo_path, commit))
-            task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
-                                   or log.warning("index build of %s failed: %s", project, t.exception()))
+            task.add_done_callback(
+                lambda t: (
+                    t.cancelled()
+                    or t.exception() is None
+                    or log.warning("index build of %s failed: %s", project, t.exception())
+                )
+            )
             self._builds[project] = task
 
-    async def items(self, project: str, repo_path: str, commit: str, query: str,
-                    files: set[str]) -> tuple[tuple[packet.Item, ...], str]:
+    async def items(
+        self, project: str, repo_path: str, commit: str, query: str, files: set[str]
+    ) -> tuple[tuple[packet.Item, ...], str]:
         """Semantic items for a run at `commit`, and a note when there are none to give."""
         memory = await self.memory()
         if memory is None:
@@ -118,11 +131,20 @@ class Recall:
             if not await asyncio.to_thread(memory.wait_for_index, project, tree_id):
                 return (), f"the memory index of tree {tree_id[:12]} is still being built: no semantic items"
         cap = self.config.queries_per_day
-        matches = await asyncio.to_thread(memory.query, project, tree_id, query, files,
-                                          spend=lambda: self.store.transaction(take_query, cap))
-        items = tuple(packet.Item(
-            item_id=f"semantic:{m.path}@{m.blob or m.changeset}", source="semantic",
-            priority=retrieval.PRIORITY["semantic"] + rank, source_version=m.blob or m.changeset,
-            captured_at="", title=f"{m.path} (similarity {m.similarity:.2f})", text=m.text,
-            score=round(m.similarity, 4)) for rank, m in enumerate(matches))
+        matches = await asyncio.to_thread(
+            memory.query, project, tree_id, query, files, spend=lambda: self.store.transaction(take_query, cap)
+        )
+        items = tuple(
+            packet.Item(
+                item_id=f"semantic:{m.path}@{m.blob or m.changeset}",
+                source="semantic",
+                priority=retrieval.PRIORITY["semantic"] + rank,
+                source_version=m.blob or m.changeset,
+                captured_at="",
+                title=f"{m.path} (similarity {m.similarity:.2f})",
+                text=m.text,
+                score=round(m.similarity, 4),
+            )
+            for rank, m in enumerate(matches)
+        )
         return items, matches.reason

@@ -20,15 +20,26 @@ import pygit2
 from controlplane.domain.packet import CONVENTION, Item
 from drover.core.filewindow import file_window
 
-PRIORITY = {"declared_file": 0, "dependency_neighbour": 1000, "resource_owner": 2000,
-            "dependency_intent": 3000, "nearby_intent": 4000, "prior_failure": 5000, "semantic": 6000}
-FILE_MAX_CHARS = 8_000          # a file item's text, cut like read_file cuts (its note says where to read on)
-CONVENTION_MAX_CHARS = 4_000    # each convention file
-CONVENTIONS_MAX = 4             # convention files at most
-MAX_NEIGHBOURS = 40             # neighbour items at most; the packet trims further by priority
-SOURCE_ROOTS = ("", "src/")     # where absolute imports are looked for
-_CONVENTION_NAMES = (re.compile(r"(?i)readme(\.[\w-]+)*"), re.compile(r"(?i)contributing(\.[\w-]+)*"),
-                     re.compile(r"AGENTS\.md"), re.compile(r"\.editorconfig"))
+PRIORITY = {
+    "declared_file": 0,
+    "dependency_neighbour": 1000,
+    "resource_owner": 2000,
+    "dependency_intent": 3000,
+    "nearby_intent": 4000,
+    "prior_failure": 5000,
+    "semantic": 6000,
+}
+FILE_MAX_CHARS = 8_000  # a file item's text, cut like read_file cuts (its note says where to read on)
+CONVENTION_MAX_CHARS = 4_000  # each convention file
+CONVENTIONS_MAX = 4  # convention files at most
+MAX_NEIGHBOURS = 40  # neighbour items at most; the packet trims further by priority
+SOURCE_ROOTS = ("", "src/")  # where absolute imports are looked for
+_CONVENTION_NAMES = (
+    re.compile(r"(?i)readme(\.[\w-]+)*"),
+    re.compile(r"(?i)contributing(\.[\w-]+)*"),
+    re.compile(r"AGENTS\.md"),
+    re.compile(r"\.editorconfig"),
+)
 _CONVENTION_DIRS = ("", ".github/", "docs/")
 
 
@@ -102,8 +113,7 @@ def _text(data: bytes) -> str | None:
         return None
 
 
-def python_imports(path: str, text: str, files: Collection[str],
-                   roots: Sequence[str] = SOURCE_ROOTS) -> set[str]:
+def python_imports(path: str, text: str, files: Collection[str], roots: Sequence[str] = SOURCE_ROOTS) -> set[str]:
     """The files of `files` that the Python file `path` imports. A module maps to `a/b.py` or
     `a/b/__init__.py` (absolute imports under each of `roots`, relative ones against the file's
     package); `from a import b` is module a.b when that exists, else a; a missing module falls
@@ -125,7 +135,7 @@ def python_imports(path: str, text: str, files: Collection[str],
             if node.level:
                 if node.level - 1 > len(package):
                     continue  # climbs above the repository
-                base = package[:len(package) - (node.level - 1)]
+                base = package[: len(package) - (node.level - 1)]
                 parts, floor, bases = base + module, max(len(base), 1), ("",)
             else:
                 parts, floor, bases = module, 1, roots
@@ -198,23 +208,29 @@ class _Target:
 
     @classmethod
     def of(cls, path: str) -> _Target:
-        stem = path[:-len(".py")]
+        stem = path[: -len(".py")]
         is_init = stem == "__init__" or stem.endswith("/__init__")
-        stem = stem[:-len("__init__")].rstrip("/") if is_init else stem
+        stem = stem[: -len("__init__")].rstrip("/") if is_init else stem
         parts = stem.split("/")
-        absolute = tuple(tuple(stem[len(r):].split("/")) for r in SOURCE_ROOTS if stem.startswith(r) and stem[len(r):])
+        absolute = tuple(
+            tuple(stem[len(r) :].split("/")) for r in SOURCE_ROOTS if stem.startswith(r) and stem[len(r) :]
+        )
         top = parts[0] + "/" if len(parts) > 1 or is_init else ""
         return cls(path, absolute, parts[-1], top, stem + "/" if is_init else None)
 
     def may_be_imported(self, path: str, text: str, relative: bool) -> bool:
         if any(all(part in text for part in parts) for parts in self.absolute):
             return True
-        return relative and path.startswith(self.top) and (
-            self.name in text or (self.package is not None and path.startswith(self.package)))
+        return (
+            relative
+            and path.startswith(self.top)
+            and (self.name in text or (self.package is not None and path.startswith(self.package)))
+        )
 
 
-def file_items(tree: Tree, paths: Iterable[str], captured_at: str, source: str,
-               max_chars: int = FILE_MAX_CHARS) -> list[Item]:
+def file_items(
+    tree: Tree, paths: Iterable[str], captured_at: str, source: str, max_chars: int = FILE_MAX_CHARS
+) -> list[Item]:
     """One Item per path (id `file:<path>@<blob>`); a path not in the tree is a new file (version
     "absent"), a binary file is named but not shown."""
     items = []
@@ -226,8 +242,17 @@ def file_items(tree: Tree, paths: Iterable[str], captured_at: str, source: str,
         else:
             text = tree.read(path)
             body = file_window(text, 1, max_chars) if text is not None else "(binary or not UTF-8: not shown)"
-        items.append(Item(item_id=f"file:{path}@{version}", source=source, priority=_priority(source, rank),
-                          source_version=version, captured_at=captured_at, title=path, text=body))
+        items.append(
+            Item(
+                item_id=f"file:{path}@{version}",
+                source=source,
+                priority=_priority(source, rank),
+                source_version=version,
+                captured_at=captured_at,
+                title=path,
+                text=body,
+            )
+        )
     return items
 
 
@@ -236,8 +261,7 @@ def declared_items(tree: Tree, paths: Iterable[str], captured_at: str) -> list[I
     return file_items(tree, paths, captured_at, "declared_file")
 
 
-def neighbour_items(tree: Tree, paths: Iterable[str], captured_at: str,
-                    max_items: int = MAX_NEIGHBOURS) -> list[Item]:
+def neighbour_items(tree: Tree, paths: Iterable[str], captured_at: str, max_items: int = MAX_NEIGHBOURS) -> list[Item]:
     """The first `max_items` dependency neighbours (as ordered by `dependency_neighbours`)."""
     return file_items(tree, list(paths)[:max_items], captured_at, "dependency_neighbour")
 
@@ -265,10 +289,17 @@ def resource_owner_items(owners: Iterable[Mapping[str, Any]], captured_at: str) 
         cs = o.get("changeset_id")
         version = cs or f"task:{o['task_id']}"
         files = ", ".join(o.get("files") or ()) or "none"
-        items.append(Item(item_id=f"changeset:{cs}" if cs else f"task:{o['task_id']}", source="resource_owner",
-                          priority=_priority("resource_owner", rank), source_version=version,
-                          captured_at=captured_at, title=f"{o['resource']}: last touched by Task {o['task_key']}",
-                          text=f"{o.get('summary', '')}\nfiles: {files}"))
+        items.append(
+            Item(
+                item_id=f"changeset:{cs}" if cs else f"task:{o['task_id']}",
+                source="resource_owner",
+                priority=_priority("resource_owner", rank),
+                source_version=version,
+                captured_at=captured_at,
+                title=f"{o['resource']}: last touched by Task {o['task_key']}",
+                text=f"{o.get('summary', '')}\nfiles: {files}",
+            )
+        )
     return items
 
 
@@ -282,22 +313,36 @@ def intent_items(intents: Iterable[Mapping[str, Any]], captured_at: str) -> list
             raise ValueError(f"intent relation must be dependency or nearby, not {i['relation']!r}")
         cs = i.get("changeset_id")
         files = ", ".join(i.get("files") or ()) or "none"
-        items.append(Item(item_id=f"intent:{i['task_id']}", source=source, priority=_priority(source, rank),
-                          source_version=cs or f"task:{i['task_id']}", captured_at=captured_at,
-                          title=f"{i['relation']} Task {i['task_key']}",
-                          text=f"{i.get('intent', '')}\nfiles: {files}"))
+        items.append(
+            Item(
+                item_id=f"intent:{i['task_id']}",
+                source=source,
+                priority=_priority(source, rank),
+                source_version=cs or f"task:{i['task_id']}",
+                captured_at=captured_at,
+                title=f"{i['relation']} Task {i['task_key']}",
+                text=f"{i.get('intent', '')}\nfiles: {files}",
+            )
+        )
     return items
 
 
 def failure_items(failures: Iterable[Mapping[str, Any]], captured_at: str) -> list[Item]:
     """Failed runs (their logs compacted by the caller). Each failure:
     {run_id, task_key, attempt, tier, outcome, reason, log}."""
-    return [Item(item_id=f"failure:{f['run_id']}", source="prior_failure", priority=_priority("prior_failure", rank),
-                 source_version=f["run_id"], captured_at=captured_at,
-                 title=f"Task {f['task_key']} attempt {f.get('attempt', '?')} at {f.get('tier', '?')}: "
-                       f"{f.get('outcome', 'failed')}",
-                 text=f"reason: {f.get('reason', '')}\n{f.get('log', '')}".rstrip())
-            for rank, f in enumerate(failures)]
+    return [
+        Item(
+            item_id=f"failure:{f['run_id']}",
+            source="prior_failure",
+            priority=_priority("prior_failure", rank),
+            source_version=f["run_id"],
+            captured_at=captured_at,
+            title=f"Task {f['task_key']} attempt {f.get('attempt', '?')} at {f.get('tier', '?')}: "
+            f"{f.get('outcome', 'failed')}",
+            text=f"reason: {f.get('reason', '')}\n{f.get('log', '')}".rstrip(),
+        )
+        for rank, f in enumerate(failures)
+    ]
 
 
 def _priority(source: str, rank: int) -> int:

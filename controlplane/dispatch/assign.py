@@ -18,6 +18,7 @@ from controlplane.dispatch import assignments
 from controlplane.dispatch.assignments import Assignment
 from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
+from controlplane.domain.claims import task_resources
 from controlplane.domain.errors import DroverError, error_id
 from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments
 from controlplane.services import claims, run_lifecycle
@@ -47,8 +48,15 @@ class Dispatched:
 
 
 class Dispatcher:
-    def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, objects: DirectoryStore,
-                 router: Router, agents: Agents) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: ServerConfig,
+        notifier: Notifier,
+        objects: DirectoryStore,
+        router: Router,
+        agents: Agents,
+    ) -> None:
         self.store, self.config, self.notifier, self.objects = store, config, notifier, objects
         self.router, self.agents = router, agents
         self._wake = asyncio.Event()
@@ -82,11 +90,15 @@ class Dispatcher:
         if not connected:
             return 0
         now = time.monotonic()
-        self._refusals = {run: fresh for run, by in self._refusals.items()
-                          if (fresh := {a: until for a, until in by.items() if until > now})}
+        self._refusals = {
+            run: fresh
+            for run, by in self._refusals.items()
+            if (fresh := {a: until for a, until in by.items() if until > now})
+        }
         avoid = {run: frozenset(by) for run, by in self._refusals.items()}
-        done = await self.store.run(assign_queued, connected, avoid, self.config.harness, self.objects,
-                                    self.config.output_limit_bytes)
+        done = await self.store.run(
+            assign_queued, connected, avoid, self.config.harness, self.objects, self.config.output_limit_bytes
+        )
         for agent, assignment in done.assigned:
             self.agents.send(agent, assignment)
         for run_id, reason in done.failed:
@@ -97,27 +109,46 @@ class Dispatcher:
         return len(done.assigned)
 
 
-def assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[str]], harness: HarnessConfig,
-                  objects: DirectoryStore, output_limit: int = 0) -> Dispatched:
+def assign_queued(
+    s: Session,
+    connected: list[str],
+    avoid: dict[str, frozenset[str]],
+    harness: HarnessConfig,
+    objects: DirectoryStore,
+    output_limit: int = 0,
+) -> Dispatched:
     """In one transaction: plan and record the assignment of queued runs to connected agents, each
     run in a savepoint of its own."""
     agents = list(s.scalars(select(Agent).where(Agent.name.in_(connected)).order_by(Agent.name)))
-    active = dict(s.execute(
-        select(Run.agent, func.count()).where(Run.agent.in_(connected), Run.state.in_(run_states.ACTIVE))
-        .group_by(Run.agent)).all())
-    slots = [AgentSlot(a.name, a.labels, a.capacity - active.get(a.name, 0), frozenset(a.drivers), a.draining,
-                       a.pool or "") for a in agents]
+    active = dict(
+        s.execute(
+            select(Run.agent, func.count())
+            .where(Run.agent.in_(connected), Run.state.in_(run_states.ACTIVE))
+            .group_by(Run.agent)
+        ).all()
+    )
+    slots = [
+        AgentSlot(a.name, a.labels, a.capacity - active.get(a.name, 0), frozenset(a.drivers), a.draining, a.pool or "")
+        for a in agents
+    ]
     if all(slot.free <= 0 or slot.draining for slot in slots):
         return Dispatched([], [])
     rows = s.execute(
-        select(Run, Task, Project).join(Task, Run.task_id == Task.id).join(Change, Change.id == Run.change_id)
-        .join(Project, Project.name == Change.project).where(Run.state == "queued")
+        select(Run, Task, Project)
+        .join(Task, Run.task_id == Task.id)
+        .join(Change, Change.id == Run.change_id)
+        .join(Project, Project.name == Change.project)
+        .where(Run.state == "queued")
         .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
         .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
-        .order_by(Run.created_at, Run.id).limit(500)).all()
+        .order_by(Run.created_at, Run.id)
+        .limit(500)
+    ).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
-    plan = plan_assignments([QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
-                             for run, task, project in rows], slots)
+    plan = plan_assignments(
+        [QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset())) for run, task, project in rows],
+        slots,
+    )
     out: list[tuple[str, Assignment]] = []
     failed: list[tuple[str, str]] = []
     for run_id, agent in plan:
@@ -133,14 +164,22 @@ def assign_queued(s: Session, connected: list[str], avoid: dict[str, frozenset[s
     return Dispatched(out, failed)
 
 
-def _assign_one(s: Session, run: Run, task: Task, project: Project, agent: str, harness: HarnessConfig,
-                objects: DirectoryStore, output_limit: int) -> Assignment | None:
+def _assign_one(
+    s: Session,
+    run: Run,
+    task: Task,
+    project: Project,
+    agent: str,
+    harness: HarnessConfig,
+    objects: DirectoryStore,
+    output_limit: int,
+) -> Assignment | None:
     if run_lifecycle.assign(s, run.id, agent) is None:
         return None
     receipt = s.get(DecisionReceipt, run.id)
     if receipt is not None:
         receipt.data = {**(receipt.data or {}), "agent": agent}
-    resources = claims.task_resources(task.spec or {})
+    resources = task_resources(task.spec or {})
     if resources:  # advisory: a claim another run holds is recorded as contended, never blocks
         claims.acquire(s, run.id, resources, utcnow())
     return assignments.build(s, run, task, project, harness, objects, output_limit)
@@ -156,8 +195,9 @@ def _unassignable(run_id: str, err: Exception) -> str:
     return f"assignment_failed: {type(err).__name__} (error id {eid} in the control plane's log)"
 
 
-def resume_assignments(s: Session, agent: str, run_ids: list[str], harness: HarnessConfig,
-                       objects: DirectoryStore, output_limit: int = 0) -> list[Assignment]:
+def resume_assignments(
+    s: Session, agent: str, run_ids: list[str], harness: HarnessConfig, objects: DirectoryStore, output_limit: int = 0
+) -> list[Assignment]:
     """Assignments sent again (secrets included) so harness runs whose supervisor died resume."""
     out = []
     for run_id in run_ids:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig
 from controlplane.dispatch.quota import credential
-from controlplane.domain import graph, packet
+from controlplane.domain import graph, packet, tiers
 from controlplane.domain.members import Member
 from controlplane.services.projects import git_token
 from controlplane.store.changes import latest_changesets, tasks_by_key
@@ -31,6 +31,7 @@ def workspace_mode(kind: str, project: Project) -> str:
 @dataclasses.dataclass(frozen=True)
 class Stacked:
     """A dependency's ChangeSet, merged into the workspace before the run starts."""
+
     changeset_id: str
     task_id: str
     branch: str
@@ -48,6 +49,7 @@ class CommandSpec:
 @dataclasses.dataclass(frozen=True)
 class HarnessSpec:
     """What the model harness needs beyond the workspace."""
+
     workspace_mode: str
     max_calls: int
     max_output_tokens: int
@@ -65,6 +67,7 @@ class HarnessSpec:
 @dataclasses.dataclass(frozen=True)
 class Assignment:
     """What an agent is sent to run (the api layer puts it on the wire)."""
+
     run_id: str
     change_id: str
     task_id: str
@@ -88,43 +91,85 @@ class Assignment:
     resume: bool = False
 
 
-def build(s: Session, run: Run, task: Task, project: Project, harness: HarnessConfig, objects: DirectoryStore,
-          output_limit_bytes: int = 0) -> Assignment:
+def build(
+    s: Session,
+    run: Run,
+    task: Task,
+    project: Project,
+    harness: HarnessConfig,
+    objects: DirectoryStore,
+    output_limit_bytes: int = 0,
+) -> Assignment:
     change = s.get(Change, run.change_id)
     assert change is not None
-    secrets: dict[str, str] = {}
     token = git_token(project)
-    if token:
-        secrets["DROVER_GIT_TOKEN"] = token
     stack: tuple[Stacked, ...] = ()
     if project.repo and task.depends_on and (run.driver == "command" or workspace_mode(task.kind, project) == "write"):
         stack = tuple(_stack(s, change, task))
-    common = dict(run_id=run.id, change_id=run.change_id, task_id=task.id, task_key=task.key, kind=task.kind,
-                  driver=run.driver, attempt=run.attempt, project=project.name, repo=project.repo,
-                  branch=project.branch, timeout_seconds=task.timeout_seconds, stack=stack,
-                  output_limit_bytes=output_limit_bytes)
+    base = Assignment(
+        run_id=run.id,
+        change_id=run.change_id,
+        task_id=task.id,
+        task_key=task.key,
+        kind=task.kind,
+        driver=run.driver,
+        attempt=run.attempt,
+        project=project.name,
+        repo=project.repo,
+        branch=project.branch,
+        timeout_seconds=task.timeout_seconds,
+        stack=stack,
+        secret_env={"DROVER_GIT_TOKEN": token} if token else {},
+        output_limit_bytes=output_limit_bytes,
+    )
     if run.driver == "command":
-        return Assignment(**common, secret_env=secrets,
-                          command=CommandSpec(tuple(task.command), dict(task.env), project.network))
-    tier = harness.tiers.get(_model_tier(harness, run.tier)) or harness.tiers[harness.default_tier]
+        return dataclasses.replace(base, command=CommandSpec(tuple(task.command), dict(task.env), project.network))
+    return _for_harness(base, run, task, project, change, harness, objects)
+
+
+def _for_harness(
+    base: Assignment,
+    run: Run,
+    task: Task,
+    project: Project,
+    change: Change,
+    harness: HarnessConfig,
+    objects: DirectoryStore,
+) -> Assignment:
+    """The harness's part: its tier's caps, its member's endpoint and credential, the prompt."""
+    tier = harness.tiers.get(tiers.model_tier(run.tier, harness.allow_opus)) or harness.tiers[harness.default_tier]
     member = _member(harness, run)
+    secrets = dict(base.secret_env)
     key = (credential(member, os.environ) if member else "") or harness.api_key
     if key:
         secrets["ANTHROPIC_API_KEY"] = key  # the member's credential, only in secret_env
     # The prompt is rendered from the run's Context Packet and nothing else (dispatch waits for it).
-    prompt = packet.render_prompt(json.loads(objects.get(packet_key(project.name, change.id, task.id,
-                                                                     run.context_hash))))
+    prompt = packet.render_prompt(
+        json.loads(objects.get(packet_key(project.name, change.id, task.id, run.context_hash)))
+    )
     spec = HarnessSpec(
-        workspace_mode=workspace_mode(task.kind, project), max_calls=tier.max_calls,
+        workspace_mode=workspace_mode(task.kind, project),
+        max_calls=tier.max_calls,
         max_output_tokens=tier.max_output_tokens,
-        thinking_json=json.dumps(dict(tier.thinking)) if tier.thinking else "", prompt=prompt,
-        command_rules=tuple(project.commands), network=project.network,
-        context_window_tokens=harness.context_window_tokens, fold_fraction=harness.fold_fraction,
+        thinking_json=json.dumps(dict(tier.thinking)) if tier.thinking else "",
+        prompt=prompt,
+        command_rules=tuple(project.commands),
+        network=project.network,
+        context_window_tokens=harness.context_window_tokens,
+        fold_fraction=harness.fold_fraction,
         fold_model=harness.tiers["haiku"].model if "haiku" in harness.tiers else run.model,
-        stall_timeout_seconds=harness.stall_timeout_seconds, max_attempts=harness.max_attempts)
-    return Assignment(**common, secret_env=secrets, harness=spec, tier=run.tier, model=run.model,
-                      base_url=(member.base_url if member else "") or harness.base_url,
-                      context_hash=run.context_hash)
+        stall_timeout_seconds=harness.stall_timeout_seconds,
+        max_attempts=harness.max_attempts,
+    )
+    return dataclasses.replace(
+        base,
+        secret_env=secrets,
+        harness=spec,
+        tier=run.tier,
+        model=run.model,
+        base_url=(member.base_url if member else "") or harness.base_url,
+        context_hash=run.context_hash,
+    )
 
 
 def _stack(s: Session, change: Change, task: Task) -> list[Stacked]:
@@ -133,15 +178,15 @@ def _stack(s: Session, change: Change, task: Task) -> list[Stacked]:
     latest = latest_changesets(s, [tasks[k].id for k in task.depends_on])
     present = [k for k in task.depends_on if tasks[k].id in latest]
     tie = {k: (latest[tasks[k].id].created_at.isoformat(), tasks[k].id) for k in present}
-    return [Stacked(cs.id, cs.task_id, cs.branch, cs.commit, cs.created_at.isoformat())
-            for cs in (latest[tasks[k].id] for k in graph.stack_order(present, deps, tie))]
-
-
-def _model_tier(harness: HarnessConfig, tier: str) -> str:
-    return "sonnet" if tier == "opus" and not harness.allow_opus else tier
+    return [
+        Stacked(cs.id, cs.task_id, cs.branch, cs.commit, cs.created_at.isoformat())
+        for cs in (latest[tasks[k].id] for k in graph.stack_order(present, deps, tie))
+    ]
 
 
 def _member(harness: HarnessConfig, run: Run) -> Member | None:
-    cls = harness.tier_class(_model_tier(harness, run.tier))
-    return next((m for m in cls.members if m.route_key == run.member and (m.model or run.model) == run.model),
-                next((m for m in cls.members if m.route_key == run.member), None))
+    cls = harness.tier_class(tiers.model_tier(run.tier, harness.allow_opus))
+    return next(
+        (m for m in cls.members if m.route_key == run.member and (m.model or run.model) == run.model),
+        next((m for m in cls.members if m.route_key == run.member), None),
+    )

@@ -25,12 +25,19 @@ MAX_TOKENS = 100
 class CompletionModel(Protocol):
     """The part of `drover.core.model.AnthropicModel` the classifier uses."""
 
-    async def complete(self, *, system: list[dict[str, Any]], tools: list[dict[str, Any]],
-                       messages: list[dict[str, Any]], max_tokens: int) -> ModelReply: ...
+    async def complete(
+        self,
+        *,
+        system: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+        max_tokens: int,
+    ) -> ModelReply: ...
 
 
-async def classify(model: CompletionModel, t: TaskTraits, objective: str,
-                   reserve: Callable[[], Awaitable[bool]]) -> ClassifierAnswer:
+async def classify(
+    model: CompletionModel, t: TaskTraits, objective: str, reserve: Callable[[], Awaitable[bool]]
+) -> ClassifierAnswer:
     """Ask the classifier for a tier; abstains ("capped", "failed", ...) rather than raising.
 
     `reserve` takes one call from the daily cap and says False when the cap is
@@ -40,8 +47,12 @@ async def classify(model: CompletionModel, t: TaskTraits, objective: str,
     if not await reserve():
         return ClassifierAnswer.abstain("capped")
     try:
-        reply = await model.complete(system=[{"type": "text", "text": CLASSIFIER_SYSTEM}], tools=[],
-                                     messages=classifier_messages(t, objective), max_tokens=MAX_TOKENS)
+        reply = await model.complete(
+            system=[{"type": "text", "text": CLASSIFIER_SYSTEM}],
+            tools=[],
+            messages=classifier_messages(t, objective),
+            max_tokens=MAX_TOKENS,
+        )
     except ModelError:
         return ClassifierAnswer.abstain("failed")
     return parse_classifier("".join(b.get("text", "") for b in reply.content if b.get("type") == "text"))

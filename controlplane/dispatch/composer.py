@@ -40,8 +40,10 @@ def inputs(s: Session, change_id: str) -> tuple[str, str, list[gitspace.StackIte
     present = [k for k, t in tasks.items() if t.id in latest]
     tie = {k: (latest[tasks[k].id].created_at.isoformat(), tasks[k].id) for k in present}
     ordered = graph.stack_order(present, {k: t.depends_on for k, t in tasks.items()}, tie)
-    items = [gitspace.StackItem(cs.id, cs.task_id, cs.branch, cs.commit, cs.created_at.isoformat())
-             for cs in (latest[tasks[k].id] for k in ordered)]
+    items = [
+        gitspace.StackItem(cs.id, cs.task_id, cs.branch, cs.commit, cs.created_at.isoformat())
+        for cs in (latest[tasks[k].id] for k in ordered)
+    ]
     return project.repo, project.branch, items, git_token(project)
 
 
@@ -54,12 +56,18 @@ class Composer:
         repo, branch, items, token = await self.store.run(inputs, change_id)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
-            result = await asyncio.to_thread(gitspace.compose_candidate, repo, branch, change_id, items,
-                                             self.work_dir, token)
+            result = await asyncio.to_thread(
+                gitspace.compose_candidate, repo, branch, change_id, items, self.work_dir, token
+            )
             await self.store.run(change_lifecycle.finish_composition, change_id, result.branch, result.commit, "")
         except gitspace.MergeConflict as conflict:
-            await self.store.run(change_lifecycle.finish_composition, change_id, "", "",
-                                 f"candidate_conflict: {', '.join(conflict.files)} ({conflict.changeset_id})")
+            await self.store.run(
+                change_lifecycle.finish_composition,
+                change_id,
+                "",
+                "",
+                f"candidate_conflict: {', '.join(conflict.files)} ({conflict.changeset_id})",
+            )
         except gitspace.WorkspaceError as err:
             await self.store.run(change_lifecycle.finish_composition, change_id, "", "", f"candidate_failed: {err}")
         self.notifier.notify()

@@ -31,9 +31,16 @@ class Agents(Protocol):
 
 
 class Liveness:
-    def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, agents: Agents,
-                 wake: Callable[[], None], clock: Callable[[], dt.datetime] = utcnow,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: ServerConfig,
+        notifier: Notifier,
+        agents: Agents,
+        wake: Callable[[], None],
+        clock: Callable[[], dt.datetime] = utcnow,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.store, self.config, self.notifier, self.agents = store, config, notifier, agents
         self.wake, self.clock, self.sleep = wake, clock, sleep
 
@@ -50,8 +57,9 @@ class Liveness:
         """One pass; answers the runs it failed."""
         await self.agents.close_revoked()
         now = self.clock()
-        failed = await self.store.run(agent_presence.fail_lost_runs,
-                                      dt.timedelta(seconds=self.config.agent_lost_seconds), now)
+        failed = await self.store.run(
+            agent_presence.fail_lost_runs, dt.timedelta(seconds=self.config.agent_lost_seconds), now
+        )
         await self.store.run(model_calls.settle_expired, RESERVATION_TTL)
         await self.store.run(renew_claims, self.agents.connected(), now)
         if failed:

@@ -28,16 +28,19 @@ from controlplane.store.objects import DirectoryStore, packet_key
 from drover.core.tool_specs import DEFINITIONS, TERMINAL
 
 FAILURE_LOG_CHARS = 400_000  # read at most this much of a failed run's log
-COMPACT_ABOVE_TOKENS = 6_000   # longer failure logs are compacted by a metered haiku call
-COMPACT_SYSTEM = ("You compact the log of a coding agent's failed attempt at a Task so the next attempt can "
-                  "learn from it. Keep what was tried, what failed and why (errors, failing tests, refused "
-                  "commands), and what was left undone. Plain text, at most 300 words, no preamble.")
+COMPACT_ABOVE_TOKENS = 6_000  # longer failure logs are compacted by a metered haiku call
+COMPACT_SYSTEM = (
+    "You compact the log of a coding agent's failed attempt at a Task so the next attempt can "
+    "learn from it. Keep what was tried, what failed and why (errors, failing tests, refused "
+    "commands), and what was left undone. Plain text, at most 300 words, no preamble."
+)
 Compactor = Callable[[str], Awaitable[str]]
 
 
 @dataclasses.dataclass(frozen=True)
 class Gathered:
     """What the store knows; plain data, taken in one transaction."""
+
     project: str
     repo: str
     branch: str
@@ -73,54 +76,124 @@ def gather(s: Session, run_id: str) -> Gathered | None:
     tasks = tasks_by_key(s, change.id)
     latest = latest_changesets(s, [t.id for t in tasks.values()])
     mode = workspace_mode(task.kind, project)
-    tools = tuple(TERMINAL) if mode == "none" else tuple(DEFINITIONS)
+    deps = [tasks[k] for k in task.depends_on]
+    stacked = [
+        {
+            "changeset_id": cs.id,
+            "task_key": t.key,
+            "branch": cs.branch,
+            "commit": cs.commit,
+            "summary": cs.summary,
+            "files": list(cs.own_files),
+        }
+        for t in deps
+        if (cs := latest.get(t.id)) is not None
+    ]
+    return Gathered(
+        project=project.name,
+        repo=project.repo,
+        branch=project.branch,
+        token=git_token(project),
+        change_id=change.id,
+        task_id=task.id,
+        change={"goal": change.goal, "criteria": list(change.criteria), "invariants": list(change.invariants)},
+        task={
+            "key": task.key,
+            "kind": task.kind,
+            "objective": task.objective,
+            "resources": list(spec.get("resources", [])),
+            "risk": spec.get("risk", ""),
+            "files": list(spec.get("files", [])),
+        },
+        declared=tuple(spec.get("files", [])),
+        tools=tuple(TERMINAL) if mode == "none" else tuple(DEFINITIONS),
+        budget={"usd": change.budget_usd, "calls": 0},
+        stacked=tuple(stacked),
+        intents=tuple(_intents(task, tasks, deps, latest)),
+        owners=tuple(_owners(s, project.name, task)),
+        failures=tuple(_failures(s, task)),
+    )
+
+
+def _intents(
+    task: Task, tasks: dict[str, Task], deps: list[Task], latest: dict[str, ChangeSet]
+) -> list[dict[str, Any]]:
+    """The intents of the Task's dependencies, and of nearby Tasks of the Change whose ChangeSets touched
+    the Task's files or resources."""
 
     def intent(t: Task, relation: str) -> dict[str, Any]:
         cs = latest.get(t.id)
-        return {"relation": relation, "task_id": t.id, "task_key": t.key, "changeset_id": cs.id if cs else None,
-                "intent": (cs.summary if cs else "") or t.objective, "files": list(cs.own_files) if cs else [],
-                "captured_at": _iso(cs.created_at) if cs else ""}
-    deps = [tasks[k] for k in task.depends_on]
-    intents = [intent(t, "dependency") for t in deps]
+        return {
+            "relation": relation,
+            "task_id": t.id,
+            "task_key": t.key,
+            "changeset_id": cs.id if cs else None,
+            "intent": (cs.summary if cs else "") or t.objective,
+            "files": list(cs.own_files) if cs else [],
+            "captured_at": _iso(cs.created_at) if cs else "",
+        }
+
+    spec = task.spec or {}
     mine = set(spec.get("files", [])) | set(spec.get("resources", []))
-    for t in tasks.values():  # nearby: other Tasks of the Change whose ChangeSets touched my files
+    found = [intent(t, "dependency") for t in deps]
+    for t in tasks.values():
         cs = latest.get(t.id)
         if t.key != task.key and t not in deps and cs is not None and mine & set(cs.own_files):
-            intents.append(intent(t, "nearby"))
+            found.append(intent(t, "nearby"))
+    return found
+
+
+def _owners(s: Session, project: str, task: Task) -> list[dict[str, Any]]:
+    """For each resource of the Task, the Task and ChangeSet of the project that last touched it."""
     owners = []
-    for resource in spec.get("resources", []):  # the Task and ChangeSet that last touched each resource
-        for cs, other in s.execute(select(ChangeSet, Task).join(Task, Task.id == ChangeSet.task_id)
-                                   .join(Change, Change.id == ChangeSet.change_id)
-                                   .where(Change.project == project.name, Task.id != task.id)
-                                   .order_by(ChangeSet.created_at.desc(), ChangeSet.id).limit(200)):
+    for resource in (task.spec or {}).get("resources", []):
+        for cs, other in s.execute(
+            select(ChangeSet, Task)
+            .join(Task, Task.id == ChangeSet.task_id)
+            .join(Change, Change.id == ChangeSet.change_id)
+            .where(Change.project == project, Task.id != task.id)
+            .order_by(ChangeSet.created_at.desc(), ChangeSet.id)
+            .limit(200)
+        ):
             if resource in (other.spec or {}).get("resources", []):
-                owners.append({"resource": resource, "task_id": other.id, "task_key": other.key,
-                               "changeset_id": cs.id, "summary": cs.summary, "files": list(cs.own_files)})
+                owners.append(
+                    {
+                        "resource": resource,
+                        "task_id": other.id,
+                        "task_key": other.key,
+                        "changeset_id": cs.id,
+                        "summary": cs.summary,
+                        "files": list(cs.own_files),
+                    }
+                )
                 break
+    return owners
+
+
+def _failures(s: Session, task: Task) -> list[dict[str, Any]]:
+    """The Task's failed runs, each with the end of its log."""
     failures = []
     for r in s.scalars(select(Run).where(Run.task_id == task.id, Run.state == "failed").order_by(Run.created_at)):
-        log = "".join(s.scalars(select(RunLog.text).where(RunLog.run_id == r.id).order_by(RunLog.seq, RunLog.id))
-                      )[-FAILURE_LOG_CHARS:]
-        failures.append({"run_id": r.id, "task_key": task.key, "attempt": r.attempt, "tier": r.tier,
-                         "outcome": r.reason, "reason": r.reason, "log": log, "captured_at": _iso(r.finished_at)})
-    stacked = [{"changeset_id": cs.id, "task_key": t.key, "branch": cs.branch, "commit": cs.commit,
-                "summary": cs.summary, "files": list(cs.own_files)}
-               for t in deps if (cs := latest.get(t.id)) is not None]
-    return Gathered(
-        project=project.name, repo=project.repo, branch=project.branch, token=git_token(project),
-        change_id=change.id, task_id=task.id,
-        change={"goal": change.goal, "criteria": list(change.criteria), "invariants": list(change.invariants)},
-        task={"key": task.key, "kind": task.kind, "objective": task.objective,
-              "resources": list(spec.get("resources", [])), "risk": spec.get("risk", ""),
-              "files": list(spec.get("files", []))},
-        declared=tuple(spec.get("files", [])), tools=tools,
-        budget={"usd": change.budget_usd, "calls": 0}, stacked=tuple(stacked), intents=tuple(intents),
-        owners=tuple(owners), failures=tuple(failures))
+        log = "".join(s.scalars(select(RunLog.text).where(RunLog.run_id == r.id).order_by(RunLog.seq, RunLog.id)))
+        failures.append(
+            {
+                "run_id": r.id,
+                "task_key": task.key,
+                "attempt": r.attempt,
+                "tier": r.tier,
+                "outcome": r.reason,
+                "reason": r.reason,
+                "log": log[-FAILURE_LOG_CHARS:],
+                "captured_at": _iso(r.finished_at),
+            }
+        )
+    return failures
 
 
 @dataclasses.dataclass(frozen=True)
 class Located:
     """Where the canonical tree is: a repository on this machine and the commit."""
+
     repo_path: str
     commit: str
     captured_at: str  # the commit's time: file items were captured as of it
@@ -136,8 +209,9 @@ def locate(g: Gathered, mirrors: pathlib.Path) -> Located | None:
     return Located(repo.path, commit, when.isoformat())
 
 
-def compile_for(g: Gathered, where: Located | None, semantic: tuple[packet.Item, ...] = (),
-                semantic_note: str = "") -> packet.CompiledPacket:
+def compile_for(
+    g: Gathered, where: Located | None, semantic: tuple[packet.Item, ...] = (), semantic_note: str = ""
+) -> packet.CompiledPacket:
     """Read the canonical tree and compile. Runs in a thread: git I/O, no transaction."""
     items: list[packet.Item] = []
     conventions: list[packet.Item] = []
@@ -153,12 +227,24 @@ def compile_for(g: Gathered, where: Located | None, semantic: tuple[packet.Item,
     items += retrieval.resource_owner_items(g.owners, captured)
     items += retrieval.intent_items([i for i in g.intents], captured)
     items += [dataclasses.replace(i, captured_at=captured) for i in semantic]
-    failures = retrieval.failure_items([{k: v for k, v in f.items() if k != "captured_at"} for f in g.failures],
-                                       captured)
-    return packet.compile_packet(packet.PacketInputs(
-        change=g.change, task=g.task, canonical_commit=commit, file_list=files, conventions=tuple(conventions),
-        stacked_changesets=g.stacked, prior_failures=tuple(failures), tools=g.tools, budget=g.budget,
-        items=tuple(items), semantic_note=semantic_note))
+    failures = retrieval.failure_items(
+        [{k: v for k, v in f.items() if k != "captured_at"} for f in g.failures], captured
+    )
+    return packet.compile_packet(
+        packet.PacketInputs(
+            change=g.change,
+            task=g.task,
+            canonical_commit=commit,
+            file_list=files,
+            conventions=tuple(conventions),
+            stacked_changesets=g.stacked,
+            prior_failures=tuple(failures),
+            tools=g.tools,
+            budget=g.budget,
+            items=tuple(items),
+            semantic_note=semantic_note,
+        )
+    )
 
 
 def record(s: Session, run_id: str, context_hash: str, dropped: list[str]) -> None:
@@ -166,8 +252,15 @@ def record(s: Session, run_id: str, context_hash: str, dropped: list[str]) -> No
     if run is None or run.state != "queued":
         return
     run.context_hash = context_hash
-    events.add_event(s, "packet.compiled", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
-                        context_hash=context_hash, dropped=dropped)
+    events.add_event(
+        s,
+        "packet.compiled",
+        change_id=run.change_id,
+        task_id=run.task_id,
+        run_id=run.id,
+        context_hash=context_hash,
+        dropped=dropped,
+    )
 
 
 async def compact_failures(g: Gathered, compact: Compactor | None) -> Gathered:
@@ -178,13 +271,19 @@ async def compact_failures(g: Gathered, compact: Compactor | None) -> Gathered:
         log = failure["log"]
         if packet.estimate_tokens(log) > COMPACT_ABOVE_TOKENS:
             compacted = await compact(log) if compact is not None else ""
-            log = f"[compacted log]\n{compacted}" if compacted else log[-COMPACT_ABOVE_TOKENS * 4:]
+            log = f"[compacted log]\n{compacted}" if compacted else log[-COMPACT_ABOVE_TOKENS * 4 :]
         failures.append({**failure, "log": log})
     return dataclasses.replace(g, failures=tuple(failures))
 
 
-async def prepare(store: Store, objects: DirectoryStore, mirrors: pathlib.Path, run_id: str,
-                  recall: Any = None, compact: Compactor | None = None) -> str:
+async def prepare(
+    store: Store,
+    objects: DirectoryStore,
+    mirrors: pathlib.Path,
+    run_id: str,
+    recall: Any = None,
+    compact: Compactor | None = None,
+) -> str:
     """Compile and store the run's packet; answers its hash ("" when the run is no longer queued)."""
     g = await store.run(gather, run_id)
     if g is None:
@@ -195,10 +294,13 @@ async def prepare(store: Store, objects: DirectoryStore, mirrors: pathlib.Path, 
     note = ""
     if recall is not None and where is not None and where.commit:
         files = set(await asyncio.to_thread(lambda: retrieval.GitTree(where.repo_path, where.commit).files()))
-        semantic, note = await recall.items(g.project, where.repo_path, where.commit,
-                                            f"{g.change['goal']}\n{g.task['objective']}", files)
+        semantic, note = await recall.items(
+            g.project, where.repo_path, where.commit, f"{g.change['goal']}\n{g.task['objective']}", files
+        )
     compiled = await asyncio.to_thread(compile_for, g, where, semantic, note)
-    objects.put(packet_key(g.project, g.change_id, g.task_id, compiled.sha256), compiled.data)  # before the row names it
+    objects.put(
+        packet_key(g.project, g.change_id, g.task_id, compiled.sha256), compiled.data
+    )  # before the row names it
     await store.run(record, run_id, compiled.sha256, list(compiled.dropped))
     return compiled.sha256
 

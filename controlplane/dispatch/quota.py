@@ -92,8 +92,9 @@ class HttpQuotaFetch:
         token = credential(member, self.env)
         if not token:
             raise ProbeFailed(f"{member.route_key}: no credential configured", transient=False)
-        request = urllib.request.Request(member.probe_url, headers={
-            "Authorization": f"Bearer {token}", "Accept": "application/json"})
+        request = urllib.request.Request(
+            member.probe_url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 body = response.read(64 * 1024)
@@ -118,9 +119,15 @@ class QuotaProbe:
     `policy` may be replaced at any time (the tuning keys are hot-reloadable).
     """
 
-    def __init__(self, fetch: Fetch | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep, *,
-                 policy: QuotaPolicy = QuotaPolicy(), env: Mapping[str, str] = os.environ) -> None:
+    def __init__(
+        self,
+        fetch: Fetch | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        *,
+        policy: QuotaPolicy = QuotaPolicy(),
+        env: Mapping[str, str] = os.environ,
+    ) -> None:
         self.fetch = fetch or HttpQuotaFetch(env)
         self.policy = policy
         self._clock = clock
@@ -154,8 +161,11 @@ class QuotaProbe:
             state.failures += 1
             good, now = state.last_good, self._clock()
             log.warning("quota probe %s failed (%d in a row): %s", member.route_key, state.failures, err)
-            if (good is not None and state.failures <= self.policy.probe_max_consecutive_failures
-                    and now - good.fetched_at <= self.policy.probe_max_staleness_seconds):
+            if (
+                good is not None
+                and state.failures <= self.policy.probe_max_consecutive_failures
+                and now - good.fetched_at <= self.policy.probe_max_staleness_seconds
+            ):
                 return good
             return QuotaSnapshot(UNKNOWN, now)
         state.failures = 0

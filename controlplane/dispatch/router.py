@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import logging
 import pathlib
+from typing import Any
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
@@ -53,27 +54,48 @@ def traits_of(task: Task, attempt: int) -> tiers.TaskTraits:
     spec = task.spec or {}
     flags = spec.get("flags", {})
     return tiers.TaskTraits(
-        kind=task.kind, size=spec.get("size", ""), complexity=spec.get("complexity", ""), risk=spec.get("risk", ""),
-        resources=tuple(spec.get("resources", ())), required_capabilities=tuple(spec.get("required_capabilities", ())),
-        destructive_migration=bool(flags.get("destructive_migration")), billing=bool(flags.get("billing")),
+        kind=task.kind,
+        size=spec.get("size", ""),
+        complexity=spec.get("complexity", ""),
+        risk=spec.get("risk", ""),
+        resources=tuple(spec.get("resources", ())),
+        required_capabilities=tuple(spec.get("required_capabilities", ())),
+        destructive_migration=bool(flags.get("destructive_migration")),
+        billing=bool(flags.get("billing")),
         authorization=bool(flags.get("authorization")),
         # seed 000: a small, low-risk Task is trivial
         authorization_trivial=bool(flags.get("authorization_trivial"))
         or (spec.get("size") == "small" and spec.get("risk") == "low"),
-        design_conflict=bool(flags.get("design_conflict")), attempt=attempt)
+        design_conflict=bool(flags.get("design_conflict")),
+        attempt=attempt,
+    )
 
 
 def unrouted(s: Session) -> list[Pending]:
     """Queued harness runs without a member, or routed but without their Context Packet yet."""
-    rows = s.execute(select(Run, Task).join(Task, Task.id == Run.task_id).where(
-        Run.state == "queued", Run.driver == "harness", or_(Run.member == "", Run.context_hash == ""),
-        or_(Run.not_before.is_(None), Run.not_before <= utcnow())).order_by(Run.created_at, Run.id).limit(100)).all()
+    rows = s.execute(
+        select(Run, Task)
+        .join(Task, Task.id == Run.task_id)
+        .where(
+            Run.state == "queued",
+            Run.driver == "harness",
+            or_(Run.member == "", Run.context_hash == ""),
+            or_(Run.not_before.is_(None), Run.not_before <= utcnow()),
+        )
+        .order_by(Run.created_at, Run.id)
+        .limit(100)
+    ).all()
     return [Pending(run.id, traits_of(task, run.attempt), task.objective, run.tier) for run, task in rows]
 
 
 def active_by_member(s: Session) -> dict[str, int]:
-    return dict(s.execute(select(Run.member, func.count()).where(Run.state.in_(run_states.ACTIVE), Run.member != "")
-                          .group_by(Run.member)).all())
+    return dict(
+        s.execute(
+            select(Run.member, func.count())
+            .where(Run.state.in_(run_states.ACTIVE), Run.member != "")
+            .group_by(Run.member)
+        ).all()
+    )
 
 
 def reserve_classifier_call(s: Session, cap: int) -> bool:
@@ -81,24 +103,25 @@ def reserve_classifier_call(s: Session, cap: int) -> bool:
     return meters.take_classifier_call(s, events.new_id("cls"), utcnow(), cap)
 
 
-def record(s: Session, run_id: str, decision: tiers.TierDecision, selection: members.Selection,
-           harness: HarnessConfig, delay: float) -> None:
+def record(
+    s: Session,
+    run_id: str,
+    decision: tiers.TierDecision,
+    selection: members.Selection,
+    harness: HarnessConfig,
+    delay: float,
+) -> None:
     """One transaction: the receipt and the route, or the deferral, or the Task's failure."""
     run = s.get(Run, run_id)
     if run is None or run.state != "queued" or run.member:
         return
     receipt = s.get(DecisionReceipt, run_id)
     if receipt is None:
-        receipt = DecisionReceipt(run_id=run.id, change_id=run.change_id, task_id=run.task_id, tier="", data={},
-                                  created_at=utcnow())
+        receipt = DecisionReceipt(
+            run_id=run.id, change_id=run.change_id, task_id=run.task_id, tier="", data={}, created_at=utcnow()
+        )
         s.add(receipt)
-    answer = decision.classifier
-    data = dict(receipt.data or {})
-    data.update(tier=decision.tier, base_tier=decision.base_tier, rule=decision.rule, floor=decision.floor or "",
-                opus_disabled=decision.opus_disabled, model_tier=decision.model_tier,
-                classifier={"tier": answer.tier, "confidence": answer.confidence, "reason": answer.reason}
-                if answer else None,
-                members=selection.candidates, outcome=selection.outcome)
+    data = {**(receipt.data or {}), **_receipt(decision, selection)}
     ids = dict(change_id=run.change_id, task_id=run.task_id, run_id=run.id)
     events.add_event(s, "quota_router.scored", **ids, tier=decision.model_tier, candidates=selection.candidates)
     if selection.outcome == "wait":
@@ -113,20 +136,65 @@ def record(s: Session, run_id: str, decision: tiers.TierDecision, selection: mem
         return
     member = selection.chosen
     assert member is not None
-    conflicts = [{"tasks": [c.task_a, c.task_b], "files": c.files, "resources": c.resources}
-                 for c in s.scalars(select(Conflict).where(Conflict.change_id == run.change_id,
-                                                           or_(Conflict.task_a == run.task_id,
-                                                               Conflict.task_b == run.task_id)))]
+    conflicts = _conflicts(s, run)
     if conflicts:
         data["conflicts"] = conflicts
     run.tier = decision.tier
     run.model = member.model or harness.tiers[decision.model_tier].model
-    run.member = member.route_key
-    data["member"] = member.route_key
+    run.member = data["member"] = member.route_key
     receipt.tier, receipt.data = decision.tier, data
-    events.add_event(s, "model.route.decided", **ids, tier=decision.tier, model=run.model, member=run.member,
-                        rule=decision.rule, floor=decision.floor or "", opus_disabled=decision.opus_disabled,
-                        escalation=data.get("escalation", ""))
+    events.add_event(
+        s,
+        "model.route.decided",
+        **ids,
+        tier=decision.tier,
+        model=run.model,
+        member=run.member,
+        rule=decision.rule,
+        floor=decision.floor or "",
+        opus_disabled=decision.opus_disabled,
+        escalation=data.get("escalation", ""),
+    )
+
+
+def _receipt(decision: tiers.TierDecision, selection: members.Selection) -> dict[str, Any]:
+    """What a Decision Receipt says of the tier and the member (never any model reasoning)."""
+    answer = decision.classifier
+    return dict(
+        tier=decision.tier,
+        base_tier=decision.base_tier,
+        rule=decision.rule,
+        floor=decision.floor or "",
+        opus_disabled=decision.opus_disabled,
+        model_tier=decision.model_tier,
+        classifier={"tier": answer.tier, "confidence": answer.confidence, "reason": answer.reason} if answer else None,
+        members=selection.candidates,
+        outcome=selection.outcome,
+    )
+
+
+def _conflicts(s: Session, run: Run) -> list[dict[str, Any]]:
+    """The conflicts recorded for the run's Task: the next receipt of either Task shows them."""
+    return [
+        {"tasks": [c.task_a, c.task_b], "files": c.files, "resources": c.resources}
+        for c in s.scalars(
+            select(Conflict).where(
+                Conflict.change_id == run.change_id, or_(Conflict.task_a == run.task_id, Conflict.task_b == run.task_id)
+            )
+        )
+    ]
+
+
+def _record_probes(s: Session, run_id: str, cls: members.TierClass, snapshots: dict[str, Any]) -> None:
+    for m in cls.members:
+        if m.billing == members.SUBSCRIPTION:
+            events.add_event(
+                s,
+                "quota_router.probed",
+                run_id=run_id,
+                member=m.route_key,
+                available_pct=snapshots[m.route_key].available_pct,
+            )
 
 
 def _routed(s: Session, run_id: str) -> bool:
@@ -135,8 +203,15 @@ def _routed(s: Session, run_id: str) -> bool:
 
 
 class Router:
-    def __init__(self, store: Store, harness: HarnessConfig, notifier: Notifier, objects: DirectoryStore,
-                 mirrors: pathlib.Path, recall: Recall | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        harness: HarnessConfig,
+        notifier: Notifier,
+        objects: DirectoryStore,
+        mirrors: pathlib.Path,
+        recall: Recall | None = None,
+    ) -> None:
         self.store, self.harness, self.notifier = store, harness, notifier
         self.objects, self.mirrors = objects, mirrors
         self.recall = recall
@@ -157,19 +232,36 @@ class Router:
 
         def reserve(s: Session) -> bool:
             # the fleet's meters: the monthly provider budget and the daily call cap
-            specs = meters.meters_for(utcnow(), "", 0, "", 0, "", 0, meters.usd_micros(budgets.provider_month_usd),
-                                      budgets.agent_calls_per_day)[:2]
+            specs = meters.meters_for(
+                utcnow(),
+                "",
+                0,
+                "",
+                0,
+                "",
+                0,
+                meters.usd_micros(budgets.provider_month_usd),
+                budgets.agent_calls_per_day,
+            )[:2]
             return meters.reserve_on_meters(s, reservation, specs, meters.amounts_for(specs, estimate)) is None
+
         if not await self.store.run(reserve):
             return ""
         cost = 0
         try:
             reply = await self.classifier.complete(
-                system=[{"type": "text", "text": packet_pipeline.COMPACT_SYSTEM}], tools=[], max_tokens=1000,
-                messages=[{"role": "user", "content": [{"type": "text", "text": text}]}])
+                system=[{"type": "text", "text": packet_pipeline.COMPACT_SYSTEM}],
+                tools=[],
+                max_tokens=1000,
+                messages=[{"role": "user", "content": [{"type": "text", "text": text}]}],
+            )
             u = reply.usage
-            cost = pricing.cost_micros(pricing.Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens,
-                                                     u.cache_read_input_tokens), price)
+            cost = pricing.cost_micros(
+                pricing.Usage(
+                    u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens
+                ),
+                price,
+            )
             return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
         except ModelError as err:
             log.warning("compacting a failure log failed: %s", err)
@@ -187,8 +279,12 @@ class Router:
     def _haiku(harness: HarnessConfig) -> AnthropicModel:
         """The haiku model the control plane calls itself: the routing classifier and log compaction."""
         haiku = harness.tiers.get("haiku")
-        return AnthropicModel(harness.base_url, harness.api_key, haiku.model if haiku else "",
-                              RetryPolicy(max_attempts=2, stall_timeout=30))
+        return AnthropicModel(
+            harness.base_url,
+            harness.api_key,
+            haiku.model if haiku else "",
+            RetryPolicy(max_attempts=2, stall_timeout=30),
+        )
 
     def observe(self, member: str, error: str) -> None:
         """agentd reported an attempt's error for a member: a 429 or quota error blocks an unknown probe."""
@@ -216,39 +312,51 @@ class Router:
         return len(pending)
 
     async def route(self, item: Pending) -> None:
-        if await self.store.run(_routed, item.run_id):  # routed before its packet was compiled
-            await packet_pipeline.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall, self.compact)
-            return
+        if not await self.store.run(_routed, item.run_id):  # else routed before its packet was compiled
+            decision = await self._decide(item)
+            cls, snapshots, selection = await self._select(item, decision)
+            h = self.harness
+            await self.store.run(record, item.run_id, decision, selection, h, h.quota.recheck_interval_seconds)
+            await self.store.run(_record_probes, item.run_id, cls, snapshots)
+            if selection.outcome != "chosen":
+                return
+        await packet_pipeline.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall, self.compact)
+
+    async def _decide(self, item: Pending) -> tiers.TierDecision:
+        """The tier: the escalation's, or the rules' (the classifier's when the rules leave it open)."""
         h = self.harness
         if item.preset_tier:
-            decision = tiers.decide_tier(dataclasses.replace(item.traits, attempt=max(item.traits.attempt, 2)),
-                                           None, h.allow_opus)
-            model_tier = item.preset_tier
-            if model_tier == "opus" and not h.allow_opus:
-                model_tier = "sonnet"
-            decision = dataclasses.replace(decision, tier=item.preset_tier, base_tier=item.preset_tier,
-                                           rule="escalation", floor=None, opus_disabled=model_tier != item.preset_tier,
-                                           model_tier=model_tier)
-        else:
-            answer = None
-            if tiers.needs_classifier(item.traits):
-                answer = await classifier.classify(
-                    self.classifier, item.traits, item.objective,
-                    lambda: self.store.run(reserve_classifier_call, h.classifier_calls_per_day))
-            decision = tiers.decide_tier(item.traits, answer, h.allow_opus)
+            return tiers.escalated(item.traits, item.preset_tier, h.allow_opus)
+        answer = None
+        if tiers.needs_classifier(item.traits):
+            answer = await classifier.classify(
+                self.classifier,
+                item.traits,
+                item.objective,
+                lambda: self.store.run(reserve_classifier_call, h.classifier_calls_per_day),
+            )
+        return tiers.decide_tier(item.traits, answer, h.allow_opus)
+
+    async def _select(
+        self, item: Pending, decision: tiers.TierDecision
+    ) -> tuple[members.TierClass, dict[str, members.QuotaSnapshot], members.Selection]:
+        """The member of the tier's class (seed 004): capabilities, scores, quota."""
+        h = self.harness
         cls = h.tier_class(decision.model_tier)
         snapshots = await self.probe.snapshots(cls.members)
         now = utcnow()
         window = dt.timedelta(minutes=h.quota.observed_failure_window_minutes)
         observed = {m.route_key: self.observed.recent(m.route_key, window, now) for m in cls.members}
         active = await self.store.run(active_by_member)
-        selection = members.select(cls, item.traits.required_capabilities, h.modifiers, snapshots, observed, active,
-                                   h.quota, now, rr_counters=self.rr)
-        await self.store.run(record, item.run_id, decision, selection, h, h.quota.recheck_interval_seconds)
-        if selection.outcome == "chosen":
-            await packet_pipeline.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall, self.compact)
-        for m in cls.members:
-            if m.billing == members.SUBSCRIPTION:
-                await self.store.run(lambda s, key=m.route_key: events.add_event(
-                    s, "quota_router.probed", run_id=item.run_id, member=key,
-                    available_pct=snapshots[key].available_pct))
+        selection = members.select(
+            cls,
+            item.traits.required_capabilities,
+            h.modifiers,
+            snapshots,
+            observed,
+            active,
+            h.quota,
+            now,
+            rr_counters=self.rr,
+        )
+        return cls, snapshots, selection

@@ -18,8 +18,7 @@ TIERS = ("haiku", "sonnet", "opus")
 
 TRANSPORT = frozenset({"rate_limited", "timeout", "transient", "agent_lost", "agent_restarted", "supervisor_lost"})
 """The run never got a fair chance: retried once at the same tier, never escalated."""
-BUDGET = frozenset({"spend_limited", "change_budget", "project_budget", "user_budget", "monthly_budget",
-                    "daily_calls"})
+BUDGET = frozenset({"spend_limited", "change_budget", "project_budget", "user_budget", "monthly_budget", "daily_calls"})
 """A budget refused the run's call: the Task stops at once with that budget as its limit."""
 INTELLIGENCE = frozenset({"failed", "no_outcome", "run_call_cap", "run_cost_cap"})
 """The tier was not good enough; reaching a per-run cap counts as a failure at the tier."""
@@ -89,8 +88,9 @@ def _retry(tier: str, reason: str) -> Step:
 
 
 def _escalate(origin: str, target: str, reason: str) -> Step:
-    return Step("escalate", target, reason, delay_seconds=RETRY_DELAY_SECONDS,
-                escalated_from=origin, escalated_to=target)
+    return Step(
+        "escalate", target, reason, delay_seconds=RETRY_DELAY_SECONDS, escalated_from=origin, escalated_to=target
+    )
 
 
 def _above(tier: str, allow_opus: bool) -> str | None:
@@ -133,8 +133,9 @@ def next_step(history: Sequence[Attempt], allow_opus: bool) -> Step:
     return _escalate(latest.tier, target, reason)
 
 
-def limit_attempts(step: Step, history: Sequence[Attempt], max_per_tier: int = MAX_ATTEMPTS_PER_TIER,
-                   *, allow_opus: bool = False) -> Step:
+def limit_attempts(
+    step: Step, history: Sequence[Attempt], max_per_tier: int = MAX_ATTEMPTS_PER_TIER, *, allow_opus: bool = False
+) -> Step:
     """Cap `step` at `max_per_tier` attempts per tier, counting every run at that tier in the window.
 
     A retry at a full tier escalates (replan at the top); a transport retry at
@@ -152,8 +153,7 @@ def limit_attempts(step: Step, history: Sequence[Attempt], max_per_tier: int = M
         else:
             step = _climb(step.tier, step.tier, reason, used, max_per_tier, allow_opus)
     elif step.action == "escalate" and used[step.tier] >= max_per_tier:
-        step = _climb(step.escalated_from, step.tier, f"max_attempts_at_{step.tier}", used, max_per_tier,
-                      allow_opus)
+        step = _climb(step.escalated_from, step.tier, f"max_attempts_at_{step.tier}", used, max_per_tier, allow_opus)
     if step.limit == ATTEMPT_LIMIT and latest.outcome == "run_cost_cap":
         # Runs that keep overspending their share need a bigger Change budget, not a new plan.
         return dataclasses.replace(step, action="stop", limit="change_budget")

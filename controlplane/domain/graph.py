@@ -95,8 +95,9 @@ def _check_traits(traits: Mapping[str, Any], where: str) -> None:
             raise InvalidArgument(f"must be one of {', '.join(s for s in LEVELS if s)}", field=f"{where}.{name}")
     unknown = set(traits.get("flags", {})) - FLAGS
     if unknown:
-        raise InvalidArgument(f"unknown flags {sorted(unknown)}; known: {', '.join(sorted(FLAGS))}",
-                              field=f"{where}.flags")
+        raise InvalidArgument(
+            f"unknown flags {sorted(unknown)}; known: {', '.join(sorted(FLAGS))}", field=f"{where}.flags"
+        )
 
 
 def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str]:
@@ -116,7 +117,7 @@ def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str]:
                 stack.pop()
                 path.pop()
             elif state.get(child) == 1:
-                return path[path.index(child):] + [child]
+                return path[path.index(child) :] + [child]
             elif not state.get(child):
                 state[child] = 1
                 stack.append((child, iter(deps[child])))
@@ -127,7 +128,8 @@ def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str]:
 def ready_tasks(statuses: Mapping[str, str], deps: Mapping[str, Sequence[str]]) -> list[str]:
     """Pending Tasks whose dependencies all succeeded, in the order of `deps`."""
     return [
-        key for key, status in statuses.items()
+        key
+        for key, status in statuses.items()
         if status == "pending" and all(statuses[d] == "succeeded" for d in deps[key])
     ]
 
@@ -163,13 +165,15 @@ def depth(deps: Mapping[str, Sequence[str]]) -> dict[str, int]:
         if key not in levels:
             levels[key] = 1 + max((level(d) for d in deps[key]), default=-1)
         return levels[key]
+
     for key in deps:
         level(key)
     return levels
 
 
-def stack_order(keys: Iterable[str], deps: Mapping[str, Sequence[str]],
-                tie: Mapping[str, tuple[str, str]]) -> list[str]:
+def stack_order(
+    keys: Iterable[str], deps: Mapping[str, Sequence[str]], tie: Mapping[str, tuple[str, str]]
+) -> list[str]:
     """Dependency ChangeSets in merge order: topological (dependencies first), then the tie-break
     (ChangeSet creation time, then Task id) for Tasks at the same level."""
     levels = depth(deps)

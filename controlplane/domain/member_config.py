@@ -24,8 +24,22 @@ from controlplane.domain.members import (
     tag_set,
 )
 
-_MEMBER_KEYS = frozenset({"agent", "instance_id", "billing", "model", "quality_score", "capabilities", "reasoning",
-                          "max_concurrent", "base_url", "credential_env", "credential_file", "probe_url"})
+_MEMBER_KEYS = frozenset(
+    {
+        "agent",
+        "instance_id",
+        "billing",
+        "model",
+        "quality_score",
+        "capabilities",
+        "reasoning",
+        "max_concurrent",
+        "base_url",
+        "credential_env",
+        "credential_file",
+        "probe_url",
+    }
+)
 
 
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$|^24:00$")
@@ -108,8 +122,10 @@ def parse_modifiers(data: Mapping[str, Any]) -> tuple[TodModifier, ...]:
             raise ConfigError(f"{where}: start and end are equal; the window would be empty")
         mod = TodModifier(route_key=route_key, model=model, start=start, end=end, delta=_int(spec, "delta", where))
         if abs(mod.delta) > MAX_MODIFIER:
-            raise ConfigError(f"modifier {_label(mod)}: delta {mod.delta} is outside ±{MAX_MODIFIER}; "
-                              "time-of-day modifiers only break ties")
+            raise ConfigError(
+                f"modifier {_label(mod)}: delta {mod.delta} is outside ±{MAX_MODIFIER}; "
+                "time-of-day modifiers only break ties"
+            )
         out.append(mod)
     return tuple(out)
 
@@ -157,7 +173,8 @@ def _parse_class(spec: Any, index: int) -> TierClass:
             raise ConfigError(
                 f"AgentClass '{class_id}': duplicate member route '{member.route_key}' model '{member.model}'. "
                 "Give same-kind subscriptions distinct instance_id values "
-                "(legacy shadowing duplicates are rejected since #226 multi-subscription pooling).")
+                "(legacy shadowing duplicates are rejected since #226 multi-subscription pooling)."
+            )
         seen.add((member.route_key, member.model))
         members.append(member)
     display = spec.get("display_name") or class_id
@@ -176,8 +193,9 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
     if "/" in raw:
         prefix, _, instance = raw.partition("/")
         if prefix.lower() != agent:
-            raise ConfigError(f"{where}: instance_id '{raw}' has prefix '{prefix}', which does not match "
-                              f"agent '{agent}'")
+            raise ConfigError(
+                f"{where}: instance_id '{raw}' has prefix '{prefix}', which does not match agent '{agent}'"
+            )
     if "/" in instance or instance != instance.strip() or raw and not instance:
         raise ConfigError(f"{where}: instance_id '{raw}' is not a name or {agent}/name")
     key = f"{agent}/{instance}" if instance else agent
@@ -186,14 +204,16 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
     if billing is None:
         raise ConfigError(f"{where}: billing {spec.get('billing')!r} must be Subscription or PayPerApi")
     if "quality_score" not in spec:
-        raise ConfigError(f"{where} has no quality_score. Add quality_score=N ({MIN_SCORE}-{MAX_SCORE}) to it: "
-                          "there is no default score, members are ranked by it")
+        raise ConfigError(
+            f"{where} has no quality_score. Add quality_score=N ({MIN_SCORE}-{MAX_SCORE}) to it: "
+            "there is no default score, members are ranked by it"
+        )
     score = _int(spec, "quality_score", where)
     if not MIN_SCORE <= score <= MAX_SCORE:
         raise ConfigError(f"{where}: quality_score {score} is outside {MIN_SCORE}-{MAX_SCORE}")
     reasoning = _str(spec, "reasoning", where)
     if agent == "gemini" and score >= 90 and reasoning != "high":
-        raise ConfigError(f"{where}: gemini members with quality_score >= 90 must have reasoning = \"high\"")
+        raise ConfigError(f'{where}: gemini members with quality_score >= 90 must have reasoning = "high"')
     tags = spec.get("capabilities", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise ConfigError(f"{where}: capabilities must be a list of strings")
@@ -201,10 +221,20 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
     if max_concurrent < 0:
         raise ConfigError(f"{where}: max_concurrent must be >= 0 (0 is unlimited)")
     member = Member(
-        agent=agent, instance_id=instance, billing=billing, model=_str(spec, "model", where), quality_score=score,
-        capabilities=tag_set(tags), reasoning=reasoning, max_concurrent=max_concurrent,
-        base_url=_str(spec, "base_url", where), credential_env=_str(spec, "credential_env", where),
-        credential_file=_str(spec, "credential_file", where), probe_url=_str(spec, "probe_url", where), order=order)
+        agent=agent,
+        instance_id=instance,
+        billing=billing,
+        model=_str(spec, "model", where),
+        quality_score=score,
+        capabilities=tag_set(tags),
+        reasoning=reasoning,
+        max_concurrent=max_concurrent,
+        base_url=_str(spec, "base_url", where),
+        credential_env=_str(spec, "credential_env", where),
+        credential_file=_str(spec, "credential_file", where),
+        probe_url=_str(spec, "probe_url", where),
+        order=order,
+    )
     if member.credential_env and member.credential_file:
         raise ConfigError(f"{where}: set credential_env or credential_file, not both")
     return member
@@ -234,5 +264,3 @@ def _int(spec: Mapping[str, Any], key: str, where: str) -> int:
 
 def _label(mod: TodModifier) -> str:
     return f"'{'/'.join(s for s in (mod.route_key, mod.model) if s)}' {mod.start}-{mod.end}"
-
-

@@ -181,8 +181,9 @@ def effective_score(member: Member, modifiers: Sequence[TodModifier], now: dt.da
     return member.quality_score + sum(m.delta for m in modifiers if m.matches(member) and m.active(now))
 
 
-def rank(members: Sequence[Member], required_capabilities: Iterable[str], modifiers: Sequence[TodModifier],
-         now: dt.datetime) -> tuple[list[Ranked], list[tuple[Member, str]]]:
+def rank(
+    members: Sequence[Member], required_capabilities: Iterable[str], modifiers: Sequence[TodModifier], now: dt.datetime
+) -> tuple[list[Ranked], list[tuple[Member, str]]]:
     """The members holding every required tag, best first; and the others with why.
 
     Best first: effective score, then Subscription before PayPerApi, then config order.
@@ -200,8 +201,15 @@ def rank(members: Sequence[Member], required_capabilities: Iterable[str], modifi
     return ranked, rejected
 
 
-def quota_allows(member: Member, snapshot: QuotaSnapshot, observed_failures: Sequence[dt.datetime],
-                 policy: QuotaPolicy, now: dt.datetime, *, active: int = 0) -> tuple[bool, str]:
+def quota_allows(
+    member: Member,
+    snapshot: QuotaSnapshot,
+    observed_failures: Sequence[dt.datetime],
+    policy: QuotaPolicy,
+    now: dt.datetime,
+    *,
+    active: int = 0,
+) -> tuple[bool, str]:
     """May a run start on `member` now, and why. `observed_failures`: its 429 or quota failures; `active`: its runs."""
     if member.max_concurrent and active >= member.max_concurrent:
         return False, "at max_concurrent"
@@ -222,8 +230,13 @@ def quota_allows(member: Member, snapshot: QuotaSnapshot, observed_failures: Seq
     return True, f"quota unknown; no quota failure in the last {window:g} min"
 
 
-def intra_kind_order(ranked: Sequence[Ranked], policy: str, snapshots: Mapping[str, QuotaSnapshot],
-                     rr_counters: Mapping[str, int], sticky_route_key: str = "") -> list[Ranked]:
+def intra_kind_order(
+    ranked: Sequence[Ranked],
+    policy: str,
+    snapshots: Mapping[str, QuotaSnapshot],
+    rr_counters: Mapping[str, int],
+    sticky_route_key: str = "",
+) -> list[Ranked]:
     """Reorder same-kind siblings that tie on effective score and billing, in the places they hold.
 
     MostQuotaFirst: most available quota first, unknown last. RoundRobin: rotated
@@ -250,10 +263,18 @@ def intra_kind_order(ranked: Sequence[Ranked], policy: str, snapshots: Mapping[s
     return out
 
 
-def select(cls: TierClass, required_capabilities: Iterable[str], modifiers: Sequence[TodModifier],
-           snapshots: Mapping[str, QuotaSnapshot], observed: Mapping[str, Sequence[dt.datetime]],
-           active_counts: Mapping[str, int], policy: QuotaPolicy, now: dt.datetime, sticky: str = "",
-           rr_counters: MutableMapping[str, int] | None = None) -> Selection:
+def select(
+    cls: TierClass,
+    required_capabilities: Iterable[str],
+    modifiers: Sequence[TodModifier],
+    snapshots: Mapping[str, QuotaSnapshot],
+    observed: Mapping[str, Sequence[dt.datetime]],
+    active_counts: Mapping[str, int],
+    policy: QuotaPolicy,
+    now: dt.datetime,
+    sticky: str = "",
+    rr_counters: MutableMapping[str, int] | None = None,
+) -> Selection:
     """Route one Task to a member of `cls`: the first in rank (and intra-kind) order that the gates allow.
 
     `snapshots`, `observed` (quota failures) and `active_counts` (runs) are by
@@ -264,37 +285,76 @@ def select(cls: TierClass, required_capabilities: Iterable[str], modifiers: Sequ
     ranked, rejected = rank(cls.members, required, modifiers, now)
     lost = [_candidate(m, effective_score(m, modifiers, now), reason) for m, reason in rejected]
     if not ranked:
-        return Selection(None, "no_eligible", lost, f"ROUTING_NO_ELIGIBLE: no member of class '{cls.id}' meets "
-                                                    f"RequiredCapabilities=[{', '.join(sorted(required))}]")
+        return Selection(
+            None,
+            "no_eligible",
+            lost,
+            f"ROUTING_NO_ELIGIBLE: no member of class '{cls.id}' meets "
+            f"RequiredCapabilities=[{', '.join(sorted(required))}]",
+        )
     counters = rr_counters if rr_counters is not None else {}
-    chosen: Member | None = None
-    candidates, quota_blocked = [], False
-    for r in intra_kind_order(ranked, policy.intra_kind_policy, snapshots, counters, sticky):
-        if chosen is not None:
-            verdict = f"ranked below {chosen.route_key}"
-        else:
-            key = r.member.route_key
-            allowed, verdict = quota_allows(r.member, snapshots.get(key, QuotaSnapshot()), observed.get(key, ()),
-                                            policy, now, active=active_counts.get(key, 0))
-            if allowed:
-                chosen, verdict = r.member, "chosen"
-            else:
-                quota_blocked |= verdict != "at max_concurrent"
-        candidates.append(_candidate(r.member, r.effective, verdict))
+    ordered = intra_kind_order(ranked, policy.intra_kind_policy, snapshots, counters, sticky)
+    chosen, candidates, quota_blocked = _first_allowed(ordered, snapshots, observed, active_counts, policy, now)
     candidates += lost
     if chosen is not None:
         if policy.intra_kind_policy == "RoundRobin":
             counters[chosen.agent] = counters.get(chosen.agent, 0) + 1
         best = next(c for c in candidates if c["verdict"] == "chosen")
-        return Selection(chosen, "chosen", candidates,
-                         f"class '{cls.id}': chose {chosen.route_key} model '{chosen.model}' ({chosen.billing}), "
-                         f"score {best['base']}, effective {best['effective']}")
+        return Selection(
+            chosen,
+            "chosen",
+            candidates,
+            f"class '{cls.id}': chose {chosen.route_key} model '{chosen.model}' ({chosen.billing}), "
+            f"score {best['base']}, effective {best['effective']}",
+        )
     # PayPerApi members pass the quota gate, so only max_concurrent can stop them: waiting is the only answer.
-    why = (f"all Subscription members of class '{cls.id}' are exhausted" if quota_blocked
-           else f"every eligible member of class '{cls.id}' is at max_concurrent")
+    why = (
+        f"all Subscription members of class '{cls.id}' are exhausted"
+        if quota_blocked
+        else f"every eligible member of class '{cls.id}' is at max_concurrent"
+    )
     return Selection(None, "wait", candidates, f"{why}; recheck in {policy.recheck_interval_seconds:g} s")
 
 
+def _first_allowed(
+    ordered: Sequence[Ranked],
+    snapshots: Mapping[str, QuotaSnapshot],
+    observed: Mapping[str, Sequence[dt.datetime]],
+    active_counts: Mapping[str, int],
+    policy: QuotaPolicy,
+    now: dt.datetime,
+) -> tuple[Member | None, list[dict[str, Any]], bool]:
+    """The first member the quota gate allows, every candidate with its verdict, and whether a quota (not
+    max_concurrent) stopped any."""
+    chosen: Member | None = None
+    candidates, quota_blocked = [], False
+    for r in ordered:
+        if chosen is not None:
+            verdict = f"ranked below {chosen.route_key}"
+        else:
+            key = r.member.route_key
+            allowed, verdict = quota_allows(
+                r.member,
+                snapshots.get(key, QuotaSnapshot()),
+                observed.get(key, ()),
+                policy,
+                now,
+                active=active_counts.get(key, 0),
+            )
+            if allowed:
+                chosen, verdict = r.member, "chosen"
+            else:
+                quota_blocked |= verdict != "at max_concurrent"
+        candidates.append(_candidate(r.member, r.effective, verdict))
+    return chosen, candidates, quota_blocked
+
+
 def _candidate(member: Member, effective: int, verdict: str) -> dict[str, Any]:
-    return {"route_key": member.route_key, "model": member.model, "billing": member.billing,
-            "base": member.quality_score, "effective": effective, "verdict": verdict}
+    return {
+        "route_key": member.route_key,
+        "model": member.model,
+        "billing": member.billing,
+        "base": member.quality_score,
+        "effective": effective,
+        "verdict": verdict,
+    }

@@ -22,8 +22,15 @@ LIMIT_TOKENS = 12_000
 FILE_LIST_MAX_BYTES = 8_000  # about 2,000 tokens of paths; the rest is counted and left to list_files
 
 # Retrieval order (seed 000): an item's place in this tuple breaks ties between equal priorities.
-SOURCES = ("declared_file", "dependency_neighbour", "resource_owner", "dependency_intent",
-           "nearby_intent", "prior_failure", "semantic")
+SOURCES = (
+    "declared_file",
+    "dependency_neighbour",
+    "resource_owner",
+    "dependency_intent",
+    "nearby_intent",
+    "prior_failure",
+    "semantic",
+)
 CONVENTION = "convention"  # the source of convention Items: fixed, never retrieved or dropped
 _SOURCE_ORDER = {s: i for i, s in enumerate(SOURCES)}
 
@@ -92,8 +99,7 @@ def _tokens(size: int) -> int:
 
 def canonical_json(value: Any) -> bytes:
     """The one serialisation of a packet: sorted keys, no whitespace, UTF-8, NaN refused."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def compile_packet(inputs: PacketInputs, limit_tokens: int = LIMIT_TOKENS) -> CompiledPacket:
@@ -120,7 +126,7 @@ def compile_packet(inputs: PacketInputs, limit_tokens: int = LIMIT_TOKENS) -> Co
     fixed_bytes = len(canonical_json(packet))  # with "items": [] and "dropped": []
 
     def size() -> int:  # exact: each array adds its elements and a comma between two of them
-        return (fixed_bytes + kept_bytes + max(kept - 1, 0) + dropped_bytes + max(len(dropped) - 1, 0))
+        return fixed_bytes + kept_bytes + max(kept - 1, 0) + dropped_bytes + max(len(dropped) - 1, 0)
 
     gone: set[int] = set()
     for index in _drop_order(items):
@@ -134,8 +140,13 @@ def compile_packet(inputs: PacketInputs, limit_tokens: int = LIMIT_TOKENS) -> Co
     packet["dropped"] = dropped
     data = canonical_json(packet)
     # the dict handed back is the stored bytes parsed, so rendering it equals rendering the stored packet
-    return CompiledPacket(data=data, sha256=hashlib.sha256(data).hexdigest(), packet=json.loads(data),
-                          dropped=tuple(dropped), tokens=estimate_tokens(data))
+    return CompiledPacket(
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        packet=json.loads(data),
+        dropped=tuple(dropped),
+        tokens=estimate_tokens(data),
+    )
 
 
 def _check_items(items: Iterable[Item], sources: set[str], field: str) -> None:
@@ -143,8 +154,9 @@ def _check_items(items: Iterable[Item], sources: set[str], field: str) -> None:
         if not isinstance(item, Item):
             raise InvalidArgument(f"expected an Item, got {type(item).__name__}", field=field)
         if item.source not in sources:
-            raise InvalidArgument(f"{item.item_id}: source {item.source!r} is not one of {sorted(sources)}",
-                                  field=field)
+            raise InvalidArgument(
+                f"{item.item_id}: source {item.source!r} is not one of {sorted(sources)}", field=field
+            )
 
 
 def _ordered(items: Iterable[Item]) -> list[Item]:
@@ -165,8 +177,10 @@ def _drop_order(items: list[Item]) -> list[int]:
     """Indexes (into the sorted `items`) in the order they go: semantic by ascending score, then
     everything else from the end of the order."""
     backwards = list(reversed(range(len(items))))
-    semantic = sorted((n for n in backwards if items[n].source == "semantic"),
-                      key=lambda n: items[n].score if items[n].score is not None else 0.0)
+    semantic = sorted(
+        (n for n in backwards if items[n].source == "semantic"),
+        key=lambda n: items[n].score if items[n].score is not None else 0.0,
+    )
     return semantic + [n for n in backwards if items[n].source != "semantic"]
 
 
@@ -184,11 +198,19 @@ def _fixed(inputs: PacketInputs, limit_tokens: int) -> dict[str, Any]:
         "packet_version": PACKET_VERSION,
         "limit_tokens": limit_tokens,
         "canonical_commit": inputs.canonical_commit,
-        "change": {"goal": change["goal"], "criteria": list(change.get("criteria") or ()),
-                   "invariants": list(change.get("invariants") or ())},
-        "task": {"key": task["key"], "kind": task["kind"], "objective": task["objective"],
-                 "resources": list(task.get("resources") or ()), "risk": task.get("risk", ""),
-                 "files": list(task.get("files") or ())},
+        "change": {
+            "goal": change["goal"],
+            "criteria": list(change.get("criteria") or ()),
+            "invariants": list(change.get("invariants") or ()),
+        },
+        "task": {
+            "key": task["key"],
+            "kind": task["kind"],
+            "objective": task["objective"],
+            "resources": list(task.get("resources") or ()),
+            "risk": task.get("risk", ""),
+            "files": list(task.get("files") or ()),
+        },
         "conventions": [_item(i) for i in inputs.conventions],
         "stacked_changesets": [dict(c) for c in inputs.stacked_changesets],
         "prior_failures": [_item(i) for i in inputs.prior_failures],
@@ -242,11 +264,16 @@ def render_prompt(packet: Mapping[str, Any]) -> str:
         out += ["- " + json.dumps(c, sort_keys=True, ensure_ascii=False) for c in packet["stacked_changesets"]]
     if packet["prior_failures"]:
         out += ["", "# Prior failures of this Task"] + [_block(i) for i in packet["prior_failures"]]
-    out += ["", "# Context (declared files, dependency neighbours, resource owners, intents and failures, "
-                "semantic memory)"] + [_block(i) for i in packet["items"]]
+    out += [
+        "",
+        "# Context (declared files, dependency neighbours, resource owners, intents and failures, semantic memory)",
+    ] + [_block(i) for i in packet["items"]]
     if packet["dropped"]:
-        out += ["", f"Left out to fit {packet['limit_tokens']} tokens (read them if you need them): "
-                + ", ".join(packet["dropped"])]
+        out += [
+            "",
+            f"Left out to fit {packet['limit_tokens']} tokens (read them if you need them): "
+            + ", ".join(packet["dropped"]),
+        ]
     if packet["semantic_note"]:
         out += ["", f"Semantic memory: {packet['semantic_note']}"]
     files = packet["file_list"]
@@ -262,6 +289,8 @@ def _block(item: Mapping[str, Any]) -> str:
     while fence in text:
         fence += "`"
     score = f" | score: {item['score']}" if item["score"] is not None else ""
-    return (f"\n## {item['title']}\nitem: {item['item_id']} | source: {item['source']} | "
-            f"version: {item['source_version']} | captured: {item['captured_at']}{score}\n"
-            f"{fence}\n{text}\n{fence}")
+    return (
+        f"\n## {item['title']}\nitem: {item['item_id']} | source: {item['source']} | "
+        f"version: {item['source_version']} | captured: {item['captured_at']}{score}\n"
+        f"{fence}\n{text}\n{fence}"
+    )

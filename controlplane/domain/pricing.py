@@ -10,24 +10,33 @@ from typing import Mapping
 @dataclasses.dataclass(frozen=True)
 class Price:
     """List prices in USD per million tokens (a USD/MTok price is also micro-dollars per token)."""
+
     input: Fraction
     output: Fraction
     cache_write: Fraction
     cache_read: Fraction
 
     @classmethod
-    def of(cls, input: float | str, output: float | str, cache_write: float | str | None = None,
-           cache_read: float | str | None = None) -> "Price":
+    def of(
+        cls,
+        input: float | str,
+        output: float | str,
+        cache_write: float | str | None = None,
+        cache_read: float | str | None = None,
+    ) -> "Price":
         base = Fraction(str(input))
-        return cls(base, Fraction(str(output)),
-                   Fraction(str(cache_write)) if cache_write is not None else base * Fraction(5, 4),
-                   Fraction(str(cache_read)) if cache_read is not None else base / 10)
+        return cls(
+            base,
+            Fraction(str(output)),
+            Fraction(str(cache_write)) if cache_write is not None else base * Fraction(5, 4),
+            Fraction(str(cache_read)) if cache_read is not None else base / 10,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class Usage:
-    input_tokens: int = 0              # uncached input
-    output_tokens: int = 0             # thinking included
+    input_tokens: int = 0  # uncached input
+    output_tokens: int = 0  # thinking included
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
 
@@ -47,9 +56,12 @@ def _round(value: Fraction) -> int:
 
 
 def cost_micros(usage: Usage, price: Price) -> int:
-    return _round(usage.input_tokens * price.input + usage.output_tokens * price.output
-                  + usage.cache_creation_input_tokens * price.cache_write
-                  + usage.cache_read_input_tokens * price.cache_read)
+    return _round(
+        usage.input_tokens * price.input
+        + usage.output_tokens * price.output
+        + usage.cache_creation_input_tokens * price.cache_write
+        + usage.cache_read_input_tokens * price.cache_read
+    )
 
 
 def estimate_micros(input_tokens: int, max_output_tokens: int, price: Price) -> int:

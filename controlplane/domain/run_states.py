@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from controlplane.domain.errors import FailedPrecondition
 
-TRANSITIONS = frozenset({
-    ("queued", "starting"),    # assigned to an agent
-    ("queued", "cancelled"),
-    ("starting", "queued"),    # the agent refused it
-    ("starting", "running"),   # session started
-    ("starting", "failed"),    # could not start
-    ("running", "succeeded"),  # exit code 0
-    ("running", "failed"),     # non-zero exit, error, timeout, agent gone
-    ("running", "cancelled"),
-})
+TRANSITIONS = frozenset(
+    {
+        ("queued", "starting"),  # assigned to an agent
+        ("queued", "cancelled"),
+        ("starting", "queued"),  # the agent refused it
+        ("starting", "running"),  # session started
+        ("starting", "failed"),  # could not start
+        ("running", "succeeded"),  # exit code 0
+        ("running", "failed"),  # non-zero exit, error, timeout, agent gone
+        ("running", "cancelled"),
+    }
+)
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 ACTIVE = frozenset({"starting", "running"})
 

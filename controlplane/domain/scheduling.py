@@ -20,8 +20,8 @@ class AgentSlot:
 @dataclasses.dataclass(frozen=True)
 class QueuedRun:
     run_id: str
-    pool: str       # the project's pool; "" for the default pool
-    driver: str     # command | harness
+    pool: str  # the project's pool; "" for the default pool
+    driver: str  # command | harness
     avoid: frozenset[str] = frozenset()  # agents that refused this run a moment ago
 
 

@@ -189,6 +189,27 @@ def needs_classifier(t: TaskTraits) -> bool:
     return t.attempt == 1 and route_by_rules(t).tier == DEFAULT
 
 
+def model_tier(tier: str, allow_opus: bool) -> str:
+    """The tier whose model runs a run of `tier`: opus runs on the sonnet model unless opus is allowed.
+    The one place this rule lives."""
+    return SONNET if tier == OPUS and not allow_opus else tier
+
+
+def escalated(t: TaskTraits, tier: str, allow_opus: bool) -> TierDecision:
+    """The decision for a retry or an escalation: its tier is set; the rules only name the floor they saw."""
+    decided = decide_tier(dataclasses.replace(t, attempt=max(t.attempt, 2)), None, allow_opus)
+    runs_on = model_tier(tier, allow_opus)
+    return dataclasses.replace(
+        decided,
+        tier=tier,
+        base_tier=tier,
+        rule="escalation",
+        floor=None,
+        opus_disabled=runs_on != tier,
+        model_tier=runs_on,
+    )
+
+
 def decide_tier(t: TaskTraits, classifier: ClassifierAnswer | None, allow_opus: bool) -> TierDecision:
     """Rules, then the classifier (default, first attempt only), then the floor, then opus gating."""
     decision = route_by_rules(t)
@@ -200,10 +221,16 @@ def decide_tier(t: TaskTraits, classifier: ClassifierAnswer | None, allow_opus: 
         base = consulted.tier if consulted is not None and consulted.tier is not None else SONNET
     task_floor = floor(t)
     tier = apply_floor(base, task_floor)
-    opus_disabled = tier == OPUS and not allow_opus
-    return TierDecision(tier=tier, base_tier=base, rule=decision.rule, classifier=consulted,
-                        floor=task_floor, opus_disabled=opus_disabled,
-                        model_tier=SONNET if opus_disabled else tier)
+    opus_disabled = model_tier(tier, allow_opus) != tier
+    return TierDecision(
+        tier=tier,
+        base_tier=base,
+        rule=decision.rule,
+        classifier=consulted,
+        floor=task_floor,
+        opus_disabled=opus_disabled,
+        model_tier=model_tier(tier, allow_opus),
+    )
 
 
 CLASSIFIER_SYSTEM = """\

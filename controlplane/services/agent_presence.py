@@ -20,12 +20,22 @@ FORGET = 1 << 62  # an applied seq that makes an agent drop every message of a r
 
 @dataclasses.dataclass(frozen=True)
 class HelloResult:
-    applied: dict[str, int]      # highest applied seq of each run the agent listed
-    to_cancel: list[str]         # listed runs whose cancel the agent may not have heard
+    applied: dict[str, int]  # highest applied seq of each run the agent listed
+    to_cancel: list[str]  # listed runs whose cancel the agent may not have heard
 
 
-def agent_connected(s: Session, name: str, labels: dict[str, str], capacity: int, drivers: list[str],
-                    version: str, listed: set[str], draining: bool, token_id: int = 0, pool: str = "") -> HelloResult:
+def agent_connected(
+    s: Session,
+    name: str,
+    labels: dict[str, str],
+    capacity: int,
+    drivers: list[str],
+    version: str,
+    listed: set[str],
+    draining: bool,
+    token_id: int = 0,
+    pool: str = "",
+) -> HelloResult:
     """Record a connected agent. A name is bound to the agent token that first registered it: another
     token may take it only once that one is revoked or expired, and only for the same pool."""
     agent = s.get(Agent, name, with_for_update=True)
@@ -37,8 +47,9 @@ def agent_connected(s: Session, name: str, labels: dict[str, str], capacity: int
         if bound is not None and (bound.revoked_at is None and not _expired(bound)):
             raise PermissionDenied(f"the agent name {name!r} belongs to another agent token", field="hello.name")
         if (agent.pool or "") != pool:
-            raise PermissionDenied(f"the agent name {name!r} was an agent of another pool; use a new name",
-                                   field="hello.name")
+            raise PermissionDenied(
+                f"the agent name {name!r} was an agent of another pool; use a new name", field="hello.name"
+            )
         add_event(s, "agent.rebound", agent=name, pool=pool)
     if token_id:
         agent.token_id, agent.pool = token_id, pool
@@ -56,8 +67,14 @@ def agent_connected(s: Session, name: str, labels: dict[str, str], capacity: int
         elif run.state == "starting" and run.last_seq == 0:
             requeue(s, run, reason="assignment_not_received")  # never reached the agent
         else:
-            finish_run(s, run, "failed", exit_code=-1, reason="agent_restarted",
-                    error=f"agent {name} came back without this run")
+            finish_run(
+                s,
+                run,
+                "failed",
+                exit_code=-1,
+                reason="agent_restarted",
+                error=f"agent {name} came back without this run",
+            )
     for run_id in listed - applied.keys():
         # Ended here already (agent_lost, or a result whose ack was lost): take the rest of its output,
         # which cannot change its state, and stop its session. Not this agent's run: forget it.
@@ -97,8 +114,14 @@ def fail_lost_runs(s: Session, window: dt.timedelta, now: dt.datetime | None = N
         if since is None or now - since < window:
             continue
         for run in s.scalars(select(Run).where(Run.agent == agent.name, Run.state.in_(run_states.ACTIVE))):
-            finish_run(s, run, "failed", exit_code=-1, reason="agent_lost",
-                    error=f"agent {agent.name} disconnected for more than {int(window.total_seconds())} s")
+            finish_run(
+                s,
+                run,
+                "failed",
+                exit_code=-1,
+                reason="agent_lost",
+                error=f"agent {agent.name} disconnected for more than {int(window.total_seconds())} s",
+            )
             failed.append(run.id)
     return failed
 

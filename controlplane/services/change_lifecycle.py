@@ -22,16 +22,37 @@ def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str, scope: 
     graph.validate(spec)
     if s.get(Project, spec.project) is None or (scope is not None and spec.project not in scope):
         raise NotFound(f"no project {spec.project!r}", field="project")
-    change = Change(id=new_id("chg"), project=spec.project, goal=spec.goal, criteria=list(spec.criteria),
-                    invariants=list(spec.invariants), budget_usd=spec.budget_usd, submitted_by=submitted_by,
-                    status="open", created_at=utcnow())
+    change = Change(
+        id=new_id("chg"),
+        project=spec.project,
+        goal=spec.goal,
+        criteria=list(spec.criteria),
+        invariants=list(spec.invariants),
+        budget_usd=spec.budget_usd,
+        submitted_by=submitted_by,
+        status="open",
+        created_at=utcnow(),
+    )
     s.add(change)
     s.flush()
     add_event(s, "change.submitted", change_id=change.id, project=spec.project, tasks=len(spec.tasks))
     for position, t in enumerate(spec.tasks):
-        s.add(Task(id=new_id("tsk"), change_id=change.id, position=position, key=t.key, kind=t.kind,
-                   objective=t.objective, depends_on=list(t.depends_on), command=list(t.command),
-                   env=dict(t.env), timeout_seconds=t.timeout_seconds, spec=dict(t.traits), status="pending"))
+        s.add(
+            Task(
+                id=new_id("tsk"),
+                change_id=change.id,
+                position=position,
+                key=t.key,
+                kind=t.kind,
+                objective=t.objective,
+                depends_on=list(t.depends_on),
+                command=list(t.command),
+                env=dict(t.env),
+                timeout_seconds=t.timeout_seconds,
+                spec=dict(t.traits),
+                status="pending",
+            )
+        )
     s.flush()
     advance(s, change)
     return change.id
@@ -53,8 +74,15 @@ def finish_composition(s: Session, change_id: str, branch: str, commit: str, con
     settle_change(s, change, tasks_of(s, change.id))
 
 
-def cancel_change(s: Session, change_id: str, reason: str = "cancelled by user", *, scope: Scope = None,
-                  by: str = "", may_manage: bool = True) -> list[Run]:
+def cancel_change(
+    s: Session,
+    change_id: str,
+    reason: str = "cancelled by user",
+    *,
+    scope: Scope = None,
+    by: str = "",
+    may_manage: bool = True,
+) -> list[Run]:
     """Cancel every open Task; answers the active runs whose agents must be told."""
     change = visible_change(s, change_id, scope)
     check_owner(change, by, may_manage, "cancelling")
@@ -79,8 +107,9 @@ def cancel_change(s: Session, change_id: str, reason: str = "cancelled by user",
     return to_tell
 
 
-def raise_budget(s: Session, change_id: str, budget_usd: float, *, scope: Scope = None, by: str = "",
-                 may_manage: bool = True) -> Change:
+def raise_budget(
+    s: Session, change_id: str, budget_usd: float, *, scope: Scope = None, by: str = "", may_manage: bool = True
+) -> Change:
     """A higher budget: Tasks stopped by a budget get a fresh attempt window and run again."""
     change = visible_change(s, change_id, scope, lock=True)
     check_owner(change, by, may_manage, "raising the budget of")
@@ -91,6 +120,7 @@ def raise_budget(s: Session, change_id: str, budget_usd: float, *, scope: Scope 
     old, change.budget_usd = change.budget_usd, budget_usd
     add_event(s, "change.budget_raised", change_id=change.id, previous_usd=old, budget_usd=budget_usd)
     from controlplane.store import meters  # the meters import the lifecycle's helpers
+
     meters.raise_limit(s, f"change-usd:{change.id}", int(round(budget_usd * 1_000_000)))
     tasks = tasks_of(s, change.id)
     stopped = [t for t in tasks if t.status == "blocked" and t.reason.startswith("budget_stop")]

@@ -30,7 +30,6 @@ class Published:
     intent: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-
 def publish(s: Session, objects: DirectoryStore, p: Published) -> ChangeSet:
     """Idempotent by run: publishing again answers the ChangeSet recorded the first time."""
     existing = s.scalar(select(ChangeSet).where(ChangeSet.run_id == p.run_id))
@@ -45,15 +44,37 @@ def publish(s: Session, objects: DirectoryStore, p: Published) -> ChangeSet:
         raise InvalidArgument(f"must be drover/{run.change_id}/<task> with a commit", field="branch")
     change = s.get(Change, run.change_id)
     assert change is not None
-    changeset = ChangeSet(id=new_id("cs"), change_id=run.change_id, task_id=run.task_id, run_id=run.id,
-                          branch=p.branch, commit=p.commit, base_commit=p.base_commit, start_commit=p.start_commit,
-                          stacked_on=list(p.stacked_on), files=list(p.files), own_files=list(p.own_files),
-                          summary=p.summary[:4000], intent=p.intent, created_at=utcnow(), patch_ref="")
+    changeset = ChangeSet(
+        id=new_id("cs"),
+        change_id=run.change_id,
+        task_id=run.task_id,
+        run_id=run.id,
+        branch=p.branch,
+        commit=p.commit,
+        base_commit=p.base_commit,
+        start_commit=p.start_commit,
+        stacked_on=list(p.stacked_on),
+        files=list(p.files),
+        own_files=list(p.own_files),
+        summary=p.summary[:4000],
+        intent=p.intent,
+        created_at=utcnow(),
+        patch_ref="",
+    )
     changeset.patch_ref = patch_key(change.project, change.id, run.task_id, changeset.id)
     objects.put(changeset.patch_ref, p.patch.encode())  # before the row: a row never names a missing patch
     s.add(changeset)
-    add_event(s, "changeset.published", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
-              agent=run.agent, changeset_id=changeset.id, branch=p.branch, files=list(p.files))
+    add_event(
+        s,
+        "changeset.published",
+        change_id=run.change_id,
+        task_id=run.task_id,
+        run_id=run.id,
+        agent=run.agent,
+        changeset_id=changeset.id,
+        branch=p.branch,
+        files=list(p.files),
+    )
     s.flush()
     claims.detect_conflicts(s, run.change_id)  # overlapping ChangeSets of one Change
     return changeset

@@ -13,187 +13,43 @@ take a Session and work inside the caller's one transaction (`Store.transaction`
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import fnmatch
-import itertools
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from controlplane.domain import run_states
+from controlplane.domain.claims import (
+    LEASE,
+    ClaimState,
+    Contention,
+    find_conflicts,
+    lease_expired,
+    needs_renewal,
+    normalise_all,
+    overlaps,
+)
 from controlplane.domain.errors import FailedPrecondition, NotFound
-from controlplane.domain.resources import GLOB as _GLOB
-from controlplane.domain.resources import NAMED as _NAMED
 from controlplane.domain.resources import normalise
 from controlplane.store.changes import latest_changesets, tasks_of
 from controlplane.store.engine import aware
-from controlplane.store.events import add_event, new_id
+from controlplane.store.events import add_event, new_id, run_event
 from controlplane.store.models import Change, Claim, Conflict, Event, Run, utcnow
 
-LEASE = dt.timedelta(seconds=120)
-"""How long a claim lasts without renewal."""
 LOCK_KEY = 0x44524F5645520001
 """PostgreSQL advisory lock that serialises acquisitions and renewals (SQLite's BEGIN IMMEDIATE does)."""
 
-# --- pure ------------------------------------------------------------------------------------------
-
-def lease_expired(expires_at: dt.datetime, now: dt.datetime) -> bool:
-    return now >= expires_at
-
-
-def needs_renewal(acquired_or_renewed_at: dt.datetime, expires_at: dt.datetime, now: dt.datetime) -> bool:
-    """At half-life: a 120 s lease taken or renewed at t is due from t + 60 s."""
-    return now >= acquired_or_renewed_at + (expires_at - acquired_or_renewed_at) / 2
-
-
-def normalise_all(resources: Iterable[str]) -> tuple[str, ...]:
-    return tuple(sorted({normalise(r) for r in resources}))
-
-
-def task_resources(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    """What a Task claims: its declared files and named resources (Task.spec, the routing traits)."""
-    return normalise_all([*spec.get("files", ()), *spec.get("resources", ())])
-
-
-def overlaps(a: str, b: str) -> bool:
-    """Whether two normalised resources may name the same thing: the same kind (paths are one kind)
-    and patterns some name matches both (`src/*.py` overlaps `src/app.py` and `src/a*`)."""
-    kind_a, name_a = _split(a)
-    kind_b, name_b = _split(b)
-    if kind_a != kind_b:
-        return False
-    glob_a, glob_b = bool(_GLOB & set(name_a)), bool(_GLOB & set(name_b))
-    if not glob_a and not glob_b:
-        return name_a == name_b
-    if not glob_a:
-        return fnmatch.fnmatchcase(name_a, name_b)
-    if not glob_b:
-        return fnmatch.fnmatchcase(name_b, name_a)
-    return _globs_intersect(_tokens(name_a), _tokens(name_b))
-
-
-def _split(resource: str) -> tuple[str, str]:
-    named = _NAMED.match(resource)
-    return (named.group(1), named.group(2)) if named else ("", resource)
-
-
-def _tokens(pattern: str) -> list[tuple[str, str]]:
-    """fnmatch's pattern as tokens: ("*", ""), ("?", ""), ("[", class text) or ("c", a character)."""
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        if ch in "*?":
-            out.append((ch, ""))
-        elif ch == "[":
-            end = i + 1
-            end += pattern[end:end + 1] == "!"
-            end += pattern[end:end + 1] == "]"  # a leading ] belongs to the class, as in fnmatch
-            end = pattern.find("]", end)
-            if end == -1:
-                out.append(("c", ch))  # no closing bracket: a plain "["
-            else:
-                out.append(("[", pattern[i:end + 1]))
-                i = end
-        else:
-            out.append(("c", ch))
-        i += 1
-    return out
-
-
-def _one_char_in_both(a: tuple[str, str], b: tuple[str, str]) -> bool:
-    if a[0] in "*?" or b[0] in "*?":
-        return True
-    if a[0] == "c" and b[0] == "c":
-        return a[1] == b[1]
-    if a[0] == "c" or b[0] == "c":
-        char, klass = (a[1], b[1]) if a[0] == "c" else (b[1], a[1])
-        return fnmatch.fnmatchcase(char, klass)
-    return True  # two character classes: assume they share a character
-
-
-def _globs_intersect(p: list[tuple[str, str]], q: list[tuple[str, str]]) -> bool:
-    """Whether some name matches both patterns: a walk over the pair of positions in each."""
-    todo, seen = [(0, 0)], set()
-    while todo:
-        i, j = todo.pop()
-        if (i, j) in seen:
-            continue
-        seen.add((i, j))
-        if i == len(p) and j == len(q):
-            return True
-        if i < len(p) and p[i][0] == "*":
-            todo.append((i + 1, j))
-        if j < len(q) and q[j][0] == "*":
-            todo.append((i, j + 1))
-        if i < len(p) and j < len(q) and _one_char_in_both(p[i], q[j]):
-            todo.append((i if p[i][0] == "*" else i + 1, j if q[j][0] == "*" else j + 1))
-    return False
-
-
-def _ancestors(task: str, deps: Mapping[str, Sequence[str]]) -> set[str]:
-    found, todo = set(), list(deps.get(task, ()))
-    while todo:
-        current = todo.pop()
-        if current not in found:
-            found.add(current)
-            todo.extend(deps.get(current, ()))
-    return found
-
-
-def find_conflicts(order: Sequence[str], deps: Mapping[str, Sequence[str]], files: Mapping[str, Iterable[str]],
-                   contended: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], tuple[list[str], list[str]]]:
-    """Pairs of Tasks (in `order`) whose ChangeSets touch the same `files`, or that contended for a
-    resource ((task, task, resource) triples), with those files and resources. A Task stacked on the
-    other (a dependency, however far) built on its ChangeSet, so their shared files are no conflict."""
-    rank = {task: n for n, task in enumerate(order)}
-    found: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
-    own = {task: set(files.get(task, ())) for task in order}
-    for a, b in itertools.combinations(order, 2):
-        shared = own[a] & own[b]
-        if shared and a not in _ancestors(b, deps) and b not in _ancestors(a, deps):
-            found.setdefault((a, b), (set(), set()))[0].update(shared)
-    for x, y, resource in contended:
-        if x != y and x in rank and y in rank:
-            pair = (x, y) if rank[x] < rank[y] else (y, x)
-            found.setdefault(pair, (set(), set()))[1].add(resource)
-    return {pair: (sorted(f), sorted(r)) for pair, (f, r) in sorted(found.items(), key=lambda kv: (
-        rank[kv[0][0]], rank[kv[0][1]]))}
-
 
 # --- store -----------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class ClaimState:
-    resource: str
-    run_id: str
-    holder: str
-    generation: int
-    acquired_at: dt.datetime
-    expires_at: dt.datetime
-    released_at: dt.datetime | None = None
-    contended_with: tuple[str, ...] = ()
-    """Runs that held a live overlapping claim when this one was taken (both hold: claims are advisory)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Contention:
-    """One `claim.contended` event: `contender_run` claimed `resource` while `holder_run` held `held_resource`."""
-    resource: str
-    held_resource: str
-    holder_run: str
-    holder_task: str
-    holder_change: str
-    contender_run: str
-    contender_task: str
 
 
 def _state(c: Claim, contended_with: tuple[str, ...] = ()) -> ClaimState:
     acquired, expires = aware(c.acquired_at), aware(c.expires_at)
     assert acquired is not None and expires is not None
-    return ClaimState(c.resource, c.run_id, c.holder, c.generation, acquired, expires, aware(c.released_at),
-                      contended_with)
+    return ClaimState(
+        c.resource, c.run_id, c.holder, c.generation, acquired, expires, aware(c.released_at), contended_with
+    )
 
 
 def _lock(s: Session) -> None:
@@ -205,8 +61,9 @@ def _generation(s: Session, resource: str) -> int:
     return s.scalar(select(func.max(Claim.generation)).where(Claim.resource == resource)) or 0
 
 
-def acquire(s: Session, run_id: str, resources: Iterable[str], now: dt.datetime,
-            lease: dt.timedelta = LEASE) -> list[ClaimState]:
+def acquire(
+    s: Session, run_id: str, resources: Iterable[str], now: dt.datetime, lease: dt.timedelta = LEASE
+) -> list[ClaimState]:
     """Claim each resource for the run. Never blocks: an overlapping live claim of another run is
     recorded as `claim.contended` and both hold. An expired claim is freed and the resource's
     generation grows. A resource the run already holds has its lease renewed."""
@@ -220,40 +77,72 @@ def acquire(s: Session, run_id: str, resources: Iterable[str], now: dt.datetime,
     held = list(s.scalars(select(Claim).where(Claim.released_at.is_(None)).order_by(Claim.acquired_at, Claim.id)))
     states: list[ClaimState] = []
     for resource in wanted:
-        mine = next((c for c in held if c.run_id == run.id and c.resource == resource and c.released_at is None),
-                    None)
+        mine = next((c for c in held if c.run_id == run.id and c.resource == resource and c.released_at is None), None)
         if mine is not None:  # not taken over since (a takeover frees it), so still the run's
             mine.renewed_at, mine.expires_at = now, now + lease
             states.append(_state(mine))
             continue
-        others = [c for c in held if c.run_id != run.id and c.released_at is None and overlaps(c.resource, resource)]
-        live = []
-        for c in others:
-            expires = aware(c.expires_at)
-            assert expires is not None
-            if lease_expired(expires, now):
-                c.released_at = now
-                add_event(s, "claim.expired", change_id=c.change_id, task_id=c.task_id, run_id=c.run_id,
-                          agent=c.holder, resource=c.resource, generation=c.generation, taken_by=run.id)
-            else:
-                live.append(c)
-        current = _generation(s, resource)
-        shared = any(c.resource == resource for c in live)  # co-holders of one lease share its generation
-        claim = Claim(id=new_id("clm"), resource=resource, run_id=run.id, change_id=run.change_id,
-                      task_id=run.task_id, holder=run.agent, generation=current if shared else current + 1,
-                      acquired_at=now, renewed_at=now, expires_at=now + lease)
-        s.add(claim)
-        s.flush()
-        for c in live:
-            add_event(s, "claim.contended", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
-                      agent=run.agent, resource=resource, held_resource=c.resource, holder_run=c.run_id,
-                      holder_agent=c.holder, holder_task=c.task_id, holder_change=c.change_id,
-                      contender_run=run.id, contender_agent=run.agent)
-        states.append(_state(claim, tuple(dict.fromkeys(c.run_id for c in live))))
+        states.append(_take(s, run, resource, held, now, lease))
     if wanted:
-        add_event(s, "claim.acquired", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
-                  agent=run.agent, claims=[{"resource": c.resource, "generation": c.generation} for c in states])
+        claimed = [{"resource": c.resource, "generation": c.generation} for c in states]
+        run_event(s, "claim.acquired", run, claims=claimed)
     return states
+
+
+def _take(s: Session, run: Run, resource: str, held: list[Claim], now: dt.datetime, lease: dt.timedelta) -> ClaimState:
+    """A new claim of the run on `resource`: expired overlapping claims are freed, live ones contended."""
+    live = []
+    for c in held:
+        if c.run_id == run.id or c.released_at is not None or not overlaps(c.resource, resource):
+            continue
+        expires = aware(c.expires_at)
+        assert expires is not None
+        if not lease_expired(expires, now):
+            live.append(c)
+            continue
+        c.released_at = now
+        add_event(
+            s,
+            "claim.expired",
+            change_id=c.change_id,
+            task_id=c.task_id,
+            run_id=c.run_id,
+            agent=c.holder,
+            resource=c.resource,
+            generation=c.generation,
+            taken_by=run.id,
+        )
+    current = _generation(s, resource)
+    shared = any(c.resource == resource for c in live)  # co-holders of one lease share its generation
+    claim = Claim(
+        id=new_id("clm"),
+        resource=resource,
+        run_id=run.id,
+        change_id=run.change_id,
+        task_id=run.task_id,
+        holder=run.agent,
+        generation=current if shared else current + 1,
+        acquired_at=now,
+        renewed_at=now,
+        expires_at=now + lease,
+    )
+    s.add(claim)
+    s.flush()
+    for c in live:
+        run_event(
+            s,
+            "claim.contended",
+            run,
+            resource=resource,
+            held_resource=c.resource,
+            holder_run=c.run_id,
+            holder_agent=c.holder,
+            holder_task=c.task_id,
+            holder_change=c.change_id,
+            contender_run=run.id,
+            contender_agent=run.agent,
+        )
+    return _state(claim, tuple(dict.fromkeys(c.run_id for c in live)))
 
 
 def renew(s: Session, run_id: str, generations: Mapping[str, int], now: dt.datetime) -> dict[str, bool]:
@@ -267,15 +156,27 @@ def renew(s: Session, run_id: str, generations: Mapping[str, int], now: dt.datet
     answers: dict[str, bool] = {}
     for given, generation in generations.items():
         resource = normalise(given)
-        claim = s.scalar(select(Claim).where(Claim.run_id == run_id, Claim.resource == resource,
-                                             Claim.generation == generation)
-                         .order_by(Claim.acquired_at.desc(), Claim.id.desc()).limit(1))
+        claim = s.scalar(
+            select(Claim)
+            .where(Claim.run_id == run_id, Claim.resource == resource, Claim.generation == generation)
+            .order_by(Claim.acquired_at.desc(), Claim.id.desc())
+            .limit(1)
+        )
         current = _generation(s, resource)
         if claim is None or claim.released_at is not None or current > generation:
             if claim is not None and claim.released_at is None:
                 claim.released_at = now
-            add_event(s, "claim.fenced", change_id=run.change_id, task_id=run.task_id, run_id=run.id,
-                      agent=run.agent, resource=resource, generation=generation, current_generation=current)
+            add_event(
+                s,
+                "claim.fenced",
+                change_id=run.change_id,
+                task_id=run.task_id,
+                run_id=run.id,
+                agent=run.agent,
+                resource=resource,
+                generation=generation,
+                current_generation=current,
+            )
             answers[given] = False
             continue
         renewed, expires = aware(claim.renewed_at), aware(claim.expires_at)
@@ -298,19 +199,28 @@ def renew_due(s: Session, run_id: str, now: dt.datetime) -> dict[str, bool]:
 
 def release(s: Session, run_id: str, now: dt.datetime) -> list[str]:
     """Release every claim of the run (every run end does); answers the resources released."""
-    claims = list(s.scalars(select(Claim).where(Claim.run_id == run_id, Claim.released_at.is_(None))
-                            .order_by(Claim.resource)))
+    claims = list(
+        s.scalars(select(Claim).where(Claim.run_id == run_id, Claim.released_at.is_(None)).order_by(Claim.resource))
+    )
     for c in claims:
         c.released_at = now
     if claims:
         first = claims[0]
-        add_event(s, "claim.released", change_id=first.change_id, task_id=first.task_id, run_id=run_id,
-                  agent=first.holder, resources=[c.resource for c in claims])
+        add_event(
+            s,
+            "claim.released",
+            change_id=first.change_id,
+            task_id=first.task_id,
+            run_id=run_id,
+            agent=first.holder,
+            resources=[c.resource for c in claims],
+        )
     return [c.resource for c in claims]
 
 
-def list_claims(s: Session, include_released: bool = False, *, run_id: str = "",
-                change_id: str = "") -> list[ClaimState]:
+def list_claims(
+    s: Session, include_released: bool = False, *, run_id: str = "", change_id: str = ""
+) -> list[ClaimState]:
     """Claims by resource, then age: the live ones, or every one ever taken."""
     query = select(Claim).order_by(Claim.resource, Claim.acquired_at, Claim.id)
     if not include_released:
@@ -325,11 +235,21 @@ def list_claims(s: Session, include_released: bool = False, *, run_id: str = "",
 def contended_runs(s: Session, change_id: str) -> list[Contention]:
     """The contentions recorded on the Change's runs, oldest first."""
     out = []
-    for e in s.scalars(select(Event).where(Event.kind == "claim.contended", Event.change_id == change_id)
-                       .order_by(Event.id)):
+    for e in s.scalars(
+        select(Event).where(Event.kind == "claim.contended", Event.change_id == change_id).order_by(Event.id)
+    ):
         d = e.data
-        out.append(Contention(d["resource"], d["held_resource"], d["holder_run"], d["holder_task"],
-                              d["holder_change"], d["contender_run"], e.task_id))
+        out.append(
+            Contention(
+                d["resource"],
+                d["held_resource"],
+                d["holder_run"],
+                d["holder_task"],
+                d["holder_change"],
+                d["contender_run"],
+                e.task_id,
+            )
+        )
     return out
 
 
@@ -345,23 +265,43 @@ def detect_conflicts(s: Session, change_id: str) -> list[Conflict]:
     deps = {t.id: [by_key[k] for k in t.depends_on if k in by_key] for t in tasks}
     keys = {t.id: t.key for t in tasks}
     latest = latest_changesets(s, [t.id for t in tasks])
-    contended = [(c.holder_task, c.contender_task, resource) for c in contended_runs(s, change_id)
-                 if c.holder_change == change_id for resource in (c.resource, c.held_resource)]
-    found = find_conflicts([t.id for t in tasks], deps,
-                           {task: cs.own_files for task, cs in latest.items()}, contended)
+    contended = [
+        (c.holder_task, c.contender_task, resource)
+        for c in contended_runs(s, change_id)
+        if c.holder_change == change_id
+        for resource in (c.resource, c.held_resource)
+    ]
+    found = find_conflicts([t.id for t in tasks], deps, {task: cs.own_files for task, cs in latest.items()}, contended)
     existing = {(c.task_a, c.task_b): c for c in s.scalars(select(Conflict).where(Conflict.change_id == change_id))}
     for (a, b), (files, resources) in found.items():
         row = existing.get((a, b))
         if row is None:
-            row = existing[(a, b)] = Conflict(id=new_id("cfl"), change_id=change_id, task_a=a, task_b=b,
-                                              files=files, resources=resources, created_at=utcnow())
+            row = existing[(a, b)] = Conflict(
+                id=new_id("cfl"),
+                change_id=change_id,
+                task_a=a,
+                task_b=b,
+                files=files,
+                resources=resources,
+                created_at=utcnow(),
+            )
             s.add(row)
         elif set(files) <= set(row.files) and set(resources) <= set(row.resources):
             continue
         else:
             row.files, row.resources = sorted({*row.files, *files}), sorted({*row.resources, *resources})
-        add_event(s, "change.conflict", change_id=change_id, conflict_id=row.id, task_a=a, task_b=b,
-                  key_a=keys[a], key_b=keys[b], files=list(row.files), resources=list(row.resources))
+        add_event(
+            s,
+            "change.conflict",
+            change_id=change_id,
+            conflict_id=row.id,
+            task_a=a,
+            task_b=b,
+            key_a=keys[a],
+            key_b=keys[b],
+            files=list(row.files),
+            resources=list(row.resources),
+        )
     s.flush()
     rank = {t.id: n for n, t in enumerate(tasks)}
     return sorted(existing.values(), key=lambda c: (rank.get(c.task_a, -1), rank.get(c.task_b, -1)))

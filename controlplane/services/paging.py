@@ -37,7 +37,7 @@ def decode(token: str, kinds: tuple[type, ...]) -> list[Any]:
                 parsed = dt.datetime.fromisoformat(value)
                 out.append(parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc))
             elif kind is int:
-                if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2 ** 62:
+                if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**62:
                     raise ValueError("int")
                 out.append(value)
             else:
@@ -55,8 +55,9 @@ class Page(Generic[T]):
     next_token: str = ""
 
 
-def take(rows: Iterable[Any], size: int, convert: Callable[[Any], T], nbytes: Callable[[T], int],
-         key: Callable[[Any], str]) -> Page[T]:
+def take(
+    rows: Iterable[Any], size: int, convert: Callable[[Any], T], nbytes: Callable[[T], int], key: Callable[[Any], str]
+) -> Page[T]:
     """The first `size` rows (converted) that fit PAGE_BYTES; `rows` may hold one more than `size`, which
     says whether there is a next page. At least one item is always given."""
     items: list[T] = []

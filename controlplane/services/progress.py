@@ -33,15 +33,16 @@ def settle_change(s: Session, change: Change, tasks: list[Task]) -> None:
         return
     active = s.scalar(select(Run.id).where(Run.change_id == change.id, Run.state.in_(run_states.ACTIVE)).limit(1))
     started = change.status == "running" or any(t.status in ("running", "succeeded", "failed") for t in tasks)
-    status = graph.change_status((t.status for t in tasks), cancel_requested=change.cancel_requested,
-                                 started=started)
+    status = graph.change_status((t.status for t in tasks), cancel_requested=change.cancel_requested, started=started)
     if status == "failed" and any(t.status == "blocked" and t.reason.startswith("budget_stop") for t in tasks):
         status = "budget_blocked"  # a person raises the budget (or cancels): the Change can go on
     if status in graph.TERMINAL_CHANGE and active is not None:
         return  # cancelled runs still winding down; the Change ends with its last run
     if status == "succeeded" and change.candidate_state != "composed":
-        if change.candidate_state == "" and s.scalar(select(ChangeSet.id).where(ChangeSet.change_id == change.id)
-                                                     .limit(1)) is not None:
+        if (
+            change.candidate_state == ""
+            and s.scalar(select(ChangeSet.id).where(ChangeSet.change_id == change.id).limit(1)) is not None
+        ):
             change.candidate_state = "pending"  # the composer merges the ChangeSets, then finishes it
             add_event(s, "change.composing", change_id=change.id)
         if change.candidate_state == "pending":
@@ -53,15 +54,28 @@ def settle_change(s: Session, change: Change, tasks: list[Task]) -> None:
             counts: dict[str, int] = {}
             for t in tasks:
                 counts[t.status] = counts.get(t.status, 0) + 1
-            add_event(s, "change.finished", change_id=change.id, status=status, tasks=counts,
-                      **({"limit": change.reason} if status == "budget_blocked" else {}))
+            add_event(
+                s,
+                "change.finished",
+                change_id=change.id,
+                status=status,
+                tasks=counts,
+                **({"limit": change.reason} if status == "budget_blocked" else {}),
+            )
         else:
             add_event(s, f"change.{status}", change_id=change.id)
 
 
 def queue_run(s: Session, task: Task, attempt: int) -> Run:
-    run = Run(id=new_id("run"), change_id=task.change_id, task_id=task.id, attempt=attempt, state="queued",
-              driver="command" if task.command else "harness", created_at=utcnow())
+    run = Run(
+        id=new_id("run"),
+        change_id=task.change_id,
+        task_id=task.id,
+        attempt=attempt,
+        state="queued",
+        driver="command" if task.command else "harness",
+        created_at=utcnow(),
+    )
     s.add(run)
     s.flush()
     run_event(s, "run.queued", run, key=task.key, attempt=attempt)
@@ -71,8 +85,9 @@ def queue_run(s: Session, task: Task, attempt: int) -> Run:
 def block_dependents(s: Session, change: Change, task: Task) -> None:
     """Pending Tasks that needed `task` (directly or through others) can no longer run."""
     tasks = tasks_of(s, change.id)
-    blocked = set(graph.dependents_to_block(task.key, {t.key: t.status for t in tasks},
-                                            {t.key: t.depends_on for t in tasks}))
+    blocked = set(
+        graph.dependents_to_block(task.key, {t.key: t.status for t in tasks}, {t.key: t.depends_on for t in tasks})
+    )
     for t in tasks:
         if t.key in blocked:
             t.status, t.reason = "blocked", f"dependency {task.key} {task.status}"

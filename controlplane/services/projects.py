@@ -13,13 +13,22 @@ from controlplane.store.models import Project
 from drover.core.allowlist import policy_from_strings
 
 
-def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "",
-                commands: list[str] | None = None, network: bool = False, git_token_file: str = "",
-                monthly_budget_usd: float = 0.0) -> Project:
+def add_project(
+    s: Session,
+    name: str,
+    repo: str,
+    branch: str = "main",
+    pool: str = "",
+    commands: list[str] | None = None,
+    network: bool = False,
+    git_token_file: str = "",
+    monthly_budget_usd: float = 0.0,
+) -> Project:
     """Create a project, or update the repository, branch and pool of an existing one."""
     if not NAME.fullmatch(name):
-        raise InvalidArgument(f"{name!r} is not a project name: letters, digits, '.', '_', '-', at most 100",
-                              field="name")
+        raise InvalidArgument(
+            f"{name!r} is not a project name: letters, digits, '.', '_', '-', at most 100", field="name"
+        )
     if pool and not NAME.fullmatch(pool):
         raise InvalidArgument(f"{pool!r} is not a pool name", field="pool")
     if not branch.strip() or "\x00" in branch or len(branch) > 200:
@@ -39,8 +48,7 @@ def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: st
     if monthly_budget_usd < 0:
         raise InvalidArgument("must not be negative", field="monthly_budget_usd")
     project.monthly_budget_usd = monthly_budget_usd
-    add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch,
-              pool=pool)
+    add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch, pool=pool)
     return project
 
 

@@ -65,6 +65,7 @@ def finish_run(s: Session, run: Run, status: str, *, exit_code: int = 0, reason:
     from controlplane.services import (
         claims,  # claims uses this module's add_event and new_id
     )
+
     claims.release(s, run.id, utcnow())
     task = s.get(Task, run.task_id)
     change = s.get(Change, run.change_id, with_for_update=True)  # one finisher at a time per Change
@@ -78,8 +79,7 @@ def finish_run(s: Session, run: Run, status: str, *, exit_code: int = 0, reason:
         else:
             task.status = "cancelled" if status == "cancelled" else "failed"
             task.reason = reason or status
-            add_event(s, f"task.{task.status}", change_id=change.id, task_id=task.id, key=task.key,
-                      reason=task.reason)
+            add_event(s, f"task.{task.status}", change_id=change.id, task_id=task.id, key=task.key, reason=task.reason)
         if task.status in ("failed", "cancelled", "blocked"):
             block_dependents(s, change, task)
     s.flush()
@@ -89,6 +89,7 @@ def finish_run(s: Session, run: Run, status: str, *, exit_code: int = 0, reason:
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """Settings the lifecycle needs from the control plane's configuration."""
+
     allow_opus: bool = False
 
 
@@ -104,14 +105,18 @@ def _attempt_window(s: Session, task: Task) -> list[escalation.Attempt]:
     """The Task's failed harness runs since its attempt window opened (a raised budget opens one)."""
     since = aware(task.attempts_reset_at)
     out = []
-    for r in s.scalars(select(Run).where(Run.task_id == task.id, Run.state == "failed", Run.driver == "harness")
-                       .order_by(Run.finished_at, Run.id)):
+    for r in s.scalars(
+        select(Run)
+        .where(Run.task_id == task.id, Run.state == "failed", Run.driver == "harness")
+        .order_by(Run.finished_at, Run.id)
+    ):
         finished = aware(r.finished_at)
         if since is not None and finished is not None and finished <= since:
             continue
         outcome = r.reason if r.reason in escalation.OUTCOMES else "failed"
-        out.append(escalation.Attempt(r.tier if r.tier in escalation.TIERS else "sonnet", outcome,
-                                      finished or utcnow()))
+        out.append(
+            escalation.Attempt(r.tier if r.tier in escalation.TIERS else "sonnet", outcome, finished or utcnow())
+        )
     return out
 
 
@@ -125,20 +130,50 @@ def _next_attempt(s: Session, change: Change, task: Task, run: Run) -> bool:
         new = queue_run(s, task, attempt=run.attempt + 1)
         new.tier = step.tier
         new.not_before = utcnow() + dt.timedelta(seconds=step.delay_seconds)
-        s.add(DecisionReceipt(run_id=new.id, change_id=change.id, task_id=task.id, tier=step.tier,
-                              data={"escalation": escalation.receipt_reason(step) or step.reason},
-                              created_at=utcnow()))
+        s.add(
+            DecisionReceipt(
+                run_id=new.id,
+                change_id=change.id,
+                task_id=task.id,
+                tier=step.tier,
+                data={"escalation": escalation.receipt_reason(step) or step.reason},
+                created_at=utcnow(),
+            )
+        )
         if step.action == "escalate":
-            add_event(s, "agent.escalated", change_id=change.id, task_id=task.id, run_id=new.id,
-                      key=task.key, **{"from": step.escalated_from, "to": step.escalated_to, "reason": step.reason})
+            add_event(
+                s,
+                "agent.escalated",
+                change_id=change.id,
+                task_id=task.id,
+                run_id=new.id,
+                key=task.key,
+                **{"from": step.escalated_from, "to": step.escalated_to, "reason": step.reason},
+            )
         else:
-            add_event(s, "task.retrying", change_id=change.id, task_id=task.id, run_id=new.id, key=task.key,
-                      tier=step.tier, reason=step.reason)
+            add_event(
+                s,
+                "task.retrying",
+                change_id=change.id,
+                task_id=task.id,
+                run_id=new.id,
+                key=task.key,
+                tier=step.tier,
+                reason=step.reason,
+            )
         return True
     if step.action in ("stop", "replan"):
         task.status, task.reason = "blocked", f"budget_stop: {step.limit}"
-        add_event(s, "budget.stopped", change_id=change.id, task_id=task.id, run_id=run.id, key=task.key,
-                  limit=step.limit, reason=step.reason)
+        add_event(
+            s,
+            "budget.stopped",
+            change_id=change.id,
+            task_id=task.id,
+            run_id=run.id,
+            key=task.key,
+            limit=step.limit,
+            reason=step.reason,
+        )
         change.reason = step.limit
         return True
     return False
@@ -190,6 +225,7 @@ def cancel_run(s: Session, run_id: str, reason: str, scope: Scope = None) -> Run
 @dataclasses.dataclass(frozen=True)
 class RunMessage:
     """What an agent said about a run, decoded from the wire."""
+
     run_id: str
     seq: int
     kind: str  # refused | started | log | finished
@@ -201,8 +237,9 @@ class RunMessage:
     error: str = ""
 
 
-def apply_run_message(s: Session, agent: str, msg: RunMessage, output_limit: int,
-                      objects: DirectoryStore | None = None) -> int:
+def apply_run_message(
+    s: Session, agent: str, msg: RunMessage, output_limit: int, objects: DirectoryStore | None = None
+) -> int:
     """Apply one message exactly once; answers the seq to ack (the run's highest applied seq)."""
     run = s.get(Run, msg.run_id)
     if run is None or run.agent != agent:
@@ -248,12 +285,13 @@ def _append_output(s: Session, run: Run, seq: int, stream: str, text: str, limit
     size = len(text.encode())
     if run.output_bytes + size > limit:
         room = limit - run.output_bytes
-        kept = text.encode()[:max(room, 0)].decode(errors="ignore")
+        kept = text.encode()[: max(room, 0)].decode(errors="ignore")
         if kept:
             s.add(RunLog(run_id=run.id, seq=seq, stream=stream, text=kept, created_at=utcnow()))
             run.output_bytes += len(kept.encode())
-        s.add(RunLog(run_id=run.id, seq=seq, stream="system", text=DROPPED_LINE.format(limit=limit),
-                     created_at=utcnow()))
+        s.add(
+            RunLog(run_id=run.id, seq=seq, stream="system", text=DROPPED_LINE.format(limit=limit), created_at=utcnow())
+        )
         run.output_truncated = True
         run_event(s, "run.output_truncated", run, limit=limit)
         return

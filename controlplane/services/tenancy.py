@@ -45,8 +45,11 @@ def visible_changeset(s: Session, changeset_id: str, scope: Scope) -> ChangeSet:
 def check_owner(change: Change, who: str, may_manage: bool, action: str) -> None:
     """Only the submitter, or someone with run.manage, may `action` a Change."""
     if not may_manage and change.submitted_by != who:
-        raise PermissionDenied(f"{action} a Change another user submitted needs role run.manage; "
-                               f"{change.id} was submitted by {change.submitted_by!r}", field="change_id")
+        raise PermissionDenied(
+            f"{action} a Change another user submitted needs role run.manage; "
+            f"{change.id} was submitted by {change.submitted_by!r}",
+            field="change_id",
+        )
 
 
 def agent_run(s: Session, run_id: str, token_id: int) -> Run:

@@ -67,8 +67,17 @@ def parse_duration(text: str) -> dt.timedelta:
     return dt.timedelta(seconds=seconds)
 
 
-def create_token(s: Session, kind: str, name: str, role: str = "", monthly_budget_usd: float = 0.0, *,
-                 pool: str = "", projects: Iterable[str] = (), expires_in: dt.timedelta | None = None) -> str:
+def create_token(
+    s: Session,
+    kind: str,
+    name: str,
+    role: str = "",
+    monthly_budget_usd: float = 0.0,
+    *,
+    pool: str = "",
+    projects: Iterable[str] = (),
+    expires_in: dt.timedelta | None = None,
+) -> str:
     """Store a new token's hash; answers the token, which is shown once and never stored."""
     if kind not in KINDS:
         raise InvalidArgument(f"must be one of {', '.join(KINDS)}", field="kind")
@@ -95,14 +104,31 @@ def create_token(s: Session, kind: str, name: str, role: str = "", monthly_budge
         raise InvalidArgument("must be a number from 0 to 1e9", field="monthly_budget_usd")
     token = f"drv_{kind[0]}_{secrets.token_urlsafe(32)}"
     now = utcnow()
-    s.add(Token(name=name, kind=kind, role=role, token_hash=hash_token(token), monthly_budget_usd=monthly_budget_usd,
-                pool=pool, projects=projects, created_at=now, expires_at=now + expires_in if expires_in else None))
+    s.add(
+        Token(
+            name=name,
+            kind=kind,
+            role=role,
+            token_hash=hash_token(token),
+            monthly_budget_usd=monthly_budget_usd,
+            pool=pool,
+            projects=projects,
+            created_at=now,
+            expires_at=now + expires_in if expires_in else None,
+        )
+    )
     return token
 
 
 def principal_of(row: Token) -> Principal:
-    return Principal(row.name, row.kind, row.role, row.id, row.pool or "",
-                     frozenset(row.projects) if row.kind == "user" and row.projects else None)
+    return Principal(
+        row.name,
+        row.kind,
+        row.role,
+        row.id,
+        row.pool or "",
+        frozenset(row.projects) if row.kind == "user" and row.projects else None,
+    )
 
 
 def usable(row: Token | None, now: dt.datetime) -> bool:

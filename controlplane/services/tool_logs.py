@@ -14,7 +14,6 @@ from controlplane.store.objects import DirectoryStore, tool_log_key
 log = logging.getLogger("drover.toollog")
 
 
-
 def record(s: Session, objects: DirectoryStore, run: Run, seq: int, text: str) -> None:
     """Merge tool-call records (JSON lines, each with an "id") into the run's file.
 

@@ -20,7 +20,8 @@ def tasks_by_key(s: Session, change_id: str) -> dict[str, Task]:
 def latest_changesets(s: Session, task_ids: list[str]) -> dict[str, ChangeSet]:
     """The newest ChangeSet of each Task (a Task that ran again published again)."""
     latest: dict[str, ChangeSet] = {}
-    for cs in s.scalars(select(ChangeSet).where(ChangeSet.task_id.in_(task_ids))
-                        .order_by(ChangeSet.created_at, ChangeSet.id)):
+    for cs in s.scalars(
+        select(ChangeSet).where(ChangeSet.task_id.in_(task_ids)).order_by(ChangeSet.created_at, ChangeSet.id)
+    ):
         latest[cs.task_id] = cs
     return latest

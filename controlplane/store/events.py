@@ -15,10 +15,12 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
 
 
-def add_event(s: Session, kind: str, *, change_id: str = "", task_id: str = "", run_id: str = "",
-              agent: str = "", **data: Any) -> Event:
-    event = Event(kind=kind, change_id=change_id, task_id=task_id, run_id=run_id, agent=agent, data=data,
-                  created_at=utcnow())
+def add_event(
+    s: Session, kind: str, *, change_id: str = "", task_id: str = "", run_id: str = "", agent: str = "", **data: Any
+) -> Event:
+    event = Event(
+        kind=kind, change_id=change_id, task_id=task_id, run_id=run_id, agent=agent, data=data, created_at=utcnow()
+    )
     s.add(event)
     return event
 

@@ -35,13 +35,24 @@ USD_KINDS = frozenset({PROVIDER_MONTH, CHANGE, PROJECT, USER})
 LIMIT_FROM_SPEC = frozenset({CHANGE, PROJECT, USER})
 """Kinds whose limit is a budget column, re-read at every reservation."""
 
-REFUSALS = {PROVIDER_MONTH: "monthly_budget", AGENT_CALLS_DAY: "daily_calls", CHANGE: "change_budget",
-            PROJECT: "project_budget", USER: "user_budget", CLASSIFIER_CALLS_DAY: "classifier_calls"}
+REFUSALS = {
+    PROVIDER_MONTH: "monthly_budget",
+    AGENT_CALLS_DAY: "daily_calls",
+    CHANGE: "change_budget",
+    PROJECT: "project_budget",
+    USER: "user_budget",
+    CLASSIFIER_CALLS_DAY: "classifier_calls",
+}
 """The refusal a run ends with when a meter of this kind refuses its call."""
 
-_PREFIXES = {"provider-usd": (PROVIDER_MONTH, "usd"), "agent-calls": (AGENT_CALLS_DAY, "calls"),
-             "classifier-calls": (CLASSIFIER_CALLS_DAY, "calls"), "change-usd": (CHANGE, "usd"),
-             "project-usd": (PROJECT, "usd"), "user-usd": (USER, "usd")}
+_PREFIXES = {
+    "provider-usd": (PROVIDER_MONTH, "usd"),
+    "agent-calls": (AGENT_CALLS_DAY, "calls"),
+    "classifier-calls": (CLASSIFIER_CALLS_DAY, "calls"),
+    "change-usd": (CHANGE, "usd"),
+    "project-usd": (PROJECT, "usd"),
+    "user-usd": (USER, "usd"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,15 +93,25 @@ def _day(now: dt.datetime) -> str:
     return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%d")
 
 
-def meters_for(now: dt.datetime, change_id: str, change_budget_micros: int, project: str,
-               project_budget_micros: int, user: str, user_budget_micros: int,
-               provider_month_budget_micros: int, daily_call_cap: int) -> list[MeterSpec]:
+def meters_for(
+    now: dt.datetime,
+    change_id: str,
+    change_budget_micros: int,
+    project: str,
+    project_budget_micros: int,
+    user: str,
+    user_budget_micros: int,
+    provider_month_budget_micros: int,
+    daily_call_cap: int,
+) -> list[MeterSpec]:
     """The meters one agent model call of a Change draws on, broadest first; no user meter without a user."""
     month, day = _month(now), _day(now)
-    specs = [MeterSpec(f"provider-usd:{month}", PROVIDER_MONTH, month, "usd", provider_month_budget_micros),
-             MeterSpec(f"agent-calls:{day}", AGENT_CALLS_DAY, day, "calls", daily_call_cap),
-             MeterSpec(f"change-usd:{change_id}", CHANGE, "", "usd", change_budget_micros),
-             MeterSpec(f"project-usd:{project}:{month}", PROJECT, month, "usd", project_budget_micros)]
+    specs = [
+        MeterSpec(f"provider-usd:{month}", PROVIDER_MONTH, month, "usd", provider_month_budget_micros),
+        MeterSpec(f"agent-calls:{day}", AGENT_CALLS_DAY, day, "calls", daily_call_cap),
+        MeterSpec(f"change-usd:{change_id}", CHANGE, "", "usd", change_budget_micros),
+        MeterSpec(f"project-usd:{project}:{month}", PROJECT, month, "usd", project_budget_micros),
+    ]
     if user:
         specs.append(MeterSpec(f"user-usd:{user}:{month}", USER, month, "usd", user_budget_micros))
     return specs
@@ -121,9 +142,20 @@ def admit(meters: Sequence[MeterState], amounts: Mapping[str, int]) -> str | Non
 
 # --- the store ------------------------------------------------------------------------------------
 
+
 def _create_missing(s: Session, specs: Sequence[MeterSpec]) -> None:
-    rows = [{"key": p.key, "kind": p.kind, "period": p.period, "unit": p.unit, "limit_amount": p.limit,
-             "used": 0, "reserved": 0} for p in sorted(specs, key=lambda p: p.key)]
+    rows = [
+        {
+            "key": p.key,
+            "kind": p.kind,
+            "period": p.period,
+            "unit": p.unit,
+            "limit_amount": p.limit,
+            "used": 0,
+            "reserved": 0,
+        }
+        for p in sorted(specs, key=lambda p: p.key)
+    ]
     if not rows:
         return
     dialect = s.get_bind().dialect.name
@@ -139,8 +171,13 @@ def _create_missing(s: Session, specs: Sequence[MeterSpec]) -> None:
 
 def _locked(s: Session, keys: Sequence[str]) -> dict[str, Meter]:
     # One order for every locker, so two reservations never wait on each other's rows.
-    rows = s.scalars(select(Meter).where(Meter.key.in_(sorted(set(keys)))).order_by(Meter.key)
-                     .with_for_update().execution_options(populate_existing=True))
+    rows = s.scalars(
+        select(Meter)
+        .where(Meter.key.in_(sorted(set(keys))))
+        .order_by(Meter.key)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
     return {row.key: row for row in rows}
 
 
@@ -164,13 +201,18 @@ def hold(s: Session, reservation_id: str, states: Sequence[MeterState], amounts:
     rows = _locked(s, [spec.key for spec, _, _ in states])  # locked already: this only reads them back
     for spec, _, _ in states:
         rows[spec.key].reserved += amounts[spec.key]
-    s.execute(insert(MeterReservation), [
-        {"reservation_id": reservation_id, "meter_key": spec.key, "amount": amounts[spec.key], "settled": False}
-        for spec, _, _ in states])
+    s.execute(
+        insert(MeterReservation),
+        [
+            {"reservation_id": reservation_id, "meter_key": spec.key, "amount": amounts[spec.key], "settled": False}
+            for spec, _, _ in states
+        ],
+    )
 
 
-def reserve_on_meters(s: Session, reservation_id: str, specs: Sequence[MeterSpec],
-                      amounts: Mapping[str, int]) -> str | None:
+def reserve_on_meters(
+    s: Session, reservation_id: str, specs: Sequence[MeterSpec], amounts: Mapping[str, int]
+) -> str | None:
     """Hold `amounts` on every meter of `specs` or on none; answers the refusing meter's key or None.
     A reservation already held is not held again."""
     missing = [p.key for p in specs if p.key not in amounts]
@@ -188,9 +230,15 @@ def reserve_on_meters(s: Session, reservation_id: str, specs: Sequence[MeterSpec
 def settle_on_meters(s: Session, reservation_id: str, exact: Mapping[str, int]) -> int:
     """Move each unsettled share of the reservation from reserved to used at `exact[kind]`, or at
     the reserved amount for a kind not given. Settling again changes nothing; answers the shares settled."""
-    shares = list(s.scalars(select(MeterReservation).where(
-        MeterReservation.reservation_id == reservation_id, MeterReservation.settled.is_(False))
-        .order_by(MeterReservation.id).with_for_update().execution_options(populate_existing=True)))
+    shares = list(
+        s.scalars(
+            select(MeterReservation)
+            .where(MeterReservation.reservation_id == reservation_id, MeterReservation.settled.is_(False))
+            .order_by(MeterReservation.id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+    )
     if not shares:
         return 0
     rows = _locked(s, [share.meter_key for share in shares])
@@ -206,8 +254,18 @@ def settle_on_meters(s: Session, reservation_id: str, exact: Mapping[str, int]) 
 def usage(s: Session, prefix: str = "") -> list[dict[str, Any]]:
     """Every meter whose key starts with `prefix`, by key: used (settled), reserved, limit (0: none)."""
     rows = s.scalars(select(Meter).where(Meter.key.startswith(prefix, autoescape=True)).order_by(Meter.key))
-    return [{"key": m.key, "kind": m.kind, "period": m.period, "unit": m.unit, "used": m.used,
-             "reserved": m.reserved, "limit": m.limit_amount} for m in rows]
+    return [
+        {
+            "key": m.key,
+            "kind": m.kind,
+            "period": m.period,
+            "unit": m.unit,
+            "used": m.used,
+            "reserved": m.reserved,
+            "limit": m.limit_amount,
+        }
+        for m in rows
+    ]
 
 
 def spec_of_key(key: str, limit: int) -> MeterSpec:
@@ -259,10 +317,17 @@ def change_meters(s: Session, change: Change, now: dt.datetime, budgets: BudgetC
     """The meters of one model call of `change`, with the budgets in force now."""
     project = s.get(Project, change.project)
     token = _user_token(s, change.submitted_by) if change.submitted_by else None
-    return meters_for(now, change.id, usd_micros(change.budget_usd), change.project,
-                      usd_micros(project.monthly_budget_usd if project else 0.0), change.submitted_by,
-                      usd_micros(token.monthly_budget_usd if token else 0.0),
-                      usd_micros(budgets.provider_month_usd), budgets.agent_calls_per_day)
+    return meters_for(
+        now,
+        change.id,
+        usd_micros(change.budget_usd),
+        change.project,
+        usd_micros(project.monthly_budget_usd if project else 0.0),
+        change.submitted_by,
+        usd_micros(token.monthly_budget_usd if token else 0.0),
+        usd_micros(budgets.provider_month_usd),
+        budgets.agent_calls_per_day,
+    )
 
 
 def take_classifier_call(s: Session, reservation_id: str, now: dt.datetime, cap: int = 200) -> bool:

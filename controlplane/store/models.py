@@ -159,6 +159,7 @@ class Event(Base):
 
 class ModelCall(Base):
     """One model call attempt of a run: reserved before it, settled to its exact cost after."""
+
     __tablename__ = "model_calls"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
@@ -180,6 +181,7 @@ class ModelCall(Base):
 
 class ChangeSet(Base):
     """A Task's published result (seed 000's ChangeSet table)."""
+
     __tablename__ = "changesets"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     change_id: Mapped[str] = mapped_column(ForeignKey("changes.id"), index=True)
@@ -200,9 +202,12 @@ class ChangeSet(Base):
 
 class Meter(Base):
     """One spend or count meter for one period: provider month, daily calls, a Change, a Project, a user."""
+
     __tablename__ = "meters"
     key: Mapped[str] = mapped_column(String(300), primary_key=True)  # e.g. provider-usd:2026-11, change-usd:chg_x
-    kind: Mapped[str] = mapped_column(String(32))  # provider_month | agent_calls_day | classifier_calls_day | change | project | user
+    kind: Mapped[str] = mapped_column(
+        String(32)
+    )  # provider_month | agent_calls_day | classifier_calls_day | change | project | user
     period: Mapped[str] = mapped_column(String(16), default="")  # YYYY-MM, YYYY-MM-DD, or "" (a Change's life)
     unit: Mapped[str] = mapped_column(String(8), default="usd")  # usd (micro-dollars) | calls
     limit_amount: Mapped[int] = mapped_column(BigInteger, default=0)  # 0: no limit
@@ -212,6 +217,7 @@ class Meter(Base):
 
 class MeterReservation(Base):
     """The share of one model-call reservation held on one meter until it settles."""
+
     __tablename__ = "meter_reservations"
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     reservation_id: Mapped[str] = mapped_column(String(40), index=True)
@@ -222,17 +228,21 @@ class MeterReservation(Base):
 
 class DecisionReceipt(Base):
     """Why a run got its tier, member and agent. Holds no model reasoning."""
+
     __tablename__ = "decision_receipts"
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     change_id: Mapped[str] = mapped_column(String(40), index=True)
     task_id: Mapped[str] = mapped_column(String(40), index=True)
     tier: Mapped[str] = mapped_column(String(16))
-    data: Mapped[dict[str, Any]] = mapped_column(default=dict)  # rule, classifier, floor, opus_disabled, escalation, members, agent
+    data: Mapped[dict[str, Any]] = mapped_column(
+        default=dict
+    )  # rule, classifier, floor, opus_disabled, escalation, members, agent
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class Claim(Base):
     """An advisory lease of one run on one resource (DESIGN.md "Claims"). It never blocks anyone."""
+
     __tablename__ = "claims"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     resource: Mapped[str] = mapped_column(Text)  # normalised: a path, a glob, or kind:name
@@ -250,6 +260,7 @@ class Claim(Base):
 
 class Conflict(Base):
     """Two Tasks of one Change that touched the same files or contended for the same resources."""
+
     __tablename__ = "conflicts"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     change_id: Mapped[str] = mapped_column(ForeignKey("changes.id"), index=True)

@@ -2,16 +2,26 @@
 
 from drover.client import Client
 from drover.errors import (
-                           AlreadyExists,
-                           DroverError,
-                           FailedPrecondition,
-                           InvalidArgument,
-                           NotFound,
-                           PermissionDenied,
-                           ResourceExhausted,
-                           Unauthenticated,
-                           Unavailable,
+    AlreadyExists,
+    DroverError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
 )
 
-__all__ = ["Client", "DroverError", "InvalidArgument", "NotFound", "AlreadyExists", "FailedPrecondition",
-           "Unauthenticated", "PermissionDenied", "ResourceExhausted", "Unavailable"]
+__all__ = [
+    "Client",
+    "DroverError",
+    "InvalidArgument",
+    "NotFound",
+    "AlreadyExists",
+    "FailedPrecondition",
+    "Unauthenticated",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "Unavailable",
+]

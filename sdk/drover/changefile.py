@@ -16,8 +16,22 @@ import yaml
 from drover.errors import InvalidArgument
 
 CHANGE_KEYS = {"project", "goal", "criteria", "invariants", "budget_usd", "tasks"}
-TASK_KEYS = {"key", "kind", "objective", "depends_on", "command", "env", "timeout_seconds", "files", "resources",
-             "size", "complexity", "risk", "required_capabilities", "flags"}
+TASK_KEYS = {
+    "key",
+    "kind",
+    "objective",
+    "depends_on",
+    "command",
+    "env",
+    "timeout_seconds",
+    "files",
+    "resources",
+    "size",
+    "complexity",
+    "risk",
+    "required_capabilities",
+    "flags",
+}
 Check = Callable[[Any], str]
 """Answers "" when the value is fine, else what is wrong with it."""
 
@@ -72,12 +86,29 @@ def _flags(value: Any) -> str:
     return "" if bad is None else f"{bad}: expected true or false"
 
 
-CHANGE: dict[str, Check] = {"project": _string, "goal": _string, "criteria": _strings, "invariants": _strings,
-                            "budget_usd": _number}
-TASK: dict[str, Check] = {"key": _string, "kind": _string, "objective": _string, "depends_on": _strings,
-                          "command": _argv, "env": _env, "timeout_seconds": _integer, "files": _strings,
-                          "resources": _strings, "size": _string, "complexity": _string, "risk": _string,
-                          "required_capabilities": _strings, "flags": _flags}
+CHANGE: dict[str, Check] = {
+    "project": _string,
+    "goal": _string,
+    "criteria": _strings,
+    "invariants": _strings,
+    "budget_usd": _number,
+}
+TASK: dict[str, Check] = {
+    "key": _string,
+    "kind": _string,
+    "objective": _string,
+    "depends_on": _strings,
+    "command": _argv,
+    "env": _env,
+    "timeout_seconds": _integer,
+    "files": _strings,
+    "resources": _strings,
+    "size": _string,
+    "complexity": _string,
+    "risk": _string,
+    "required_capabilities": _strings,
+    "flags": _flags,
+}
 
 
 def load(path: str | pathlib.Path) -> dict[str, Any]:
@@ -164,5 +195,11 @@ def _line(node: Any, where: tuple[Any, ...]) -> int:
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing"
-    return {bool: "true/false", int: "a number", float: "a number", str: "a string", list: "a list",
-            dict: "a mapping"}.get(type(value), type(value).__name__)
+    return {
+        bool: "true/false",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)

@@ -97,8 +97,10 @@ SHOW: dict[str, tuple[Callable[[Client, argparse.Namespace], Any], Callable[[Any
     "usage": (lambda c, a: c.get_usage(a.prefix), render.meters_table),
     "claims": (lambda c, a: c.list_claims(a.change), render.claims_table),
     "cancel": (lambda c, a: c.cancel_change(a.change_id), format_change),
-    "cancel-run": (lambda c, a: c.cancel_run(a.run_id),
-                   lambda r: f"run {r.id}: {r.state}{' (cancel sent)' if r.cancel_requested else ''}"),
+    "cancel-run": (
+        lambda c, a: c.cancel_run(a.run_id),
+        lambda r: f"run {r.id}: {r.state}{' (cancel sent)' if r.cancel_requested else ''}",
+    ),
     "drain": (lambda c, a: c.drain_agent(a.name), lambda a: f"agent {a.name}: draining"),
 }
 """Commands that ask one thing and show the answer."""
@@ -110,40 +112,70 @@ def _shower(name: str) -> Command:
 
 
 COMMANDS: list[tuple[str, str, Command, list[tuple[tuple[str, ...], dict[str, Any]]]]] = [
-    ("submit", "submit a Change file (YAML or JSON)", cmd_submit,
-     [(("file",), {}), (("--watch",), {"action": "store_true", "help": "then watch it until it ends"})]),
+    (
+        "submit",
+        "submit a Change file (YAML or JSON)",
+        cmd_submit,
+        [(("file",), {}), (("--watch",), {"action": "store_true", "help": "then watch it until it ends"})],
+    ),
     ("watch", "follow a Change's events until it ends", cmd_watch, [(("change_id",), {})]),
-    ("logs", "a run's output", cmd_logs,
-     [(("run_id",), {}), (("-f", "--follow"), {"action": "store_true", "help": "until the run ends"})]),
+    (
+        "logs",
+        "a run's output",
+        cmd_logs,
+        [(("run_id",), {}), (("-f", "--follow"), {"action": "store_true", "help": "until the run ends"})],
+    ),
     ("agents", "connected and known agents", _shower("agents"), []),
-    ("runs", "recent runs", _shower("runs"),
-     [(("--change",), {"default": ""}), (("--state",), {"default": ""}), (("--agent",), {"default": ""})]),
+    (
+        "runs",
+        "recent runs",
+        _shower("runs"),
+        [(("--change",), {"default": ""}), (("--state",), {"default": ""}), (("--agent",), {"default": ""})],
+    ),
     ("change", "a Change and its Tasks", _shower("change"), [(("change_id",), {})]),
     ("changesets", "the ChangeSets of a Change", _shower("changesets"), [(("change_id",), {})]),
     ("patch", "a ChangeSet's patch", cmd_patch, [(("changeset_id",), {})]),
-    ("raise-budget", "raise a Change's budget (USD)", _shower("raise-budget"),
-     [(("change_id",), {}), (("budget_usd",), {"type": float})]),
+    (
+        "raise-budget",
+        "raise a Change's budget (USD)",
+        _shower("raise-budget"),
+        [(("change_id",), {}), (("budget_usd",), {"type": float})],
+    ),
     ("spend", "a Change's spend by tier and member, and its receipts", _shower("spend"), [(("change_id",), {})]),
     ("usage", "every meter: value, limit, period", _shower("usage"), [(("--prefix",), {"default": ""})]),
     ("packet", "a run's Context Packet", cmd_packet, [(("run_id",), {})]),
-    ("claims", "advisory claims: holder, resource, generation, expiry", _shower("claims"),
-     [(("--change",), {"default": ""})]),
+    (
+        "claims",
+        "advisory claims: holder, resource, generation, expiry",
+        _shower("claims"),
+        [(("--change",), {"default": ""})],
+    ),
     ("cancel", "cancel a Change", _shower("cancel"), [(("change_id",), {})]),
     ("cancel-run", "cancel one run", _shower("cancel-run"), [(("run_id",), {})]),
     ("drain", "give an agent no new runs", _shower("drain"), [(("name",), {})]),
-    ("events", "recent events", cmd_events,
-     [(("--change",), {"default": ""}), (("--run",), {"default": ""}), (("--kind",), {"default": ""})]),
+    (
+        "events",
+        "recent events",
+        cmd_events,
+        [(("--change",), {"default": ""}), (("--run",), {"default": ""}), (("--kind",), {"default": ""})],
+    ),
 ]
 
 
 def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--target", default=os.environ.get("DROVER_TARGET", "127.0.0.1:50051"),
-                        help="control plane host:port (env DROVER_TARGET)")
+    common.add_argument(
+        "--target",
+        default=os.environ.get("DROVER_TARGET", "127.0.0.1:50051"),
+        help="control plane host:port (env DROVER_TARGET)",
+    )
     common.add_argument("--token-file", help=f"default {DEFAULT_TOKEN_FILE}; env DROVER_TOKEN holds a token")
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--tls-ca", default=os.environ.get("DROVER_TLS_CA", ""),
-                        help="dial with TLS, trusting this CA bundle (env DROVER_TLS_CA)")
+    common.add_argument(
+        "--tls-ca",
+        default=os.environ.get("DROVER_TLS_CA", ""),
+        help="dial with TLS, trusting this CA bundle (env DROVER_TLS_CA)",
+    )
     p = argparse.ArgumentParser(prog="drover", description="Submit and follow Drover Changes")
     sub = p.add_subparsers(dest="command", required=True)
     for name, help_text, func, arguments in COMMANDS:

@@ -32,6 +32,7 @@ def _mapped(fn: Callable[..., T]) -> Callable[..., T]:
             return fn(*args, **kwargs)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
+
     return wrapper
 
 
@@ -52,13 +53,21 @@ def _task(spec: Mapping[str, Any], i: int = 0) -> types_pb2.Task:
     except (TypeError, ValueError):
         raise InvalidArgument(f"{where}.timeout_seconds: expected a whole number") from None
     return types_pb2.Task(
-        key=str(spec.get("key", "")), kind=str(spec.get("kind", "")), objective=str(spec.get("objective", "")),
-        depends_on=_list(spec, "depends_on", where), command=_list(spec, "command", where),
+        key=str(spec.get("key", "")),
+        kind=str(spec.get("kind", "")),
+        objective=str(spec.get("objective", "")),
+        depends_on=_list(spec, "depends_on", where),
+        command=_list(spec, "command", where),
         env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
-        timeout_seconds=timeout, files=_list(spec, "files", where), resources=_list(spec, "resources", where),
-        size=str(spec.get("size") or ""), complexity=str(spec.get("complexity") or ""),
-        risk=str(spec.get("risk") or ""), required_capabilities=_list(spec, "required_capabilities", where),
-        flags={str(k): bool(v) for k, v in (spec.get("flags") or {}).items()})
+        timeout_seconds=timeout,
+        files=_list(spec, "files", where),
+        resources=_list(spec, "resources", where),
+        size=str(spec.get("size") or ""),
+        complexity=str(spec.get("complexity") or ""),
+        risk=str(spec.get("risk") or ""),
+        required_capabilities=_list(spec, "required_capabilities", where),
+        flags={str(k): bool(v) for k, v in (spec.get("flags") or {}).items()},
+    )
 
 
 def _every_page(call: Callable[[str], Any], field: str) -> list[Any]:
@@ -77,11 +86,15 @@ class Client:
     """Submit and follow Changes. `Client("127.0.0.1:50051", token=...)`; use as a context manager
     or call close(). Every method raises a `drover.DroverError` subclass on failure."""
 
-    def __init__(self, target: str = "127.0.0.1:50051", *, token: str,
-                 credentials: grpc.ChannelCredentials | None = None) -> None:
+    def __init__(
+        self, target: str = "127.0.0.1:50051", *, token: str, credentials: grpc.ChannelCredentials | None = None
+    ) -> None:
         options = [("grpc.max_receive_message_length", 16 * 1024 * 1024)]
-        self._channel = (grpc.secure_channel(target, credentials, options=options) if credentials
-                         else grpc.insecure_channel(target, options=options))
+        self._channel = (
+            grpc.secure_channel(target, credentials, options=options)
+            if credentials
+            else grpc.insecure_channel(target, options=options)
+        )
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._changes = change_pb2_grpc.ChangeServiceStub(self._channel)
         self._ops = operations_pb2_grpc.OperationsServiceStub(self._channel)
@@ -96,21 +109,38 @@ class Client:
         self._channel.close()
 
     @_mapped
-    def submit_change(self, project: str, goal: str, tasks: Sequence[Mapping[str, Any]], *,
-                      criteria: Sequence[str] = (), invariants: Sequence[str] = (),
-                      budget_usd: float = 0.0) -> Change:
+    def submit_change(
+        self,
+        project: str,
+        goal: str,
+        tasks: Sequence[Mapping[str, Any]],
+        *,
+        criteria: Sequence[str] = (),
+        invariants: Sequence[str] = (),
+        budget_usd: float = 0.0,
+    ) -> Change:
         """Submit a Change: a goal and a graph of Tasks (dicts with key, kind, objective, depends_on,
         and for command Tasks command, env, timeout_seconds)."""
-        request = change_pb2.SubmitChangeRequest(project=project, goal=goal, criteria=list(criteria),
-                                                 invariants=list(invariants), budget_usd=budget_usd,
-                                                 tasks=[_task(t, i) for i, t in enumerate(tasks)])
+        request = change_pb2.SubmitChangeRequest(
+            project=project,
+            goal=goal,
+            criteria=list(criteria),
+            invariants=list(invariants),
+            budget_usd=budget_usd,
+            tasks=[_task(t, i) for i, t in enumerate(tasks)],
+        )
         return self._changes.SubmitChange(request, metadata=self._metadata)
 
     def submit_change_file(self, data: Mapping[str, Any]) -> Change:
         """Submit the contents of a Change file (see drover.changefile.load)."""
-        return self.submit_change(data.get("project", ""), data.get("goal", ""), data.get("tasks") or [],
-                                  criteria=data.get("criteria") or [], invariants=data.get("invariants") or [],
-                                  budget_usd=float(data.get("budget_usd") or 0))
+        return self.submit_change(
+            data.get("project", ""),
+            data.get("goal", ""),
+            data.get("tasks") or [],
+            criteria=data.get("criteria") or [],
+            invariants=data.get("invariants") or [],
+            budget_usd=float(data.get("budget_usd") or 0),
+        )
 
     @_mapped
     def get_change(self, change_id: str) -> Change:
@@ -118,15 +148,19 @@ class Client:
 
     @_mapped
     def list_changes(self, project: str = "", limit: int = 50) -> list[Change]:
-        return list(self._changes.ListChanges(change_pb2.ListChangesRequest(project=project, limit=limit),
-                                              metadata=self._metadata).changes)
+        return list(
+            self._changes.ListChanges(
+                change_pb2.ListChangesRequest(project=project, limit=limit), metadata=self._metadata
+            ).changes
+        )
 
     def watch(self, change_id: str, after_event_id: int = 0) -> Iterator[Event]:
         """Events of a Change as they happen, ending when the Change ends."""
         try:
             yield from self._changes.WatchChange(
                 change_pb2.WatchChangeRequest(change_id=change_id, after_event_id=after_event_id),
-                metadata=self._metadata)
+                metadata=self._metadata,
+            )
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
@@ -135,28 +169,34 @@ class Client:
         try:
             yield from self._ops.TailRunLogs(
                 operations_pb2.TailRunLogsRequest(run_id=run_id, follow=follow, after_seq=after_seq),
-                metadata=self._metadata)
+                metadata=self._metadata,
+            )
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
     @_mapped
     def list_changesets(self, change_id: str) -> list[ChangeSet]:
         """The ChangeSets a Change's Tasks published (branch, commits, files, patch ref)."""
-        return _every_page(lambda token: self._changes.ListChangeSets(
-            change_pb2.ListChangeSetsRequest(change_id=change_id, page_token=token), metadata=self._metadata),
-            "changesets")
+        return _every_page(
+            lambda token: self._changes.ListChangeSets(
+                change_pb2.ListChangeSetsRequest(change_id=change_id, page_token=token), metadata=self._metadata
+            ),
+            "changesets",
+        )
 
     @_mapped
     def get_patch(self, changeset_id: str) -> str:
         """A ChangeSet's patch: the git diff from its start commit."""
-        return self._changes.GetPatch(change_pb2.GetPatchRequest(changeset_id=changeset_id),
-                                      metadata=self._metadata).text
+        return self._changes.GetPatch(
+            change_pb2.GetPatchRequest(changeset_id=changeset_id), metadata=self._metadata
+        ).text
 
     @_mapped
     def raise_budget(self, change_id: str, budget_usd: float) -> Change:
         """Raise a Change's budget; Tasks a budget stopped get a fresh attempt window and run again."""
-        return self._changes.RaiseBudget(change_pb2.RaiseBudgetRequest(change_id=change_id, budget_usd=budget_usd),
-                                         metadata=self._metadata)
+        return self._changes.RaiseBudget(
+            change_pb2.RaiseBudgetRequest(change_id=change_id, budget_usd=budget_usd), metadata=self._metadata
+        )
 
     @_mapped
     def get_spend(self, change_id: str) -> change_pb2.Spend:
@@ -166,37 +206,53 @@ class Client:
     @_mapped
     def get_usage(self, prefix: str = "") -> list[types_pb2.MeterUsage]:
         """Every meter's current value, limit and period."""
-        return _every_page(lambda token: self._ops.GetUsage(
-            operations_pb2.GetUsageRequest(prefix=prefix, page_token=token), metadata=self._metadata), "meters")
+        return _every_page(
+            lambda token: self._ops.GetUsage(
+                operations_pb2.GetUsageRequest(prefix=prefix, page_token=token), metadata=self._metadata
+            ),
+            "meters",
+        )
 
     @_mapped
     def list_receipts(self, *, change_id: str = "", run_id: str = "") -> list[types_pb2.DecisionReceipt]:
-        return _every_page(lambda token: self._ops.ListReceipts(
-            operations_pb2.ListReceiptsRequest(change_id=change_id, run_id=run_id, page_token=token),
-            metadata=self._metadata), "receipts")
+        return _every_page(
+            lambda token: self._ops.ListReceipts(
+                operations_pb2.ListReceiptsRequest(change_id=change_id, run_id=run_id, page_token=token),
+                metadata=self._metadata,
+            ),
+            "receipts",
+        )
 
     @_mapped
     def get_packet(self, run_id: str) -> dict[str, Any]:
         """A run's Context Packet (the parsed canonical JSON); its hash is run.context_hash."""
         import json
-        return json.loads(self._ops.GetPacket(operations_pb2.GetPacketRequest(run_id=run_id),
-                                              metadata=self._metadata).json)
+
+        return json.loads(
+            self._ops.GetPacket(operations_pb2.GetPacketRequest(run_id=run_id), metadata=self._metadata).json
+        )
 
     @_mapped
     def list_claims(self, change_id: str = "", include_released: bool = False) -> list[types_pb2.Claim]:
-        return _every_page(lambda token: self._ops.ListClaims(
-            operations_pb2.ListClaimsRequest(change_id=change_id, include_released=include_released,
-                                             page_token=token), metadata=self._metadata), "claims")
+        return _every_page(
+            lambda token: self._ops.ListClaims(
+                operations_pb2.ListClaimsRequest(
+                    change_id=change_id, include_released=include_released, page_token=token
+                ),
+                metadata=self._metadata,
+            ),
+            "claims",
+        )
 
     @_mapped
     def cancel_change(self, change_id: str) -> Change:
-        return self._changes.CancelChange(change_pb2.CancelChangeRequest(change_id=change_id),
-                                          metadata=self._metadata)
+        return self._changes.CancelChange(change_pb2.CancelChangeRequest(change_id=change_id), metadata=self._metadata)
 
     @_mapped
     def cancel_run(self, run_id: str, reason: str = "") -> Run:
-        return self._ops.CancelRun(operations_pb2.CancelRunRequest(run_id=run_id, reason=reason),
-                                   metadata=self._metadata)
+        return self._ops.CancelRun(
+            operations_pb2.CancelRunRequest(run_id=run_id, reason=reason), metadata=self._metadata
+        )
 
     @_mapped
     def get_run(self, run_id: str) -> Run:
@@ -204,23 +260,36 @@ class Client:
 
     @_mapped
     def list_runs(self, *, change_id: str = "", state: str = "", agent: str = "", limit: int = 100) -> list[Run]:
-        return list(self._ops.ListRuns(operations_pb2.ListRunsRequest(change_id=change_id, state=state,
-                                                                      agent=agent, limit=limit),
-                                       metadata=self._metadata).runs)
+        return list(
+            self._ops.ListRuns(
+                operations_pb2.ListRunsRequest(change_id=change_id, state=state, agent=agent, limit=limit),
+                metadata=self._metadata,
+            ).runs
+        )
 
     @_mapped
     def list_agents(self, connected_only: bool = False) -> list[Agent]:
-        return _every_page(lambda token: self._ops.ListAgents(
-            operations_pb2.ListAgentsRequest(connected_only=connected_only, page_token=token),
-            metadata=self._metadata), "agents")
+        return _every_page(
+            lambda token: self._ops.ListAgents(
+                operations_pb2.ListAgentsRequest(connected_only=connected_only, page_token=token),
+                metadata=self._metadata,
+            ),
+            "agents",
+        )
 
     @_mapped
     def drain_agent(self, name: str) -> Agent:
         return self._ops.DrainAgent(operations_pb2.DrainAgentRequest(name=name), metadata=self._metadata)
 
     @_mapped
-    def list_events(self, *, change_id: str = "", run_id: str = "", kind: str = "", after_id: int = 0,
-                    limit: int = 200) -> list[Event]:
-        return list(self._ops.ListEvents(operations_pb2.ListEventsRequest(
-            change_id=change_id, run_id=run_id, kind=kind, after_id=after_id, limit=limit),
-            metadata=self._metadata).events)
+    def list_events(
+        self, *, change_id: str = "", run_id: str = "", kind: str = "", after_id: int = 0, limit: int = 200
+    ) -> list[Event]:
+        return list(
+            self._ops.ListEvents(
+                operations_pb2.ListEventsRequest(
+                    change_id=change_id, run_id=run_id, kind=kind, after_id=after_id, limit=limit
+                ),
+                metadata=self._metadata,
+            ).events
+        )

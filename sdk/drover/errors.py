@@ -47,8 +47,19 @@ class Unavailable(DroverError):
     code = "UNAVAILABLE"
 
 
-_BY_CODE = {cls.code: cls for cls in (InvalidArgument, NotFound, AlreadyExists, FailedPrecondition,
-                                      Unauthenticated, PermissionDenied, ResourceExhausted, Unavailable)}
+_BY_CODE = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        AlreadyExists,
+        FailedPrecondition,
+        Unauthenticated,
+        PermissionDenied,
+        ResourceExhausted,
+        Unavailable,
+    )
+}
 
 
 def from_rpc_error(err: grpc.RpcError) -> DroverError:

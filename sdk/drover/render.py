@@ -31,8 +31,7 @@ def format_event(event: types_pb2.Event) -> str:
         bits.append(event.run_id)
     if event.agent and event.kind.startswith(("run.", "agent.")):
         bits.append(f"on {event.agent}")
-    for name in ("status", "exit_code", "reason", "because", "tier", "member", "rule", "from", "to", "limit",
-                 "error"):
+    for name in ("status", "exit_code", "reason", "because", "tier", "member", "rule", "from", "to", "limit", "error"):
         if name in data and data[name] not in ("", None):
             value = data[name]
             if name == "exit_code" and data.get("status") == "succeeded":
@@ -83,43 +82,93 @@ def table(rows: Iterable[list[str]], header: list[str]) -> str:
 
 
 def agents_table(agents: Iterable[types_pb2.Agent]) -> str:
-    return table(([a.name, "yes" if a.connected else "no", f"{a.active_runs}/{a.capacity}", "yes" if a.draining else "",
-                   ",".join(f"{k}={v}" for k, v in sorted(a.labels.items()))] for a in agents),
-                 ["NAME", "CONNECTED", "RUNS", "DRAINING", "LABELS"])
+    return table(
+        (
+            [
+                a.name,
+                "yes" if a.connected else "no",
+                f"{a.active_runs}/{a.capacity}",
+                "yes" if a.draining else "",
+                ",".join(f"{k}={v}" for k, v in sorted(a.labels.items())),
+            ]
+            for a in agents
+        ),
+        ["NAME", "CONNECTED", "RUNS", "DRAINING", "LABELS"],
+    )
 
 
 def runs_table(runs: Iterable[types_pb2.Run]) -> str:
-    return table(([r.id, r.state, r.task_key, r.agent, str(r.exit_code) if r.finished_at.seconds else "", r.reason,
-                   r.change_id] for r in runs), ["RUN", "STATE", "TASK", "AGENT", "EXIT", "REASON", "CHANGE"])
+    return table(
+        (
+            [
+                r.id,
+                r.state,
+                r.task_key,
+                r.agent,
+                str(r.exit_code) if r.finished_at.seconds else "",
+                r.reason,
+                r.change_id,
+            ]
+            for r in runs
+        ),
+        ["RUN", "STATE", "TASK", "AGENT", "EXIT", "REASON", "CHANGE"],
+    )
 
 
 def changesets_table(found: Iterable[types_pb2.ChangeSet]) -> str:
-    return table(([c.id, c.task_key, c.branch, c.commit[:12], ",".join(c.own_files)] for c in found),
-                 ["CHANGESET", "TASK", "BRANCH", "COMMIT", "OWN FILES"])
+    return table(
+        ([c.id, c.task_key, c.branch, c.commit[:12], ",".join(c.own_files)] for c in found),
+        ["CHANGESET", "TASK", "BRANCH", "COMMIT", "OWN FILES"],
+    )
 
 
 def spend_text(spend: Any) -> str:
     budget = "$%.2f" % (spend.budget_micros / 1e6) if spend.budget_micros else "no budget"
-    lines = [f"change {spend.change_id}: spent ${spend.spent_micros / 1e6:.6f} of {budget}",
-             table(([line.tier, line.member, line.model, str(line.calls), f"${line.cost_micros / 1e6:.6f}"]
-                    for line in spend.lines), ["TIER", "MEMBER", "MODEL", "CALLS", "COST"])]
+    lines = [
+        f"change {spend.change_id}: spent ${spend.spent_micros / 1e6:.6f} of {budget}",
+        table(
+            (
+                [line.tier, line.member, line.model, str(line.calls), f"${line.cost_micros / 1e6:.6f}"]
+                for line in spend.lines
+            ),
+            ["TIER", "MEMBER", "MODEL", "CALLS", "COST"],
+        ),
+    ]
     for r in spend.receipts:
         data = as_dict(r.data)
-        lines.append(f"  {r.task_key} {r.run_id}: tier {r.tier} by {data.get('rule', '')}"
-                     f"{' (opus disabled)' if data.get('opus_disabled') else ''}"
-                     f"{' escalation ' + data['escalation'] if data.get('escalation') else ''}"
-                     f" member {data.get('member', '-')} agent {data.get('agent', '-')}")
+        lines.append(
+            f"  {r.task_key} {r.run_id}: tier {r.tier} by {data.get('rule', '')}"
+            f"{' (opus disabled)' if data.get('opus_disabled') else ''}"
+            f"{' escalation ' + data['escalation'] if data.get('escalation') else ''}"
+            f" member {data.get('member', '-')} agent {data.get('agent', '-')}"
+        )
     return "\n".join(lines)
 
 
 def meters_table(meters: Iterable[types_pb2.MeterUsage]) -> str:
     def amount(m: types_pb2.MeterUsage, v: int) -> str:
         return f"${v / 1e6:.6f}" if m.unit == "usd" else str(v)
-    return table(([m.key, m.period, amount(m, m.used), amount(m, m.reserved), amount(m, m.limit) if m.limit else "none"]
-                  for m in meters), ["METER", "PERIOD", "USED", "RESERVED", "LIMIT"])
+
+    return table(
+        (
+            [m.key, m.period, amount(m, m.used), amount(m, m.reserved), amount(m, m.limit) if m.limit else "none"]
+            for m in meters
+        ),
+        ["METER", "PERIOD", "USED", "RESERVED", "LIMIT"],
+    )
 
 
 def claims_table(found: Iterable[types_pb2.Claim]) -> str:
-    return table(([c.resource, c.run_id, c.holder, str(c.generation),
-                   dt.datetime.fromtimestamp(c.expires_at.seconds, dt.timezone.utc).strftime("%H:%M:%S")]
-                  for c in found), ["RESOURCE", "RUN", "HOLDER", "GENERATION", "EXPIRES"])
+    return table(
+        (
+            [
+                c.resource,
+                c.run_id,
+                c.holder,
+                str(c.generation),
+                dt.datetime.fromtimestamp(c.expires_at.seconds, dt.timezone.utc).strftime("%H:%M:%S"),
+            ]
+            for c in found
+        ),
+        ["RESOURCE", "RUN", "HOLDER", "GENERATION", "EXPIRES"],
+    )

@@ -14,17 +14,28 @@ from tests.conftest import ControlPlane
 
 
 class RawAgent:
-    def __init__(self, plane: ControlPlane, name: str, token: str, capacity: int = 1,
-                 labels: dict[str, str] | None = None, drivers: tuple[str, ...] = ("command", "harness")) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        name: str,
+        token: str,
+        capacity: int = 1,
+        labels: dict[str, str] | None = None,
+        drivers: tuple[str, ...] = ("command", "harness"),
+    ) -> None:
         self.channel = grpc.insecure_channel(plane.target)
         self.outgoing: queue.Queue[agent_pb2.AgentMessage | None] = queue.Queue()
         self.received: queue.Queue[agent_pb2.ControlMessage] = queue.Queue()
         self.error: grpc.RpcError | None = None
         self.ended = threading.Event()
-        self.send(agent_pb2.AgentMessage(hello=agent_pb2.Hello(name=name, capacity=capacity, drivers=list(drivers),
-                                                               labels=labels or {})))
+        self.send(
+            agent_pb2.AgentMessage(
+                hello=agent_pb2.Hello(name=name, capacity=capacity, drivers=list(drivers), labels=labels or {})
+            )
+        )
         self.stream = agent_pb2_grpc.AgentServiceStub(self.channel).Connect(
-            self._requests(), metadata=(("authorization", f"Bearer {token}"),))
+            self._requests(), metadata=(("authorization", f"Bearer {token}"),)
+        )
         threading.Thread(target=self._receive, daemon=True).start()
 
     def _requests(self) -> Iterator[agent_pb2.AgentMessage]:

@@ -56,8 +56,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 def _submit(fleet: Fleet, code: str, **extra: Any) -> str:
     with fleet.plane.client() as client:
-        change = client.submit_change("escape", f"attempt {uuid.uuid4().hex[:8]}",
-                                      [task("attempt", python_command(code), **extra)])
+        change = client.submit_change(
+            "escape", f"attempt {uuid.uuid4().hex[:8]}", [task("attempt", python_command(code), **extra)]
+        )
         return change.id
 
 
@@ -107,13 +108,17 @@ def _kill_leftovers(marker: str) -> None:
 
 # --- the tokens -------------------------------------------------------------------------------------
 
+
 def test_agent_and_admin_tokens_through_proc_of_the_supervisor(fleet: Fleet) -> None:
     """Before: `cat /proc/$PPID/cwd/<agentd's relative token path>` printed the agent token (the
     supervisor shares agentd's cwd), and /proc/1/root/<path> any file of the host."""
     tokens = [fleet.plane.agent_token_file, fleet.plane.data_dir / "tokens" / "admin.token"]
     from_cwd = [os.path.relpath(t, os.getcwd()) for t in tokens]  # agentd started in this directory
     from_root = [str(t).lstrip("/") for t in tokens]
-    result = attempt(fleet, READ_ALL + f"""
+    result = attempt(
+        fleet,
+        READ_ALL
+        + f"""
 found = {{}}
 pids = sorted({{"self", str(os.getppid()), "1", *[p for p in os.listdir("/proc") if p.isdigit()]}})
 for pid in pids:
@@ -123,7 +128,8 @@ for pid in pids:
             if text:
                 found[f"/proc/{{pid}}/{{base}}/{{path}}"] = text
 print(json.dumps(found))
-""")
+""",
+    )
     assert result["found"] == {}
     for token in _token_texts(fleet):
         assert token not in result["stdout"]
@@ -132,7 +138,10 @@ print(json.dumps(found))
 def test_tokens_at_their_paths_in_the_control_planes_data_dir(fleet: Fleet) -> None:
     """Before: a plain open() of the control plane's admin token."""
     data_dir = fleet.plane.data_dir
-    result = attempt(fleet, READ_ALL + f"""
+    result = attempt(
+        fleet,
+        READ_ALL
+        + f"""
 paths = [{str(data_dir / "tokens" / "agent.token")!r}, {str(data_dir / "tokens" / "admin.token")!r}]
 found = {{p: read(p) for p in paths if read(p)}}
 try:
@@ -140,7 +149,8 @@ try:
 except OSError:
     pass
 print(json.dumps(found))
-""")
+""",
+    )
     assert result["found"] == {}
     assert not any(token in result["stdout"] for token in _token_texts(fleet))
 
@@ -148,7 +158,10 @@ print(json.dumps(found))
 def test_the_agents_spool(fleet: Fleet) -> None:
     """Before: the spool (outbox, every run's assignment.json, output and supervisor log) was readable."""
     spool = fleet.agents[0].spool
-    result = attempt(fleet, READ_ALL + f"""
+    result = attempt(
+        fleet,
+        READ_ALL
+        + f"""
 found = {{}}
 for parent, dirs, files in os.walk({str(spool)!r}):
     for name in files:
@@ -156,20 +169,29 @@ for parent, dirs, files in os.walk({str(spool)!r}):
         if text is not None:
             found[os.path.join(parent, name)] = text[:200]
 print(json.dumps(found))
-""")
+""",
+    )
     assert result["found"] == {}
 
 
 # --- writing, the network ---------------------------------------------------------------------------
 
+
 def test_a_write_outside_the_workspace(fleet: Fleet) -> None:
     """Before: the command, root, wrote wherever it liked."""
     name = f"escaped-{uuid.uuid4().hex}"
     agent = fleet.agents[0]
-    targets = [agent.spool / name, fleet.plane.data_dir / name, agent.work_dir / name, fleet.tmp / name,
-               pathlib.Path("/tmp") / name]
+    targets = [
+        agent.spool / name,
+        fleet.plane.data_dir / name,
+        agent.work_dir / name,
+        fleet.tmp / name,
+        pathlib.Path("/tmp") / name,
+    ]
     try:
-        result = attempt(fleet, f"""
+        result = attempt(
+            fleet,
+            f"""
 import json
 wrote = []
 for path in {[str(t) for t in targets]!r}:
@@ -180,7 +202,8 @@ for path in {[str(t) for t in targets]!r}:
     except OSError:
         pass
 print(json.dumps(wrote))
-""")
+""",
+        )
         # Writing to the sandbox's own /tmp succeeds, and is gone with it: the host sees none of it.
         assert [t for t in targets if t.exists()] == []
         assert set(result["found"]) <= {str(pathlib.Path("/tmp") / name)}
@@ -223,26 +246,38 @@ def test_a_connection_to_the_control_plane(fleet: Fleet) -> None:
 
 # --- other runs ---------------------------------------------------------------------------------------
 
+
 def test_another_concurrent_runs_assignment_and_workspace(fleet: Fleet) -> None:
     """Before: a run could list the spool's run directories and the work dir, and read another run's
     assignment.json and workspace while it ran."""
     secret = f"secret-of-the-other-run-{uuid.uuid4().hex}"
-    other = _submit(fleet, f"""
+    other = _submit(
+        fleet,
+        f"""
 import pathlib, time
 pathlib.Path("mine.txt").write_text({secret!r})
 print("ready", flush=True)
 time.sleep(120)
-""")
+""",
+    )
     agent = fleet.agents[0]
     with fleet.plane.client() as client:
+
         def other_ready() -> str:
             run_id = client.get_change(other).tasks[0].latest_run_id
-            return run_id if run_id and "ready" in "".join(
-                l.text for l in client.run_logs(run_id) if l.stream == "stdout") else ""
+            return (
+                run_id
+                if run_id and "ready" in "".join(l.text for l in client.run_logs(run_id) if l.stream == "stdout")
+                else ""
+            )
+
         other_run = wait_for(other_ready, 30, what="the other run to write its file")
     assert (agent.work_dir / other_run / "repo" / "mine.txt").read_text() == secret  # there to be found
     try:
-        result = attempt(fleet, READ_ALL + f"""
+        result = attempt(
+            fleet,
+            READ_ALL
+            + f"""
 found = {{}}
 for top in ({str(agent.spool)!r}, {str(agent.work_dir)!r}):
     for parent, dirs, files in os.walk(top):
@@ -251,7 +286,8 @@ for top in ({str(agent.spool)!r}, {str(agent.work_dir)!r}):
             if text is not None:
                 found[os.path.join(parent, name)] = text[:200]
 print(json.dumps(found))
-""")
+""",
+        )
     finally:
         with fleet.plane.client() as client:
             client.cancel_change(other)
@@ -261,16 +297,20 @@ print(json.dumps(found))
 
 # --- processes ------------------------------------------------------------------------------------------
 
+
 def test_a_setsid_process_outliving_the_run(fleet: Fleet) -> None:
     """Before: only the command's process group was signalled; `setsid` left it."""
     marker = f"{time.time() % 1000 + 4000:.6f}"
     try:
-        result = attempt(fleet, f"""
+        result = attempt(
+            fleet,
+            f"""
 import json, subprocess
 subprocess.Popen(["setsid", "sleep", "{marker}"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                  stderr=subprocess.DEVNULL, start_new_session=True)
 print(json.dumps("left a sleeper"))
-""")
+""",
+        )
         assert result["found"] == "left a sleeper"
         wait_for(lambda: not host_processes(marker), 10, what="the sleeper to be gone with its run")
     finally:
@@ -281,7 +321,9 @@ def test_a_double_forked_daemon_outliving_the_run(fleet: Fleet) -> None:
     """Before: a classic daemon (fork, setsid, fork, close everything) outlived its run."""
     marker = f"{time.time() % 1000 + 5000:.6f}"
     try:
-        result = attempt(fleet, f"""
+        result = attempt(
+            fleet,
+            f"""
 import json, os, sys
 if os.fork() == 0:
     os.setsid()
@@ -293,7 +335,8 @@ if os.fork() == 0:
     os._exit(0)
 os.wait()
 print(json.dumps("daemonized"))
-""")
+""",
+        )
         assert result["found"] == "daemonized"
         wait_for(lambda: not host_processes(marker), 10, what="the daemon to be gone with its run")
     finally:
@@ -310,23 +353,37 @@ def test_running_as_root(fleet: Fleet) -> None:
 
 
 def test_etc_shadow(fleet: Fleet) -> None:
-    result = attempt(fleet, READ_ALL + """
+    result = attempt(
+        fleet,
+        READ_ALL
+        + """
 print(json.dumps({p: read(p) for p in ("/etc/shadow", "/etc/gshadow", "/etc/sudoers") if read(p)}))
-""")
+""",
+    )
     assert result["found"] == {}
 
 
 def test_agentd_processes_command_lines_and_environment(fleet: Fleet) -> None:
     """Before: /proc showed every process of the host; as root their environments too."""
-    result = attempt(fleet, READ_ALL + """
+    result = attempt(
+        fleet,
+        READ_ALL
+        + """
 found = {}
 for pid in (p for p in os.listdir("/proc") if p.isdigit()):
     found[pid] = [read(f"/proc/{pid}/cmdline"), read(f"/proc/{pid}/environ")]
 print(json.dumps(found))
-""")
+""",
+    )
     seen = json.dumps(result["found"])
-    for daemon in ("agentd.cli", "agentd.supervisor", "controlplane.cli", str(fleet.plane.data_dir),
-                   str(fleet.agents[0].spool), *_token_texts(fleet)):
+    for daemon in (
+        "agentd.cli",
+        "agentd.supervisor",
+        "controlplane.cli",
+        str(fleet.plane.data_dir),
+        str(fleet.agents[0].spool),
+        *_token_texts(fleet),
+    ):
         assert daemon not in seen, daemon
     assert len(result["found"]) <= 3  # the namespace's init (bwrap), the command and nothing else
     init_environment = result["found"]["1"][1]
@@ -337,14 +394,17 @@ def test_a_signal_to_agentd(fleet: Fleet) -> None:
     """Before: the command (root) could stop or kill agentd; signal 0 only asks whether it may."""
     agentd = fleet.agents[0].proc
     assert agentd is not None
-    result = attempt(fleet, f"""
+    result = attempt(
+        fleet,
+        f"""
 import json, os
 try:
     os.kill({agentd.pid}, 0)
     print(json.dumps("may signal agentd"))
 except OSError as err:
     print(json.dumps(type(err).__name__))
-""")
+""",
+    )
     assert result["found"] in ("ProcessLookupError", "PermissionError")
     assert agentd.poll() is None
 
@@ -355,8 +415,9 @@ def test_the_network_when_the_project_allows_it(fleet: Fleet) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     try:
         with fleet.plane.client() as client:
-            change = client.submit_change("online", "reach out", [task("attempt", python_command(
-                CONNECT.format(port=server.getsockname()[1])))])
+            change = client.submit_change(
+                "online", "reach out", [task("attempt", python_command(CONNECT.format(port=server.getsockname()[1])))]
+            )
         result = _finish(fleet, change.id)
     finally:
         server.close()

@@ -31,8 +31,11 @@ def test_an_agent_of_another_pool_never_receives_a_run_or_its_secrets(fleet: Fle
         fleet.agent("web-1", pool="web")
         with plane.client() as client:
             change = client.submit_change("web", "deploy", [task(f"t{i}", ["true"]) for i in range(3)])
-            final = wait_for(lambda: (c := client.get_change(change.id)).status == "succeeded" and c, 60,
-                             what="the web Change to succeed on its own pool")
+            final = wait_for(
+                lambda: (c := client.get_change(change.id)).status == "succeeded" and c,
+                60,
+                what="the web Change to succeed on its own pool",
+            )
             runs = client.list_runs(change_id=change.id)
         got = thief.messages(1)
     finally:
@@ -86,8 +89,11 @@ def test_a_fake_result_and_model_calls_for_another_agents_run_are_not_applied(fl
         with plane.client() as client:
             sleeper = python_command("import time; time.sleep(60)")
             change = client.submit_change("web", "slow", [task("slow", sleeper)])
-            run_id = wait_for(lambda: (r := client.list_runs(change_id=change.id)) and r[0].state == "running"
-                              and r[0].id, 30, what="the web run to start")
+            run_id = wait_for(
+                lambda: (r := client.list_runs(change_id=change.id)) and r[0].state == "running" and r[0].id,
+                30,
+                what="the web run to start",
+            )
             thief.run_message(run_id, 1, finished=agent_pb2.RunFinished(status="succeeded"))
             thief.run_message(run_id, 2, finished=agent_pb2.RunFinished(status="succeeded"))
             thief.messages(2)

@@ -44,11 +44,19 @@ def test_a_user_sees_and_uses_only_the_projects_of_its_token(fleet: Fleet) -> No
         wait_for(lambda: a.get_run(run_id).state == "running", 30, what="the run to start")
 
         # Another project's Change, run and ChangeSets do not exist for bob: the very messages of an unknown id.
-        assert not_found(lambda: b.get_change(change.id)) == not_found(lambda: b.get_change("chg_00000000000000000000")).replace("chg_00000000000000000000", change.id)
-        for call in (lambda: b.watch(change.id), lambda: b.cancel_change(change.id),
-                     lambda: b.list_changesets(change.id), lambda: b.raise_budget(change.id, 5),
-                     lambda: b.get_spend(change.id), lambda: b.get_run(run_id),
-                     lambda: b.run_logs(run_id), lambda: b.get_packet(run_id)):
+        assert not_found(lambda: b.get_change(change.id)) == not_found(
+            lambda: b.get_change("chg_00000000000000000000")
+        ).replace("chg_00000000000000000000", change.id)
+        for call in (
+            lambda: b.watch(change.id),
+            lambda: b.cancel_change(change.id),
+            lambda: b.list_changesets(change.id),
+            lambda: b.raise_budget(change.id, 5),
+            lambda: b.get_spend(change.id),
+            lambda: b.get_run(run_id),
+            lambda: b.run_logs(run_id),
+            lambda: b.get_packet(run_id),
+        ):
             assert "no " in not_found(call)
         with plane.client(user(plane, "erin", "run.manage", "api")) as e:  # a manager of api only
             assert "no run" in not_found(lambda: e.cancel_run(run_id))
@@ -58,7 +66,9 @@ def test_a_user_sees_and_uses_only_the_projects_of_its_token(fleet: Fleet) -> No
         assert "hunter2" not in str(b.list_events()) + str(b.list_runs())
         # bob cannot submit to web: the same NOT_FOUND as a project that does not exist.
         unknown = not_found(lambda: b.submit_change("nowhere", "g", [task("t", ["true"])]))
-        assert not_found(lambda: b.submit_change("web", "g", [task("t", ["true"])])) == unknown.replace("nowhere", "web")
+        assert not_found(lambda: b.submit_change("web", "g", [task("t", ["true"])])) == unknown.replace(
+            "nowhere", "web"
+        )
         # bob sees no agent of web's pool, and no meter of web's.
         assert all(not m.key.startswith(("project-usd:web", f"change-usd:{change.id}")) for m in b.get_usage())
 
@@ -118,8 +128,9 @@ def test_a_revoked_agent_token_loses_its_stream(fleet: Fleet) -> None:
     agent = fleet.agent("web-1", pool="web")
     plane.cli("token", "revoke", "--name", "web-1")
     with plane.client() as admin:
-        wait_for(lambda: not any(a.connected for a in admin.list_agents()), 15,
-                 what="the revoked agent to be disconnected")
+        wait_for(
+            lambda: not any(a.connected for a in admin.list_agents()), 15, what="the revoked agent to be disconnected"
+        )
         time.sleep(2)
         assert not any(a.connected for a in admin.list_agents()), "a revoked token reconnected"
     assert "UNAUTHENTICATED" in agent.log()

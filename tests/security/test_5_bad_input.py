@@ -80,18 +80,36 @@ for kind in ("", "Bad Kind", "k" * 33, "a\x00", "../x"):
     submit(INVALID, "tasks[0].kind", tasks=[good_task(kind=kind)])
 for objective in ("", "  ", "o" * (64 * 1024 + 1), "a\x00b"):
     submit(INVALID, "tasks[0].objective", tasks=[good_task(objective=objective)])
-for deps, field in ((["zzz"], "tasks[0].depends_on"), (["a"], "tasks[0].depends_on"),
-                    (["../x"], "tasks[0].depends_on[0]"), (["b"] * 501, "tasks[0].depends_on")):
+for deps, field in (
+    (["zzz"], "tasks[0].depends_on"),
+    (["a"], "tasks[0].depends_on"),
+    (["../x"], "tasks[0].depends_on[0]"),
+    (["b"] * 501, "tasks[0].depends_on"),
+):
     submit(INVALID, field, tasks=[good_task(depends_on=deps)])
 submit(INVALID, "tasks[0].depends_on", tasks=[good_task(depends_on=["b"]), good_task(key="b", depends_on=["a"])])
-for argv, field in ((["", "x"], "tasks[0].command"), (["a\x00b"], "tasks[0].command[0]"),
-                    (["true", "x\x00"], "tasks[0].command[1]"), (["x"] * 1001, "tasks[0].command"),
-                    (["a" * (16 * 1024 + 1)], "tasks[0].command[0]")):
+for argv, field in (
+    (["", "x"], "tasks[0].command"),
+    (["a\x00b"], "tasks[0].command[0]"),
+    (["true", "x\x00"], "tasks[0].command[1]"),
+    (["x"] * 1001, "tasks[0].command"),
+    (["a" * (16 * 1024 + 1)], "tasks[0].command[0]"),
+):
     submit(INVALID, field, tasks=[good_task(command=argv)])
-for env in ({"A=B": "1"}, {"": "1"}, {"A\x00": "1"}, {"1A": "x"}, {"A B": "x"}, {"A-B": "x"}, {"a" * 129: "x"},
-            {"A": "x\x00"}, {"A": "x" * (32 * 1024 + 1)}, {f"V{i}": "x" for i in range(201)}):
+for env in (
+    {"A=B": "1"},
+    {"": "1"},
+    {"A\x00": "1"},
+    {"1A": "x"},
+    {"A B": "x"},
+    {"A-B": "x"},
+    {"a" * 129: "x"},
+    {"A": "x\x00"},
+    {"A": "x" * (32 * 1024 + 1)},
+    {f"V{i}": "x" for i in range(201)},
+):
     submit(INVALID, "tasks[0].env", tasks=[good_task(env=env)])
-for timeout in (-1, 7 * 24 * 3600 + 1, -2 ** 31):
+for timeout in (-1, 7 * 24 * 3600 + 1, -(2**31)):
     submit(INVALID, "tasks[0].timeout_seconds", tasks=[good_task(timeout_seconds=timeout)])
 for files in (["../../"], ["."], [""], ["/"], [".."], ["a/../../b"], ["a\x00"], ["f"] * 201, ["f" * 1025]):
     submit(INVALID, "tasks[0].files", tasks=[good_task(files=files)])
@@ -106,84 +124,165 @@ for flags in ({"nope": True}, {"": True}, {"x\x00": True}):
 
 # --- the other ChangeService calls ------------------------------------------------------------------------
 BAD_IDS = ("", "x" * 65, "a\x00b", "../x", "a b", "chg_%", "-x")
-for method, cls, field in (("GetChange", change_pb2.GetChangeRequest, "change_id"),
-                           ("WatchChange", change_pb2.WatchChangeRequest, "change_id"),
-                           ("CancelChange", change_pb2.CancelChangeRequest, "change_id"),
-                           ("ListChangeSets", change_pb2.ListChangeSetsRequest, "change_id"),
-                           ("GetPatch", change_pb2.GetPatchRequest, "changeset_id"),
-                           ("GetSpend", change_pb2.GetSpendRequest, "change_id")):
+for method, cls, field in (
+    ("GetChange", change_pb2.GetChangeRequest, "change_id"),
+    ("WatchChange", change_pb2.WatchChangeRequest, "change_id"),
+    ("CancelChange", change_pb2.CancelChangeRequest, "change_id"),
+    ("ListChangeSets", change_pb2.ListChangeSetsRequest, "change_id"),
+    ("GetPatch", change_pb2.GetPatchRequest, "changeset_id"),
+    ("GetSpend", change_pb2.GetSpendRequest, "change_id"),
+):
     for bad in BAD_IDS:
         case("change", method, cls(**{field: bad}), INVALID, field)
     case("change", method, cls(**{field: "chg_00000000000000000000"}), NOT_FOUND, field)
 for budget in (math.nan, math.inf, 1e308, -1.0, 10_001.0):
-    case("change", "RaiseBudget", change_pb2.RaiseBudgetRequest(change_id="chg_x", budget_usd=budget), INVALID,
-         "budget_usd")
-case("change", "WatchChange", change_pb2.WatchChangeRequest(change_id="chg_x", after_event_id=-1), INVALID,
-     "after_event_id")
-for over, field in (({"limit": -1}, "limit"), ({"page_size": -5}, "page_size"), ({"page_token": "garbage!"}, "page_token"),
-                    ({"page_token": "W10"}, "page_token"), ({"project": "a b"}, "project"),
-                    ({"project": "x\x00"}, "project"), ({"page_token": "t" * 513}, "page_token")):
+    case(
+        "change",
+        "RaiseBudget",
+        change_pb2.RaiseBudgetRequest(change_id="chg_x", budget_usd=budget),
+        INVALID,
+        "budget_usd",
+    )
+case(
+    "change",
+    "WatchChange",
+    change_pb2.WatchChangeRequest(change_id="chg_x", after_event_id=-1),
+    INVALID,
+    "after_event_id",
+)
+for over, field in (
+    ({"limit": -1}, "limit"),
+    ({"page_size": -5}, "page_size"),
+    ({"page_token": "garbage!"}, "page_token"),
+    ({"page_token": "W10"}, "page_token"),
+    ({"project": "a b"}, "project"),
+    ({"project": "x\x00"}, "project"),
+    ({"page_token": "t" * 513}, "page_token"),
+):
     case("change", "ListChanges", change_pb2.ListChangesRequest(**over), INVALID, field)
-case("change", "ListChangeSets", change_pb2.ListChangeSetsRequest(change_id="chg_x", page_size=-1), INVALID,
-     "page_size")
+case(
+    "change", "ListChangeSets", change_pb2.ListChangeSetsRequest(change_id="chg_x", page_size=-1), INVALID, "page_size"
+)
 
 # --- OperationsService ---------------------------------------------------------------------------------------
 for name in ("", "a b", "x\x00", "n" * 201, "../agent", "-x"):
     case("ops", "DrainAgent", operations_pb2.DrainAgentRequest(name=name), INVALID, "name")
 case("ops", "DrainAgent", operations_pb2.DrainAgentRequest(name="nobody-here"), NOT_FOUND, "name")
-for over, field in (({"state": "runing"}, "state"), ({"state": "RUNNING"}, "state"), ({"agent": "a b"}, "agent"),
-                    ({"limit": -1}, "limit"), ({"page_size": -1}, "page_size"), ({"change_id": "x\x00"}, "change_id"),
-                    ({"page_token": "%%%"}, "page_token")):
+for over, field in (
+    ({"state": "runing"}, "state"),
+    ({"state": "RUNNING"}, "state"),
+    ({"agent": "a b"}, "agent"),
+    ({"limit": -1}, "limit"),
+    ({"page_size": -1}, "page_size"),
+    ({"change_id": "x\x00"}, "change_id"),
+    ({"page_token": "%%%"}, "page_token"),
+):
     case("ops", "ListRuns", operations_pb2.ListRunsRequest(**over), INVALID, field)
-for method, cls in (("GetRun", operations_pb2.GetRunRequest), ("CancelRun", operations_pb2.CancelRunRequest),
-                    ("TailRunLogs", operations_pb2.TailRunLogsRequest), ("GetPacket", operations_pb2.GetPacketRequest)):
+for method, cls in (
+    ("GetRun", operations_pb2.GetRunRequest),
+    ("CancelRun", operations_pb2.CancelRunRequest),
+    ("TailRunLogs", operations_pb2.TailRunLogsRequest),
+    ("GetPacket", operations_pb2.GetPacketRequest),
+):
     for bad in BAD_IDS:
         case("ops", method, cls(run_id=bad), INVALID, "run_id")
     case("ops", method, cls(run_id="run_00000000000000000000"), NOT_FOUND, "run_id")
 case("ops", "CancelRun", operations_pb2.CancelRunRequest(run_id="run_x", reason="r" * 1025), INVALID, "reason")
 case("ops", "TailRunLogs", operations_pb2.TailRunLogsRequest(run_id="run_x", after_seq=-1), INVALID, "after_seq")
-for over, field in (({"kind": "%"}, "kind"), ({"kind": "RUN."}, "kind"), ({"kind": "k" * 65}, "kind"),
-                    ({"after_id": -1}, "after_id"), ({"limit": -1}, "limit"), ({"run_id": "a b"}, "run_id"),
-                    ({"page_token": "!"}, "page_token")):
+for over, field in (
+    ({"kind": "%"}, "kind"),
+    ({"kind": "RUN."}, "kind"),
+    ({"kind": "k" * 65}, "kind"),
+    ({"after_id": -1}, "after_id"),
+    ({"limit": -1}, "limit"),
+    ({"run_id": "a b"}, "run_id"),
+    ({"page_token": "!"}, "page_token"),
+):
     case("ops", "ListEvents", operations_pb2.ListEventsRequest(**over), INVALID, field)
-for over, field in (({"prefix": "p" * 301}, "prefix"), ({"prefix": "a\x00"}, "prefix"), ({"page_size": -1}, "page_size")):
+for over, field in (
+    ({"prefix": "p" * 301}, "prefix"),
+    ({"prefix": "a\x00"}, "prefix"),
+    ({"page_size": -1}, "page_size"),
+):
     case("ops", "GetUsage", operations_pb2.GetUsageRequest(**over), INVALID, field)
-for method, cls in (("ListReceipts", operations_pb2.ListReceiptsRequest), ("ListClaims", operations_pb2.ListClaimsRequest)):
-    for over, field in (({"change_id": "a b"}, "change_id"), ({"page_size": -1}, "page_size"),
-                        ({"page_token": "zz"}, "page_token")):
+for method, cls in (
+    ("ListReceipts", operations_pb2.ListReceiptsRequest),
+    ("ListClaims", operations_pb2.ListClaimsRequest),
+):
+    for over, field in (
+        ({"change_id": "a b"}, "change_id"),
+        ({"page_size": -1}, "page_size"),
+        ({"page_token": "zz"}, "page_token"),
+    ):
         case("ops", method, cls(**over), INVALID, field)
 for over, field in (({"page_size": -1}, "page_size"), ({"page_token": "bad token"}, "page_token")):
     case("ops", "ListAgents", operations_pb2.ListAgentsRequest(**over), INVALID, field)
 
 # --- AgentService (agent token) ------------------------------------------------------------------------------
-for over, field in (({"run_id": ""}, "run_id"), ({"run_id": "a\x00"}, "run_id"), ({"purpose": "steal"}, "purpose"),
-                    ({"max_output_tokens": -1}, "max_output_tokens"), ({"max_output_tokens": 2_000_000}, "max_output_tokens"),
-                    ({"estimated_input_tokens": -5}, "estimated_input_tokens"), ({"model": "a b"}, "model"),
-                    ({"key": "k" * 201}, "key")):
-    case("agent", "ReserveModelCall", agent_pb2.ReserveModelCallRequest(**{"run_id": "run_x", "key": "k", **over}),
-         INVALID, field)
+for over, field in (
+    ({"run_id": ""}, "run_id"),
+    ({"run_id": "a\x00"}, "run_id"),
+    ({"purpose": "steal"}, "purpose"),
+    ({"max_output_tokens": -1}, "max_output_tokens"),
+    ({"max_output_tokens": 2_000_000}, "max_output_tokens"),
+    ({"estimated_input_tokens": -5}, "estimated_input_tokens"),
+    ({"model": "a b"}, "model"),
+    ({"key": "k" * 201}, "key"),
+):
+    case(
+        "agent",
+        "ReserveModelCall",
+        agent_pb2.ReserveModelCallRequest(**{"run_id": "run_x", "key": "k", **over}),
+        INVALID,
+        field,
+    )
 case("agent", "ReserveModelCall", agent_pb2.ReserveModelCallRequest(run_id="run_x", key="k"), NOT_FOUND, "run_id")
-for over, field in (({"reservation_id": ""}, "reservation_id"), ({"error": "e" * 201}, "error"),
-                    ({"usage": agent_pb2.Usage(input_tokens=-1)}, "usage.input_tokens"),
-                    ({"usage": agent_pb2.Usage(output_tokens=2 ** 40)}, "usage.output_tokens")):
-    case("agent", "SettleModelCall", agent_pb2.SettleModelCallRequest(**{"reservation_id": "mc_x", **over}), INVALID,
-         field)
+for over, field in (
+    ({"reservation_id": ""}, "reservation_id"),
+    ({"error": "e" * 201}, "error"),
+    ({"usage": agent_pb2.Usage(input_tokens=-1)}, "usage.input_tokens"),
+    ({"usage": agent_pb2.Usage(output_tokens=2**40)}, "usage.output_tokens"),
+):
+    case(
+        "agent",
+        "SettleModelCall",
+        agent_pb2.SettleModelCallRequest(**{"reservation_id": "mc_x", **over}),
+        INVALID,
+        field,
+    )
 case("agent", "SettleModelCall", agent_pb2.SettleModelCallRequest(reservation_id="mc_x"), NOT_FOUND, "reservation_id")
-for over, field in (({"branch": ""}, "branch"), ({"commit": "xyz"}, "commit"), ({"base_commit": "1234"}, "base_commit"),
-                    ({"intent_json": "not json"}, "intent_json"), ({"intent_json": "[1]"}, "intent_json"),
-                    ({"stacked_on": ["a b"]}, "stacked_on[0]"), ({"summary": "s" * (64 * 1024 + 1)}, "summary")):
-    case("agent", "PublishChangeSet", agent_pb2.PublishChangeSetRequest(
-        **{"run_id": "run_x", "branch": "drover/x", "commit": "a" * 40, **over}), INVALID, field)
+for over, field in (
+    ({"branch": ""}, "branch"),
+    ({"commit": "xyz"}, "commit"),
+    ({"base_commit": "1234"}, "base_commit"),
+    ({"intent_json": "not json"}, "intent_json"),
+    ({"intent_json": "[1]"}, "intent_json"),
+    ({"stacked_on": ["a b"]}, "stacked_on[0]"),
+    ({"summary": "s" * (64 * 1024 + 1)}, "summary"),
+):
+    case(
+        "agent",
+        "PublishChangeSet",
+        agent_pb2.PublishChangeSetRequest(**{"run_id": "run_x", "branch": "drover/x", "commit": "a" * 40, **over}),
+        INVALID,
+        field,
+    )
 
 STUBS: dict[str, Callable[[grpc.Channel], Any]] = {
-    "change": change_pb2_grpc.ChangeServiceStub, "ops": operations_pb2_grpc.OperationsServiceStub,
-    "agent": agent_pb2_grpc.AgentServiceStub}
+    "change": change_pb2_grpc.ChangeServiceStub,
+    "ops": operations_pb2_grpc.OperationsServiceStub,
+    "agent": agent_pb2_grpc.AgentServiceStub,
+}
 
 
 def _table(fleet: Fleet) -> collections.Counter[str]:
     plane = fleet.start_plane()
     plane.add_project("web")
-    tokens = {"change": plane.admin_token, "ops": plane.admin_token, "agent": plane.agent_token_file.read_text().strip()}
+    tokens = {
+        "change": plane.admin_token,
+        "ops": plane.admin_token,
+        "agent": plane.agent_token_file.read_text().strip(),
+    }
     tally: collections.Counter[str] = collections.Counter()
     wrong = []
     with grpc.insecure_channel(plane.target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel:
@@ -197,15 +296,24 @@ def _table(fleet: Fleet) -> collections.Counter[str]:
             except grpc.RpcError as err:
                 got, details = err.code(), err.details() or ""
             tally["tried"] += 1
-            tally[{grpc.StatusCode.OK: "accepted", grpc.StatusCode.UNKNOWN: "unknown",
-                   grpc.StatusCode.INTERNAL: "internal"}.get(got, "refused")] += 1
+            tally[
+                {
+                    grpc.StatusCode.OK: "accepted",
+                    grpc.StatusCode.UNKNOWN: "unknown",
+                    grpc.StatusCode.INTERNAL: "internal",
+                }.get(got, "refused")
+            ] += 1
             if got == code and field in details:
                 tally["answered precisely"] += 1
             else:
-                wrong.append(f"{method} {str(request)[:120]!r}: wanted {code.name} naming {field!r}, "
-                             f"got {got.name} {details[:200]!r}")
+                wrong.append(
+                    f"{method} {str(request)[:120]!r}: wanted {code.name} naming {field!r}, "
+                    f"got {got.name} {details[:200]!r}"
+                )
         stored = operations_pb2_grpc.OperationsServiceStub(channel).ListEvents(
-            operations_pb2.ListEventsRequest(kind="change."), metadata=(("authorization", f"Bearer {plane.admin_token}"),))
+            operations_pb2.ListEventsRequest(kind="change."),
+            metadata=(("authorization", f"Bearer {plane.admin_token}"),),
+        )
     print(f"\nmalformed requests: {dict(tally)}")
     assert not wrong, f"{len(wrong)} of {len(CASES)} answered wrongly:\n" + "\n".join(wrong)
     assert list(stored.events) == [], "a refused submission was stored"
@@ -224,12 +332,17 @@ def test_every_malformed_request_is_refused_naming_its_field_on_postgresql(pg_fl
 def test_the_agent_stream_refuses_a_malformed_hello_naming_the_field(fleet: Fleet) -> None:
     plane = fleet.start_plane()
     token = plane.agent_token_file.read_text().strip()
-    hellos = [({"name": ""}, "hello.name"), ({"name": "a b"}, "hello.name"), ({"name": "x\x00"}, "hello.name"),
-              ({"name": "n" * 201}, "hello.name"), ({"name": "ok", "capacity": 0}, "hello.capacity"),
-              ({"name": "ok", "capacity": 5000}, "hello.capacity"),
-              ({"name": "ok", "capacity": 1, "labels": {"bad key": "v"}}, "hello.labels"),
-              ({"name": "ok", "capacity": 1, "labels": {"k": "v" * 257}}, "hello.labels"),
-              ({"name": "ok", "capacity": 1, "active_runs": ["a b"]}, "hello.active_runs[0]")]
+    hellos = [
+        ({"name": ""}, "hello.name"),
+        ({"name": "a b"}, "hello.name"),
+        ({"name": "x\x00"}, "hello.name"),
+        ({"name": "n" * 201}, "hello.name"),
+        ({"name": "ok", "capacity": 0}, "hello.capacity"),
+        ({"name": "ok", "capacity": 5000}, "hello.capacity"),
+        ({"name": "ok", "capacity": 1, "labels": {"bad key": "v"}}, "hello.labels"),
+        ({"name": "ok", "capacity": 1, "labels": {"k": "v" * 257}}, "hello.labels"),
+        ({"name": "ok", "capacity": 1, "active_runs": ["a b"]}, "hello.active_runs[0]"),
+    ]
     with grpc.insecure_channel(plane.target) as channel:
         stub = agent_pb2_grpc.AgentServiceStub(channel)
         for fields, field in hellos:
@@ -252,8 +365,10 @@ def test_large_changes_are_listed_in_pages_that_fit_one_answer(fleet: Fleet) -> 
         stub = change_pb2_grpc.ChangeServiceStub(channel)
         seen, token, pages = [], "", 0
         while True:
-            page = stub.ListChanges(change_pb2.ListChangesRequest(page_size=500, page_token=token),
-                                    metadata=(("authorization", f"Bearer {plane.admin_token}"),))
+            page = stub.ListChanges(
+                change_pb2.ListChangesRequest(page_size=500, page_token=token),
+                metadata=(("authorization", f"Bearer {plane.admin_token}"),),
+            )
             assert page.ByteSize() < 4 * 1024 * 1024
             seen += [c.id for c in page.changes]
             pages += 1
@@ -278,8 +393,10 @@ def test_an_unexpected_error_answers_internal_with_an_error_id_in_the_log(fleet:
     with grpc.insecure_channel(plane.target) as channel:
         stub = change_pb2_grpc.ChangeServiceStub(channel)
         with pytest.raises(grpc.RpcError) as caught:
-            stub.GetChange(change_pb2.GetChangeRequest(change_id=change.id),
-                           metadata=(("authorization", f"Bearer {plane.admin_token}"),))
+            stub.GetChange(
+                change_pb2.GetChangeRequest(change_id=change.id),
+                metadata=(("authorization", f"Bearer {plane.admin_token}"),),
+            )
     assert caught.value.code() == grpc.StatusCode.INTERNAL
     details = caught.value.details()
     found = re.search(r"internal error (err_[0-9a-f]{12})", details)

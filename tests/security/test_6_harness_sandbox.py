@@ -54,13 +54,16 @@ def _system(client: Client, run_id: str) -> str:
 
 
 def test_the_harness_commands_see_no_shadow_no_drover_config_and_are_not_root(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path) -> None:
-    model.extend([
-        fake.tool_use("run_command", {"command": "git diff --no-index /etc/shadow /dev/null"}),
-        fake.tool_use("write_file", {"path": "tests/test_probe.py", "content": PROBE_TEST}),
-        fake.tool_use("run_command", {"command": "python -m pytest -q -s tests/test_probe.py"}),
-        fake.tool_use("complete_task", {"summary": "probed"}),
-    ])
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("run_command", {"command": "git diff --no-index /etc/shadow /dev/null"}),
+            fake.tool_use("write_file", {"path": "tests/test_probe.py", "content": PROBE_TEST}),
+            fake.tool_use("run_command", {"command": "python -m pytest -q -s tests/test_probe.py"}),
+            fake.tool_use("complete_task", {"summary": "probed"}),
+        ]
+    )
     _start(fleet, model, calc_repo)
     with fleet.plane.client() as client:
         change = client.submit_change("calc", "probe", [_implement("probe")])
@@ -86,10 +89,25 @@ def test_the_harness_commands_see_no_shadow_no_drover_config_and_are_not_root(
 
 @pytest.mark.parametrize("bwrap", ["/nonexistent/bwrap", "/bin/false"])
 def test_agentd_without_bubblewrap_refuses_to_start(tmp_path: pathlib.Path, bwrap: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "agentd.cli", "--control-plane", "127.0.0.1:1", "--name", "nobwrap",
-                           "--spool-dir", str(tmp_path / "spool"), "--work-dir", str(tmp_path / "work")],
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "DROVER_AGENTD_BWRAP": bwrap})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentd.cli",
+            "--control-plane",
+            "127.0.0.1:1",
+            "--name",
+            "nobwrap",
+            "--spool-dir",
+            str(tmp_path / "spool"),
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DROVER_AGENTD_BWRAP": bwrap},
+    )
     assert done.returncode == 2, done.stderr
     message = done.stderr
     assert "bubblewrap is missing or cannot create namespaces" in message and bwrap in message
@@ -108,8 +126,12 @@ def open_work_dir() -> Iterator[pathlib.Path]:
 
 
 def test_unsafe_no_sandbox_starts_and_every_run_says_it_is_not_sandboxed(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, open_work_dir: pathlib.Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet: Fleet,
+    model: fake.FakeAnthropic,
+    calc_repo: pathlib.Path,
+    open_work_dir: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("DROVER_AGENTD_BWRAP", "/nonexistent/bwrap")
     model.extend([fake.tool_use("complete_task", {"summary": "nothing to do"})])
     _start(fleet, model, calc_repo, "--unsafe-no-sandbox", "--work-dir", str(open_work_dir))
@@ -131,15 +153,21 @@ def test_unsafe_no_sandbox_starts_and_every_run_says_it_is_not_sandboxed(
 def breakable_bwrap(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     """A bwrap that works (so agentd's probe at start passes) until the flag file exists."""
     flag, wrapper = tmp_path / "break-bwrap", tmp_path / "bwrap"
-    wrapper.write_text(f"#!/bin/sh\nif [ -e {flag} ]; then echo 'bwrap: setting up uid map: Permission denied' >&2; "
-                       f"exit 1; fi\nexec /usr/bin/bwrap \"$@\"\n")
+    wrapper.write_text(
+        f"#!/bin/sh\nif [ -e {flag} ]; then echo 'bwrap: setting up uid map: Permission denied' >&2; "
+        f'exit 1; fi\nexec /usr/bin/bwrap "$@"\n'
+    )
     wrapper.chmod(0o755)
     return wrapper, flag
 
 
 def test_a_sandbox_that_fails_at_run_time_fails_the_run_and_never_falls_back(
-        fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path,
-        breakable_bwrap: tuple[pathlib.Path, pathlib.Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet: Fleet,
+    model: fake.FakeAnthropic,
+    calc_repo: pathlib.Path,
+    breakable_bwrap: tuple[pathlib.Path, pathlib.Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     wrapper, flag = breakable_bwrap
     monkeypatch.setenv("DROVER_AGENTD_BWRAP", str(wrapper))
     # one run_command per attempt: the control plane may retry the Task
@@ -147,8 +175,9 @@ def test_a_sandbox_that_fails_at_run_time_fails_the_run_and_never_falls_back(
     _start(fleet, model, calc_repo)
     flag.touch()
     with fleet.plane.client() as client:
-        change = client.submit_change("calc", "broken", [task("cmd", ["/bin/sh", "-c", "echo ran unsandboxed"]),
-                                                         _implement("edit")])
+        change = client.submit_change(
+            "calc", "broken", [task("cmd", ["/bin/sh", "-c", "echo ran unsandboxed"]), _implement("edit")]
+        )
         list(client.watch(change.id))
         runs = client.list_runs(change_id=change.id)
         stdout = "".join(l.text for r in runs for l in client.run_logs(r.id) if l.stream == "stdout")

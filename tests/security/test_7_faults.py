@@ -19,22 +19,29 @@ LOST, SILENCE = 6.0, 2.0
 
 
 def test_a_hung_agent_fails_its_runs_one_lost_window_after_it_fell_silent(
-        fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DROVER_AGENTD_KEEPALIVE_SECONDS", "1")  # heartbeats every second
     plane = fleet.start_plane("--agent-lost-seconds", str(LOST), "--agent-silence-seconds", str(SILENCE))
     plane.add_project("hang")
     agent = fleet.agent("frozen")
     with plane.client() as client:
         change = client.submit_change("hang", "sleep", [task("sleep", python_command("import time; time.sleep(120)"))])
-        run_id = wait_for(lambda: (runs := client.list_runs(change_id=change.id)) and runs[0].state == "running"
-                          and runs[0].id, 30, what="the run to start")
+        run_id = wait_for(
+            lambda: (runs := client.list_runs(change_id=change.id)) and runs[0].state == "running" and runs[0].id,
+            30,
+            what="the run to start",
+        )
         time.sleep(1.5)  # a heartbeat or two goes by
         assert agent.proc is not None
         os.kill(agent.proc.pid, signal.SIGSTOP)  # hung: its TCP connection stays open, it says nothing
         hung = time.monotonic()
         try:
-            run = wait_for(lambda: (r := client.get_run(run_id)).state == "failed" and r, 60,
-                           what="the run of the hung agent to fail")
+            run = wait_for(
+                lambda: (r := client.get_run(run_id)).state == "failed" and r,
+                60,
+                what="the run of the hung agent to fail",
+            )
             after = time.monotonic() - hung
             events = [e.kind for e in client.list_events(change_id=change.id)]
         finally:
@@ -46,8 +53,13 @@ def test_a_hung_agent_fails_its_runs_one_lost_window_after_it_fell_silent(
 
 
 def _second_plane(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "controlplane.cli", "serve", *args], capture_output=True, text=True,
-                          env=fleet.plane.env(), timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "serve", *args],
+        capture_output=True,
+        text=True,
+        env=fleet.plane.env(),
+        timeout=60,
+    )
 
 
 def test_a_second_control_plane_on_the_same_port_refuses_to_start(fleet: Fleet) -> None:
@@ -56,8 +68,11 @@ def test_a_second_control_plane_on_the_same_port_refuses_to_start(fleet: Fleet) 
     fleet.agent("loyal")
     with plane.client() as client:
         change = client.submit_change("busy", "sleep", [task("sleep", python_command("import time; time.sleep(30)"))])
-        wait_for(lambda: (runs := client.list_runs(change_id=change.id)) and runs[0].state == "running", 30,
-                 what="the run to start")
+        wait_for(
+            lambda: (runs := client.list_runs(change_id=change.id)) and runs[0].state == "running",
+            30,
+            what="the run to start",
+        )
         done = _second_plane(fleet, "--listen", plane.target, "--data-dir", str(fleet.tmp / "other"))
         assert done.returncode != 0
         assert f"cannot listen on {plane.target}" in done.stderr, done.stderr

@@ -30,13 +30,15 @@ FLOOD = python_command(
     "while time.time() < end:\n"
     "    sys.stdout.write(line * 64)\n"
     "    sys.stdout.flush()\n"
-    "    time.sleep(0.01)\n")
+    "    time.sleep(0.01)\n"
+)
 LINES = 10_000
 NUMBERED = python_command(
     "import time\n"
     f"for i in range({LINES}):\n"
     "    print(f'line {i:05d}', flush=True)\n"
-    "    if i % 50 == 0: time.sleep(0.02)\n")
+    "    if i % 50 == 0: time.sleep(0.02)\n"
+)
 
 
 def free_bytes(path: pathlib.Path) -> int:
@@ -67,13 +69,17 @@ def _ended(client, run_id: str):  # type: ignore[no-untyped-def]
 
 def _running(client, change_id: str, count: int) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """Task key -> run id of the running runs of a Change, once there are `count` of them."""
-    running = {t.key: t.latest_run_id for t in client.get_change(change_id).tasks
-               if t.latest_run_id and client.get_run(t.latest_run_id).state == "running"}
+    running = {
+        t.key: t.latest_run_id
+        for t in client.get_change(change_id).tasks
+        if t.latest_run_id and client.get_run(t.latest_run_id).state == "running"
+    }
     return running if len(running) == count else {}
 
 
 def test_a_full_spool_fails_the_run_as_disk_full_refuses_new_runs_and_survives_a_restart(
-        fleet: Fleet, small_disk: Callable[[pathlib.Path, str], pathlib.Path], tmp_path: pathlib.Path) -> None:
+    fleet: Fleet, small_disk: Callable[[pathlib.Path, str], pathlib.Path], tmp_path: pathlib.Path
+) -> None:
     plane = fleet.start_plane()
     plane.add_project("full")
     spool = small_disk(tmp_path / "agent-tiny" / "spool", "2M")  # where fleet.agent("tiny") keeps its spool
@@ -97,9 +103,15 @@ def test_a_full_spool_fails_the_run_as_disk_full_refuses_new_runs_and_survives_a
         # Something else fills the spool: a new run is refused as disk_full and runs on another agent.
         fill(spool / "filler", leave=FLOOR // 2)
         second = client.submit_change("full", "while full", [task("second", ["true"])])
-        wait_for(lambda: [e for e in client.list_events(change_id=second.id, kind="run.requeued")
-                          if e.data["reason"] == "disk_full" and e.data["previous_agent"] == "tiny"],
-                 30, what="agentd to refuse the run as disk_full")
+        wait_for(
+            lambda: [
+                e
+                for e in client.list_events(change_id=second.id, kind="run.requeued")
+                if e.data["reason"] == "disk_full" and e.data["previous_agent"] == "tiny"
+            ],
+            30,
+            what="agentd to refuse the run as disk_full",
+        )
         roomy = fleet.agent("roomy")
         list(client.watch(second.id))
         elsewhere = client.get_run(client.get_change(second.id).tasks[0].latest_run_id)
@@ -110,8 +122,11 @@ def test_a_full_spool_fails_the_run_as_disk_full_refuses_new_runs_and_survives_a
         # A restart on the still-full spool connects; once there is room again, Tasks run on it.
         agent.stop()
         agent.start()
-        wait_for(lambda: len([e for e in client.list_events(kind="agent.connected")
-                              if e.agent == "tiny"]) == 2, 30, what="agentd to connect again")
+        wait_for(
+            lambda: len([e for e in client.list_events(kind="agent.connected") if e.agent == "tiny"]) == 2,
+            30,
+            what="agentd to connect again",
+        )
         time.sleep(1)
         assert agent.proc.poll() is None, "agentd died on the full spool:\n" + agent.log()
         (spool / "filler").unlink()
@@ -122,10 +137,12 @@ def test_a_full_spool_fails_the_run_as_disk_full_refuses_new_runs_and_survives_a
 
 
 def test_a_new_run_the_spool_has_no_room_for_is_refused_and_leaves_nothing_behind(
-        small_disk: Callable[[pathlib.Path, str], pathlib.Path], tmp_path: pathlib.Path) -> None:
+    small_disk: Callable[[pathlib.Path, str], pathlib.Path], tmp_path: pathlib.Path
+) -> None:
     spool = small_disk(tmp_path / "spool", "64k")
-    assignment = agent_pb2.RunAssignment(run_id="r-full", driver="command",
-                                         command=agent_pb2.CommandSpec(argv=["true"]))
+    assignment = agent_pb2.RunAssignment(
+        run_id="r-full", driver="command", command=agent_pb2.CommandSpec(argv=["true"])
+    )
     runs = Runs(AgentConfig(spool_dir=spool, work_dir=tmp_path / "work", min_free_spool_bytes=0), Outbox())
     runs.recover()
     fill(spool / "filler")
@@ -136,8 +153,7 @@ def test_a_new_run_the_spool_has_no_room_for_is_refused_and_leaves_nothing_behin
 
     (spool / "filler").unlink()
     fill(spool / "filler", leave=32 * 1024)
-    guarded = Runs(AgentConfig(spool_dir=spool, work_dir=tmp_path / "work", min_free_spool_bytes=48 * 1024),
-                   Outbox())
+    guarded = Runs(AgentConfig(spool_dir=spool, work_dir=tmp_path / "work", min_free_spool_bytes=48 * 1024), Outbox())
     with pytest.raises(Refused) as refused:
         guarded.start(assignment)  # below the floor: refused before anything is written
     assert refused.value.reason == "disk_full"
@@ -149,8 +165,11 @@ def test_a_restart_on_a_damaged_spool_goes_on_and_reports_the_run_it_cannot_read
     fleet.plane.add_project("damaged")
     agent = fleet.agent("mender", capacity=2)
     with fleet.plane.client() as client:
-        change = client.submit_change("damaged", "damage", [
-            task("count", NUMBERED), task("sleep", python_command("import time; time.sleep(120)"))])
+        change = client.submit_change(
+            "damaged",
+            "damage",
+            [task("count", NUMBERED), task("sleep", python_command("import time; time.sleep(120)"))],
+        )
         ids = wait_for(lambda: _running(client, change.id, 2), 30, what="both runs to start")
         wait_for(lambda: client.get_run(ids["count"]).output_bytes > 20_000, 30, what="some output")
         agent.kill9()  # the runs go on under their supervisors

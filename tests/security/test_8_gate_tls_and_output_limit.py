@@ -16,23 +16,34 @@ FIX_STEPS = [
 ]
 
 
-def test_a_harness_task_runs_against_a_tls_control_plane(fleet: Fleet, model: fake.FakeAnthropic,
-                                                         calc_repo: pathlib.Path, pki: pathlib.Path,
-                                                         tmp_path: pathlib.Path) -> None:
+def test_a_harness_task_runs_against_a_tls_control_plane(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, pki: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     model.extend(FIX_STEPS)
     fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
-    plane = fleet.start_plane("--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
-                              "--tls-client-ca", str(pki / "ca.pem"))  # mTLS: the gate needs the client cert too
+    plane = fleet.start_plane(
+        "--tls-cert",
+        str(pki / "server.pem"),
+        "--tls-key",
+        str(pki / "server.key"),
+        "--tls-client-ca",
+        str(pki / "ca.pem"),
+    )  # mTLS: the gate needs the client cert too
     plane.add_project("calc", str(calc_repo))
     config = tmp_path / "agentd.toml"
-    config.write_text(f'tls = true\nca_file = "{pki / "ca.pem"}"\ntls_cert = "{pki / "client.pem"}"\n'
-                      f'tls_key = "{pki / "client.key"}"\n')
+    config.write_text(
+        f'tls = true\nca_file = "{pki / "ca.pem"}"\ntls_cert = "{pki / "client.pem"}"\n'
+        f'tls_key = "{pki / "client.key"}"\n'
+    )
     agent = fleet.agent("tls-harness", extra=("--config", str(config)), wait=False)
     with tls_client(plane, pki) as client:
         wait_for(lambda: any(a.connected for a in client.list_agents()), 30, what="agentd over mTLS")
         # medium complexity routes to sonnet by rule, so no classifier call takes a scripted reply
-        change = client.submit_change("calc", "fix add", [{"key": "fix", "kind": "implement",
-                                                           "objective": "make add add", "complexity": "medium"}])
+        change = client.submit_change(
+            "calc",
+            "fix add",
+            [{"key": "fix", "kind": "implement", "objective": "make add add", "complexity": "medium"}],
+        )
         list(client.watch(change.id))
         final = client.get_change(change.id)
         run = client.get_run(final.tasks[0].latest_run_id)
@@ -48,13 +59,15 @@ def test_agentd_stops_recording_output_past_the_limit(fleet: Fleet) -> None:
     fleet.plane.add_project("limits")
     agent = fleet.agent("capped")
     # 4 MB at once, then a mark that the printing is over, then a long sleep
-    loud = python_command("import sys, time\n"
-                          "line = 'y' * 99 + '\\n'\n"
-                          "for _ in range(40):\n"
-                          "    sys.stdout.write(line * 1000)\n"
-                          "sys.stdout.flush()\n"
-                          "open('printed', 'w').close()\n"
-                          "time.sleep(120)\n")
+    loud = python_command(
+        "import sys, time\n"
+        "line = 'y' * 99 + '\\n'\n"
+        "for _ in range(40):\n"
+        "    sys.stdout.write(line * 1000)\n"
+        "sys.stdout.flush()\n"
+        "open('printed', 'w').close()\n"
+        "time.sleep(120)\n"
+    )
     with fleet.plane.client() as client:
         change = client.submit_change("limits", "loud", [task("loud", loud)])
         run_id = wait_for(lambda: client.get_change(change.id).tasks[0].latest_run_id, 30, what="the run")

@@ -35,20 +35,68 @@ from tests.conftest import Fleet, python_command, task
 
 EXAMPLES = 100
 """Generated requests per method per database."""
-ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-           grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
-           grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ALREADY_EXISTS,
-           grpc.StatusCode.DEADLINE_EXCEEDED}  # the last: our own deadline on a stream that is rightly open
-TABLES = ("changes", "tasks", "runs", "run_logs", "events", "agents", "tokens", "projects", "model_calls",
-          "changesets", "meters", "meter_reservations", "decision_receipts", "claims", "conflicts")
-NASTY = ["", " ", "\x00", "a\x00b", "../../", "..", ".", "/", "/etc/passwd", "%", "_", "'; DROP TABLE changes; --",
-         "\n", "A=B", "table:", "x" * 300, "x" * 70_000, "\u202e", "\ud7ff", "☃", "NaN", "-1", "fuzz", "web"]
+ALLOWED = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+}  # the last: our own deadline on a stream that is rightly open
+TABLES = (
+    "changes",
+    "tasks",
+    "runs",
+    "run_logs",
+    "events",
+    "agents",
+    "tokens",
+    "projects",
+    "model_calls",
+    "changesets",
+    "meters",
+    "meter_reservations",
+    "decision_receipts",
+    "claims",
+    "conflicts",
+)
+NASTY = [
+    "",
+    " ",
+    "\x00",
+    "a\x00b",
+    "../../",
+    "..",
+    ".",
+    "/",
+    "/etc/passwd",
+    "%",
+    "_",
+    "'; DROP TABLE changes; --",
+    "\n",
+    "A=B",
+    "table:",
+    "x" * 300,
+    "x" * 70_000,
+    "\u202e",
+    "\ud7ff",
+    "☃",
+    "NaN",
+    "-1",
+    "fuzz",
+    "web",
+]
 TALLY: collections.Counter[str] = collections.Counter()
 
 
 def _strings(known: list[str]) -> st.SearchStrategy[str]:
-    return st.one_of(st.text(max_size=40), st.sampled_from(NASTY + known),
-                     st.from_regex(r"[a-z0-9][a-z0-9._-]{0,20}", fullmatch=True))
+    return st.one_of(
+        st.text(max_size=40),
+        st.sampled_from(NASTY + known),
+        st.from_regex(r"[a-z0-9][a-z0-9._-]{0,20}", fullmatch=True),
+    )
 
 
 def _scalar(field: FieldDescriptor, known: list[str]) -> st.SearchStrategy[Any]:
@@ -60,17 +108,19 @@ def _scalar(field: FieldDescriptor, known: list[str]) -> st.SearchStrategy[Any]:
     if t == FieldDescriptor.TYPE_BOOL:
         return st.booleans()
     if t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
-        return st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                         st.sampled_from([0.0, -0.0, 1.0, 1e308, -1e308, 5e-324, math.nan, math.inf, 10_001.0]))
+        return st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.sampled_from([0.0, -0.0, 1.0, 1e308, -1e308, 5e-324, math.nan, math.inf, 10_001.0]),
+        )
     if t in (FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SFIXED32):
-        return st.one_of(st.integers(-2 ** 31, 2 ** 31 - 1), st.sampled_from([0, 1, -1, 2 ** 31 - 1, -2 ** 31]))
+        return st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([0, 1, -1, 2**31 - 1, -(2**31)]))
     if t in (FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_FIXED32):
-        return st.integers(0, 2 ** 32 - 1)
+        return st.integers(0, 2**32 - 1)
     if t in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64):
-        return st.integers(0, 2 ** 64 - 1)
+        return st.integers(0, 2**64 - 1)
     if t == FieldDescriptor.TYPE_ENUM:
         return st.sampled_from([v.number for v in field.enum_type.values])
-    return st.one_of(st.integers(-2 ** 63, 2 ** 63 - 1), st.sampled_from([0, 1, -1, 2 ** 63 - 1, -2 ** 63]))
+    return st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 1, -1, 2**63 - 1, -(2**63)]))
 
 
 def message(descriptor: Any, known: list[str], depth: int = 0) -> st.SearchStrategy[dict[str, Any]]:
@@ -86,8 +136,7 @@ def message(descriptor: Any, known: list[str], depth: int = 0) -> st.SearchStrat
             inner = message(field.message_type, known, depth + 1)
             fields[field.name] = st.lists(inner, max_size=3) if field.is_repeated else inner
         elif field.is_repeated:
-            fields[field.name] = st.one_of(st.lists(_scalar(field, known), max_size=5),
-                                           st.just(["a"] * 1001))
+            fields[field.name] = st.one_of(st.lists(_scalar(field, known), max_size=5), st.just(["a"] * 1001))
         else:
             fields[field.name] = _scalar(field, known)
     return st.fixed_dictionaries({}, optional=fields)
@@ -96,25 +145,39 @@ def message(descriptor: Any, known: list[str], depth: int = 0) -> st.SearchStrat
 def nearly_valid_change(known: list[str]) -> st.SearchStrategy[dict[str, Any]]:
     """A SubmitChange that would be accepted, with one field perhaps replaced by a generated value, so the
     calls get past the first check and into the store."""
-    good_task = st.fixed_dictionaries({
-        "key": st.from_regex(r"[a-z0-9][a-z0-9._-]{0,10}", fullmatch=True), "kind": st.just("test"),
-        "objective": st.text(min_size=1, max_size=30).filter(str.strip), "command": st.just(["true"]),
-    }, optional={"files": st.lists(st.sampled_from(["a.py", "src/b.py", "./c//d.py", "src/*.py"]), max_size=3),
-                 "resources": st.lists(st.sampled_from(["table:users", "Endpoint:/api", "queue:jobs"]), max_size=2),
-                 "env": st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), st.text(max_size=20),
-                                        max_size=3),
-                 "timeout_seconds": st.integers(0, 3600), "size": st.sampled_from(["", "small", "medium", "large"]),
-                 "risk": st.sampled_from(["", "low", "high"])})
-    base = st.fixed_dictionaries({
-        "project": st.just("fuzz"), "goal": st.text(min_size=1, max_size=40).filter(str.strip),
-        "tasks": st.lists(good_task, min_size=1, max_size=3, unique_by=lambda t: t["key"]),
-    }, optional={"budget_usd": st.floats(0, 100), "criteria": st.lists(st.text(max_size=20), max_size=3)})
+    good_task = st.fixed_dictionaries(
+        {
+            "key": st.from_regex(r"[a-z0-9][a-z0-9._-]{0,10}", fullmatch=True),
+            "kind": st.just("test"),
+            "objective": st.text(min_size=1, max_size=30).filter(str.strip),
+            "command": st.just(["true"]),
+        },
+        optional={
+            "files": st.lists(st.sampled_from(["a.py", "src/b.py", "./c//d.py", "src/*.py"]), max_size=3),
+            "resources": st.lists(st.sampled_from(["table:users", "Endpoint:/api", "queue:jobs"]), max_size=2),
+            "env": st.dictionaries(
+                st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), st.text(max_size=20), max_size=3
+            ),
+            "timeout_seconds": st.integers(0, 3600),
+            "size": st.sampled_from(["", "small", "medium", "large"]),
+            "risk": st.sampled_from(["", "low", "high"]),
+        },
+    )
+    base = st.fixed_dictionaries(
+        {
+            "project": st.just("fuzz"),
+            "goal": st.text(min_size=1, max_size=40).filter(str.strip),
+            "tasks": st.lists(good_task, min_size=1, max_size=3, unique_by=lambda t: t["key"]),
+        },
+        optional={"budget_usd": st.floats(0, 100), "criteria": st.lists(st.text(max_size=20), max_size=3)},
+    )
     noisy = message(types_pb2.Task.DESCRIPTOR, known)
 
     def mutate(draw_base: dict[str, Any], noise: dict[str, Any], which: int) -> dict[str, Any]:
         if noise and which % 2 == 0:  # one Task takes some generated fields
             draw_base["tasks"][0] = {**draw_base["tasks"][0], **noise}
         return draw_base
+
     return st.builds(mutate, base, noisy, st.integers(0, 3))
 
 
@@ -144,9 +207,11 @@ def counts(engine: sqlalchemy.Engine) -> dict[str, int]:
 
 def _methods() -> list[tuple[str, Any, str]]:
     out = []
-    for module, stub in ((change_pb2, change_pb2_grpc.ChangeServiceStub),
-                         (operations_pb2, operations_pb2_grpc.OperationsServiceStub),
-                         (agent_pb2, agent_pb2_grpc.AgentServiceStub)):
+    for module, stub in (
+        (change_pb2, change_pb2_grpc.ChangeServiceStub),
+        (operations_pb2, operations_pb2_grpc.OperationsServiceStub),
+        (agent_pb2, agent_pb2_grpc.AgentServiceStub),
+    ):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 if method.client_streaming:
@@ -177,8 +242,12 @@ def _fuzz(fleet: Fleet, url: str) -> None:
             if name == "SubmitChange":
                 strategy = st.one_of(strategy, nearly_valid_change(known))
 
-            @settings(max_examples=EXAMPLES * (3 if name == "SubmitChange" else 1), deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=EXAMPLES * (3 if name == "SubmitChange" else 1),
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
             @given(strategy)
             def one(values: dict[str, Any]) -> None:
                 request = build(request_cls, values)
@@ -244,16 +313,17 @@ def test_fuzz_the_agent_stream(fleet: Fleet, db: str) -> None:
     stub = agent_pb2_grpc.AgentServiceStub(channel)
 
     @settings(max_examples=EXAMPLES * 2, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(message(agent_pb2.Hello.DESCRIPTOR, ["fuzz"]), st.lists(message(agent_pb2.RunMessage.DESCRIPTOR, []),
-                                                                  max_size=2))
+    @given(
+        message(agent_pb2.Hello.DESCRIPTOR, ["fuzz"]),
+        st.lists(message(agent_pb2.RunMessage.DESCRIPTOR, []), max_size=2),
+    )
     def one(hello: dict[str, Any], runs: list[dict[str, Any]]) -> None:
         first = agent_pb2.AgentMessage(hello=build(agent_pb2.Hello, hello))
         rest = [agent_pb2.AgentMessage(run=build(agent_pb2.RunMessage, r)) for r in runs]
         agents_before = counts(engine)["agents"]
         code = grpc.StatusCode.OK
         try:
-            for _ in stub.Connect(iter([first, *rest]), metadata=(("authorization", f"Bearer {token}"),),
-                                  timeout=1.5):
+            for _ in stub.Connect(iter([first, *rest]), metadata=(("authorization", f"Bearer {token}"),), timeout=1.5):
                 pass
         except grpc.RpcError as err:
             code = err.code()

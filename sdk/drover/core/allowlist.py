@@ -85,17 +85,19 @@ def policy_from_strings(lines: Iterable[str]) -> CommandPolicy:
     return CommandPolicy(tuple(rules))
 
 
-DEFAULT_PYTHON_POLICY = CommandPolicy((
-    "pytest [args]",
-    "python -m pytest [args]",
-    "python3 -m pytest [args]",
-    "python -m unittest [args]",
-    "python3 -m unittest [args]",
-    "python -m py_compile [paths]",
-    "git status|diff|log|show [args]",
-    "ls [paths]",
-    "cat [paths]",
-))
+DEFAULT_PYTHON_POLICY = CommandPolicy(
+    (
+        "pytest [args]",
+        "python -m pytest [args]",
+        "python3 -m pytest [args]",
+        "python -m unittest [args]",
+        "python3 -m unittest [args]",
+        "python -m py_compile [paths]",
+        "git status|diff|log|show [args]",
+        "ls [paths]",
+        "cat [paths]",
+    )
+)
 
 
 def _metacharacter_reason(text: str) -> str | None:
@@ -103,8 +105,10 @@ def _metacharacter_reason(text: str) -> str | None:
     if bad is None:
         return None
     name = _NAMES.get(bad, f"'{bad}'")
-    return (f"the command contains {name}, a shell metacharacter; commands run without a shell, "
-            f"so run one plain command with no pipes, redirection, globs or substitution")
+    return (
+        f"the command contains {name}, a shell metacharacter; commands run without a shell, "
+        f"so run one plain command with no pipes, redirection, globs or substitution"
+    )
 
 
 def parse_command(command: str) -> list[str]:
@@ -184,12 +188,12 @@ def _explain(argv: list[str], misses: list[_Miss]) -> str:
     expected = sorted({choice for miss in best for choice in miss.expected})
     if deepest == 0:
         return f"{word!r} is not an allowed program"
-    return (f"{word!r} is not allowed after {' '.join(argv[:deepest])!r} "
-            f"(expected {', '.join(repr(e) for e in expected)})")
+    return (
+        f"{word!r} is not allowed after {' '.join(argv[:deepest])!r} (expected {', '.join(repr(e) for e in expected)})"
+    )
 
 
-def check_command(argv: list[str], policy: CommandPolicy,
-                  scripts: frozenset[str] | None = None) -> None:
+def check_command(argv: list[str], policy: CommandPolicy, scripts: frozenset[str] | None = None) -> None:
     """Return when `argv` matches a rule of `policy`; otherwise CommandRefused saying why,
     followed by every allowed pattern. `scripts`, when given, are the only names `<script>`
     accepts (for example the scripts of the workspace package.json)."""

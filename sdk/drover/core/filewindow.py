@@ -27,8 +27,7 @@ def _plural(count: int, word: str) -> str:
 
 def continuation_note(next_line: int) -> str:
     """The note that ends a window when the file goes on at `next_line`."""
-    return (f"[truncated: the file continues at line {next_line}; "
-            f"call read_file with from_line={next_line}]")
+    return f"[truncated: the file continues at line {next_line}; call read_file with from_line={next_line}]"
 
 
 def file_window(text: str, from_line: int = 1, limit: int = READ_LIMIT) -> str:
@@ -60,8 +59,7 @@ def file_window(text: str, from_line: int = 1, limit: int = READ_LIMIT) -> str:
             tail = f"the file continues at line {after}; call read_file with from_line={after}"
         # len(first) counts the newline, so a line of exactly `limit` characters plus its
         # newline reads "cut after 40000 of its 40001 characters": nothing visible is lost.
-        return (f"{shown}\n[truncated: line {from_line} is cut after {limit} of its "
-                f"{len(first)} characters; {tail}]")
+        return f"{shown}\n[truncated: line {from_line} is cut after {limit} of its {len(first)} characters; {tail}]"
 
     window: list[str] = []
     used = 0

@@ -101,8 +101,7 @@ class _Callbacks(pygit2.RemoteCallbacks):
         self._offered = False
         self.rejected: dict[str, str] = {}
 
-    def credentials(self, url: str, username_from_url: str | None,
-                    allowed_types: CredentialType) -> pygit2.UserPass:
+    def credentials(self, url: str, username_from_url: str | None, allowed_types: CredentialType) -> pygit2.UserPass:
         if not self._token or not allowed_types & CredentialType.USERPASS_PLAINTEXT:
             raise pygit2.Passthrough
         if self._offered:
@@ -127,8 +126,15 @@ def _git_errors(what: str, token: str) -> Iterator[None]:
 class Workspace:
     """A clone with its stack merged; the agent edits `path`, then `publish` ships it."""
 
-    def __init__(self, path: pathlib.Path, base_commit: str, start_commit: str,
-                 stacked_on: list[str], token: str, identity: tuple[str, str]) -> None:
+    def __init__(
+        self,
+        path: pathlib.Path,
+        base_commit: str,
+        start_commit: str,
+        stacked_on: list[str],
+        token: str,
+        identity: tuple[str, str],
+    ) -> None:
         self.path = path
         self.base_commit = base_commit
         """Tip of the branch the workspace was cloned at ("" for an empty repository)."""
@@ -139,8 +145,10 @@ class Workspace:
         self._identity = identity
 
     def __repr__(self) -> str:
-        return (f"Workspace(path={str(self.path)!r}, base_commit={self.base_commit!r}, "
-                f"start_commit={self.start_commit!r}, stacked_on={self.stacked_on!r})")
+        return (
+            f"Workspace(path={str(self.path)!r}, base_commit={self.base_commit!r}, "
+            f"start_commit={self.start_commit!r}, stacked_on={self.stacked_on!r})"
+        )
 
     def publish(self, change_id: str, task_id: str, message: str) -> ChangeSetResult:
         """Commit everything in the workspace (adds, edits, deletions; .gitignore respected) on
@@ -166,15 +174,25 @@ class Workspace:
                 commit = repo.create_commit("HEAD", sig, sig, message, tree, [head] if head else [])
         _push(repo, branch, repo[commit].peel(pygit2.Commit), self._token)
         return ChangeSetResult(
-            branch=branch, commit=str(commit), base_commit=self.base_commit,
-            start_commit=self.start_commit, stacked_on=list(self.stacked_on),
+            branch=branch,
+            commit=str(commit),
+            base_commit=self.base_commit,
+            start_commit=self.start_commit,
+            stacked_on=list(self.stacked_on),
             files=_changed_paths(_diff(repo, self.base_commit, str(commit))),
             own_files=_changed_paths(_diff(repo, self.start_commit, str(commit))),
-            patch=_diff(repo, self.start_commit, str(commit)).patch or "")
+            patch=_diff(repo, self.start_commit, str(commit)).patch or "",
+        )
 
 
-def open_workspace(path: pathlib.Path, repo_url: str, branch: str, stack: Sequence[StackItem],
-                   token: str = "", identity: tuple[str, str] = DEFAULT_IDENTITY) -> Workspace:
+def open_workspace(
+    path: pathlib.Path,
+    repo_url: str,
+    branch: str,
+    stack: Sequence[StackItem],
+    token: str = "",
+    identity: tuple[str, str] = DEFAULT_IDENTITY,
+) -> Workspace:
     """Clone `repo_url` at `branch` into `path` (absent or empty), then fetch each stack item's
     branch from origin and merge its commit into HEAD in the order given (pass
     `stack_order(items)`): fast-forward when possible, otherwise a merge commit.
@@ -199,9 +217,15 @@ def open_workspace(path: pathlib.Path, repo_url: str, branch: str, stack: Sequen
     return Workspace(path, base, start, [item.changeset_id for item in stack], token, identity)
 
 
-def compose_candidate(repo_url: str, base_branch: str, change_id: str,
-                      changesets: Sequence[StackItem], work_dir: pathlib.Path, token: str = "",
-                      identity: tuple[str, str] = DEFAULT_IDENTITY) -> CandidateResult:
+def compose_candidate(
+    repo_url: str,
+    base_branch: str,
+    change_id: str,
+    changesets: Sequence[StackItem],
+    work_dir: pathlib.Path,
+    token: str = "",
+    identity: tuple[str, str] = DEFAULT_IDENTITY,
+) -> CandidateResult:
     """Merge every ChangeSet, in the order given, onto `base_branch` in a fresh clone (a new
     directory under `work_dir`, removed afterwards) and push it as `drover/<change_id>/candidate`.
     A conflict raises MergeConflict and pushes nothing."""
@@ -214,8 +238,12 @@ def compose_candidate(repo_url: str, base_branch: str, change_id: str,
         if repo.head_is_unborn:
             raise WorkspaceError("nothing to compose: the repository is empty and so is the stack")
         _push(repo, branch, repo.head.peel(pygit2.Commit), token)
-        return CandidateResult(branch=branch, commit=ws.start_commit, base_commit=ws.base_commit,
-                               files=_changed_paths(_diff(repo, ws.base_commit, ws.start_commit)))
+        return CandidateResult(
+            branch=branch,
+            commit=ws.start_commit,
+            base_commit=ws.base_commit,
+            files=_changed_paths(_diff(repo, ws.base_commit, ws.start_commit)),
+        )
     finally:
         shutil.rmtree(clone, ignore_errors=True)
 

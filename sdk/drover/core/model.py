@@ -50,13 +50,20 @@ class ModelError(Exception):
 
     outcome = "failed"
 
-    def __init__(self, message: str, *, status: int | None = None, error_type: str = "",
-                 attempts: int = 0, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        error_type: str = "",
+        attempts: int = 0,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
-        self.status = status            # HTTP status; None for transport errors and in-stream errors
-        self.error_type = error_type    # the API's error.type, "" when there was none
-        self.attempts = attempts        # attempts made so far, this one included
+        self.status = status  # HTTP status; None for transport errors and in-stream errors
+        self.error_type = error_type  # the API's error.type, "" when there was none
+        self.attempts = attempts  # attempts made so far, this one included
         self.retry_after = retry_after  # the provider's Retry-After in seconds, if it sent one
 
 
@@ -93,10 +100,16 @@ class _Interrupted(Exception):
 class AnthropicModel:
     """Streams Messages API calls and retries them per `policy`."""
 
-    def __init__(self, base_url: str, api_key: str, model: str, policy: RetryPolicy,
-                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
-                 on_attempt: OnAttempt | None = None,
-                 before_attempt: Callable[[int], Awaitable[object]] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        model: str,
+        policy: RetryPolicy,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        on_attempt: OnAttempt | None = None,
+        before_attempt: Callable[[int], Awaitable[object]] | None = None,
+    ) -> None:
         self.model = model
         self._before_attempt = before_attempt  # the budget gate: it may raise to stop the call
         self.policy = policy
@@ -113,12 +126,23 @@ class AnthropicModel:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def complete(self, *, system: list[dict[str, Any]], tools: list[dict[str, Any]],
-                       messages: list[dict[str, Any]], max_tokens: int,
-                       thinking: dict[str, Any] | None = None) -> ModelReply:
+    async def complete(
+        self,
+        *,
+        system: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+        max_tokens: int,
+        thinking: dict[str, Any] | None = None,
+    ) -> ModelReply:
         """One assistant message; raises a ModelError subclass when the policy gives up."""
-        params: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "system": system,
-                                  "tools": tools, "messages": messages}
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "system": system,
+            "tools": tools,
+            "messages": messages,
+        }
         if thinking is not None:
             params["thinking"] = thinking
         attempt = 0
@@ -135,8 +159,9 @@ class AnthropicModel:
                 if not isinstance(error, TransientModelError) or attempt >= self.policy.max_attempts:
                     raise error from err
             else:
-                reply = ModelReply([_block(b) for b in message.content], message.stop_reason or "",
-                                   _usage(message.usage), attempt)
+                reply = ModelReply(
+                    [_block(b) for b in message.content], message.stop_reason or "", _usage(message.usage), attempt
+                )
                 await self._notify(attempt, reply.usage, None)
                 return reply
             await self._sleep(retry_delay(attempt, error.retry_after, self.policy))
@@ -181,8 +206,9 @@ def _model_error(err: Exception, attempt: int) -> ModelError:
     else:
         verdict = classify(None, "", transport=True)
     label = f"{status} {error_type}".strip() if status or error_type else type(err).__name__
-    error = _ERROR_CLASS[verdict](f"{label}: {message}", status=status, error_type=error_type,
-                                  attempts=attempt, retry_after=retry_after)
+    error = _ERROR_CLASS[verdict](
+        f"{label}: {message}", status=status, error_type=error_type, attempts=attempt, retry_after=retry_after
+    )
     error.__cause__ = err  # on_attempt sees it too, before anything is raised
     return error
 
@@ -211,9 +237,12 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def _usage(usage: Any) -> Usage:
-    return Usage(input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0,
-                 cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
-                 cache_read_input_tokens=usage.cache_read_input_tokens or 0)
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+        cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+    )
 
 
 def _block(block: Any) -> dict[str, Any]:

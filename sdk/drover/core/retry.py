@@ -40,7 +40,7 @@ DEFAULT_POLICY = RetryPolicy()
 
 
 def classify(status: int | None, error_type: str, transport: bool) -> str:
-    """"retry", "spend_limited" or "permanent" for one failed attempt.
+    """ "retry", "spend_limited" or "permanent" for one failed attempt.
 
     `status` is the HTTP status (None when the failure came inside a 200
     stream or never reached a response), `error_type` is the API's

@@ -26,6 +26,7 @@ def trusting_pygit2() -> "Any":
     session user, and must still open and publish it; the check would refuse a repository owned
     by another user."""
     import pygit2  # here, not at the top: a run without a repository starts ~60 ms sooner
+
     pygit2.option(pygit2.enums.Option.SET_OWNER_VALIDATION, 0)
     return pygit2
 
@@ -36,6 +37,7 @@ def hand_over(path: pathlib.Path, user: str) -> None:
     if not user or os.geteuid() != 0:
         return
     import pwd
+
     entry = pwd.getpwnam(user)
     os.lchown(path, entry.pw_uid, entry.pw_gid)
     for parent, dirs, files in os.walk(path):
@@ -58,8 +60,7 @@ def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
         return ""
     pygit2 = trusting_pygit2()
     try:
-        cloned = pygit2.clone_repository(repo, str(path), checkout_branch=branch or None,
-                                         callbacks=_callbacks(token))
+        cloned = pygit2.clone_repository(repo, str(path), checkout_branch=branch or None, callbacks=_callbacks(token))
     except (pygit2.GitError, KeyError, ValueError) as err:
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
@@ -68,8 +69,9 @@ def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
         except (pygit2.GitError, KeyError, ValueError):
             raise WorkspaceError(f"cannot clone {redact_url(repo)}: {_clean(str(err), token)}") from None
         if not cloned.is_empty:
-            raise WorkspaceError(f"cannot clone {redact_url(repo)} at branch {branch}: "
-                                 f"{_clean(str(err), token)}") from None
+            raise WorkspaceError(
+                f"cannot clone {redact_url(repo)} at branch {branch}: {_clean(str(err), token)}"
+            ) from None
         return ""
     return "" if cloned.head_is_unborn else str(cloned.head.target)
 

@@ -41,104 +41,27 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 import signal
 import sys
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable, Union
+from typing import Any, Iterable
 
-DEFAULT_USAGE = {"input_tokens": 100, "output_tokens": 20,
-                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-
-
-@dataclasses.dataclass(frozen=True)
-class Reply:
-    """One assistant message. `content` holds API content blocks (text and tool_use)."""
-
-    content: tuple[dict[str, Any], ...]
-    usage: dict[str, int]
-
-    @property
-    def stop_reason(self) -> str:
-        return "tool_use" if any(b["type"] == "tool_use" for b in self.content) else "end_turn"
-
-
-@dataclasses.dataclass(frozen=True)
-class Error:
-    """An API error. `in_stream` sends it as an SSE `error` event after message_start."""
-
-    status: int
-    type: str
-    message: str
-    retry_after: float | None = None
-    in_stream: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Stall:
-    """Accept the request, then say nothing for `seconds` and drop the connection.
-
-    Streaming requests get the headers and message_start first.
-    """
-
-    seconds: float
-
-
-Step = Union[Reply, Error, Stall]
-
-_tool_ids = itertools.count(1)
-
-
-def _usage(usage: dict[str, int] | None) -> dict[str, int]:
-    return {**DEFAULT_USAGE, **(usage or {})}
-
-
-def text(text: str, usage: dict[str, int] | None = None) -> Reply:
-    """A plain text reply (stop_reason end_turn)."""
-    return Reply(({"type": "text", "text": text},), _usage(usage))
-
-
-def tool_uses(uses: Iterable[tuple[str, dict[str, Any]] | list[Any]], text: str | None = None,
-              usage: dict[str, int] | None = None) -> Reply:
-    """A reply with optional text, then one tool_use block per (name, input)."""
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    for use in uses:
-        name, input_, *rest = use
-        tool_id = rest[0] if rest and rest[0] else f"toolu_fake_{next(_tool_ids):04d}"
-        blocks.append({"type": "tool_use", "id": tool_id, "name": name, "input": input_})
-    return Reply(tuple(blocks), _usage(usage))
-
-
-def tool_use(name: str, input: dict[str, Any], id: str | None = None, text: str | None = None,  # noqa: A002
-             usage: dict[str, int] | None = None) -> Reply:
-    """A reply with optional text and one tool_use block (stop_reason tool_use)."""
-    return tool_uses([(name, input, id)], text=text, usage=usage)  # type: ignore[list-item]
-
-
-def error(status: int, type: str, message: str = "", retry_after: float | None = None,  # noqa: A002
-          in_stream: bool = False) -> Error:
-    """An error response in Anthropic's shape, e.g. error(529, "overloaded_error", "Overloaded")."""
-    return Error(status, type, message or type, retry_after, in_stream)
-
-
-def stall(seconds: float) -> Stall:
-    """Hold the request silently for `seconds`."""
-    return Stall(seconds)
-
-
-_CONSTRUCTORS = {"text": text, "tool_use": tool_use, "tool_uses": tool_uses, "error": error, "stall": stall}
-
-
-def step_from_json(item: dict[str, Any]) -> Step:
-    """One step of a script file: {"step": constructor name, **its keyword arguments}."""
-    kwargs = dict(item)
-    name = kwargs.pop("step", None)
-    if name not in _CONSTRUCTORS:
-        raise ValueError(f"unknown step {name!r}; expected one of {sorted(_CONSTRUCTORS)}")
-    return _CONSTRUCTORS[name](**kwargs)
+from drover.testing.script import (  # noqa: F401  (re-exported: tests write fake.text(...), fake.error(...))
+    DEFAULT_USAGE,
+    Error,
+    Reply,
+    Stall,
+    Step,
+    error,
+    stall,
+    step_from_json,
+    text,
+    tool_use,
+    tool_uses,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +77,14 @@ class Request:
 class FakeAnthropic:
     """The fake server. Use as a context manager, or call start() and stop()."""
 
-    def __init__(self, script: Iterable[Step] | None = None, *, api_key: str | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        script: Iterable[Step] | None = None,
+        *,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         self.api_key = api_key
         self._steps: list[Step] = list(script or [])
         self._requests: list[Request] = []
@@ -173,8 +102,12 @@ class FakeAnthropic:
 
         self._server = ThreadingHTTPServer(self._address, Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),  # quick stop()
-                                        name="fake-anthropic", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            args=(0.05,),  # quick stop()
+            name="fake-anthropic",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -320,9 +253,14 @@ class _Handler(BaseHTTPRequestHandler):
         for index, block in enumerate(step.content):
             for name, data in _block_events(index, block):
                 self._event(name, data)
-        self._event("message_delta", {"type": "message_delta",
-                                      "delta": {"stop_reason": step.stop_reason, "stop_sequence": None},
-                                      "usage": {"output_tokens": usage["output_tokens"]}})
+        self._event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": step.stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        )
         self._event("message_stop", {"type": "message_stop"})
         self._end_stream()
 
@@ -348,15 +286,22 @@ def _error_body(err: Error) -> dict[str, Any]:
 
 
 def _message(reply: Reply, model: str) -> dict[str, Any]:
-    return {"id": f"msg_fake_{uuid.uuid4().hex[:16]}", "type": "message", "role": "assistant",
-            "model": model, "content": [dict(b) for b in reply.content],
-            "stop_reason": reply.stop_reason, "stop_sequence": None, "usage": dict(reply.usage)}
+    return {
+        "id": f"msg_fake_{uuid.uuid4().hex[:16]}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [dict(b) for b in reply.content],
+        "stop_reason": reply.stop_reason,
+        "stop_sequence": None,
+        "usage": dict(reply.usage),
+    }
 
 
 def _pieces(s: str, n: int = 3) -> list[str]:
     # Several deltas per block so clients must reassemble them.
     size = max(1, -(-len(s) // n))
-    return [s[i:i + size] for i in range(0, len(s), size)] or [""]
+    return [s[i : i + size] for i in range(0, len(s), size)] or [""]
 
 
 def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -366,9 +311,11 @@ def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str
     else:
         start = {**block, "input": {}}
         deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(json.dumps(block["input"]))]
-    return [("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
-            *(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas),
-            ("content_block_stop", {"type": "content_block_stop", "index": index})]
+    return [
+        ("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
+        *(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas),
+        ("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:

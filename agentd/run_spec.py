@@ -1,0 +1,52 @@
+"""What a run's supervisor reads: the run's spec, written to RUN_DIR/assignment.json from the assignment
+the control plane sent, with this agent's settings (workspace, sandbox, timeouts). Its secrets are not
+in it: they reach the supervisor on stdin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+
+from agentd.config import AgentConfig
+
+
+def run_spec(assignment: Any, config: AgentConfig) -> dict[str, Any]:
+    """The spec of a drover.v1.RunAssignment on this agent."""
+    spec = {
+        "run_id": assignment.run_id,
+        "driver": assignment.driver,
+        "change_id": assignment.change_id,
+        "task_id": assignment.task_id,
+        "task_key": assignment.task_key,
+        "kind": assignment.kind,
+        "argv": list(assignment.command.argv),
+        "env": dict(assignment.command.env),
+        "timeout_seconds": assignment.command.timeout_seconds or config.default_timeout_seconds,
+        "repo": assignment.workspace.repo,
+        "branch": assignment.workspace.branch,
+        "stack": [
+            json_format.MessageToDict(item, preserving_proto_field_name=True) for item in assignment.workspace.stack
+        ],
+        "workspace_dir": str((config.work_dir / assignment.run_id).resolve()),
+        "keep_workspace": config.keep_workspaces,
+        "kill_grace_seconds": config.kill_grace_seconds,
+        "session_user": config.session_user,
+        "network": assignment.command.network,
+        # decided once at start (agentd/isolation.py); a supervisor never falls back from it
+        "sandbox": "none" if config.unsafe_no_sandbox else "bubblewrap",
+        "bwrap": config.bwrap,
+    }
+    if assignment.limits.get("output_bytes", 0) > 0:  # the supervisors stop recording past it
+        spec["output_limit_bytes"] = assignment.limits["output_bytes"]
+    if assignment.driver == "harness":
+        spec.update(
+            model=assignment.model,
+            base_url=assignment.base_url,
+            tier=assignment.tier,
+            prompt=assignment.harness.prompt,
+            harness=json_format.MessageToDict(
+                assignment.harness, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            ),
+        )
+    return spec

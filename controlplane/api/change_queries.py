@@ -1,0 +1,205 @@
+"""Read-only queries about Changes, answered to the SDK and the CLI as protobuf: a Change and its Tasks,
+its events, ChangeSets, patches, spend and receipts.
+
+Every query takes the caller's scope: the projects its token may use (None: all). What lies outside
+the scope does not exist for the caller: a Change, run or ChangeSet of another project is NOT_FOUND
+with the same message as one that was never there, and lists leave it out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from controlplane.api import convert
+from controlplane.services import paging
+from controlplane.services.paging import page_size
+from controlplane.services.tenancy import (
+    Scope,
+    visible_change,
+    visible_changeset,
+)
+from controlplane.store.changes import tasks_of
+from controlplane.store.models import (
+    Change,
+    ChangeSet,
+    Conflict,
+    DecisionReceipt,
+    Event,
+    ModelCall,
+    Run,
+    Task,
+)
+from drover.v1 import change_pb2, types_pb2
+
+
+def in_scope(column: Any, scope: Scope) -> Any:
+    """A condition on a Change id column: the Change belongs to a project in scope."""
+    return column.in_(select(Change.id).where(Change.project.in_(sorted(scope or ()))))
+
+
+def offset_of(token: str) -> int:
+    return paging.decode(token, (int,))[0] if token else 0
+
+
+def get_change(s: Session, change_id: str, scope: Scope = None) -> types_pb2.Change:
+    row = visible_change(s, change_id, scope)
+    latest = {
+        task_id: run_id
+        for task_id, run_id in s.execute(
+            select(Run.task_id, Run.id).where(Run.change_id == change_id).order_by(Run.created_at, Run.id)
+        )
+    }
+    tasks = [convert.task(t, latest.get(t.id, "")) for t in tasks_of(s, change_id)]
+    out = convert.change(row, tasks)
+    out.conflicts.extend(conflicts(s, change_id))
+    return out
+
+
+def list_changes(
+    s: Session, project: str, size: int, token: str = "", scope: Scope = None
+) -> paging.Page[types_pb2.Change]:
+    """Newest first."""
+    size = page_size(size, 50, 500)
+    q = select(Change.id, Change.created_at).order_by(Change.created_at.desc(), Change.id.desc()).limit(size + 1)
+    if project:
+        q = q.where(Change.project == project)
+    if scope is not None:
+        q = q.where(Change.project.in_(sorted(scope)))
+    if token:
+        at, last = paging.decode(token, (dt.datetime, str))
+        q = q.where(or_(Change.created_at < at, and_(Change.created_at == at, Change.id < last)))
+    return paging.take(
+        s.execute(q).all(),
+        size,
+        lambda row: get_change(s, row.id),
+        lambda c: c.ByteSize(),
+        lambda row: paging.encode(row.created_at, row.id),
+    )
+
+
+def change_status(s: Session, change_id: str, scope: Scope = None) -> str:
+    return visible_change(s, change_id, scope).status
+
+
+def events(
+    s: Session,
+    *,
+    change_id: str = "",
+    run_id: str = "",
+    kind: str = "",
+    after_id: int = 0,
+    limit: int = 200,
+    token: str = "",
+    scope: Scope = None,
+) -> paging.Page[types_pb2.Event]:
+    """Oldest first, from after `after_id` (or the page token)."""
+    size = page_size(limit, 200, 1000)
+    if token:
+        after_id = max(after_id, paging.decode(token, (int,))[0])
+    q = select(Event).where(Event.id > after_id).order_by(Event.id).limit(size + 1)
+    if change_id:
+        q = q.where(Event.change_id == change_id)
+    if run_id:
+        q = q.where(Event.run_id == run_id)
+    if kind:
+        # A literal, case-sensitive prefix on every database (LIKE would treat % and _ as wildcards,
+        # and ignores case on SQLite).
+        q = q.where(func.substr(Event.kind, 1, len(kind)) == kind)
+    if scope is not None:  # events of no Change (agents, projects, tokens) are the fleet's, not a project's
+        q = q.where(in_scope(Event.change_id, scope))
+    return paging.take(s.scalars(q), size, convert.event, lambda e: e.ByteSize(), lambda e: paging.encode(e.id))
+
+
+def receipts(
+    s: Session, change_id: str = "", run_id: str = "", size: int = 0, token: str = "", scope: Scope = None
+) -> paging.Page[types_pb2.DecisionReceipt]:
+    size, start = page_size(size, 100, 1000), offset_of(token)
+    q = (
+        select(DecisionReceipt, Task.key)
+        .join(Task, Task.id == DecisionReceipt.task_id)
+        .order_by(DecisionReceipt.created_at, DecisionReceipt.run_id)
+        .offset(start)
+        .limit(size + 1)
+    )
+    if change_id:
+        q = q.where(DecisionReceipt.change_id == change_id)
+    if run_id:
+        q = q.where(DecisionReceipt.run_id == run_id)
+    if scope is not None:
+        q = q.where(in_scope(DecisionReceipt.change_id, scope))
+    rows = [(i, r, key) for i, (r, key) in enumerate(s.execute(q).all(), start + 1)]
+    return paging.take(
+        rows,
+        size,
+        lambda row: convert.receipt(row[1], row[2]),
+        lambda r: r.ByteSize(),
+        lambda row: paging.encode(row[0]),
+    )
+
+
+def spend(s: Session, change_id: str, scope: Scope = None) -> change_pb2.Spend:
+    """What a Change spent, by tier, member and model, with (the first page of) its receipts."""
+    change = visible_change(s, change_id, scope)
+    rows = s.execute(
+        select(Run.tier, Run.member, ModelCall.model, func.count(), func.coalesce(func.sum(ModelCall.cost_micros), 0))
+        .join(Run, Run.id == ModelCall.run_id)
+        .where(Run.change_id == change_id)
+        .group_by(Run.tier, Run.member, ModelCall.model)
+        .order_by(Run.tier, Run.member, ModelCall.model)
+    ).all()
+    lines = [
+        change_pb2.SpendLine(tier=tier, member=member, model=model, calls=calls, cost_micros=cost)
+        for tier, member, model, calls, cost in rows
+    ]
+    return change_pb2.Spend(
+        change_id=change_id,
+        budget_micros=int(round(change.budget_usd * 1_000_000)),
+        spent_micros=sum(line.cost_micros for line in lines),
+        lines=lines,
+        receipts=receipts(s, change_id=change_id, size=1000).items,
+    )
+
+
+def changesets(
+    s: Session, change_id: str, size: int = 0, token: str = "", scope: Scope = None
+) -> paging.Page[types_pb2.ChangeSet]:
+    visible_change(s, change_id, scope)
+    size, start = page_size(size, 100, 500), offset_of(token)
+    rows = s.execute(
+        select(ChangeSet, Task.key)
+        .join(Task, Task.id == ChangeSet.task_id)
+        .where(ChangeSet.change_id == change_id)
+        .order_by(ChangeSet.created_at, ChangeSet.id)
+        .offset(start)
+        .limit(size + 1)
+    ).all()
+    numbered = [(i, cs, key) for i, (cs, key) in enumerate(rows, start + 1)]
+    return paging.take(
+        numbered,
+        size,
+        lambda row: convert.changeset(row[1], row[2]),
+        lambda c: c.ByteSize(),
+        lambda row: paging.encode(row[0]),
+    )
+
+
+def patch(s: Session, objects: Any, changeset_id: str, scope: Scope = None) -> str:
+    return objects.get(visible_changeset(s, changeset_id, scope).patch_ref).decode()
+
+
+def conflicts(s: Session, change_id: str) -> list[types_pb2.Conflict]:
+    keys = {t.id: t.key for t in tasks_of(s, change_id)}
+    return [
+        types_pb2.Conflict(
+            task_a=keys.get(c.task_a, c.task_a),
+            task_b=keys.get(c.task_b, c.task_b),
+            files=c.files,
+            resources=c.resources,
+            created_at=convert.ts(c.created_at),
+        )
+        for c in s.scalars(select(Conflict).where(Conflict.change_id == change_id).order_by(Conflict.id))
+    ]

@@ -1,0 +1,113 @@
+"""The steps of a fake Messages API script (drover.testing.fake_anthropic): a reply (text, tool uses,
+usage), an error (status, type, Retry-After, at the start or in the middle of a stream) or a stall."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Iterable, Union
+
+DEFAULT_USAGE = {
+    "input_tokens": 100,
+    "output_tokens": 20,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 0,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """One assistant message. `content` holds API content blocks (text and tool_use)."""
+
+    content: tuple[dict[str, Any], ...]
+    usage: dict[str, int]
+
+    @property
+    def stop_reason(self) -> str:
+        return "tool_use" if any(b["type"] == "tool_use" for b in self.content) else "end_turn"
+
+
+@dataclasses.dataclass(frozen=True)
+class Error:
+    """An API error. `in_stream` sends it as an SSE `error` event after message_start."""
+
+    status: int
+    type: str
+    message: str
+    retry_after: float | None = None
+    in_stream: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Stall:
+    """Accept the request, then say nothing for `seconds` and drop the connection.
+
+    Streaming requests get the headers and message_start first.
+    """
+
+    seconds: float
+
+
+Step = Union[Reply, Error, Stall]
+
+_tool_ids = itertools.count(1)
+
+
+def _usage(usage: dict[str, int] | None) -> dict[str, int]:
+    return {**DEFAULT_USAGE, **(usage or {})}
+
+
+def text(text: str, usage: dict[str, int] | None = None) -> Reply:
+    """A plain text reply (stop_reason end_turn)."""
+    return Reply(({"type": "text", "text": text},), _usage(usage))
+
+
+def tool_uses(
+    uses: Iterable[tuple[str, dict[str, Any]] | list[Any]], text: str | None = None, usage: dict[str, int] | None = None
+) -> Reply:
+    """A reply with optional text, then one tool_use block per (name, input)."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for use in uses:
+        name, input_, *rest = use
+        tool_id = rest[0] if rest and rest[0] else f"toolu_fake_{next(_tool_ids):04d}"
+        blocks.append({"type": "tool_use", "id": tool_id, "name": name, "input": input_})
+    return Reply(tuple(blocks), _usage(usage))
+
+
+def tool_use(
+    name: str,
+    input: dict[str, Any],
+    id: str | None = None,
+    text: str | None = None,  # noqa: A002
+    usage: dict[str, int] | None = None,
+) -> Reply:
+    """A reply with optional text and one tool_use block (stop_reason tool_use)."""
+    return tool_uses([(name, input, id)], text=text, usage=usage)  # type: ignore[list-item]
+
+
+def error(
+    status: int,
+    type: str,
+    message: str = "",
+    retry_after: float | None = None,  # noqa: A002
+    in_stream: bool = False,
+) -> Error:
+    """An error response in Anthropic's shape, e.g. error(529, "overloaded_error", "Overloaded")."""
+    return Error(status, type, message or type, retry_after, in_stream)
+
+
+def stall(seconds: float) -> Stall:
+    """Hold the request silently for `seconds`."""
+    return Stall(seconds)
+
+
+_CONSTRUCTORS = {"text": text, "tool_use": tool_use, "tool_uses": tool_uses, "error": error, "stall": stall}
+
+
+def step_from_json(item: dict[str, Any]) -> Step:
+    """One step of a script file: {"step": constructor name, **its keyword arguments}."""
+    kwargs = dict(item)
+    name = kwargs.pop("step", None)
+    if name not in _CONSTRUCTORS:
+        raise ValueError(f"unknown step {name!r}; expected one of {sorted(_CONSTRUCTORS)}")
+    return _CONSTRUCTORS[name](**kwargs)
