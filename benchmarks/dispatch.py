@@ -37,14 +37,16 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "sdk"))
 
-import sqlalchemy  # noqa: E402
+import sqlalchemy
 
-from drover import Client  # noqa: E402
+from drover import Client
+from drover.models import Event
 
 T = TypeVar("T")
 PG_ADMIN_URL = os.environ.get("DROVER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -105,7 +107,7 @@ class Proc:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "Proc":
+    def start(self) -> Proc:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
@@ -204,12 +206,12 @@ def pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))
+    k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
     return ordered[k]
 
 
-def ts(event: Any) -> float:
-    return event.created_at.seconds + event.created_at.nanos / 1e9
+def ts(event: Event) -> float:
+    return event.created_at.timestamp() if event.created_at else float("nan")
 
 
 def all_events(client: Client, kind: str, after_id: int) -> list[Any]:
@@ -411,7 +413,7 @@ def bench_one(database: str, args: argparse.Namespace, deadline: Deadline, tmp: 
             if e.kind == "run.requeued":
                 requeued += 1
                 continue
-            if e.kind == "run.finished" and e.data.fields["status"].string_value == "succeeded":
+            if e.kind == "run.finished" and e.data.get("status") == "succeeded":
                 succeeded += 1
             by_kind.setdefault(e.kind, {})[e.run_id] = ts(e)  # the latest of each kind per run
         queued, assigned = by_kind.get("run.queued", {}), by_kind.get("run.assigned", {})
@@ -543,7 +545,10 @@ def table(results: list[Result]) -> str:
         for r in results
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    fmt = lambda row: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
+
+    def fmt(row: tuple[str, ...]) -> str:
+        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+
     return "\n".join([fmt(rows[0]), fmt(tuple("-" * w for w in widths)), *map(fmt, rows[1:])])
 
 

@@ -10,6 +10,7 @@ import sys
 
 import yaml
 
+from drover import models
 from tests.conftest import ControlPlane, Fleet, wait_for
 
 
@@ -76,13 +77,29 @@ def test_submit_and_watch_exit_with_the_change_status(fleet: Fleet, tmp_path: pa
     run_id = change["tasks"][0]["latest_run_id"]
     logs = drover(plane, "logs", run_id)
     assert logs.stdout.endswith("hello\n")
-    runs = drover(plane, "runs", "--change", change_id, "--json")
-    assert {r["state"] for r in json.loads(runs.stdout)} == {"succeeded"}
+    runs = json.loads(drover(plane, "runs", "--change", change_id, "--json").stdout)
+    assert {r["state"] for r in runs} == {"succeeded"}
+    # jq users get proper JSON types and every field, defaults included.
+    assert {(r["exit_code"], type(r["output_bytes"])) for r in runs} == {(0, int)}
+    assert all(r["finished_at"].endswith("Z") and r["reason"] == "" for r in runs)
     agents = drover(plane, "agents")
     assert "cli-agent" in agents.stdout and "yes" in agents.stdout
+    assert [a["draining"] for a in json.loads(drover(plane, "agents", "--json").stdout)] == [False]
     events = drover(plane, "events", "--change", change_id, "--json")
-    kinds = [json.loads(line)["kind"] for line in events.stdout.splitlines()]
-    assert kinds[0] == "change.submitted" and kinds[-1] == "change.finished"
+    parsed = [json.loads(line) for line in events.stdout.splitlines()]
+    assert parsed[0]["kind"] == "change.submitted" and parsed[-1]["kind"] == "change.finished"
+    assert all(type(e["id"]) is int for e in parsed)
+
+    # The SDK returns typed Python objects, not protobuf messages.
+    with plane.client() as client:
+        run = client.get_run(run_id)
+        assert isinstance(run, models.Run) and run.state == "succeeded"
+        assert run.finished_at is not None and run.finished_at.tzinfo is not None
+        assert run.started_at is not None and run.started_at <= run.finished_at
+        finished = client.list_events(change_id=change_id, kind="change.finished")
+        assert [type(e) for e in finished] == [models.Event] and finished[0].data["status"] == "succeeded"
+    check_finished = [e for e in parsed if e["kind"] == "run.finished" and e["data"]["status"] == "succeeded"]
+    assert check_finished and all(type(e["data"]["exit_code"]) is int for e in check_finished)
 
 
 def test_cli_errors_are_readable(fleet: Fleet, tmp_path: pathlib.Path) -> None:

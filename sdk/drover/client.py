@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import grpc
 
 from drover.errors import InvalidArgument, from_rpc_error
+from drover.models import (
+    Agent,
+    Change,
+    ChangeSet,
+    Claim,
+    DecisionReceipt,
+    Event,
+    LogLine,
+    MeterUsage,
+    Run,
+    Spend,
+    from_proto,
+)
 from drover.v1 import (
     change_pb2,
     change_pb2_grpc,
@@ -17,12 +31,6 @@ from drover.v1 import (
 )
 
 T = TypeVar("T")
-Change = types_pb2.Change
-Run = types_pb2.Run
-Event = types_pb2.Event
-LogLine = types_pb2.LogLine
-Agent = types_pb2.Agent
-ChangeSet = types_pb2.ChangeSet
 
 
 def _mapped(fn: Callable[..., T]) -> Callable[..., T]:
@@ -70,13 +78,13 @@ def _task(spec: Mapping[str, Any], i: int = 0) -> types_pb2.Task:
     )
 
 
-def _every_page(call: Callable[[str], Any], field: str) -> list[Any]:
+def _every_page(call: Callable[[str], Any], field: str, cls: type[T]) -> list[T]:
     """Every item of a paged list call, page after page."""
-    items: list[Any] = []
+    items: list[T] = []
     token = ""
     while True:
         answer = call(token)
-        items.extend(getattr(answer, field))
+        items.extend(from_proto(m, cls) for m in getattr(answer, field))
         token = answer.next_page_token
         if not token:
             return items
@@ -99,7 +107,7 @@ class Client:
         self._changes = change_pb2_grpc.ChangeServiceStub(self._channel)
         self._ops = operations_pb2_grpc.OperationsServiceStub(self._channel)
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *_: Any) -> None:
@@ -129,7 +137,7 @@ class Client:
             budget_usd=budget_usd,
             tasks=[_task(t, i) for i, t in enumerate(tasks)],
         )
-        return self._changes.SubmitChange(request, metadata=self._metadata)
+        return from_proto(self._changes.SubmitChange(request, metadata=self._metadata), Change)
 
     def submit_change_file(self, data: Mapping[str, Any]) -> Change:
         """Submit the contents of a Change file (see drover.changefile.load)."""
@@ -144,33 +152,35 @@ class Client:
 
     @_mapped
     def get_change(self, change_id: str) -> Change:
-        return self._changes.GetChange(change_pb2.GetChangeRequest(change_id=change_id), metadata=self._metadata)
+        answer = self._changes.GetChange(change_pb2.GetChangeRequest(change_id=change_id), metadata=self._metadata)
+        return from_proto(answer, Change)
 
     @_mapped
     def list_changes(self, project: str = "", limit: int = 50) -> list[Change]:
-        return list(
-            self._changes.ListChanges(
-                change_pb2.ListChangesRequest(project=project, limit=limit), metadata=self._metadata
-            ).changes
+        answer = self._changes.ListChanges(
+            change_pb2.ListChangesRequest(project=project, limit=limit), metadata=self._metadata
         )
+        return [from_proto(c, Change) for c in answer.changes]
 
     def watch(self, change_id: str, after_event_id: int = 0) -> Iterator[Event]:
         """Events of a Change as they happen, ending when the Change ends."""
         try:
-            yield from self._changes.WatchChange(
+            for event in self._changes.WatchChange(
                 change_pb2.WatchChangeRequest(change_id=change_id, after_event_id=after_event_id),
                 metadata=self._metadata,
-            )
+            ):
+                yield from_proto(event, Event)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
     def run_logs(self, run_id: str, *, follow: bool = False, after_seq: int = 0) -> Iterator[LogLine]:
         """A run's output in order; with follow, until the run ends."""
         try:
-            yield from self._ops.TailRunLogs(
+            for line in self._ops.TailRunLogs(
                 operations_pb2.TailRunLogsRequest(run_id=run_id, follow=follow, after_seq=after_seq),
                 metadata=self._metadata,
-            )
+            ):
+                yield from_proto(line, LogLine)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
@@ -182,6 +192,7 @@ class Client:
                 change_pb2.ListChangeSetsRequest(change_id=change_id, page_token=token), metadata=self._metadata
             ),
             "changesets",
+            ChangeSet,
         )
 
     @_mapped
@@ -194,33 +205,37 @@ class Client:
     @_mapped
     def raise_budget(self, change_id: str, budget_usd: float) -> Change:
         """Raise a Change's budget; Tasks a budget stopped get a fresh attempt window and run again."""
-        return self._changes.RaiseBudget(
+        answer = self._changes.RaiseBudget(
             change_pb2.RaiseBudgetRequest(change_id=change_id, budget_usd=budget_usd), metadata=self._metadata
         )
+        return from_proto(answer, Change)
 
     @_mapped
-    def get_spend(self, change_id: str) -> change_pb2.Spend:
+    def get_spend(self, change_id: str) -> Spend:
         """A Change's spend by tier, member and model, and its Decision Receipts."""
-        return self._changes.GetSpend(change_pb2.GetSpendRequest(change_id=change_id), metadata=self._metadata)
+        answer = self._changes.GetSpend(change_pb2.GetSpendRequest(change_id=change_id), metadata=self._metadata)
+        return from_proto(answer, Spend)
 
     @_mapped
-    def get_usage(self, prefix: str = "") -> list[types_pb2.MeterUsage]:
+    def get_usage(self, prefix: str = "") -> list[MeterUsage]:
         """Every meter's current value, limit and period."""
         return _every_page(
             lambda token: self._ops.GetUsage(
                 operations_pb2.GetUsageRequest(prefix=prefix, page_token=token), metadata=self._metadata
             ),
             "meters",
+            MeterUsage,
         )
 
     @_mapped
-    def list_receipts(self, *, change_id: str = "", run_id: str = "") -> list[types_pb2.DecisionReceipt]:
+    def list_receipts(self, *, change_id: str = "", run_id: str = "") -> list[DecisionReceipt]:
         return _every_page(
             lambda token: self._ops.ListReceipts(
                 operations_pb2.ListReceiptsRequest(change_id=change_id, run_id=run_id, page_token=token),
                 metadata=self._metadata,
             ),
             "receipts",
+            DecisionReceipt,
         )
 
     @_mapped
@@ -233,7 +248,7 @@ class Client:
         )
 
     @_mapped
-    def list_claims(self, change_id: str = "", include_released: bool = False) -> list[types_pb2.Claim]:
+    def list_claims(self, change_id: str = "", include_released: bool = False) -> list[Claim]:
         return _every_page(
             lambda token: self._ops.ListClaims(
                 operations_pb2.ListClaimsRequest(
@@ -242,30 +257,34 @@ class Client:
                 metadata=self._metadata,
             ),
             "claims",
+            Claim,
         )
 
     @_mapped
     def cancel_change(self, change_id: str) -> Change:
-        return self._changes.CancelChange(change_pb2.CancelChangeRequest(change_id=change_id), metadata=self._metadata)
+        answer = self._changes.CancelChange(
+            change_pb2.CancelChangeRequest(change_id=change_id), metadata=self._metadata
+        )
+        return from_proto(answer, Change)
 
     @_mapped
     def cancel_run(self, run_id: str, reason: str = "") -> Run:
-        return self._ops.CancelRun(
+        answer = self._ops.CancelRun(
             operations_pb2.CancelRunRequest(run_id=run_id, reason=reason), metadata=self._metadata
         )
+        return from_proto(answer, Run)
 
     @_mapped
     def get_run(self, run_id: str) -> Run:
-        return self._ops.GetRun(operations_pb2.GetRunRequest(run_id=run_id), metadata=self._metadata)
+        return from_proto(self._ops.GetRun(operations_pb2.GetRunRequest(run_id=run_id), metadata=self._metadata), Run)
 
     @_mapped
     def list_runs(self, *, change_id: str = "", state: str = "", agent: str = "", limit: int = 100) -> list[Run]:
-        return list(
-            self._ops.ListRuns(
-                operations_pb2.ListRunsRequest(change_id=change_id, state=state, agent=agent, limit=limit),
-                metadata=self._metadata,
-            ).runs
+        answer = self._ops.ListRuns(
+            operations_pb2.ListRunsRequest(change_id=change_id, state=state, agent=agent, limit=limit),
+            metadata=self._metadata,
         )
+        return [from_proto(r, Run) for r in answer.runs]
 
     @_mapped
     def list_agents(self, connected_only: bool = False) -> list[Agent]:
@@ -275,21 +294,23 @@ class Client:
                 metadata=self._metadata,
             ),
             "agents",
+            Agent,
         )
 
     @_mapped
     def drain_agent(self, name: str) -> Agent:
-        return self._ops.DrainAgent(operations_pb2.DrainAgentRequest(name=name), metadata=self._metadata)
+        return from_proto(
+            self._ops.DrainAgent(operations_pb2.DrainAgentRequest(name=name), metadata=self._metadata), Agent
+        )
 
     @_mapped
     def list_events(
         self, *, change_id: str = "", run_id: str = "", kind: str = "", after_id: int = 0, limit: int = 200
     ) -> list[Event]:
-        return list(
-            self._ops.ListEvents(
-                operations_pb2.ListEventsRequest(
-                    change_id=change_id, run_id=run_id, kind=kind, after_id=after_id, limit=limit
-                ),
-                metadata=self._metadata,
-            ).events
+        answer = self._ops.ListEvents(
+            operations_pb2.ListEventsRequest(
+                change_id=change_id, run_id=run_id, kind=kind, after_id=after_id, limit=limit
+            ),
+            metadata=self._metadata,
         )
+        return [from_proto(e, Event) for e in answer.events]

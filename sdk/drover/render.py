@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from google.protobuf import json_format
-
-from drover.v1 import types_pb2
-
-
-def as_dict(message: Any) -> dict[str, Any]:
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+from drover.models import Agent, Change, ChangeSet, Claim, Event, MeterUsage, Run, Spend, to_json
 
 
-def _clock(ts: Any) -> str:
-    if not ts.seconds:
-        return "--:--:--"
-    return dt.datetime.fromtimestamp(ts.seconds, dt.timezone.utc).strftime("%H:%M:%S")
+def as_dict(obj: Any) -> dict[str, Any]:
+    """What --json prints for one object: every field, proper JSON types."""
+    return to_json(obj)
 
 
-def format_event(event: types_pb2.Event) -> str:
-    data = as_dict(event.data) if event.data.fields else {}
+def _clock(at: dt.datetime | None) -> str:
+    return at.strftime("%H:%M:%S") if at else "--:--:--"
+
+
+def format_event(event: Event) -> str:
+    data = dict(event.data)
     key = data.pop("key", "")
     bits = [f"{_clock(event.created_at)}  {event.kind:<24}"]
     if key:
@@ -36,7 +34,7 @@ def format_event(event: types_pb2.Event) -> str:
             value = data[name]
             if name == "exit_code" and data.get("status") == "succeeded":
                 continue
-            bits.append(f"{name}={int(value) if isinstance(value, float) else value}")
+            bits.append(f"{name}={value}")
     return "  ".join(bits)
 
 
@@ -60,7 +58,7 @@ def format_run_event(line: str) -> str:
     return f"  {kind}"
 
 
-def format_change(change: types_pb2.Change) -> str:
+def format_change(change: Change) -> str:
     lines = [f"change {change.id}  {change.status}  project {change.project}", f"  goal: {change.goal}"]
     if change.candidate_branch:
         lines.append(f"  candidate: {change.candidate_branch} at {change.candidate_commit[:12]}")
@@ -78,10 +76,10 @@ def format_change(change: types_pb2.Change) -> str:
 def table(rows: Iterable[list[str]], header: list[str]) -> str:
     rows = [header, *rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
-def agents_table(agents: Iterable[types_pb2.Agent]) -> str:
+def agents_table(agents: Iterable[Agent]) -> str:
     return table(
         (
             [
@@ -97,7 +95,7 @@ def agents_table(agents: Iterable[types_pb2.Agent]) -> str:
     )
 
 
-def runs_table(runs: Iterable[types_pb2.Run]) -> str:
+def runs_table(runs: Iterable[Run]) -> str:
     return table(
         (
             [
@@ -105,7 +103,7 @@ def runs_table(runs: Iterable[types_pb2.Run]) -> str:
                 r.state,
                 r.task_key,
                 r.agent,
-                str(r.exit_code) if r.finished_at.seconds else "",
+                str(r.exit_code) if r.finished_at else "",
                 r.reason,
                 r.change_id,
             ]
@@ -115,14 +113,14 @@ def runs_table(runs: Iterable[types_pb2.Run]) -> str:
     )
 
 
-def changesets_table(found: Iterable[types_pb2.ChangeSet]) -> str:
+def changesets_table(found: Iterable[ChangeSet]) -> str:
     return table(
         ([c.id, c.task_key, c.branch, c.commit[:12], ",".join(c.own_files)] for c in found),
         ["CHANGESET", "TASK", "BRANCH", "COMMIT", "OWN FILES"],
     )
 
 
-def spend_text(spend: Any) -> str:
+def spend_text(spend: Spend) -> str:
     budget = "$%.2f" % (spend.budget_micros / 1e6) if spend.budget_micros else "no budget"
     lines = [
         f"change {spend.change_id}: spent ${spend.spent_micros / 1e6:.6f} of {budget}",
@@ -135,7 +133,7 @@ def spend_text(spend: Any) -> str:
         ),
     ]
     for r in spend.receipts:
-        data = as_dict(r.data)
+        data = r.data
         lines.append(
             f"  {r.task_key} {r.run_id}: tier {r.tier} by {data.get('rule', '')}"
             f"{' (opus disabled)' if data.get('opus_disabled') else ''}"
@@ -145,8 +143,8 @@ def spend_text(spend: Any) -> str:
     return "\n".join(lines)
 
 
-def meters_table(meters: Iterable[types_pb2.MeterUsage]) -> str:
-    def amount(m: types_pb2.MeterUsage, v: int) -> str:
+def meters_table(meters: Iterable[MeterUsage]) -> str:
+    def amount(m: MeterUsage, v: int) -> str:
         return f"${v / 1e6:.6f}" if m.unit == "usd" else str(v)
 
     return table(
@@ -158,7 +156,7 @@ def meters_table(meters: Iterable[types_pb2.MeterUsage]) -> str:
     )
 
 
-def claims_table(found: Iterable[types_pb2.Claim]) -> str:
+def claims_table(found: Iterable[Claim]) -> str:
     return table(
         (
             [
@@ -166,7 +164,7 @@ def claims_table(found: Iterable[types_pb2.Claim]) -> str:
                 c.run_id,
                 c.holder,
                 str(c.generation),
-                dt.datetime.fromtimestamp(c.expires_at.seconds, dt.timezone.utc).strftime("%H:%M:%S"),
+                _clock(c.expires_at),
             ]
             for c in found
         ),
