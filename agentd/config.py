@@ -7,7 +7,8 @@ import pathlib
 import socket
 import tempfile
 import tomllib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 ENV_PREFIX = "DROVER_AGENTD_"
 

@@ -13,11 +13,12 @@ it, or to bwrap itself (--die-with-parent), ends everything at once. Without a s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 
 def ready_pipe() -> tuple[int, int]:
@@ -138,14 +139,10 @@ class Confined:
 
 
 def _kill(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

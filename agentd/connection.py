@@ -8,7 +8,8 @@ import collections
 import dataclasses
 import logging
 import pathlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import tenacity
@@ -37,7 +38,7 @@ class ChannelSettings:
     keepalive_seconds: int = 10
 
     @classmethod
-    def of(cls, config: AgentConfig) -> "ChannelSettings":
+    def of(cls, config: AgentConfig) -> ChannelSettings:
         def absolute(path: str) -> str:  # a supervisor need not share agentd's working directory
             return str(pathlib.Path(path).absolute()) if path else ""
 
@@ -191,5 +192,5 @@ class Connection:
                         cursors[run_id] = message["seq"] + 1
             try:
                 await asyncio.wait_for(self.outbox.changed.wait(), timeout=self.config.keepalive_seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await call.write(agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat()))

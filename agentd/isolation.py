@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pwd
-from typing import Callable
+from collections.abc import Callable
 
 from agentd.config import AgentConfig
 from agentd.sandbox import BubblewrapSandbox, SandboxPolicy, user_ids

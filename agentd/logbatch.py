@@ -7,7 +7,7 @@ and `end` says exactly which output it covers."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 Send = Callable[[str, str, int], None]
 RECORD_BYTES = 8 * 1024

@@ -63,11 +63,9 @@ class RunOutbox:
 
     def _load(self) -> None:
         self.acked = _read_acked(self.run_dir / "acked")
-        try:
-            f = open(self.path, "rb")
-        except FileNotFoundError:
+        if not self.path.exists():
             return
-        with f:
+        with open(self.path, "rb") as f:
             for raw in f:
                 message = self._parse(raw)
                 if message is None:

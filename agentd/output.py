@@ -3,11 +3,12 @@ last {"exit": ...}), written by the run's supervisor and read by agentd, which i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pathlib
-from typing import Any, BinaryIO
+from typing import Any
 
 from agentd.logbatch import RECORD_BYTES
 from agentd.outbox import is_full
@@ -22,8 +23,9 @@ class Output:
     dropped, `full` is set (the supervisors stop the run) and the exit record says disk_full."""
 
     def __init__(self, path: pathlib.Path, secrets: list[str], limit: int) -> None:
-        self._file = open(path, "ab", buffering=0)
-        self._size = _whole_records(self._file)
+        self._path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._size = _whole_records(path, self._fd)
         self._secrets = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
         self._limit = limit
         self._written = 0
@@ -58,11 +60,11 @@ class Output:
         for secret in self._secrets:
             error = error.replace(secret, "***")
         self._record({"exit": {"status": status, "exit_code": exit_code, "reason": reason, "error": error}})
-        self._file.close()
+        os.close(self._fd)
 
     def _record(self, record: dict[str, Any]) -> None:
         data = (json.dumps(record, ensure_ascii=False) + "\n").encode()
-        fd = self._file.fileno()
+        fd = self._fd
         try:
             written = 0
             while written < len(data):
@@ -71,23 +73,21 @@ class Output:
             if not is_full(err):
                 raise
             self.full = True
-            try:  # agentd reads whole lines only, so a cut-off record was never seen
+            with contextlib.suppress(OSError):  # agentd reads whole lines only: a cut-off record was never seen
                 os.ftruncate(fd, self._size)
-            except OSError:
-                pass
             return
         self._size += written
 
 
-def _whole_records(file: BinaryIO) -> int:
+def _whole_records(path: pathlib.Path, fd: int) -> int:
     """Cut off a record torn by a crash, which a resumed supervisor would append to; answers the size."""
-    size = os.fstat(file.fileno()).st_size
-    with open(file.name, "rb") as f:
+    size = os.fstat(fd).st_size
+    with open(path, "rb") as f:
         f.seek(max(size - RECORD_BYTES * 8, 0))  # a record is at most RECORD_BYTES of text, escaped
         tail = f.read()
     if tail and not tail.endswith(b"\n") and (b"\n" in tail or len(tail) == size):
         size -= len(tail) - tail.rfind(b"\n") - 1
-        os.ftruncate(file.fileno(), size)
+        os.ftruncate(fd, size)
     return size
 
 

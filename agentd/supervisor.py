@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, BinaryIO
+from typing import Any
 
 from agentd.confined import Confined, ready_pipe
 from agentd.output import Output
@@ -235,13 +235,14 @@ class Supervisor:
                 processes.kill()
                 stopping_since = float("inf")
             for key, _ in sel.select(timeout=0.1):
-                pipe: BinaryIO = key.fileobj  # type: ignore[assignment]
+                ready = key.fileobj
+                assert not isinstance(ready, int)
                 try:
-                    data = os.read(pipe.fileno(), CHUNK)
+                    data = os.read(ready.fileno(), CHUNK)
                 except BlockingIOError:
                     continue
                 if not data:
-                    sel.unregister(pipe)
+                    sel.unregister(ready)
                     open_pipes -= 1
                     self.output.write(key.data, decoders[key.data].decode(b"", final=True))
                     continue
@@ -249,12 +250,11 @@ class Supervisor:
                 if key.data == "stderr":
                     self.stderr_tail = (self.stderr_tail + text)[-2000:]
                 self.output.write(key.data, text)
-            if child.poll() is not None and stopping_since is None:
-                # The leader exited; stragglers that hold the pipes are stopped too (in the sandbox
-                # its init has taken them already).
-                if processes.alive():
-                    processes.terminate()
-                    stopping_since = time.monotonic()
+            # The leader exited; stragglers that hold the pipes are stopped too (in the sandbox its init
+            # has taken them already).
+            if child.poll() is not None and stopping_since is None and processes.alive():
+                processes.terminate()
+                stopping_since = time.monotonic()
         return stopped
 
 

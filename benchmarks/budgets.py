@@ -39,21 +39,24 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import sqlalchemy  # noqa: E402
-from sqlalchemy import select  # noqa: E402
+import sqlalchemy
+from sqlalchemy import select
 
-from controlplane.config import HarnessConfig, Tier  # noqa: E402
-from controlplane.domain import graph, pricing  # noqa: E402
+from controlplane.config import HarnessConfig, Tier
+from controlplane.domain import graph, pricing
 from controlplane.services import change_lifecycle, model_calls, run_lifecycle
-from controlplane.services.projects import add_project  # noqa: E402
+from controlplane.services.projects import add_project
 from controlplane.store import events, meters
-from controlplane.store.engine import Store  # noqa: E402
-from controlplane.store.models import Run  # noqa: E402
+from controlplane.store.engine import Store
+from controlplane.store.models import Run
 
 PG_ADMIN_URL = os.environ.get("DROVER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MODEL = "claude-sonnet-5-5"
-CONFIG = HarnessConfig(tiers={"sonnet": Tier(MODEL, 10_000_000, 1000)}, default_tier="sonnet")
-BUDGETS = meters.BudgetConfig(provider_month_usd=1e9, agent_calls_per_day=0)
+CONFIG = HarnessConfig(
+    tiers={"sonnet": Tier(MODEL, 10_000_000, 1000)},
+    default_tier="sonnet",
+    budgets=meters.BudgetConfig(provider_month_usd=1e9, agent_calls_per_day=0),
+)
 
 
 def reserver(url: str, open_run: str, spent_run: str, seconds: float, barrier: Any, out: Any) -> None:
@@ -65,7 +68,7 @@ def reserver(url: str, open_run: str, spent_run: str, seconds: float, barrier: A
     try:
 
         def reserve(run_id: str, key: str) -> model_calls.Reservation:
-            return store.transaction(model_calls.reserve, CONFIG, run_id, key, MODEL, "agent", 1000, 2000, BUDGETS)
+            return store.transaction(model_calls.reserve, CONFIG, run_id, key, MODEL, "agent", 1000, 2000)
 
         warm = reserve(open_run, "warm")
         store.transaction(model_calls.settle, CONFIG, warm.reservation_id, pricing.Usage(2000, 1000), "")
@@ -112,7 +115,7 @@ def setup(store: Store, n: int) -> list[tuple[str, str]]:
                 run.tier, run.model = "sonnet", MODEL
                 ids.append(run.id)
             runs.append(ids)
-        return list(zip(*runs))
+        return list(zip(*runs, strict=True))
 
     return store.transaction(make)
 
@@ -245,7 +248,7 @@ def bench_routing(iterations: int) -> None:
         "anthropic/acct-b": members.QuotaSnapshot(5.0),
         "vertex/us": members.QuotaSnapshot(80.0),
     }
-    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
     observed = {"anthropic/acct-c": (now - dt.timedelta(minutes=3),)}
     policies = [
         members.QuotaPolicy(),

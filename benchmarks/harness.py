@@ -60,30 +60,33 @@ import sys
 import tempfile
 import time
 import types
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "sdk"))
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import pygit2  # noqa: E402
-from dispatch import BenchTimeout, Deadline, Proc, log_tail, pct, ts, wait_for  # noqa: E402
+import itertools
 
-from agentd.harness.loop import Harness, Limits  # noqa: E402
-from agentd.harness.supervisor import HarnessRun  # noqa: E402
-from agentd.harness.tools import Finished, TaskTools  # noqa: E402
-from agentd.harness.transcript import Transcript  # noqa: E402
-from agentd.output import Output  # noqa: E402
-from agentd.sandbox import PlainSandbox, SandboxPolicy, detect  # noqa: E402
-from drover import Client  # noqa: E402
+import pygit2
+from dispatch import BenchTimeout, Deadline, Proc, log_tail, pct, ts, wait_for
+
+from agentd.harness.loop import Harness, Limits
+from agentd.harness.supervisor import HarnessRun
+from agentd.harness.tools import Finished, TaskTools
+from agentd.harness.transcript import Transcript
+from agentd.output import Output
+from agentd.sandbox import PlainSandbox, SandboxPolicy, detect
+from drover import Client
 from drover.core import (
-    allowlist,  # noqa: E402
-    gitspace,  # noqa: E402
+    allowlist,
+    gitspace,
 )
-from drover.core.model import AnthropicModel  # noqa: E402
-from drover.core.retry import RetryPolicy  # noqa: E402
-from drover.testing import fake_anthropic as fake  # noqa: E402
+from drover.core.model import AnthropicModel
+from drover.core.retry import RetryPolicy
+from drover.testing import fake_anthropic as fake
 
 API_KEY = "sk-ant-bench-0123456789abcdef"
 PYTEST = "python -m pytest -q"
@@ -396,7 +399,7 @@ async def part_inprocess(args: argparse.Namespace, tmp: pathlib.Path) -> None:
             k = (i + j) % len(layers)
             values[k] += await time_command(tools[k], 1)
     medians = [pct(v, 50) for v in values]
-    for (label, _), v in zip(layers, values):
+    for (label, _), v in zip(layers, values, strict=True):
         print(f"    {label:<31} {summary(v)}", flush=True)
     print(
         f"    sandbox cost per command (difference of p50s): launcher {medians[1] - medians[0]:+.1f} ms, "
@@ -509,7 +512,7 @@ def one_e2e_run(client: Client, server: TimedFake, i: int, deadline: Deadline) -
     )
 
     def finished() -> list[Any]:
-        return [e for e in client.list_events(change_id=change.id, kind="change.finished", limit=10)]
+        return list(client.list_events(change_id=change.id, kind="change.finished", limit=10))
 
     wait_for(finished, deadline, 300, f"change {change.id} to finish", interval=0.1)
     events = []
@@ -543,9 +546,9 @@ def one_e2e_run(client: Client, server: TimedFake, i: int, deadline: Deadline) -
     split = {name: at[b] - at[a] for name, a, b in SPLIT if a in at and b in at}
     split["queued->started"] = at["run.started"] - at["run.queued"]
     split["started->finished"] = at["run.finished"] - at["run.started"]
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]  # gap j: reply j streamed, tool j, gate calls
-    cheap = [g for g, tool in zip(gaps, E2E_TOOLS) if tool != "run_command"]
-    command = [g for g, tool in zip(gaps, E2E_TOOLS) if tool == "run_command"]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]  # gap j: reply j streamed, tool j, gate calls
+    cheap = [g for g, tool in zip(gaps, E2E_TOOLS, strict=False) if tool != "run_command"]
+    command = [g for g, tool in zip(gaps, E2E_TOOLS, strict=False) if tool == "run_command"]
     return E2ERun(at["change.finished"] - t0, split, cheap, command)
 
 

@@ -9,17 +9,18 @@ import logging
 import os
 import pathlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from controlplane.api.server import bootstrap_tokens, lock_data_dir, open_store, serve
 from controlplane.config import ServerConfig, load_harness, load_memory
 from controlplane.context.canonical_tree import open_canonical
 from controlplane.context.recall import Recall
-from controlplane.domain.errors import DroverError, InvalidArgument, NotFound
 from controlplane.services import tokens
 from controlplane.services.projects import add_project, git_token
 from controlplane.store.engine import Store, aware
 from controlplane.store.models import Project
+from drover.errors import DroverError, InvalidArgument, NotFound
 
 Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
 

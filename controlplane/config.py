@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import tomllib
-from typing import Any, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from controlplane.context.recall import MemoryConfig
+from controlplane.domain import escalation
 from controlplane.domain.member_config import parse_classes, parse_modifiers, parse_quota_router
 from controlplane.domain.members import PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier
 from controlplane.domain.pricing import Price
+from controlplane.store.meters import BudgetConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +45,7 @@ class ServerConfig:
     """PEM CA bundle: when set, clients must present a certificate it signed (mTLS)."""
     allow_plaintext: bool = False
     """Plaintext is served only on loopback unless this is set (e.g. a private container network)."""
-    harness: "HarnessConfig" = dataclasses.field(default_factory=lambda: HarnessConfig())
+    harness: HarnessConfig = dataclasses.field(default_factory=lambda: HarnessConfig())
     """The model harness: provider, tiers, caps and prices."""
     memory: MemoryConfig = MemoryConfig()
     """Semantic memory: chroma (in the data dir, or a server by URL) with an offline ONNX model."""
@@ -54,6 +57,11 @@ class ServerConfig:
     @property
     def objects(self) -> pathlib.Path:
         return self.object_store_dir or self.data_dir / "objects"
+
+    @property
+    def lifecycle(self) -> escalation.Policy:
+        """What ends a run passes on to the decision of its Task's next attempt."""
+        return escalation.Policy(allow_opus=self.harness.allow_opus)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,10 +103,8 @@ class HarnessConfig:
     """The members of each tier (seed 004); a tier without a class gets one PayPerApi member."""
     modifiers: tuple[TodModifier, ...] = ()
     quota: QuotaPolicy = QuotaPolicy()
-    provider_month_usd: float = 10.0
-    """The monthly provider budget (a meter per YYYY-MM)."""
-    agent_calls_per_day: int = 1000
-    classifier_calls_per_day: int = 200
+    budgets: BudgetConfig = BudgetConfig()
+    """The fleet's shared meters: the provider month, agent and classifier calls per day."""
     warnings: tuple[str, ...] = ()
 
     def tier_class(self, tier: str) -> TierClass:
@@ -145,25 +151,18 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
         for model, p in data.get("prices", {}).items()
     }
     classes, warnings = parse_classes(data)
-    budgets = dict(data.get("budgets", {}))
     config = HarnessConfig(
         allow_opus=bool(anthropic.get("allow_opus", False)),
         classes=classes,
         modifiers=parse_modifiers(data),
         quota=parse_quota_router(data),
         warnings=tuple(warnings),
-        provider_month_usd=float(budgets.get("provider_month_usd", 10.0)),
-        agent_calls_per_day=int(budgets.get("agent_calls_per_day", 1000)),
-        classifier_calls_per_day=int(budgets.get("classifier_calls_per_day", 200)),
+        budgets=BudgetConfig(**settings(BudgetConfig, data.get("budgets", {}), "budgets")),
         base_url=anthropic.get("base_url") or env.get("ANTHROPIC_BASE_URL", "") or "https://api.anthropic.com",
         api_key=key,
         tiers=tiers,
         prices=prices,
-        default_tier=harness.get("default_tier", "sonnet"),
-        context_window_tokens=int(harness.get("context_window_tokens", 200_000)),
-        fold_fraction=float(harness.get("fold_fraction", 0.7)),
-        stall_timeout_seconds=int(harness.get("stall_timeout_seconds", 120)),
-        max_attempts=int(harness.get("max_attempts", 4)),
+        **settings(HarnessConfig, harness, "harness", HARNESS_SETTINGS),
     )
     if config.default_tier not in config.tiers:
         raise ValueError(f"harness.default_tier: no tier {config.default_tier!r}")
@@ -173,12 +172,34 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
 def load_memory(file: pathlib.Path | None, env: Mapping[str, str]) -> MemoryConfig:
     """The [memory] table (env DROVER_MEMORY_URL, DROVER_MEMORY_MODEL_DIR, DROVER_MEMORY=off override it)."""
     data = tomllib.loads(file.read_text()).get("memory", {}) if file else {}
-    unknown = set(data) - {"enabled", "url", "model_dir", "queries_per_day"}
-    if unknown:
-        raise ValueError(f"memory: unknown settings {sorted(unknown)}")
-    return MemoryConfig(
-        enabled=bool(data.get("enabled", True)) and env.get("DROVER_MEMORY", "") != "off",
-        url=env.get("DROVER_MEMORY_URL", data.get("url", "")),
-        model_dir=env.get("DROVER_MEMORY_MODEL_DIR", data.get("model_dir", "")),
-        queries_per_day=int(data.get("queries_per_day", 1000)),
+    config = MemoryConfig(**settings(MemoryConfig, data, "memory"))
+    return dataclasses.replace(
+        config,
+        enabled=config.enabled and env.get("DROVER_MEMORY", "") != "off",
+        url=env.get("DROVER_MEMORY_URL", config.url),
+        model_dir=env.get("DROVER_MEMORY_MODEL_DIR", config.model_dir),
     )
+
+
+HARNESS_SETTINGS = ("default_tier", "context_window_tokens", "fold_fraction", "stall_timeout_seconds", "max_attempts")
+"""The [harness] table; the other HarnessConfig fields come from their own tables."""
+
+
+def settings(cls: type, table: Mapping[str, Any], where: str, names: Iterable[str] = ()) -> dict[str, Any]:
+    """The keys of a TOML `table` that set fields of the dataclass `cls` (all its fields, or `names`),
+    each converted to the type of the field's default; the defaults themselves live only on `cls`.
+    A key that is not a setting raises ValueError naming the table."""
+    allowed = list(names) or [f.name for f in dataclasses.fields(cls)]
+    unknown = set(table) - set(allowed)
+    if unknown:
+        raise ValueError(f"{where}: unknown settings {sorted(unknown)}")
+    defaults = cls()
+    out: dict[str, Any] = {}
+    for name in allowed:
+        if name in table:
+            kind = type(getattr(defaults, name))
+            try:
+                out[name] = kind(table[name])
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}.{name}: must be {kind.__name__}, not {table[name]!r}") from None
+    return out

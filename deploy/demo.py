@@ -125,129 +125,130 @@ def main() -> int:
     env = dict(
         os.environ, DROVER_LOG_LEVEL="WARNING", PATH=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"
     )
-    try:
-        make_repo(repo)
-        print(f"demo directory {root}\nsample repository {repo} (branch main)")
-        if not os.environ.get("ANTHROPIC_API_KEY"):
-            model = fake.FakeAnthropic(SCRIPT).start()
-            env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=FAKE_KEY)
-            print(
-                f"ANTHROPIC_API_KEY is not set: the model is a SCRIPTED FAKE Messages API server at "
-                f"{model.base_url}.\nSet ANTHROPIC_API_KEY to run the same demo against the real API."
+    cp_log, agent_log = root / "controlplane.log", root / "agentd.log"
+    with open(cp_log, "wb") as cp_out, open(agent_log, "wb") as agent_out:
+        try:
+            make_repo(repo)
+            print(f"demo directory {root}\nsample repository {repo} (branch main)")
+            if not os.environ.get("ANTHROPIC_API_KEY"):
+                model = fake.FakeAnthropic(SCRIPT).start()
+                env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=FAKE_KEY)
+                print(
+                    f"ANTHROPIC_API_KEY is not set: the model is a SCRIPTED FAKE Messages API server at "
+                    f"{model.base_url}.\nSet ANTHROPIC_API_KEY to run the same demo against the real API."
+                )
+            else:
+                print(f"using the Anthropic API at {env.get('ANTHROPIC_BASE_URL') or 'https://api.anthropic.com'}")
+            config = root / "controlplane.toml"
+            config.write_text(f'[tiers.sonnet]\nmodel = "{os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-5-5")}"\n')
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "controlplane.cli",
+                        "serve",
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--data-dir",
+                        str(data),
+                        "--config",
+                        str(config),
+                    ],
+                    stdout=cp_out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
             )
-        else:
-            print(f"using the Anthropic API at {env.get('ANTHROPIC_BASE_URL') or 'https://api.anthropic.com'}")
-        config = root / "controlplane.toml"
-        config.write_text(f'[tiers.sonnet]\nmodel = "{os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-5-5")}"\n')
-        cp_log = root / "controlplane.log"
-        procs.append(
-            subprocess.Popen(
+            port = wait_for_port(cp_log, procs[0])
+            target = f"127.0.0.1:{port}"
+            print(f"control plane on {target}")
+            subprocess.run(
                 [
                     sys.executable,
                     "-m",
                     "controlplane.cli",
-                    "serve",
-                    "--listen",
-                    "127.0.0.1:0",
+                    "project",
+                    "add",
+                    "sample",
+                    "--repo",
+                    str(repo),
                     "--data-dir",
                     str(data),
-                    "--config",
-                    str(config),
                 ],
-                stdout=open(cp_log, "wb"),
-                stderr=subprocess.STDOUT,
+                check=True,
                 env=env,
+                stdout=subprocess.DEVNULL,
             )
-        )
-        port = wait_for_port(cp_log, procs[0])
-        target = f"127.0.0.1:{port}"
-        print(f"control plane on {target}")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "controlplane.cli",
-                "project",
-                "add",
-                "sample",
-                "--repo",
-                str(repo),
-                "--data-dir",
-                str(data),
-            ],
-            check=True,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "agentd.cli",
-                    "--control-plane",
-                    target,
-                    "--name",
-                    "demo-agent",
-                    "--capacity",
-                    "2",
-                    "--token-file",
-                    str(data / "tokens" / "agent.token"),
-                    "--spool-dir",
-                    str(root / "spool"),
-                    "--work-dir",
-                    str(root / "work"),
-                    *sandbox_flags(),
-                ],
-                stdout=open(root / "agentd.log", "wb"),
-                stderr=subprocess.STDOUT,
-                env=env,
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "agentd.cli",
+                        "--control-plane",
+                        target,
+                        "--name",
+                        "demo-agent",
+                        "--capacity",
+                        "2",
+                        "--token-file",
+                        str(data / "tokens" / "agent.token"),
+                        "--spool-dir",
+                        str(root / "spool"),
+                        "--work-dir",
+                        str(root / "work"),
+                        *sandbox_flags(),
+                    ],
+                    stdout=agent_out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
             )
-        )
-        token = (data / "tokens" / "admin.token").read_text().strip()
-        with Client(target, token=token) as client:
-            deadline = time.monotonic() + 30
-            while not any(a.connected for a in client.list_agents()):
-                if time.monotonic() > deadline:
-                    raise SystemExit("agentd did not connect within 30 s")
-                time.sleep(0.1)
-            print("agentd demo-agent connected\n")
-            change = client.submit_change(
-                "sample", "Make calc correct", change_tasks(), criteria=["python -m pytest -q passes"]
-            )
-            print(f"submitted change {change.id}\n")
-            keys = {t.id: t.key for t in change.tasks}
-            for event in client.watch(change.id):
-                print(format_event(event), flush=True)
-                if event.kind == "run.finished":
-                    for line in client.run_logs(event.run_id):
-                        texts = line.text.splitlines()
-                        if line.stream == "event":
-                            texts = [format_run_event(t) for t in texts]
-                        elif line.stream == "system":
-                            continue
-                        for text in texts:
-                            print(f"    {keys.get(event.task_id, '')} | {text}")
-            final = client.get_change(change.id)
-            changesets = client.list_changesets(change.id)
-            print("\n" + format_change(final))
-            for cs in changesets:
-                print(f"\nChangeSet {cs.id} of {cs.task_key} on branch {cs.branch}:\n")
-                print(client.get_patch(cs.id))
-        print(f"the demo's Change {final.status}")
-        return 0 if final.status == "succeeded" else 1
-    finally:
-        for proc in reversed(procs):
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        if model is not None:
-            model.stop()
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
+            token = (data / "tokens" / "admin.token").read_text().strip()
+            with Client(target, token=token) as client:
+                deadline = time.monotonic() + 30
+                while not any(a.connected for a in client.list_agents()):
+                    if time.monotonic() > deadline:
+                        raise SystemExit("agentd did not connect within 30 s")
+                    time.sleep(0.1)
+                print("agentd demo-agent connected\n")
+                change = client.submit_change(
+                    "sample", "Make calc correct", change_tasks(), criteria=["python -m pytest -q passes"]
+                )
+                print(f"submitted change {change.id}\n")
+                keys = {t.id: t.key for t in change.tasks}
+                for event in client.watch(change.id):
+                    print(format_event(event), flush=True)
+                    if event.kind == "run.finished":
+                        for line in client.run_logs(event.run_id):
+                            texts = line.text.splitlines()
+                            if line.stream == "event":
+                                texts = [format_run_event(t) for t in texts]
+                            elif line.stream == "system":
+                                continue
+                            for text in texts:
+                                print(f"    {keys.get(event.task_id, '')} | {text}")
+                final = client.get_change(change.id)
+                changesets = client.list_changesets(change.id)
+                print("\n" + format_change(final))
+                for cs in changesets:
+                    print(f"\nChangeSet {cs.id} of {cs.task_key} on branch {cs.branch}:\n")
+                    print(client.get_patch(cs.id))
+            print(f"the demo's Change {final.status}")
+            return 0 if final.status == "succeeded" else 1
+        finally:
+            for proc in reversed(procs):
+                proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            if model is not None:
+                model.stop()
+            if not args.keep:
+                shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

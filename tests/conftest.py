@@ -11,8 +11,10 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
+import grpc
 import pygit2
 import pytest
 import sqlalchemy
@@ -92,7 +94,7 @@ class ControlPlane:
         env.update(self.extra_env)
         return env
 
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         self.starts += 1
         log = self.data_dir / f"controlplane-{self.starts}.log"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -171,7 +173,7 @@ class AgentD:
     def work_dir(self) -> pathlib.Path:
         return self.root / "work"
 
-    def start(self) -> "AgentD":
+    def start(self) -> AgentD:
         self.starts += 1
         self.root.mkdir(parents=True, exist_ok=True)
         args = [
@@ -378,3 +380,73 @@ def small_disk() -> Iterator[Callable[[pathlib.Path, str], pathlib.Path]]:
     yield mount
     for path in reversed(mounted):
         subprocess.run(["umount", "--lazy", str(path)], check=False)  # lazy: a stopped run may still hold a file
+
+
+def openssl(*args: str, cwd: pathlib.Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def pki(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=drover test CA",
+        cwd=d,
+    )
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name in ("server", "client"):
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={name}",
+            cwd=d,
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            cwd=d,
+        )
+    return d
+
+
+def tls_client(plane, pki: pathlib.Path, with_cert: bool = True) -> Client:
+    creds = grpc.ssl_channel_credentials(
+        (pki / "ca.pem").read_bytes(),
+        (pki / "client.key").read_bytes() if with_cert else None,
+        (pki / "client.pem").read_bytes() if with_cert else None,
+    )
+    return Client(plane.target, token=plane.admin_token, credentials=creds)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import queue
-import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import grpc
 
@@ -61,7 +60,10 @@ def test_a_refused_run_goes_back_to_the_queue_and_runs_elsewhere(fleet: Fleet) -
         raw.run_message(assignment.run_id, 1, refused=agent_pb2.RunRefused(reason="at_capacity"))
         assert raw.next("ack").ack.seq == 1
         wait_for(lambda: client.get_run(assignment.run_id).state == "queued", 10, what="the run to be requeued")
-        time.sleep(1.5)  # dispatch passes go by: the run is not handed straight back to the agent that refused it
+        # A later run reaches the refuser, so dispatch has passed since the refusal; the refused run was
+        # not handed straight back to it.
+        later = client.submit_change("proto", "later", [task("later", ["true"])])
+        assert raw.next("assign").assign.change_id == later.id
         assert client.get_run(assignment.run_id).state == "queued"
         raw.close()
         fleet.agent("worker")
@@ -94,7 +96,7 @@ def test_each_message_is_applied_once_and_acked_cumulatively(fleet: Fleet) -> No
             raw.run_message(run_id, seq, **body)
             acks.append(raw.next("ack").ack.seq)
         assert acks == [1, 2, 2, 2, 3, 4, 5]
-        lines = [(l.stream, l.text) for l in client.run_logs(run_id)]
+        lines = [(ln.stream, ln.text) for ln in client.run_logs(run_id)]
         assert lines == [("stdout", "a"), ("stderr", "b"), ("stdout", "c")]
         list(client.watch(change.id))
         assert client.get_change(change.id).status == "succeeded"

@@ -70,7 +70,7 @@ def _cycle() -> list[str]:
         state[node] = 1
         stack.append(node)
         for child in sorted(GRAPH.get(node, ())):
-            if child.startswith(node + ".") or node.startswith(child + ".") and MODULES[child].name == "__init__.py":
+            if child.startswith(node + ".") or (node.startswith(child + ".") and MODULES[child].name == "__init__.py"):
                 continue  # a package and its own modules
             if state.get(child) == 1:
                 return stack[stack.index(child) :] + [child]

@@ -3,8 +3,8 @@ has its typed error and names what was wrong, and nothing refused is stored."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -76,10 +76,13 @@ def test_invalid_graphs_are_refused_naming_the_field_and_nothing_is_stored(fleet
     ]
     with plane.client() as client:
         for project, goal, tasks, field in cases:
-            err = raises(drover.InvalidArgument, lambda: client.submit_change(project, goal, tasks), field)
+            err = raises(
+                drover.InvalidArgument, lambda p=project, g=goal, t=tasks: client.submit_change(p, g, t), field
+            )
             assert err.message.startswith(f"{field}:"), err.message
+            assert err.field == field and str(err) == err.message  # the server's field, from the status metadata
         cycle = raises(drover.InvalidArgument, lambda: client.submit_change("bare", "cycle", cases[3][2]), "cycle")
-        assert "a -> c -> b -> a" in cycle.message
+        assert "a -> c -> b -> a" in cycle.message and cycle.field == "tasks[0].depends_on"
         raises(
             drover.InvalidArgument,
             lambda: client.submit_change("bare", "negative budget", [task("a", TRUE)], budget_usd=-1),
@@ -164,7 +167,7 @@ def test_list_events_kind_is_a_literal_case_sensitive_prefix(fleet: Fleet) -> No
             assert client.list_events(kind=pattern) == [], pattern
         # What no event kind can hold (a LIKE wildcard, capitals) is refused, naming the field.
         for pattern in ("%", "%.", "run%", "RUN.", "Run.queued"):
-            raises(drover.InvalidArgument, lambda: client.list_events(kind=pattern), "kind")
+            raises(drover.InvalidArgument, lambda pattern=pattern: client.list_events(kind=pattern), "kind")
 
 
 # --- tokens and roles ------------------------------------------------------------------------------
@@ -268,7 +271,9 @@ def test_cancel_run_on_a_finished_run_is_a_failed_precondition(fleet: Fleet) -> 
         runs = {r.task_key: r for r in client.list_runs(change_id=change.id)}
         assert runs["a"].state == "succeeded" and runs["b"].state == "failed"
         for run in runs.values():
-            raises(drover.FailedPrecondition, lambda: client.cancel_run(run.id), "run_id", f"already {run.state}")
+            raises(
+                drover.FailedPrecondition, lambda run=run: client.cancel_run(run.id), "run_id", f"already {run.state}"
+            )
             after = client.get_run(run.id)
             assert after.state == run.state and not after.cancel_requested
         assert client.list_events(kind="run.cancel") == []

@@ -9,7 +9,8 @@ import queue
 import random
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -26,9 +27,12 @@ RESERVERS = 50
 MODEL = "claude-sonnet-5-5"
 ESTIMATE = 2000 * 3 + 1000 * 15  # 2,000 input and 1,000 output tokens of sonnet, in micro-dollars
 BUDGET_MICROS = 100 * ESTIMATE
-CONFIG = HarnessConfig(tiers={"sonnet": Tier(MODEL, 1_000_000, 1000)}, default_tier="sonnet")
 # Only the Change budget may bind here: the fleet-wide meters are set out of reach.
-BUDGETS = meters.BudgetConfig(provider_month_usd=1_000_000.0, agent_calls_per_day=0)
+CONFIG = HarnessConfig(
+    tiers={"sonnet": Tier(MODEL, 1_000_000, 1000)},
+    default_tier="sonnet",
+    budgets=meters.BudgetConfig(provider_month_usd=1_000_000.0, agent_calls_per_day=0),
+)
 
 
 def reserver(url: str, run_id: str, seed: int, start: Any, out: Any) -> None:
@@ -40,7 +44,7 @@ def reserver(url: str, run_id: str, seed: int, start: Any, out: Any) -> None:
         start.wait(120)
         while True:
             r = store.transaction(
-                model_calls.reserve, CONFIG, run_id, f"agent:1:{granted + 1}:1", MODEL, "agent", 1000, 2000, BUDGETS
+                model_calls.reserve, CONFIG, run_id, f"agent:1:{granted + 1}:1", MODEL, "agent", 1000, 2000
             )
             if not r.granted:
                 refusal = r.refusal

@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import pathlib
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -14,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from controlplane.domain import claims as claim_rules
 from controlplane.domain.claims import task_resources
-from controlplane.domain.errors import FailedPrecondition, InvalidArgument
 from controlplane.domain.graph import ChangeSpec, TaskSpec
 from controlplane.services import agent_presence, change_lifecycle, claims, projects, run_lifecycle
 from controlplane.services.claims import ClaimState
@@ -31,8 +31,9 @@ from controlplane.store.models import (
     Task,
     utcnow,
 )
+from drover.errors import FailedPrecondition, InvalidArgument
 
-T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.UTC)
 AGENT = "agent-1"
 
 
@@ -225,7 +226,7 @@ def test_acquiring_again_renews_the_runs_own_claim(store: Store) -> None:
 
 
 def test_a_finished_run_cannot_acquire(store: Store) -> None:
-    change_id, [run_id] = started_runs(store, "a")
+    _change_id, [run_id] = started_runs(store, "a")
     say(store, run_id, 2, "finished", status="succeeded")
     with pytest.raises(FailedPrecondition):
         acquire(store, run_id, ["src/app.py"], T0)

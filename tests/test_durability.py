@@ -23,7 +23,7 @@ EXPECTED = "".join(f"line {i:05d}\n" for i in range(LINES))
 
 
 def _stdout(client: Client, run_id: str) -> str:
-    return "".join(l.text for l in client.run_logs(run_id) if l.stream == "stdout")
+    return "".join(ln.text for ln in client.run_logs(run_id) if ln.stream == "stdout")
 
 
 def _running_run(client: Client, change_id: str) -> str:
@@ -47,7 +47,10 @@ def test_agentd_restart_delivers_every_line_once(fleet: Fleet, stop: str) -> Non
         agent.kill9() if stop == "kill9" else agent.stop()
         at_kill = client.get_run(run_id).output_bytes
         assert at_kill < len(EXPECTED), "the run finished before the kill; the test proves nothing"
-        time.sleep(1.0)  # the supervisor keeps printing while agentd is gone
+        # The supervisor keeps printing while agentd is gone: its output file grows on the spool.
+        output = agent.spool / "runs" / run_id / "output.jsonl"
+        spooled = output.stat().st_size
+        wait_for(lambda: output.stat().st_size > spooled + 1000, 30, what="output spooled while agentd is gone")
         agent.start()
         events = list(client.watch(change.id))
         run = client.get_run(run_id)
@@ -66,7 +69,10 @@ def test_controlplane_kill9_and_restart_keeps_output_and_result_once(fleet: Flee
         run_id = _running_run(client, change.id)
         wait_for(lambda: client.get_run(run_id).output_bytes > 20_000, 30, what="some output to arrive")
     plane.kill9()
-    time.sleep(1.5)  # agentd keeps the run going and its output in the outbox
+    # agentd keeps the run going and its output in the outbox while the control plane is gone.
+    output = fleet.agents[0].spool / "runs" / run_id / "output.jsonl"
+    spooled = output.stat().st_size
+    wait_for(lambda: output.stat().st_size > spooled + 1000, 30, what="output spooled while the control plane is gone")
     plane.start()
     with plane.client() as client:
         events = list(client.watch(change.id))
@@ -138,7 +144,7 @@ def test_cancel_stops_the_whole_process_group_within_the_grace_period(fleet: Fle
         gone_after = time.monotonic() - asked
         wait_for(lambda: client.get_run(run_id).state == "cancelled", 10, what="the run to be cancelled")
         final = client.get_change(change.id)
-        system = "".join(l.text for l in client.run_logs(run_id) if l.stream == "system")
+        system = "".join(ln.text for ln in client.run_logs(run_id) if ln.stream == "system")
     assert gone_after < 2 + 3  # the grace period plus delivery
     assert final.tasks[0].status == "cancelled"
     assert "cancelled: stopping the process group" in system

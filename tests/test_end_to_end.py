@@ -59,12 +59,12 @@ def test_dag_runs_in_order_and_a_failure_blocks_its_dependent(fleet: Fleet, git_
     with fleet.plane.client() as client:
         count_run = next(t.latest_run_id for t in final.tasks if t.key == "count")
         lines = list(client.run_logs(count_run))
-        stdout = "".join(l.text for l in lines if l.stream == "stdout")
+        stdout = "".join(ln.text for ln in lines if ln.stream == "stdout")
         assert stdout == "".join(f"line {i}\n" for i in range(200))
-        assert "".join(l.text for l in lines if l.stream == "stderr") == "done\n"
+        assert "".join(ln.text for ln in lines if ln.stream == "stderr") == "done\n"
         # The workspace is a clone of the project at main.
         prepare_run = next(t.latest_run_id for t in final.tasks if t.key == "prepare")
-        listing = "".join(l.text for l in client.run_logs(prepare_run) if l.stream == "stdout")
+        listing = "".join(ln.text for ln in client.run_logs(prepare_run) if ln.stream == "stdout")
         assert "'README.md'" in listing and "'app.py'" in listing
         runs = client.list_runs(change_id=change.id)
         assert {r.agent for r in runs} <= {"agent-a", "agent-b"}
@@ -82,7 +82,7 @@ def test_a_run_gets_the_minimal_environment_and_its_workspace_is_removed(fleet: 
         run_id = client.get_change(change.id).tasks[0].latest_run_id
         import json
 
-        env = json.loads("".join(l.text for l in client.run_logs(run_id) if l.stream == "stdout"))
+        env = json.loads("".join(ln.text for ln in client.run_logs(run_id) if ln.stream == "stdout"))
     assert env["GREETING"] == "hi"
     assert set(env) <= {
         "PATH",
@@ -107,7 +107,7 @@ def test_a_project_without_a_repository_runs_in_an_empty_directory(fleet: Fleet)
         change = client.submit_change("bare", "list", [task("ls", python_command("import os; print(os.listdir('.'))"))])
         list(client.watch(change.id))
         final = client.get_change(change.id)
-        out = "".join(l.text for l in client.run_logs(final.tasks[0].latest_run_id) if l.stream == "stdout")
+        out = "".join(ln.text for ln in client.run_logs(final.tasks[0].latest_run_id) if ln.stream == "stdout")
     assert final.status == "succeeded"
     assert out == "[]\n"
 
@@ -141,7 +141,7 @@ def test_the_control_plane_on_postgresql_runs_a_change_and_survives_a_restart(pg
         events = list(client.watch(change.id))
         final = client.get_change(change.id)
         first = client.get_run(final.tasks[0].latest_run_id)
-        out = "".join(l.text for l in client.run_logs(first.id) if l.stream == "stdout")
+        out = "".join(ln.text for ln in client.run_logs(first.id) if ln.stream == "stdout")
     assert final.status == "succeeded"
     assert out == "".join(f"{i}\n" for i in range(30))
     assert [e.kind for e in events].count("change.finished") == 1

@@ -18,7 +18,7 @@ from controlplane.domain.escalation import (
 
 pytestmark = pytest.mark.timeout(10)
 
-T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 
 
 def _history(*runs: str) -> list[Attempt]:

@@ -11,7 +11,8 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import pytest

@@ -8,6 +8,7 @@ import http.server
 import pathlib
 import threading
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 import pygit2
 import pytest
@@ -18,7 +19,6 @@ from drover.core.gitspace import (
     StackItem,
     compose_candidate,
     open_workspace,
-    stack_order,
 )
 from drover.core.workspace import WorkspaceError
 
@@ -77,14 +77,6 @@ def apply_patch(tmp_path: pathlib.Path, origin: str, at: str, patch: str) -> pat
     return clone
 
 
-def test_stack_order_sorts_by_creation_time_then_task_id() -> None:
-    a = StackItem("cs-a", "t2", "b", "c", "2024-05-01T00:00:00Z")
-    b = StackItem("cs-b", "t1", "b", "c", "2024-05-01T00:00:00Z")
-    c = StackItem("cs-c", "t0", "b", "c", "2024-05-02T00:00:00Z")
-    assert stack_order([c, a, b]) == [b, a, c]
-    assert stack_order([]) == []
-
-
 def test_publish_simple_edit(tmp_path: pathlib.Path, origin: str) -> None:
     ws = open_workspace(tmp_path / "ws", origin, "main", [])
     assert ws.start_commit == ws.base_commit == str(pygit2.Repository(origin).revparse_single("main").id)
@@ -129,7 +121,7 @@ def test_deletions_are_published_and_gitignore_respected(tmp_path: pathlib.Path,
 def test_stacked_workspace_merges_both_dependencies(tmp_path: pathlib.Path, origin: str) -> None:
     r1 = publish_task(tmp_path, origin, "t1", {"schema.sql": "create table t;\n"})
     r2 = publish_task(tmp_path, origin, "t2", {"api.py": "def api(): ...\n"})
-    stack = stack_order([item(r2, 2), item(r1, 1)])
+    stack = [item(r1, 1), item(r2, 2)]
     ws = open_workspace(tmp_path / "ws-t3", origin, "main", stack)
 
     assert ws.stacked_on == ["cs-1", "cs-2"]
@@ -217,9 +209,9 @@ def test_empty_origin_workspace(tmp_path: pathlib.Path) -> None:
 class _AuthRecorder(http.server.BaseHTTPRequestHandler):
     """A git smart-HTTP server that refuses every request with 401 and records what it saw."""
 
-    seen: list[tuple[str, str]] = []
+    seen: ClassVar[list[tuple[str, str]]] = []
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.seen.append((self.path, self.headers.get("Authorization", "")))
         self.send_response(401)
         self.send_header("WWW-Authenticate", 'Basic realm="git"')
@@ -234,7 +226,7 @@ class _AuthRecorder(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def refusing_server() -> Iterator[tuple[str, list[tuple[str, str]]]]:
-    seen: list[tuple[str, str]] = []
+    seen: ClassVar[list[tuple[str, str]]] = []
     handler = type("Handler", (_AuthRecorder,), {"seen": seen})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

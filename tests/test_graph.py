@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from controlplane.domain import graph
-from controlplane.domain.errors import InvalidArgument
 from controlplane.domain.graph import ChangeSpec, TaskSpec
+from drover.errors import InvalidArgument
 
 
 def t(key: str, *depends_on: str, kind: str = "test", objective: str = "do it") -> TaskSpec:
@@ -133,7 +133,7 @@ def test_dependents_to_block(failed: str, statuses: dict[str, str], blocked: lis
 
 def test_dependents_to_block_follows_a_long_chain() -> None:
     deps = {"t0": [], **{f"t{i}": [f"t{i - 1}"] for i in range(1, 6)}}
-    statuses = {key: "pending" for key in deps} | {"t0": "failed"}
+    statuses = dict.fromkeys(deps, "pending") | {"t0": "failed"}
     assert graph.dependents_to_block("t0", statuses, deps) == ["t1", "t2", "t3", "t4", "t5"]
 
 

@@ -28,7 +28,7 @@ def implement(key: str, *deps: str) -> dict:
 
 
 def events(client: Client, run_id: str) -> list[dict]:
-    return [json.loads(line) for l in client.run_logs(run_id) if l.stream == "event" for line in l.text.splitlines()]
+    return [json.loads(line) for ln in client.run_logs(run_id) if ln.stream == "event" for line in ln.text.splitlines()]
 
 
 def test_a_task_stacks_on_both_dependencies_and_the_candidate_composes_all(
@@ -184,7 +184,7 @@ def test_a_harness_run_resumes_after_agentd_and_its_supervisor_are_killed(
     resumed = model.requests[-1].body["messages"][-1]["content"][0]
     assert resumed["is_error"] and "interrupted" in resumed["content"]
     steps = [e["step"] for e in stream]
-    assert len(steps) == len(set((e["step"], e["kind"], e.get("tool")) for e in stream))
+    assert len(steps) == len({(e["step"], e["kind"], e.get("tool")) for e in stream})
     assert [e["kind"] for e in stream].count("tool_use") == 3
     assert [e["tool"] for e in stream if e["kind"] == "tool_result"] == ["write_file", "run_command", "complete_task"]
 
@@ -240,8 +240,8 @@ def test_secrets_never_reach_the_database_objects_events_or_output(
         on_disk = [p for p in agent.root.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
         list(client.watch(change.id))
         final = client.get_change(change.id)
-        printed = "".join(l.text for l in client.run_logs(run_id))
-        everything = [l.text for t in final.tasks for l in client.run_logs(t.latest_run_id)]
+        printed = "".join(ln.text for ln in client.run_logs(run_id))
+        everything = [ln.text for t in final.tasks for ln in client.run_logs(t.latest_run_id)]
         recorded = [str(e.data) for e in client.list_events(change_id=change.id, limit=1000)]
     assert final.status == "succeeded"
     assert on_disk == []  # not in agentd's spool (assignment, outbox) or logs

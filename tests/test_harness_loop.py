@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any, AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -137,7 +138,7 @@ async def test_a_scripted_run_reads_edits_and_completes(rig: Rig, fake: FakeAnth
     assert [r["call"] for r in replies] == [1, 2, 3]
     assert replies[0]["content"][0] == {"type": "text", "text": "Let me look at calc.py."}
     assert replies[0]["usage"]["input_tokens"] == 100
-    for started, done in zip(transcript.entries[2::3], transcript.entries[3::3]):
+    for started, done in zip(transcript.entries[2::3], transcript.entries[3::3], strict=False):
         assert (started["kind"], done["kind"]) == ("tool_started", "tool_done")
         assert started["id"] == done["id"] and started["name"] == done["name"]
     done = [e for e in transcript.entries if e["kind"] == "tool_done"]

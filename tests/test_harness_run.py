@@ -68,7 +68,7 @@ def test_a_task_becomes_a_changeset(fleet: Fleet, model: fake.FakeAnthropic, cal
     assert final.candidate_branch == f"drover/{change.id}/candidate"
     assert final.candidate_branch in origin.branches
     # Run events: text, tool_use, tool_result and result, in order, each step once.
-    stream = [json.loads(line) for l in lines if l.stream == "event" for line in l.text.splitlines()]
+    stream = [json.loads(line) for ln in lines if ln.stream == "event" for line in ln.text.splitlines()]
     kinds = [e["kind"] for e in stream]
     assert kinds.count("tool_use") == 5 and kinds.count("tool_result") == 5 and kinds[-1] == "result"
     assert {"kind": "text", "text": "Let me look at calc.py."}.items() <= stream[kinds.index("text")].items()
@@ -103,4 +103,4 @@ def test_a_task_becomes_a_changeset(fleet: Fleet, model: fake.FakeAnthropic, cal
     for path in (fleet.plane.data_dir / "objects").rglob("*"):
         if path.is_file():
             assert API_KEY.encode() not in path.read_bytes()
-    assert all(API_KEY not in l.text for l in lines)
+    assert all(API_KEY not in ln.text for ln in lines)

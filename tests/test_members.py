@@ -21,8 +21,8 @@ from controlplane.domain.members import (
     select,
 )
 
-NOON = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
-NIGHT = dt.datetime(2030, 1, 1, 23, 0, tzinfo=dt.timezone.utc)
+NOON = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
+NIGHT = dt.datetime(2030, 1, 1, 23, 0, tzinfo=dt.UTC)
 POLICY = QuotaPolicy()
 
 
@@ -562,7 +562,8 @@ DUPLICATE = (
         (
             one_class(sub(instance_id="acct-a", model="m"), sub(instance_id="anthropic/acct-a", model="m")),
             "AgentClass 'sonnet': duplicate member route 'anthropic/acct-a' model 'm'. Give same-kind subscriptions "
-            "distinct instance_id values (legacy shadowing duplicates are rejected since #226 multi-subscription pooling).",
+            "distinct instance_id values (legacy shadowing duplicates are rejected since #226 "
+            "multi-subscription pooling).",
         ),
         (
             one_class(sub(instance_id="openai/acct-a")),
@@ -579,7 +580,8 @@ DUPLICATE = (
         ),
         (
             one_class(sub(agent="gemini", quality_score=95)),
-            "AgentClass 'sonnet': member 'gemini': gemini members with quality_score >= 90 must have reasoning = \"high\"",
+            "AgentClass 'sonnet': member 'gemini': gemini members with quality_score >= 90 must have "
+            'reasoning = "high"',
         ),
         (
             one_class(sub(credential_env="K", credential_file="/k")),

@@ -3,7 +3,6 @@ cap, waiting for a build, persistence, and a chroma server over a real socket.""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import pathlib
 import shutil
@@ -12,7 +11,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import chromadb
 import numpy as np
@@ -27,7 +27,6 @@ from controlplane.context.embedding import (
 from controlplane.context.memory import (
     CHUNK_LINES,
     STALE_BUILD_SECONDS,
-    DailyCap,
     Memory,
     collection_name,
 )
@@ -262,16 +261,6 @@ def test_the_daily_cap_stops_queries_before_anything_is_embedded(client: Any, co
 
     unindexed = memory.query("q", "t1", "add two numbers", set(RELATED), spend=lambda: pytest.fail("spent"))
     assert unindexed == [] and "not indexed" in unindexed.reason
-
-
-def test_the_daily_cap_counts_per_utc_day() -> None:
-    now = [dt.datetime(2026, 1, 1, 23, 59, tzinfo=dt.timezone(dt.timedelta(hours=-5)))]  # 04:59 UTC on the 2nd
-    cap = DailyCap(limit=2, now=lambda: now[0])
-    assert [cap(), cap(), cap()] == [True, True, False]
-    now[0] = dt.datetime(2026, 1, 2, 18, 59, tzinfo=dt.timezone(dt.timedelta(hours=-5)))  # 23:59 UTC, same day
-    assert cap() is False
-    now[0] = dt.datetime(2026, 1, 3, 0, 0, tzinfo=dt.UTC)
-    assert [cap(), cap(), cap()] == [True, True, False]
 
 
 def test_a_run_waits_for_the_build_of_its_tree_then_starts_without_it(

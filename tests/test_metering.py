@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from fractions import Fraction
 
@@ -133,7 +134,8 @@ def budgeted_run(
 
 
 def reserve(store: Store, run_id: str, key: str, budgets: BudgetConfig | None = None) -> model_calls.Reservation:
-    return store.transaction(model_calls.reserve, BIG, run_id, key, "claude-sonnet-5-5", "agent", 1000, 2000, budgets)
+    config = dataclasses.replace(BIG, budgets=budgets or BudgetConfig())
+    return store.transaction(model_calls.reserve, config, run_id, key, "claude-sonnet-5-5", "agent", 1000, 2000)
 
 
 BIG = HarnessConfig(tiers={"sonnet": Tier("claude-sonnet-5-5", 100, 1000)}, default_tier="sonnet")

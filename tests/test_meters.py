@@ -4,20 +4,20 @@ shares all-or-none in the store, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from controlplane.domain import graph
-from controlplane.domain.errors import InvalidArgument, NotFound
 from controlplane.services import change_lifecycle
 from controlplane.services.projects import add_project
 from controlplane.store import meters
 from controlplane.store.engine import Store
 from controlplane.store.meters import MeterSpec
 from controlplane.store.models import Change, Meter, MeterReservation, Project
+from drover.errors import InvalidArgument, NotFound
 
-NOW = dt.datetime(2026, 11, 30, 23, 59, 59, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 30, 23, 59, 59, tzinfo=dt.UTC)
 
 
 def test_the_meters_of_one_agent_call() -> None:
@@ -42,14 +42,17 @@ def test_the_meters_of_one_agent_call() -> None:
     [
         (NOW, "2026-11", "2026-11-30"),
         (dt.datetime(2026, 12, 1, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=2))), "2026-11", "2026-11-30"),  # UTC
-        (dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc), "2027-01", "2027-01-01"),
+        (dt.datetime(2027, 1, 1, tzinfo=dt.UTC), "2027-01", "2027-01-01"),
     ],
 )
 def test_periods_are_utc(now: dt.datetime, month: str, day: str) -> None:
     specs = meters.meters_for(now, "c", 0, "p", 0, "u", 0, 0, 0)
     assert (specs[0].period, specs[1].period, specs[3].period, specs[4].period) == (month, day, month, month)
-    assert meters.classifier_meter(now) == MeterSpec(
+    assert meters.daily_calls_meter(meters.CLASSIFIER_CALLS_DAY, now, 200) == MeterSpec(
         f"classifier-calls:{day}", "classifier_calls_day", day, "calls", 200
+    )
+    assert meters.daily_calls_meter(meters.MEMORY_QUERIES_DAY, now, 9) == MeterSpec(
+        f"memory-queries:{day}", "memory_queries_day", day, "calls", 9
     )
 
 
@@ -193,7 +196,20 @@ def test_raise_limit(store: Store) -> None:
 
 
 def test_classifier_calls_share_a_daily_cap(store: Store) -> None:
-    taken = [store.transaction(meters.take_classifier_call, f"cls_{i}", NOW, 3) for i in range(5)]
+    spec = meters.daily_calls_meter(meters.CLASSIFIER_CALLS_DAY, NOW, 3)
+    taken = [store.transaction(meters.take_call, spec, f"cls_{i}") for i in range(5)]
     assert taken == [True, True, True, False, False]
     row = store.transaction(lambda s: s.get(Meter, "classifier-calls:2026-11-30"))
     assert (row.used, row.reserved, row.limit_amount) == (3, 0, 3)
+
+
+def test_memory_queries_count_per_utc_day_and_an_operator_can_raise_the_cap(store: Store) -> None:
+    late = dt.datetime(2026, 11, 30, 23, 59, tzinfo=dt.timezone(dt.timedelta(hours=-5)))  # 04:59 UTC on Dec 1
+    spec = meters.daily_calls_meter(meters.MEMORY_QUERIES_DAY, late, 2)
+    assert spec.key == "memory-queries:2026-12-01"
+    assert [store.transaction(meters.take_call, spec, f"mq_{i}") for i in range(3)] == [True, True, False]
+    next_day = meters.daily_calls_meter(meters.MEMORY_QUERIES_DAY, dt.datetime(2026, 12, 2, tzinfo=dt.UTC), 2)
+    assert store.transaction(meters.take_call, next_day, "mq_next") is True
+    store.transaction(meters.raise_limit, spec.key, 3)
+    assert store.transaction(meters.take_call, spec, "mq_raised") is True
+    assert store.transaction(meters.take_call, spec, "mq_over") is False

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from typing import Any, AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import anthropic
 import pytest
@@ -16,9 +17,9 @@ from drover.core.model import (
     PermanentModelError,
     SpendLimited,
     TransientModelError,
-    Usage,
 )
 from drover.core.retry import RetryPolicy, classify, retry_delay
+from drover.core.usage import Usage
 from drover.testing.fake_anthropic import FakeAnthropic, error, stall, text, tool_uses
 
 pytestmark = pytest.mark.timeout(30)

@@ -6,7 +6,7 @@ import errno
 import json
 import os
 import pathlib
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

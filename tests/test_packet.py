@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from controlplane.domain.errors import InvalidArgument
 from controlplane.domain.packet import (
     CONVENTION,
     LIMIT_TOKENS,
@@ -25,6 +24,7 @@ from controlplane.domain.packet import (
     file_list_summary,
     render_prompt,
 )
+from drover.errors import InvalidArgument
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -68,7 +68,7 @@ inputs = PacketInputs(
 
 def build_inputs() -> PacketInputs:
     namespace: dict[str, object] = {}
-    exec(INPUTS, namespace)  # noqa: S102 - the same source the other processes run
+    exec(INPUTS, namespace)
     inputs = namespace["inputs"]
     assert isinstance(inputs, PacketInputs)
     return inputs
@@ -162,7 +162,7 @@ def test_the_bytes_are_canonical_json_of_packet_version_1() -> None:
     assert compiled.data == json.dumps(packet, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
         "utf-8"
     )
-    assert "é ☃".encode("utf-8") in compiled.data  # UTF-8, not \u escapes
+    assert "é ☃".encode() in compiled.data  # UTF-8, not \u escapes
     assert compiled.tokens == estimate_tokens(compiled.data) <= LIMIT_TOKENS
 
 
@@ -335,7 +335,7 @@ def test_every_item_carries_its_provenance() -> None:
     ids = [i["item_id"] for i in packet["items"]]
     order = [SOURCES.index(i["source"]) for i in packet["items"]]  # retrieval's priorities give seed 000's order
     assert order == sorted(order) and set(order) == set(range(len(SOURCES)))
-    text = "import app.mod3\nVALUE = 'é ☃'\n".encode("utf-8")
+    text = "import app.mod3\nVALUE = 'é ☃'\n".encode()
     core = "file:app/core.py@" + hashlib.sha1(b"blob %d\0" % len(text) + text).hexdigest()
     assert ids[:2] == [core, "file:app/new.py@absent"]
     assert "changeset:cs-9" in ids and "intent:t1" in ids and "failure:r7" in ids

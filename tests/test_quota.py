@@ -7,7 +7,7 @@ import http.server
 import json
 import socket
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -49,7 +49,7 @@ class QuotaServer(http.server.ThreadingHTTPServer):
 class QuotaHandler(http.server.BaseHTTPRequestHandler):
     server: QuotaServer
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.server.requests.append((self.path, self.headers.get("Authorization", "")))
         script = self.server.script.get(self.path, [(404, b"{}")])
         status, body = script.pop(0) if len(script) > 1 else script[0]
@@ -128,7 +128,7 @@ async def test_snapshots_feed_select_most_quota_first(server: QuotaServer) -> No
         "anthropic/payg": 100.0,
     }
     assert sorted(server.requests) == [("/a", "Bearer tok-a"), ("/b", "Bearer tok-b")]
-    now = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     selection = select(TierClass("sonnet", (acct_a, acct_b, payg)), [], [], snapshots, {}, {}, QuotaPolicy(), now)
     assert selection.chosen == acct_b
 
@@ -260,7 +260,7 @@ def test_parse_available_pct(body: bytes, pct: float | None) -> None:
         assert parse_available_pct(body) == pct
 
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pathlib
+import signal
 
 from drover.testing import fake_anthropic as fake
-from tests.conftest import API_KEY, Fleet
+from tests.conftest import API_KEY, Fleet, wait_for
 
 
 def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_args: str) -> None:
@@ -53,6 +54,43 @@ def test_two_failures_at_haiku_escalate_the_third_attempt_to_sonnet(
     assert all(d["agent"] == "router-agent" for d in (first, second, third))
     assert "reasoning" not in str(spend.receipts)
     assert {line.tier for line in spend.lines} == {"haiku", "sonnet"} and spend.spent_micros > 0
+
+
+def test_two_failures_at_sonnet_escalate_to_opus_only_where_the_config_allows_it(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """The [anthropic] allow_opus setting reaches the decision taken when a run fails."""
+    config = tmp_path / "opus.toml"
+    config.write_text("[anthropic]\nallow_opus = true\n")
+    model.extend(
+        [
+            fake.tool_use("fail_task", {"reason": "too hard"}),
+            fake.tool_use("fail_task", {"reason": "still too hard"}),
+            fake.tool_use("complete_task", {"summary": "done on opus"}),
+        ]
+    )
+    start(fleet, model, calc_repo, "--config", str(config))
+    medium = {"key": "m", "kind": "implement", "objective": "a medium change", "complexity": "medium"}
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "opus allowed", [medium])
+        list(client.watch(change.id))
+        runs = sorted(client.list_runs(change_id=change.id), key=lambda r: r.attempt)
+        assert client.get_change(change.id).status == "succeeded"
+    assert [(r.tier, r.outcome) for r in runs] == [("sonnet", "failed"), ("sonnet", "failed"), ("opus", "completed")]
+    assert [r.body["model"] for r in model.requests] == ["claude-sonnet-5-5"] * 2 + ["claude-opus-5-5"]
+
+    config.write_text("")  # opus off again: two failures at sonnet stop the Change at the attempt limit
+    fleet.plane.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "config reloaded" in (fleet.plane.data_dir / "controlplane-1.log").read_text(), 10)
+    model.extend(
+        [fake.tool_use("fail_task", {"reason": "too hard"}), fake.tool_use("fail_task", {"reason": "still too hard"})]
+    )
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "opus not allowed", [medium])
+        list(client.watch(change.id))
+        runs = client.list_runs(change_id=change.id)
+        assert client.get_change(change.id).status == "budget_blocked"  # replan: an operator raises the limit
+    assert sorted((r.attempt, r.tier, r.outcome) for r in runs) == [(1, "sonnet", "failed"), (2, "sonnet", "failed")]
 
 
 def test_opus_runs_on_the_sonnet_model_unless_allowed(
@@ -182,7 +220,6 @@ def test_a_hot_reload_with_an_invalid_config_keeps_the_old_one(
     fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     import signal
-    import time
 
     config = tmp_path / "live.toml"
     config.write_text("")
@@ -191,20 +228,20 @@ def test_a_hot_reload_with_an_invalid_config_keeps_the_old_one(
     )
     start(fleet, model, calc_repo, "--config", str(config))
     drop = {"key": "drop", "kind": "migrate", "objective": "drop", "flags": {"destructive_migration": True}}
+    log = fleet.plane.data_dir / "controlplane-1.log"
     config.write_text(BAD_CLASSES)
     fleet.plane.proc.send_signal(signal.SIGHUP)
-    time.sleep(1)
+    wait_for(lambda: "config reload refused" in log.read_text(), 10, what="the reload to be refused")
     with fleet.plane.client() as client:
         first = client.submit_change("calc", "still opus off", [drop])
         list(client.watch(first.id))
         config.write_text("[anthropic]\nallow_opus = true\n")
         fleet.plane.proc.send_signal(signal.SIGHUP)
-        time.sleep(1)
+        wait_for(lambda: "config reloaded from" in log.read_text(), 10, what="the config to be reloaded")
         second = client.submit_change("calc", "opus on", [drop])
         list(client.watch(second.id))
         models = [client.list_runs(change_id=c.id)[0].model for c in (first, second)]
-    log = (fleet.plane.data_dir / "controlplane-1.log").read_text()
-    assert "config reload refused, keeping the running config" in log
+    assert "config reload refused, keeping the running config" in log.read_text()
     assert models == ["claude-sonnet-5-5", "claude-opus-5-5"]
 
 
@@ -218,7 +255,7 @@ def test_exhausted_subscription_members_defer_the_run_until_the_probe_allows_it(
     quota = {"available_pct": 5.0}
 
     class Probe(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             body = json.dumps(quota).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))

@@ -25,13 +25,13 @@ def test_a_task_timeout_and_the_agent_default_timeout_fail_the_run(fleet: Fleet)
     fleet.plane.add_project("limits")
     fleet.agent("timer", capacity=2, extra=("--default-timeout-seconds", "2", "--kill-grace-seconds", "1"))
     started = time.monotonic()
-    final, runs, logs = _finish(fleet, [task("own", SLEEP, timeout_seconds=1), task("default", SLEEP)])
+    _final, runs, logs = _finish(fleet, [task("own", SLEEP, timeout_seconds=1), task("default", SLEEP)])
     assert time.monotonic() - started < 30
     for key in ("own", "default"):
         assert runs[key].state == "failed" and runs[key].reason == "timeout", key
-    system = "".join(l.text for l in logs["own"] if l.stream == "system")
+    system = "".join(ln.text for ln in logs["own"] if ln.stream == "system")
     assert "timed out after 1 s" in system
-    assert "timed out after 2 s" in "".join(l.text for l in logs["default"] if l.stream == "system")
+    assert "timed out after 2 s" in "".join(ln.text for ln in logs["default"] if ln.stream == "system")
 
 
 def test_output_over_the_limit_is_dropped_with_one_system_line(fleet: Fleet) -> None:
@@ -39,13 +39,13 @@ def test_output_over_the_limit_is_dropped_with_one_system_line(fleet: Fleet) -> 
     fleet.plane.add_project("limits")
     fleet.agent("chatty")
     loud = python_command("import sys\nfor i in range(20000):\n    print(f'line {i:06d}')\n")
-    final, runs, logs = _finish(fleet, [task("loud", loud)])
+    _final, runs, logs = _finish(fleet, [task("loud", loud)])
     run, lines = runs["loud"], logs["loud"]
     assert run.state == "succeeded" and run.output_truncated
-    kept = [l for l in lines if "later output" not in l.text]
-    assert sum(len(l.text.encode()) for l in kept) == 50000  # exactly the limit, then nothing
-    assert "".join(l.text for l in kept).startswith("line 000000\nline 000001\n")
-    dropped = [l for l in lines if "later output of this run is dropped" in l.text]
+    kept = [ln for ln in lines if "later output" not in ln.text]
+    assert sum(len(ln.text.encode()) for ln in kept) == 50000  # exactly the limit, then nothing
+    assert "".join(ln.text for ln in kept).startswith("line 000000\nline 000001\n")
+    dropped = [ln for ln in lines if "later output of this run is dropped" in ln.text]
     assert len(dropped) == 1 and lines[-1] is dropped[0]
 
 
@@ -53,7 +53,7 @@ def test_keep_workspaces_leaves_the_clone(fleet: Fleet, git_repo: pathlib.Path) 
     fleet.start_plane()
     fleet.plane.add_project("limits", str(git_repo))
     agent = fleet.agent("keeper", extra=("--keep-workspaces",))
-    final, runs, _ = _finish(fleet, [task("touch", python_command("open('made-here.txt', 'w').write('x')"))])
+    _final, runs, _ = _finish(fleet, [task("touch", python_command("open('made-here.txt', 'w').write('x')"))])
     kept = agent.work_dir / runs["touch"].id / "repo"
     assert (kept / "made-here.txt").exists() and (kept / "README.md").exists()
 
@@ -67,6 +67,6 @@ def test_keepalive_pings_every_second_do_not_break_an_idle_stream(fleet: Fleet, 
     time.sleep(8)  # idle, pinging every second
     with plane.client() as client:
         connects = client.list_events(kind="agent.connected")
-        final, runs, _ = _finish(fleet, [task("still-there", ["true"])])
+        _final, runs, _ = _finish(fleet, [task("still-there", ["true"])])
     assert len(connects) == 1, "the stream was dropped and re-opened"
     assert runs["still-there"].state == "succeeded"

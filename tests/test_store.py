@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import pathlib
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -14,7 +15,6 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import func, inspect, select, text
 from sqlalchemy.orm import Session
 
-from controlplane.domain.errors import InvalidArgument, NotFound
 from controlplane.domain.graph import ChangeSpec, TaskSpec
 from controlplane.services import agent_presence, change_lifecycle, projects, run_lifecycle, tokens
 from controlplane.services.run_lifecycle import RunMessage
@@ -31,6 +31,7 @@ from controlplane.store.models import (
     Task,
     Token,
 )
+from drover.errors import InvalidArgument, NotFound
 
 LIMIT = 1024 * 1024  # output limit for tests that do not exercise it
 AGENT = "agent-1"

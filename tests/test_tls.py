@@ -6,81 +6,10 @@ import pathlib
 import subprocess
 import sys
 
-import grpc
 import pytest
 
-from drover import Client, Unavailable
-from tests.conftest import Fleet, task, wait_for
-
-
-def openssl(*args: str, cwd: pathlib.Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-@pytest.fixture
-def pki(tmp_path: pathlib.Path) -> pathlib.Path:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
-    d = tmp_path / "pki"
-    d.mkdir()
-    openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=drover test CA",
-        cwd=d,
-    )
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name in ("server", "client"):
-        openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            "-subj",
-            f"/CN={name}",
-            cwd=d,
-        )
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{name}.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            cwd=d,
-        )
-    return d
-
-
-def tls_client(plane, pki: pathlib.Path, with_cert: bool = True) -> Client:
-    creds = grpc.ssl_channel_credentials(
-        (pki / "ca.pem").read_bytes(),
-        (pki / "client.key").read_bytes() if with_cert else None,
-        (pki / "client.pem").read_bytes() if with_cert else None,
-    )
-    return Client(plane.target, token=plane.admin_token, credentials=creds)
+from drover import Unavailable
+from tests.conftest import Fleet, task, tls_client, wait_for
 
 
 def test_agentd_and_the_sdk_speak_mtls_and_plaintext_is_refused(

@@ -82,7 +82,7 @@ def apply_edits(text: str, edits: Sequence[Edit]) -> str:
 
     pieces: list[str] = []
     cursor = 0
-    for edit, (start, end) in zip(edits, spans):
+    for edit, (start, end) in zip(edits, spans, strict=True):
         pieces.append(text[cursor:start])
         pieces.append(edit.new_text)
         cursor = end

@@ -4,14 +4,16 @@ and settled with its exact usage after, each attempt separately."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import tenacity
 
 from agentd.connection import ChannelSettings, open_channel
 from agentd.harness.loop import RunEnded
-from drover.core.model import ModelError, Usage
+from drover.core.model import ModelError
+from drover.core.usage import Usage
 from drover.v1 import agent_pb2, agent_pb2_grpc
 
 REFUSALS = {

@@ -15,7 +15,8 @@ import os
 import pathlib
 import sys
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agentd.connection import ChannelSettings
 from agentd.harness.gate import Gate

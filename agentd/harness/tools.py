@@ -10,7 +10,8 @@ import asyncio
 import dataclasses
 import os
 import pathlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agentd.confined import Confined, ready_pipe
 from agentd.harness import edits, paths
@@ -172,7 +173,7 @@ class TaskTools:
         processes = Confined(proc.pid, read, lambda: proc.returncode is not None)
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), COMMAND_SECONDS)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             processes.kill()
             await proc.wait()
             return ToolResult(f"the command ran past {COMMAND_SECONDS:.0f} s and was stopped", True)
@@ -196,13 +197,14 @@ class TaskTools:
     # --- ending ------------------------------------------------------------------------------------
 
     async def _complete_task(self, args: dict[str, Any]) -> ToolResult:
+        summary = str(args.get("summary", ""))
         intent = {
-            "summary": str(args.get("summary", "")),
+            "summary": summary,
             "files_changed": _strings(args.get("files_changed")),
             "tests_run": _strings(args.get("tests_run")),
             "follow_ups": _strings(args.get("follow_ups")),
         }
-        raise Finished("completed", intent["summary"], intent)
+        raise Finished("completed", summary, intent)
 
     async def _fail_task(self, args: dict[str, Any]) -> ToolResult:
         raise Finished("failed", str(args.get("reason", "")), {})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 import grpc
 
@@ -15,7 +15,6 @@ from controlplane.dispatch.router import Router
 from controlplane.domain import pricing
 from controlplane.services import changesets, claims, model_calls, tenancy
 from controlplane.services.notify import Notifier
-from controlplane.store import meters
 from controlplane.store.engine import Store
 from controlplane.store.models import utcnow
 from controlplane.store.objects import DirectoryStore
@@ -48,7 +47,6 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     ) -> agent_pb2.ReserveModelCallResponse:
         await self.store.read(tenancy.agent_run, request.run_id, auth.current().token_id)
         h = self.harness
-        budgets = meters.BudgetConfig(h.provider_month_usd, h.agent_calls_per_day, h.classifier_calls_per_day)
         r = await self.store.run(
             lambda s: model_calls.reserve(
                 s,
@@ -59,7 +57,6 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
                 request.purpose or "agent",
                 request.max_output_tokens,
                 request.estimated_input_tokens,
-                budgets=budgets,
             )
         )
         if r.granted:  # each model call renews the run's claims at half-life

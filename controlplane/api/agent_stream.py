@@ -11,22 +11,21 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import grpc
 from sqlalchemy.orm import Session
 
-from controlplane.api import auth, convert, validation
-from controlplane.api.status import grpc_code
+from controlplane.api import auth, convert, status, validation
 from controlplane.config import ServerConfig
 from controlplane.dispatch.assign import resume_assignments
 from controlplane.dispatch.assignments import Assignment
-from controlplane.domain.errors import DroverError
 from controlplane.services import agent_presence, run_lifecycle, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.models import utcnow
 from controlplane.store.objects import DirectoryStore
+from drover.errors import AlreadyExists, DroverError, InvalidArgument, PermissionDenied
 from drover.v1 import agent_pb2
 
 log = logging.getLogger("drover.agents")
@@ -142,23 +141,26 @@ class AgentSessions:
     async def _hello(self, context: grpc.aio.ServicerContext, who: tokens.Principal) -> agent_pb2.Hello:
         first = await context.read()
         if first is grpc.aio.EOF or first.WhichOneof("body") != "hello":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "hello: the first message must be a hello")
+            await status.abort(context, InvalidArgument("the first message must be a hello", field="hello"))
         try:
             validation.check(first)
         except DroverError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            await status.abort(context, err)
         hello = first.hello
         claimed = hello.labels.get("pool")
         if claimed is not None and claimed != who.pool:
-            await context.abort(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f'hello.labels["pool"]: this agent\'s token serves the {_pool_name(who.pool)} pool, not {claimed!r}',
+            await status.abort(
+                context,
+                PermissionDenied(
+                    f"this agent's token serves the {_pool_name(who.pool)} pool, not {claimed!r}",
+                    field='hello.labels["pool"]',
+                ),
             )
         if self._stopping:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is shutting down")
         if hello.name in self.sessions:
-            await context.abort(
-                grpc.StatusCode.ALREADY_EXISTS, f"name: an agent named {hello.name!r} is already connected"
+            await status.abort(
+                context, AlreadyExists(f"an agent named {hello.name!r} is already connected", field="name")
             )
         return hello
 
@@ -180,9 +182,10 @@ class AgentSessions:
                 hello.draining,
                 who.token_id,
                 who.pool,
+                self.config.lifecycle,
             )
         except DroverError as err:  # the name belongs to another agent token
-            await context.abort(grpc_code(err), str(err))
+            await status.abort(context, err)
         session.send(agent_pb2.ControlMessage(welcome=agent_pb2.Welcome(agent=hello.name, applied=result.applied)))
         for run_id in result.to_cancel:
             session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))
@@ -262,14 +265,21 @@ class AgentSessions:
                 session.close(grpc.StatusCode.INVALID_ARGUMENT, str(err))
                 return
             decoded = convert.run_message(message.run)
+            if decoded.kind == "refused":
+                # Before the run is requeued: a dispatch pass between the commit and this note would
+                # hand the run straight back to the agent that refused it.
+                self.on_refused(decoded.run_id, session.name)
             seq = await self.store.run(
-                run_lifecycle.apply_run_message, session.name, decoded, self.config.output_limit_bytes, self.objects
+                run_lifecycle.apply_run_message,
+                session.name,
+                decoded,
+                self.config.output_limit_bytes,
+                self.objects,
+                self.config.lifecycle,
             )
             session.send(agent_pb2.ControlMessage(ack=agent_pb2.Ack(run_id=decoded.run_id, seq=seq)))
             self.notifier.notify()
-            if decoded.kind == "refused":
-                self.on_refused(decoded.run_id, session.name)
-            elif decoded.kind == "finished":
+            if decoded.kind in ("refused", "finished"):
                 self.on_change()
 
     async def _write(self, session: AgentSession, context: grpc.aio.ServicerContext) -> None:

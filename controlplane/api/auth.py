@@ -9,11 +9,13 @@ its token up (on the store's read threads, so it never waits for a writer); noth
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import inspect
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 
@@ -81,10 +83,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return found
 
     async def _touch_quietly(self, token_id: int) -> None:
-        try:
+        with contextlib.suppress(Exception):  # last use is a convenience; never fail anything for it
             await self._touch(token_id)  # type: ignore[misc]
-        except Exception:  # last use is a convenience; never fail anything for it
-            pass
 
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         needed = self._permissions.get(details.method)

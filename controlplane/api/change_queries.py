@@ -47,12 +47,8 @@ def offset_of(token: str) -> int:
 
 def get_change(s: Session, change_id: str, scope: Scope = None) -> types_pb2.Change:
     row = visible_change(s, change_id, scope)
-    latest = {
-        task_id: run_id
-        for task_id, run_id in s.execute(
-            select(Run.task_id, Run.id).where(Run.change_id == change_id).order_by(Run.created_at, Run.id)
-        )
-    }
+    runs = select(Run.task_id, Run.id).where(Run.change_id == change_id).order_by(Run.created_at, Run.id)
+    latest = dict(s.execute(runs).tuples().all())  # the last run of each Task wins
     tasks = [convert.task(t, latest.get(t.id, "")) for t in tasks_of(s, change_id)]
     out = convert.change(row, tasks)
     out.conflicts.extend(conflicts(s, change_id))
@@ -157,7 +153,7 @@ def spend(s: Session, change_id: str, scope: Scope = None) -> change_pb2.Spend:
     ]
     return change_pb2.Spend(
         change_id=change_id,
-        budget_micros=int(round(change.budget_usd * 1_000_000)),
+        budget_micros=round(change.budget_usd * 1_000_000),
         spent_micros=sum(line.cost_micros for line in lines),
         lines=lines,
         receipts=receipts(s, change_id=change_id, size=1000).items,

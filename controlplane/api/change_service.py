@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -10,11 +10,11 @@ from controlplane.api import auth, change_queries, convert, validation
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
 from controlplane.domain import graph
-from controlplane.domain.errors import Unauthenticated
 from controlplane.services import change_lifecycle, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.objects import DirectoryStore
+from drover.errors import Unauthenticated
 from drover.v1 import change_pb2, change_pb2_grpc, types_pb2
 
 WATCH_POLL_SECONDS = 1.0
@@ -82,7 +82,9 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
             await still_allowed(self.store, who)
             status = await self.store.run(change_queries.change_status, request.change_id, who.projects)
             page = await self.store.run(
-                lambda s: change_queries.events(s, change_id=request.change_id, after_id=after, scope=who.projects)
+                lambda s, after=after: change_queries.events(
+                    s, change_id=request.change_id, after_id=after, scope=who.projects
+                )
             )
             for event in page.items:
                 after = event.id

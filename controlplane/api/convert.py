@@ -204,15 +204,15 @@ def log_line(row: models.RunLog) -> types_pb2.LogLine:
 
 def run_message(msg: agent_pb2.RunMessage) -> run_lifecycle.RunMessage:
     body = msg.WhichOneof("body") or ""
-    base = dict(run_id=msg.run_id, seq=msg.seq, kind=body)
+    base = run_lifecycle.RunMessage(run_id=msg.run_id, seq=msg.seq, kind=body)
     if body == "refused":
-        return run_lifecycle.RunMessage(**base, reason=msg.refused.reason)
+        return dataclasses.replace(base, reason=msg.refused.reason)
     if body == "log":
-        return run_lifecycle.RunMessage(**base, stream=msg.log.stream, text=msg.log.text)
+        return dataclasses.replace(base, stream=msg.log.stream, text=msg.log.text)
     if body == "finished":
         f = msg.finished
-        return run_lifecycle.RunMessage(**base, status=f.status, exit_code=f.exit_code, reason=f.reason, error=f.error)
-    return run_lifecycle.RunMessage(**base)
+        return dataclasses.replace(base, status=f.status, exit_code=f.exit_code, reason=f.reason, error=f.error)
+    return base
 
 
 def receipt(row: models.DecisionReceipt, task_key: str = "") -> types_pb2.DecisionReceipt:

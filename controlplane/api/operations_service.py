@@ -3,7 +3,7 @@ projects of its token (and, for agents, those projects' pools)."""
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -90,7 +90,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         after = request.after_seq
         while True:
             lines, state = await self.store.run(
-                lambda s: run_queries.run_logs(s, request.run_id, after, scope=who.projects)
+                lambda s, after=after: run_queries.run_logs(s, request.run_id, after, scope=who.projects)
             )
             for line in lines:
                 after = line.seq

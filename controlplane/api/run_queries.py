@@ -13,7 +13,6 @@ from sqlalchemy.orm import Session
 from controlplane.api import convert
 from controlplane.api.change_queries import in_scope, offset_of
 from controlplane.domain import run_states
-from controlplane.domain.errors import FailedPrecondition, NotFound
 from controlplane.services import paging
 from controlplane.services.paging import page_size
 from controlplane.services.tenancy import (
@@ -32,6 +31,7 @@ from controlplane.store.models import (
     Task,
 )
 from controlplane.store.objects import packet_key
+from drover.errors import FailedPrecondition, NotFound
 from drover.v1 import types_pb2
 
 
@@ -88,7 +88,7 @@ def list_runs(
         size,
         lambda r: r,
         lambda r: r.ByteSize(),
-        lambda r: paging.encode(r.created_at.ToDatetime(dt.timezone.utc), r.id),
+        lambda r: paging.encode(r.created_at.ToDatetime(dt.UTC), r.id),
     )
 
 

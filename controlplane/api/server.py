@@ -28,7 +28,7 @@ from controlplane.dispatch.assign import Dispatcher
 from controlplane.dispatch.composer import Composer
 from controlplane.dispatch.liveness import Liveness
 from controlplane.dispatch.router import Router
-from controlplane.services import agent_presence, run_lifecycle, tokens
+from controlplane.services import agent_presence, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store, sqlite_url
 from controlplane.store.models import Token
@@ -163,7 +163,6 @@ class ControlPlane:
         self.config = config
         self.store = store
         self.notifier = Notifier()
-        run_lifecycle.set_policy(run_lifecycle.Policy(allow_opus=config.harness.allow_opus))
         for warning in config.harness.warnings:
             log.warning("%s", warning)
         self.objects = DirectoryStore(config.objects)
@@ -252,7 +251,6 @@ class ControlPlane:
         self.config = dataclasses.replace(self.config, harness=harness)
         self.agents.config = self.dispatcher.config = self.liveness.config = self.config
         self.router.reconfigure(harness)
-        run_lifecycle.set_policy(run_lifecycle.Policy(allow_opus=harness.allow_opus))
         log.info("config reloaded from %s", path)
         return True
 

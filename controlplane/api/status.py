@@ -10,18 +10,25 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
 from controlplane.api import validation
-from controlplane.domain.errors import DroverError, error_id
+from controlplane.domain.errors import error_id
+from drover.errors import DroverError, trailing_metadata
 
 log = logging.getLogger("drover.rpc")
 
 
 def grpc_code(err: DroverError) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, err.code, grpc.StatusCode.INTERNAL)
+
+
+async def abort(context: grpc.aio.ServicerContext, err: DroverError) -> None:
+    """End the call with the status of `err`: its code, its message, and its field in the metadata."""
+    await context.abort(grpc_code(err), str(err), trailing_metadata=trailing_metadata(err))
 
 
 async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:
@@ -42,7 +49,7 @@ def reporting(method: Callable[..., Any]) -> Callable[..., Any]:
                 async for item in method(self, request, context):
                     yield item
             except DroverError as err:
-                await context.abort(grpc_code(err), str(err))
+                await abort(context, err)
             except grpc.aio.AbortError:
                 raise
             except Exception:
@@ -56,7 +63,7 @@ def reporting(method: Callable[..., Any]) -> Callable[..., Any]:
             validation.check(request, getattr(self, "limits", validation.Limits()))
             return await method(self, request, context)
         except DroverError as err:
-            await context.abort(grpc_code(err), str(err))
+            await abort(context, err)
         except grpc.aio.AbortError:
             raise
         except Exception:

@@ -16,13 +16,13 @@ import dataclasses
 import json
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from controlplane.domain import resources
-from controlplane.domain.errors import DroverError, InvalidArgument
 from controlplane.domain.names import (
     AGENT_NAME,
     BRANCH,
@@ -37,6 +37,7 @@ from controlplane.domain.names import (
     NAME,
     TASK_KEY,
 )
+from drover.errors import DroverError, InvalidArgument
 
 KiB, MiB = 1024, 1024 * 1024
 DEFAULT_STRING = 4096

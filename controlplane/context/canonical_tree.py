@@ -19,7 +19,7 @@ def _callbacks(token: str) -> pygit2.RemoteCallbacks | None:
 
 
 def _is_local(repo: str) -> bool:
-    return "://" not in repo and not repo.startswith("git@") or repo.startswith("file://")
+    return ("://" not in repo and not repo.startswith("git@")) or repo.startswith("file://")
 
 
 def open_canonical(

@@ -18,7 +18,7 @@ import numpy as np
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
 from chromadb.utils.embedding_functions import register_embedding_function
 
-from controlplane.domain.errors import FailedPrecondition
+from drover.errors import FailedPrecondition
 
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -53,13 +53,13 @@ def find_model(config_dir: str = "") -> tuple[pathlib.Path, pathlib.Path]:
                 f"{base} has no {' or '.join(missing)}. {HOW_TO_PROVIDE}", field="memory.model_dir"
             )
         return model, tokenizer
-    model, tokenizer = _packaged(*PACKAGED_MODEL), _packaged(*PACKAGED_TOKENIZER)
-    if model is None or tokenizer is None:
+    packaged_model, packaged_tokenizer = _packaged(*PACKAGED_MODEL), _packaged(*PACKAGED_TOKENIZER)
+    if packaged_model is None or packaged_tokenizer is None:
         raise EmbeddingModelMissing(
             f"no [memory] model_dir is set and no packaged model is installed. {HOW_TO_PROVIDE}",
             field="memory.model_dir",
         )
-    return model, tokenizer
+    return packaged_model, packaged_tokenizer
 
 
 def _packaged(package: str, relative: str) -> pathlib.Path | None:
@@ -110,7 +110,7 @@ class OnnxEmbedder(EmbeddingFunction[Documents]):
         vectors: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(input)
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
-            for i, vector in zip(batch, self._embed(session, [input[i] for i in batch])):
+            for i, vector in zip(batch, self._embed(session, [input[i] for i in batch]), strict=True):
                 vectors[i] = vector
         return vectors
 
@@ -180,7 +180,7 @@ class OnnxEmbedder(EmbeddingFunction[Documents]):
         }
 
     @staticmethod
-    def build_from_config(config: dict[str, Any]) -> "OnnxEmbedder":
+    def build_from_config(config: dict[str, Any]) -> OnnxEmbedder:
         return OnnxEmbedder(
             config["model_path"],
             config["tokenizer_path"],

@@ -18,14 +18,13 @@ project at once are not excluded; both converge on the ids of their tree.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import re
-import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import chromadb
 from chromadb.config import Settings
@@ -96,30 +95,6 @@ class Chunk:
     metadata: dict[str, Any]
 
 
-class DailyCap:
-    """A `Spend` for one process: at most `limit` query embeddings per UTC day.
-
-    A fleet sharing one cap needs a meter in the store instead; this one counts in memory.
-    """
-
-    def __init__(self, limit: int = 1000, now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
-        self.limit = limit
-        self._now = now
-        self._lock = threading.Lock()
-        self._day: dt.date | None = None
-        self.used = 0
-
-    def __call__(self) -> bool:
-        today = self._now().astimezone(dt.UTC).date()
-        with self._lock:
-            if today != self._day:
-                self._day, self.used = today, 0
-            if self.used >= self.limit:
-                return False
-            self.used += 1
-            return True
-
-
 def collection_name(project: str) -> str:
     """`drover-<project>`; a project name chroma would refuse is slugged and given a hash suffix."""
     name = f"drover-{project}"
@@ -170,7 +145,7 @@ class Memory:
         self.embedder = embedder if embedder is not None else OnnxEmbedder(*find_model())
 
     @classmethod
-    def open(cls, data_dir: str | Path, url: str = "", model_dir: str = "") -> "Memory":
+    def open(cls, data_dir: str | Path, url: str = "", model_dir: str = "") -> Memory:
         """A PersistentClient in `<data_dir>/chroma`, or an HttpClient to the chroma server at `url`
         (http://host:port; https for TLS); the model from `model_dir`, else the packaged one."""
         settings = Settings(anonymized_telemetry=False)
@@ -310,7 +285,9 @@ class Memory:
             query_texts=[text], n_results=max(4 * k, 20), include=["documents", "metadatas", "distances"]
         )
         matches: dict[str, Match] = {}
-        for meta, document, distance in zip(found["metadatas"][0], found["documents"][0], found["distances"][0]):
+        for meta, document, distance in zip(
+            found["metadatas"][0], found["documents"][0], found["distances"][0], strict=True
+        ):
             similarity = 1.0 - float(distance)
             if similarity < min_similarity or len(matches) >= k:
                 break

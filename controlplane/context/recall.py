@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import pathlib
 from typing import Any
@@ -18,6 +19,7 @@ from controlplane.context import retrieval
 from controlplane.domain import packet
 from controlplane.store import meters
 from controlplane.store.engine import Store
+from controlplane.store.events import new_id
 from controlplane.store.models import Change, ChangeSet, utcnow
 
 log = logging.getLogger("drover.memory")
@@ -37,13 +39,7 @@ class MemoryConfig:
 
 def take_query(s: Session, cap: int) -> bool:
     """One query embedding on the shared daily meter."""
-    day = utcnow().strftime("%Y-%m-%d")
-    spec = meters.MeterSpec(f"memory-queries:{day}", "memory_queries_day", day, "calls", cap)
-    reservation = f"mq_{utcnow().timestamp()}"
-    if meters.reserve_on_meters(s, reservation, [spec], {spec.key: 1}) is not None:
-        return False
-    meters.settle_on_meters(s, reservation, {})
-    return True
+    return meters.take_call(s, meters.daily_calls_meter(meters.MEMORY_QUERIES_DAY, utcnow(), cap), new_id("mq"))
 
 
 def intents_of(s: Session, project: str) -> list[dict[str, Any]]:
@@ -58,6 +54,11 @@ def intents_of(s: Session, project: str) -> list[dict[str, Any]]:
     ]
 
 
+def _report_build(project: str, task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("index build of %s failed: %s", project, task.exception())
+
+
 def tree_files(repo_path: str, commit: str) -> tuple[str, dict[str, tuple[str, str]]]:
     """The tree id of `commit` and its text files as path -> (blob id, text)."""
     repo = pygit2.Repository(repo_path)
@@ -65,7 +66,8 @@ def tree_files(repo_path: str, commit: str) -> tuple[str, dict[str, tuple[str, s
     files: dict[str, tuple[str, str]] = {}
     for path in tree.files():
         blob = tree.blob_id(path)
-        if repo[blob].size > MAX_FILE_BYTES:
+        obj = repo[blob]
+        if not isinstance(obj, pygit2.Blob) or obj.size > MAX_FILE_BYTES:
             continue
         text = tree.read(path)
         if text is not None:
@@ -108,13 +110,7 @@ class Recall:
         running = self._builds.get(project)
         if running is None or running.done():
             task = asyncio.create_task(self.build(project, repo_path, commit))
-            task.add_done_callback(
-                lambda t: (
-                    t.cancelled()
-                    or t.exception() is None
-                    or log.warning("index build of %s failed: %s", project, t.exception())
-                )
-            )
+            task.add_done_callback(functools.partial(_report_build, project))
             self._builds[project] = task
 
     async def items(

@@ -13,7 +13,8 @@ import dataclasses
 import hashlib
 import os
 import re
-from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import pygit2
 
@@ -132,6 +133,7 @@ def python_imports(path: str, text: str, files: Collection[str], roots: Sequence
                 found.update(_resolve(alias.name.split("."), 1, fileset, roots))
         elif isinstance(node, ast.ImportFrom):
             module = node.module.split(".") if node.module else []
+            bases: Sequence[str]
             if node.level:
                 if node.level - 1 > len(package):
                     continue  # climbs above the repository

@@ -5,6 +5,7 @@ of its own; one that cannot be assigned fails alone, in its own transaction, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -19,7 +20,7 @@ from controlplane.dispatch.assignments import Assignment
 from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
 from controlplane.domain.claims import task_resources
-from controlplane.domain.errors import DroverError, error_id
+from controlplane.domain.errors import error_id
 from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments
 from controlplane.services import claims, run_lifecycle
 from controlplane.services.notify import Notifier
@@ -27,6 +28,7 @@ from controlplane.store import events
 from controlplane.store.engine import Store
 from controlplane.store.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
 from controlplane.store.objects import DirectoryStore
+from drover.errors import DroverError
 
 log = logging.getLogger("drover.dispatch")
 REFUSAL_BACKOFF_SECONDS = 30.0
@@ -72,10 +74,8 @@ class Dispatcher:
 
     async def run_forever(self) -> None:
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.config.dispatch_interval)
-            except asyncio.TimeoutError:
-                pass
             self._wake.clear()
             try:
                 if await self.router.route_pending():

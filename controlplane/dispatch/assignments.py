@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from sqlalchemy.orm import Session
 

@@ -7,7 +7,8 @@ the confidence come back: the reply text itself is dropped here.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from controlplane.domain.tiers import (
     CLASSIFIER_SYSTEM,

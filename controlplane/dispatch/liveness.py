@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from typing import Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -58,7 +59,10 @@ class Liveness:
         await self.agents.close_revoked()
         now = self.clock()
         failed = await self.store.run(
-            agent_presence.fail_lost_runs, dt.timedelta(seconds=self.config.agent_lost_seconds), now
+            agent_presence.fail_lost_runs,
+            dt.timedelta(seconds=self.config.agent_lost_seconds),
+            now,
+            self.config.lifecycle,
         )
         await self.store.run(model_calls.settle_expired, RESERVATION_TTL)
         await self.store.run(renew_claims, self.agents.connected(), now)

@@ -9,7 +9,8 @@ import dataclasses
 import datetime as dt
 import json
 import pathlib
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pygit2
 from sqlalchemy import select
@@ -205,7 +206,7 @@ def locate(g: Gathered, mirrors: pathlib.Path) -> Located | None:
     repo, commit = open_canonical(g.project, g.repo, g.branch, mirrors, g.token)
     if not commit:
         return Located(repo.path, "", "")
-    when = dt.datetime.fromtimestamp(repo[commit].peel(pygit2.Commit).commit_time, dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(repo[commit].peel(pygit2.Commit).commit_time, dt.UTC)
     return Located(repo.path, commit, when.isoformat())
 
 
@@ -225,7 +226,7 @@ def compile_for(
         items += retrieval.declared_items(tree, g.declared, captured)
         items += retrieval.neighbour_items(tree, retrieval.dependency_neighbours(tree, g.declared), captured)
     items += retrieval.resource_owner_items(g.owners, captured)
-    items += retrieval.intent_items([i for i in g.intents], captured)
+    items += retrieval.intent_items(list(g.intents), captured)
     items += [dataclasses.replace(i, captured_at=captured) for i in semantic]
     failures = retrieval.failure_items(
         [{k: v for k, v in f.items() if k != "captured_at"} for f in g.failures], captured

@@ -19,7 +19,9 @@ import pathlib
 import time
 import urllib.error
 import urllib.request
-from typing import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+
+import tenacity
 
 from controlplane.domain.members import (
     PAY_PER_API,
@@ -123,7 +125,7 @@ class QuotaProbe:
         self,
         fetch: Fetch | None = None,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         *,
         policy: QuotaPolicy = QuotaPolicy(),
         env: Mapping[str, str] = os.environ,
@@ -152,7 +154,7 @@ class QuotaProbe:
         """Snapshots by route key for `members.select`, probed concurrently."""
         unique = {m.route_key: m for m in members}
         answers = await asyncio.gather(*(self.snapshot(m) for m in unique.values()))
-        return dict(zip(unique, answers))
+        return dict(zip(unique, answers, strict=True))
 
     async def _probe(self, member: Member, state: _State) -> QuotaSnapshot:
         try:
@@ -173,15 +175,17 @@ class QuotaProbe:
         return state.last_good
 
     async def _fetch(self, member: Member) -> float:
-        retry = 0
-        while True:
-            try:
+        """The probe's answer; a transient failure is tried again `probe_max_retries` times, backing off."""
+        async for attempt in tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(is_transient),
+            stop=tenacity.stop_after_attempt(self.policy.probe_max_retries + 1),
+            wait=lambda state: retry_delay(state.attempt_number, self.policy),
+            sleep=self._sleep,
+            reraise=True,
+        ):
+            with attempt:
                 return await self.fetch(member)
-            except Exception as err:
-                if retry >= self.policy.probe_max_retries or not is_transient(err):
-                    raise
-            retry += 1
-            await self._sleep(retry_delay(retry, self.policy))
+        raise AssertionError("tenacity re-raises the last failure")
 
 
 class ObservedFailures:

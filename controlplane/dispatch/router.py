@@ -18,7 +18,7 @@ from controlplane.context.recall import Recall
 from controlplane.dispatch import classifier, packet_pipeline
 from controlplane.dispatch.quota import ObservedFailures, QuotaProbe
 from controlplane.domain import members, pricing, run_states, tiers
-from controlplane.domain.errors import DroverError, error_id
+from controlplane.domain.errors import error_id
 from controlplane.services import run_lifecycle
 from controlplane.services.notify import Notifier
 from controlplane.store import events, meters
@@ -27,6 +27,7 @@ from controlplane.store.models import Conflict, DecisionReceipt, Run, Task, utcn
 from controlplane.store.objects import DirectoryStore
 from drover.core.model import AnthropicModel, ModelError
 from drover.core.retry import RetryPolicy
+from drover.errors import DroverError
 
 log = logging.getLogger("drover.router")
 QUOTA_ERRORS = frozenset({"rate_limit_error", "RateLimited", "billing_error", "SpendLimited", "429"})
@@ -100,7 +101,8 @@ def active_by_member(s: Session) -> dict[str, int]:
 
 def reserve_classifier_call(s: Session, cap: int) -> bool:
     """The shared classifier meter: at most `cap` calls per UTC day."""
-    return meters.take_classifier_call(s, events.new_id("cls"), utcnow(), cap)
+    spec = meters.daily_calls_meter(meters.CLASSIFIER_CALLS_DAY, utcnow(), cap)
+    return meters.take_call(s, spec, events.new_id("cls"))
 
 
 def record(
@@ -228,21 +230,12 @@ class Router:
         price = pricing.price_for(model, h.prices)
         estimate = pricing.estimate_micros(packet_pipeline.packet.estimate_tokens(text), 1000, price)
         reservation = events.new_id("cmp")
-        budgets = meters.BudgetConfig(h.provider_month_usd, h.agent_calls_per_day, h.classifier_calls_per_day)
+        budgets = h.budgets
 
         def reserve(s: Session) -> bool:
-            # the fleet's meters: the monthly provider budget and the daily call cap
-            specs = meters.meters_for(
-                utcnow(),
-                "",
-                0,
-                "",
-                0,
-                "",
-                0,
-                meters.usd_micros(budgets.provider_month_usd),
-                budgets.agent_calls_per_day,
-            )[:2]
+            specs = meters.fleet_meters(
+                utcnow(), meters.usd_micros(budgets.provider_month_usd), budgets.agent_calls_per_day
+            )
             return meters.reserve_on_meters(s, reservation, specs, meters.amounts_for(specs, estimate)) is None
 
         if not await self.store.run(reserve):
@@ -306,7 +299,9 @@ class Router:
                     continue
                 self.failures.pop(item.run_id, None)
                 reason = _reason(item.run_id, err)
-                await self.store.run(lambda s, run_id=item.run_id: run_lifecycle.fail_unrouted(s, run_id, reason))
+                await self.store.run(
+                    lambda s, run_id=item.run_id, reason=reason: run_lifecycle.fail_unrouted(s, run_id, reason)
+                )
         if pending:
             self.notifier.notify()
         return len(pending)
@@ -333,7 +328,7 @@ class Router:
                 self.classifier,
                 item.traits,
                 item.objective,
-                lambda: self.store.run(reserve_classifier_call, h.classifier_calls_per_day),
+                lambda: self.store.run(reserve_classifier_call, h.budgets.classifier_calls_per_day),
             )
         return tiers.decide_tier(item.traits, answer, h.allow_opus)
 

@@ -8,8 +8,10 @@ import dataclasses
 import datetime as dt
 import fnmatch
 import itertools
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+from controlplane.domain import graph
 from controlplane.domain.resources import GLOB as _GLOB
 from controlplane.domain.resources import NAMED as _NAMED
 from controlplane.domain.resources import normalise
@@ -111,16 +113,6 @@ def _globs_intersect(p: list[tuple[str, str]], q: list[tuple[str, str]]) -> bool
     return False
 
 
-def _ancestors(task: str, deps: Mapping[str, Sequence[str]]) -> set[str]:
-    found, todo = set(), list(deps.get(task, ()))
-    while todo:
-        current = todo.pop()
-        if current not in found:
-            found.add(current)
-            todo.extend(deps.get(current, ()))
-    return found
-
-
 def find_conflicts(
     order: Sequence[str],
     deps: Mapping[str, Sequence[str]],
@@ -135,7 +127,7 @@ def find_conflicts(
     own = {task: set(files.get(task, ())) for task in order}
     for a, b in itertools.combinations(order, 2):
         shared = own[a] & own[b]
-        if shared and a not in _ancestors(b, deps) and b not in _ancestors(a, deps):
+        if shared and a not in graph.ancestors(b, deps) and b not in graph.ancestors(a, deps):
             found.setdefault((a, b), (set(), set()))[0].update(shared)
     for x, y, resource in contended:
         if x != y and x in rank and y in rank:

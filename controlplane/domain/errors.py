@@ -1,46 +1,9 @@
-"""Domain errors. One base class; `grpc_code` maps each to a gRPC status (STYLE.md row 6)."""
+"""Errors: the control plane raises the classes of `drover.errors`, the one hierarchy the SDK raises
+too; `controlplane.api.status` reports each as its gRPC status, with its field."""
 
 from __future__ import annotations
 
 import secrets
-
-
-class DroverError(Exception):
-    """Base of every error the control plane reports to a caller."""
-
-    code = "INTERNAL"
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
-
-
-class InvalidArgument(DroverError):
-    code = "INVALID_ARGUMENT"
-
-
-class NotFound(DroverError):
-    code = "NOT_FOUND"
-
-
-class AlreadyExists(DroverError):
-    code = "ALREADY_EXISTS"
-
-
-class FailedPrecondition(DroverError):
-    code = "FAILED_PRECONDITION"
-
-
-class Unauthenticated(DroverError):
-    code = "UNAUTHENTICATED"
-
-
-class PermissionDenied(DroverError):
-    code = "PERMISSION_DENIED"
-
-
-class ResourceExhausted(DroverError):
-    code = "RESOURCE_EXHAUSTED"
 
 
 def error_id() -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 TIERS = ("haiku", "sonnet", "opus")
 """Tiers from cheapest to strongest."""
@@ -39,7 +39,15 @@ def _moment(at: str | dt.datetime) -> dt.datetime:
         at = dt.datetime.fromisoformat(at)
     elif not isinstance(at, dt.datetime):
         raise TypeError(f"at must be an ISO 8601 string or a datetime, not {type(at).__name__}")
-    return at if at.tzinfo is not None else at.replace(tzinfo=dt.timezone.utc)  # naive means UTC
+    return at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)  # naive means UTC
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """The configuration the escalation decision follows; the control plane's comes from [anthropic]."""
+
+    allow_opus: bool = False
+    """Whether a failed sonnet attempt may escalate to opus."""
 
 
 @dataclasses.dataclass(frozen=True)

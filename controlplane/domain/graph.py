@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
-from controlplane.domain.errors import InvalidArgument
+from drover.errors import InvalidArgument
 
 MAX_TASKS = 500
 MAX_TEXT = 64 * 1024
@@ -106,7 +107,7 @@ def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str]:
     for root in deps:
         if state.get(root):
             continue
-        stack: list[tuple[str, Iterable[str]]] = [(root, iter(deps[root]))]
+        stack: list[tuple[str, Iterator[str]]] = [(root, iter(deps[root]))]
         path = [root]
         state[root] = 1
         while stack:
@@ -134,17 +135,23 @@ def ready_tasks(statuses: Mapping[str, str], deps: Mapping[str, Sequence[str]]) 
     ]
 
 
+def ancestors(key: str, deps: Mapping[str, Sequence[str]]) -> set[str]:
+    """Every Task `key` depends on, however far."""
+    found: set[str] = set()
+    todo = list(deps.get(key, ()))
+    while todo:
+        current = todo.pop()
+        if current not in found:
+            found.add(current)
+            todo.extend(deps.get(current, ()))
+    return found
+
+
 def dependents_to_block(failed: str, statuses: Mapping[str, str], deps: Mapping[str, Sequence[str]]) -> list[str]:
-    """Pending Tasks that can no longer run because `failed` (directly or transitively) will not succeed."""
-    blocked: list[str] = []
-    frontier = [failed]
-    while frontier:
-        current = frontier.pop()
-        for key, needs in deps.items():
-            if current in needs and statuses[key] == "pending" and key not in blocked:
-                blocked.append(key)
-                frontier.append(key)
-    return blocked
+    """Pending Tasks that can no longer run because `failed` will not succeed: those that depend on
+    it, however far, through pending Tasks; in the order of `deps`."""
+    pending = {key: needs for key, needs in deps.items() if statuses[key] == "pending"}
+    return [key for key in pending if failed in ancestors(key, pending | {failed: ()})]
 
 
 def change_status(statuses: Iterable[str], *, cancel_requested: bool, started: bool) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from controlplane.domain.errors import DroverError
 from controlplane.domain.members import (
     BILLINGS,
     INTRA_KIND_POLICIES,
@@ -23,6 +23,7 @@ from controlplane.domain.members import (
     TodModifier,
     tag_set,
 )
+from drover.errors import DroverError
 
 _MEMBER_KEYS = frozenset(
     {
@@ -116,7 +117,7 @@ def parse_modifiers(data: Mapping[str, Any]) -> tuple[TodModifier, ...]:
             raise ConfigError(f"{where}: set route_key or model")
         start, end = _str(spec, "start", where), _str(spec, "end", where)
         for name, value in (("start", start), ("end", end)):
-            if not _HHMM.match(value) or value == "24:00" and name == "start":
+            if not _HHMM.match(value) or (value == "24:00" and name == "start"):
                 raise ConfigError(f"{where}: {name} {value!r} is not UTC HH:MM")
         if start == end:
             raise ConfigError(f"{where}: start and end are equal; the window would be empty")
@@ -196,7 +197,7 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
             raise ConfigError(
                 f"{where}: instance_id '{raw}' has prefix '{prefix}', which does not match agent '{agent}'"
             )
-    if "/" in instance or instance != instance.strip() or raw and not instance:
+    if "/" in instance or instance != instance.strip() or (raw and not instance):
         raise ConfigError(f"{where}: instance_id '{raw}' is not a name or {agent}/name")
     key = f"{agent}/{instance}" if instance else agent
     where = f"AgentClass '{class_id}': member '{key}'"

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any, Iterable, Mapping, MutableMapping, NamedTuple, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from typing import Any, NamedTuple
 
 SUBSCRIPTION, PAY_PER_API = "Subscription", "PayPerApi"
 BILLINGS = (SUBSCRIPTION, PAY_PER_API)
@@ -95,7 +96,7 @@ class TodModifier:
         return not self.model or self.model == member.model
 
     def active(self, now: dt.datetime) -> bool:
-        utc = now.astimezone(dt.timezone.utc) if now.tzinfo else now
+        utc = now.astimezone(dt.UTC) if now.tzinfo else now
         minute, start, end = utc.hour * 60 + utc.minute, _minutes(self.start), _minutes(self.end)
         return start <= minute < end if start < end else minute >= start or minute < end
 
@@ -258,7 +259,7 @@ def intra_kind_order(
             siblings = siblings[shift:] + siblings[:shift]
         elif policy == "Sticky":
             siblings.sort(key=lambda r: r.member.route_key != sticky_route_key)
-        for index, r in zip(slots, siblings):
+        for index, r in zip(slots, siblings, strict=True):
             out[index] = r
     return out
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from controlplane.domain.errors import InvalidArgument
+from drover.errors import InvalidArgument
 
 PACKET_VERSION = 1
 LIMIT_TOKENS = 12_000
@@ -179,7 +180,7 @@ def _drop_order(items: list[Item]) -> list[int]:
     backwards = list(reversed(range(len(items))))
     semantic = sorted(
         (n for n in backwards if items[n].source == "semantic"),
-        key=lambda n: items[n].score if items[n].score is not None else 0.0,
+        key=lambda n: items[n].score or 0.0,
     )
     return semantic + [n for n in backwards if items[n].source != "semantic"]
 
@@ -229,7 +230,9 @@ def file_list_summary(paths: Iterable[str], declared: Iterable[str] = ()) -> dic
     every = sorted(set(paths))
     near = {p.rpartition("/")[0] for p in declared}
     close = [p.rpartition("/")[0] in near for p in every]
-    ordered = [p for p, c in zip(every, close) if c] + [p for p, c in zip(every, close) if not c]
+    ordered = [p for p, c in zip(every, close, strict=True) if c] + [
+        p for p, c in zip(every, close, strict=True) if not c
+    ]
     shown: list[str] = []
     used = 0
     for path in ordered:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Mapping
+
+from drover.core.usage import Usage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +25,7 @@ class Price:
         output: float | str,
         cache_write: float | str | None = None,
         cache_read: float | str | None = None,
-    ) -> "Price":
+    ) -> Price:
         base = Fraction(str(input))
         return cls(
             base,
@@ -31,14 +33,6 @@ class Price:
             Fraction(str(cache_write)) if cache_write is not None else base * Fraction(5, 4),
             Fraction(str(cache_read)) if cache_read is not None else base / 10,
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0  # uncached input
-    output_tokens: int = 0  # thinking included
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
 
 
 # Anthropic list prices per tier's default model (USD per million tokens); operators override them.

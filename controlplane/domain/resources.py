@@ -8,7 +8,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from controlplane.domain.errors import InvalidArgument
+from drover.errors import InvalidArgument
 
 NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*):(.*)$")
 GLOB = frozenset("*?[")

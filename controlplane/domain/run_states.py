@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controlplane.domain.errors import FailedPrecondition
+from drover.errors import FailedPrecondition
 
 TRANSITIONS = frozenset(
     {

@@ -8,12 +8,12 @@ import datetime as dt
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from controlplane.domain import run_states
-from controlplane.domain.errors import NotFound, PermissionDenied
+from controlplane.domain import escalation, run_states
 from controlplane.services.run_lifecycle import finish_run, requeue
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event
 from controlplane.store.models import Agent, Run, Token, utcnow
+from drover.errors import NotFound, PermissionDenied
 
 FORGET = 1 << 62  # an applied seq that makes an agent drop every message of a run
 
@@ -35,6 +35,7 @@ def agent_connected(
     draining: bool,
     token_id: int = 0,
     pool: str = "",
+    policy: escalation.Policy | None = None,
 ) -> HelloResult:
     """Record a connected agent. A name is bound to the agent token that first registered it: another
     token may take it only once that one is revoked or expired, and only for the same pool."""
@@ -74,12 +75,13 @@ def agent_connected(
                 exit_code=-1,
                 reason="agent_restarted",
                 error=f"agent {name} came back without this run",
+                policy=policy,
             )
     for run_id in listed - applied.keys():
         # Ended here already (agent_lost, or a result whose ack was lost): take the rest of its output,
         # which cannot change its state, and stop its session. Not this agent's run: forget it.
-        run = s.get(Run, run_id)
-        applied[run_id] = run.last_seq if run is not None and run.agent == name else FORGET
+        ended = s.get(Run, run_id)
+        applied[run_id] = ended.last_seq if ended is not None and ended.agent == name else FORGET
         to_cancel.append(run_id)
     return HelloResult(applied=applied, to_cancel=to_cancel)
 
@@ -105,7 +107,9 @@ def disconnect_all(s: Session) -> None:
     s.execute(update(Agent).where(Agent.connected.is_(True)).values(connected=False, disconnected_at=utcnow()))
 
 
-def fail_lost_runs(s: Session, window: dt.timedelta, now: dt.datetime | None = None) -> list[str]:
+def fail_lost_runs(
+    s: Session, window: dt.timedelta, now: dt.datetime | None = None, policy: escalation.Policy | None = None
+) -> list[str]:
     """Fail the active runs of agents gone (since they were last heard) for longer than `window`."""
     now = now or utcnow()
     failed: list[str] = []
@@ -121,6 +125,7 @@ def fail_lost_runs(s: Session, window: dt.timedelta, now: dt.datetime | None = N
                 exit_code=-1,
                 reason="agent_lost",
                 error=f"agent {agent.name} disconnected for more than {int(window.total_seconds())} s",
+                policy=policy,
             )
             failed.append(run.id)
     return failed

@@ -3,19 +3,17 @@ function runs inside one transaction and appends the Events of what it changed."
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.domain import graph, run_states
-from controlplane.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from controlplane.services.progress import advance, queue_run, settle_change
 from controlplane.services.run_lifecycle import finish_run
 from controlplane.services.tenancy import Scope, check_owner, visible_change
 from controlplane.store.changes import tasks_of
 from controlplane.store.events import add_event, new_id, run_event
 from controlplane.store.models import Change, Project, Run, Task, utcnow
+from drover.errors import FailedPrecondition, InvalidArgument, NotFound
 
 
 def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str, scope: Scope = None) -> str:
@@ -121,7 +119,7 @@ def raise_budget(
     add_event(s, "change.budget_raised", change_id=change.id, previous_usd=old, budget_usd=budget_usd)
     from controlplane.store import meters  # the meters import the lifecycle's helpers
 
-    meters.raise_limit(s, f"change-usd:{change.id}", int(round(budget_usd * 1_000_000)))
+    meters.raise_limit(s, f"change-usd:{change.id}", round(budget_usd * 1_000_000))
     tasks = tasks_of(s, change.id)
     stopped = [t for t in tasks if t.status == "blocked" and t.reason.startswith("budget_stop")]
     for task in stopped:
@@ -133,7 +131,7 @@ def raise_budget(
         reopened = {t.key for t in stopped}
         deps = {t.key: t.depends_on for t in tasks}
         for t in tasks:  # dependents blocked by a stopped Task wait again
-            if t.status == "blocked" and t.reason.startswith("dependency ") and _needs_any(t.key, reopened, deps):
+            if t.status == "blocked" and t.reason.startswith("dependency ") and graph.ancestors(t.key, deps) & reopened:
                 t.status, t.reason = "pending", ""
         if change.status == "budget_blocked":
             change.status, change.finished_at, change.reason = "running", None, ""
@@ -141,15 +139,3 @@ def raise_budget(
     s.flush()
     advance(s, change)
     return change
-
-
-def _needs_any(key: str, targets: set[str], deps: dict[str, Any]) -> bool:
-    frontier, seen = list(deps[key]), set()
-    while frontier:
-        current = frontier.pop()
-        if current in targets:
-            return True
-        if current not in seen:
-            seen.add(current)
-            frontier.extend(deps[current])
-    return False

@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from controlplane.services import claims
 from controlplane.store.events import add_event, new_id
 from controlplane.store.models import Change, ChangeSet, Run, utcnow
 from controlplane.store.objects import DirectoryStore, patch_key
+from drover.errors import FailedPrecondition, InvalidArgument, NotFound
 
 
 @dataclasses.dataclass(frozen=True)

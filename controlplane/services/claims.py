@@ -14,7 +14,7 @@ take a Session and work inside the caller's one transaction (`Store.transaction`
 from __future__ import annotations
 
 import datetime as dt
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
@@ -30,12 +30,12 @@ from controlplane.domain.claims import (
     normalise_all,
     overlaps,
 )
-from controlplane.domain.errors import FailedPrecondition, NotFound
 from controlplane.domain.resources import normalise
 from controlplane.store.changes import latest_changesets, tasks_of
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event, new_id, run_event
 from controlplane.store.models import Change, Claim, Conflict, Event, Run, utcnow
+from drover.errors import FailedPrecondition, NotFound
 
 LOCK_KEY = 0x44524F5645520001
 """PostgreSQL advisory lock that serialises acquisitions and renewals (SQLite's BEGIN IMMEDIATE does)."""

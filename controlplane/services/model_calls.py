@@ -15,10 +15,10 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig
 from controlplane.domain import pricing
-from controlplane.domain.errors import InvalidArgument, NotFound
 from controlplane.store import meters
 from controlplane.store.events import new_id, run_event
 from controlplane.store.models import Change, ModelCall, Run, Task, utcnow
+from drover.errors import InvalidArgument, NotFound
 
 CLOSED_TASK = ("succeeded", "failed", "cancelled", "blocked")
 
@@ -94,7 +94,6 @@ def reserve(
     purpose: str,
     max_output_tokens: int,
     estimated_input_tokens: int,
-    budgets: meters.BudgetConfig | None = None,
 ) -> Reservation:
     """One transaction: refuse at a cap or a meter, else hold the estimate on every meter of the
     Change and record the reservation. Idempotent by (run, key)."""
@@ -123,7 +122,7 @@ def reserve(
     # the Change meter holds the Change to its budget.
     share = run_share(s, change, run_id) if change.budget_usd > 0 else 0
     spent = run_cost(s, run_id)
-    states = meters.lock_meters(s, meters.change_meters(s, change, utcnow(), budgets or meters.BudgetConfig()))
+    states = meters.lock_meters(s, meters.change_meters(s, change, utcnow(), config.budgets))
     if (call := _existing(s, run_id, key)) is not None:  # the same attempt, reserved while this one waited
         return Reservation(call.id, True, "", used, cap, call.estimate_micros)
     amounts = meters.amounts_for([spec for spec, _, _ in states], estimate)

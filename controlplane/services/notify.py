@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 
 class Notifier:
@@ -10,13 +11,16 @@ class Notifier:
         self._generation = 0
         self._changed = asyncio.Condition()
         self._pending = False
+        self._broadcasting: set[asyncio.Task[None]] = set()  # kept, so a broadcast is not collected mid-way
 
     def notify(self) -> None:
         self._generation += 1
         loop = asyncio.get_running_loop()
         if not self._pending:
             self._pending = True
-            loop.create_task(self._broadcast())
+            task = loop.create_task(self._broadcast())
+            self._broadcasting.add(task)
+            task.add_done_callback(self._broadcasting.discard)
 
     async def _broadcast(self) -> None:
         async with self._changed:
@@ -26,7 +30,5 @@ class Notifier:
     async def wait(self, timeout: float) -> None:
         """Return after the next write here, or after `timeout` (writes by other replicas are polled)."""
         async with self._changed:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass

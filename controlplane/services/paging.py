@@ -10,9 +10,10 @@ import binascii
 import dataclasses
 import datetime as dt
 import json
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
 
-from controlplane.domain.errors import InvalidArgument
+from drover.errors import InvalidArgument
 
 T = TypeVar("T")
 PAGE_BYTES = 3 * 1024 * 1024
@@ -32,10 +33,10 @@ def decode(token: str, kinds: tuple[type, ...]) -> list[Any]:
         if not isinstance(values, list) or len(values) != len(kinds):
             raise ValueError("shape")
         out: list[Any] = []
-        for value, kind in zip(values, kinds):
+        for value, kind in zip(values, kinds, strict=True):
             if kind is dt.datetime:
                 parsed = dt.datetime.fromisoformat(value)
-                out.append(parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc))
+                out.append(parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC))
             elif kind is int:
                 if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**62:
                     raise ValueError("int")

@@ -6,11 +6,11 @@ import pathlib
 
 from sqlalchemy.orm import Session
 
-from controlplane.domain.errors import InvalidArgument
 from controlplane.domain.names import NAME
 from controlplane.store.events import add_event
 from controlplane.store.models import Project
 from drover.core.allowlist import policy_from_strings
+from drover.errors import InvalidArgument
 
 
 def add_project(

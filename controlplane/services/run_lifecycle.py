@@ -12,7 +12,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.domain import escalation, run_states
-from controlplane.domain.errors import FailedPrecondition
 from controlplane.services import tool_logs
 from controlplane.services.progress import (
     advance,
@@ -26,6 +25,7 @@ from controlplane.store.engine import aware
 from controlplane.store.events import add_event, run_event
 from controlplane.store.models import Change, DecisionReceipt, Run, RunLog, Task, utcnow
 from controlplane.store.objects import DirectoryStore
+from drover.errors import FailedPrecondition
 
 DROPPED_LINE = "output limit of {limit} bytes reached: later output of this run is dropped\n"
 
@@ -53,7 +53,17 @@ def requeue(s: Session, run: Run, reason: str) -> None:
     run.last_seq = 0  # the next agent numbers its messages about this run from 1
 
 
-def finish_run(s: Session, run: Run, status: str, *, exit_code: int = 0, reason: str = "", error: str = "") -> None:
+def finish_run(
+    s: Session,
+    run: Run,
+    status: str,
+    *,
+    exit_code: int = 0,
+    reason: str = "",
+    error: str = "",
+    policy: escalation.Policy | None = None,
+) -> None:
+    """End `run`; a failed harness run may queue the Task's next attempt, within `policy`."""
     if run.state == "starting" and status != "failed":
         move(s, run, "running")  # a session that ended was a session that started
     move(s, run, status)
@@ -74,7 +84,7 @@ def finish_run(s: Session, run: Run, status: str, *, exit_code: int = 0, reason:
         if status == "succeeded":
             task.status, task.reason = "succeeded", ""
             add_event(s, "task.succeeded", change_id=change.id, task_id=task.id, key=task.key)
-        elif run.driver == "harness" and status == "failed" and _next_attempt(s, change, task, run):
+        elif run.driver == "harness" and status == "failed" and _next_attempt(s, change, task, run, policy):
             pass  # queued again (retry or escalation) or stopped by a budget
         else:
             task.status = "cancelled" if status == "cancelled" else "failed"
@@ -84,21 +94,6 @@ def finish_run(s: Session, run: Run, status: str, *, exit_code: int = 0, reason:
             block_dependents(s, change, task)
     s.flush()
     advance(s, change)
-
-
-@dataclasses.dataclass(frozen=True)
-class Policy:
-    """Settings the lifecycle needs from the control plane's configuration."""
-
-    allow_opus: bool = False
-
-
-POLICY = Policy()
-
-
-def set_policy(policy: Policy) -> None:
-    global POLICY
-    POLICY = policy
 
 
 def _attempt_window(s: Session, task: Task) -> list[escalation.Attempt]:
@@ -120,11 +115,11 @@ def _attempt_window(s: Session, task: Task) -> list[escalation.Attempt]:
     return out
 
 
-def _next_attempt(s: Session, change: Change, task: Task, run: Run) -> bool:
+def _next_attempt(s: Session, change: Change, task: Task, run: Run, policy: escalation.Policy | None) -> bool:
     """After a failed harness run: retry, escalate, or stop on a budget (seed 000). Answers False when
     the Task simply fails."""
     s.flush()
-    step = escalation.decide(_attempt_window(s, task), POLICY.allow_opus)
+    step = escalation.decide(_attempt_window(s, task), (policy or escalation.Policy()).allow_opus)
     if step.action in ("retry", "escalate"):
         task.status, task.reason = "ready", ""
         new = queue_run(s, task, attempt=run.attempt + 1)
@@ -238,7 +233,12 @@ class RunMessage:
 
 
 def apply_run_message(
-    s: Session, agent: str, msg: RunMessage, output_limit: int, objects: DirectoryStore | None = None
+    s: Session,
+    agent: str,
+    msg: RunMessage,
+    output_limit: int,
+    objects: DirectoryStore | None = None,
+    policy: escalation.Policy | None = None,
 ) -> int:
     """Apply one message exactly once; answers the seq to ack (the run's highest applied seq)."""
     run = s.get(Run, msg.run_id)
@@ -270,12 +270,11 @@ def apply_run_message(
             tool_logs.record(s, objects, run, msg.seq, msg.text)
     elif msg.kind == "log":
         _append_output(s, run, msg.seq, msg.stream, msg.text, output_limit)
-    elif msg.kind == "finished":
-        if run.state in run_states.ACTIVE:
-            status = msg.status if msg.status in run_states.TERMINAL else "failed"
-            if status == "succeeded" and run.state == "starting":
-                move(s, run, "running")
-            finish_run(s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error)
+    elif msg.kind == "finished" and run.state in run_states.ACTIVE:
+        status = msg.status if msg.status in run_states.TERMINAL else "failed"
+        if status == "succeeded" and run.state == "starting":
+            move(s, run, "running")
+        finish_run(s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error, policy=policy)
     return run.last_seq
 
 

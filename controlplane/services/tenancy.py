@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from controlplane.domain.errors import NotFound, PermissionDenied
 from controlplane.store.models import Agent, Change, ChangeSet, ModelCall, Run
+from drover.errors import NotFound, PermissionDenied
 
 Scope = frozenset[str] | None
 """The projects a caller may see; None: every project."""

@@ -10,16 +10,16 @@ import os
 import pathlib
 import re
 import secrets
-from typing import Iterable
+from collections.abc import Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.domain.errors import InvalidArgument, NotFound
 from controlplane.domain.names import AGENT_NAME, NAME
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event
 from controlplane.store.models import Project, Token, utcnow
+from drover.errors import InvalidArgument, NotFound
 
 ROLES = ("submit", "run.manage", "admin")  # each includes the ones before it
 

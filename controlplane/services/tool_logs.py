@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -24,7 +25,9 @@ def record(s: Session, objects: DirectoryStore, run: Run, seq: int, text: str) -
     change = s.get(Change, run.change_id)
     assert change is not None
     path = tool_log_key(change.project, change.id, run.task_id, run.id)
-    document = json.loads(objects.get(path)) if objects.exists(path) else {"run_id": run.id, "calls": []}
+    document: dict[str, Any] = (
+        json.loads(objects.get(path)) if objects.exists(path) else {"run_id": run.id, "calls": []}
+    )
     pending = document.setdefault("pending", {})
     pending[str(seq)] = text
     joined = "".join(pending[k] for k in sorted(pending, key=int))

@@ -11,7 +11,8 @@ import asyncio
 import concurrent.futures
 import datetime as dt
 import pathlib
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -26,7 +27,7 @@ MIGRATIONS = pathlib.Path(__file__).parent / "migrations"
 def aware(value: dt.datetime | None) -> dt.datetime | None:
     """SQLite hands back naive datetimes; every stored time is UTC."""
     if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=dt.timezone.utc)
+        return value.replace(tzinfo=dt.UTC)
     return value
 
 

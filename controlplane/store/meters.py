@@ -1,7 +1,7 @@
 """Budgets and meters (DESIGN.md "Budgets and meters"): which meters a model call draws on, whether
 they admit it, and holding and settling its shares in the store.
 
-`meters_for`, `classifier_meter` and `admit` are pure. The rest take a Session and do their work
+`meters_for`, `daily_calls_meter` and `admit` are pure. The rest take a Session and do their work
 inside the caller's one transaction (`Store.transaction`). A reservation holds its amount on
 every meter or on none: meter rows are locked in key order (PostgreSQL `FOR UPDATE`; SQLite's
 `BEGIN IMMEDIATE` already serialises writers), checked, then all changed. Every writer locks in
@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from controlplane.domain.errors import InvalidArgument, NotFound
 from controlplane.store.models import Change, Meter, MeterReservation, Project, Token
+from drover.errors import InvalidArgument, NotFound
 
 PROVIDER_MONTH = "provider_month"
 AGENT_CALLS_DAY = "agent_calls_day"
 CLASSIFIER_CALLS_DAY = "classifier_calls_day"
+MEMORY_QUERIES_DAY = "memory_queries_day"
 CHANGE = "change"
 PROJECT = "project"
 USER = "user"
@@ -49,6 +51,7 @@ _PREFIXES = {
     "provider-usd": (PROVIDER_MONTH, "usd"),
     "agent-calls": (AGENT_CALLS_DAY, "calls"),
     "classifier-calls": (CLASSIFIER_CALLS_DAY, "calls"),
+    "memory-queries": (MEMORY_QUERIES_DAY, "calls"),
     "change-usd": (CHANGE, "usd"),
     "project-usd": (PROJECT, "usd"),
     "user-usd": (USER, "usd"),
@@ -86,11 +89,11 @@ def usd_micros(usd: float) -> int:
 
 
 def _month(now: dt.datetime) -> str:
-    return now.astimezone(dt.timezone.utc).strftime("%Y-%m")
+    return now.astimezone(dt.UTC).strftime("%Y-%m")
 
 
 def _day(now: dt.datetime) -> str:
-    return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%d")
+    return now.astimezone(dt.UTC).strftime("%Y-%m-%d")
 
 
 def meters_for(
@@ -105,10 +108,9 @@ def meters_for(
     daily_call_cap: int,
 ) -> list[MeterSpec]:
     """The meters one agent model call of a Change draws on, broadest first; no user meter without a user."""
-    month, day = _month(now), _day(now)
+    month = _month(now)
     specs = [
-        MeterSpec(f"provider-usd:{month}", PROVIDER_MONTH, month, "usd", provider_month_budget_micros),
-        MeterSpec(f"agent-calls:{day}", AGENT_CALLS_DAY, day, "calls", daily_call_cap),
+        *fleet_meters(now, provider_month_budget_micros, daily_call_cap),
         MeterSpec(f"change-usd:{change_id}", CHANGE, "", "usd", change_budget_micros),
         MeterSpec(f"project-usd:{project}:{month}", PROJECT, month, "usd", project_budget_micros),
     ]
@@ -117,9 +119,21 @@ def meters_for(
     return specs
 
 
-def classifier_meter(now: dt.datetime, cap: int = 200) -> MeterSpec:
+def fleet_meters(now: dt.datetime, provider_month_budget_micros: int, daily_call_cap: int) -> list[MeterSpec]:
+    """The meters every model call of the fleet draws on: the provider month and the agent calls of the day."""
+    month, day = _month(now), _day(now)
+    return [
+        MeterSpec(f"provider-usd:{month}", PROVIDER_MONTH, month, "usd", provider_month_budget_micros),
+        MeterSpec(f"agent-calls:{day}", AGENT_CALLS_DAY, day, "calls", daily_call_cap),
+    ]
+
+
+def daily_calls_meter(kind: str, now: dt.datetime, cap: int) -> MeterSpec:
+    """The shared count of one kind of call for the UTC day of `now`: routing classifier calls
+    (CLASSIFIER_CALLS_DAY) or semantic-memory query embeddings (MEMORY_QUERIES_DAY)."""
+    prefix = next(p for p, (k, unit) in _PREFIXES.items() if k == kind and unit == "calls")
     day = _day(now)
-    return MeterSpec(f"classifier-calls:{day}", CLASSIFIER_CALLS_DAY, day, "calls", cap)
+    return MeterSpec(f"{prefix}:{day}", kind, day, "calls", cap)
 
 
 def amounts_for(specs: Sequence[MeterSpec], estimate_micros: int) -> dict[str, int]:
@@ -129,7 +143,7 @@ def amounts_for(specs: Sequence[MeterSpec], estimate_micros: int) -> dict[str, i
 
 def exact_for(cost_micros: int) -> dict[str, int]:
     """What one call settles to, by kind: its exact cost on USD meters (call meters keep their 1)."""
-    return {kind: cost_micros for kind in USD_KINDS}
+    return dict.fromkeys(USD_KINDS, cost_micros)
 
 
 def admit(meters: Sequence[MeterState], amounts: Mapping[str, int]) -> str | None:
@@ -330,9 +344,8 @@ def change_meters(s: Session, change: Change, now: dt.datetime, budgets: BudgetC
     )
 
 
-def take_classifier_call(s: Session, reservation_id: str, now: dt.datetime, cap: int = 200) -> bool:
-    """Count one classifier call against the shared daily cap; False (and nothing counted) at the cap."""
-    spec = classifier_meter(now, cap)
+def take_call(s: Session, spec: MeterSpec, reservation_id: str) -> bool:
+    """Count one call on a daily calls meter; False (and nothing counted) at its cap."""
     if reserve_on_meters(s, reservation_id, [spec], {spec.key: 1}) is not None:
         return False
     settle_on_meters(s, reservation_id, {})

@@ -6,7 +6,7 @@ import os
 import pathlib
 import tempfile
 
-from controlplane.domain.errors import NotFound
+from drover.errors import NotFound
 
 
 def packet_key(project: str, change_id: str, task_id: str, context_hash: str) -> str:

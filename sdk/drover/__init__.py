@@ -14,14 +14,14 @@ from drover.errors import (
 )
 
 __all__ = [
+    "AlreadyExists",
     "Client",
     "DroverError",
+    "FailedPrecondition",
     "InvalidArgument",
     "NotFound",
-    "AlreadyExists",
-    "FailedPrecondition",
-    "Unauthenticated",
     "PermissionDenied",
     "ResourceExhausted",
+    "Unauthenticated",
     "Unavailable",
 ]

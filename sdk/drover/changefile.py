@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 
@@ -178,10 +179,10 @@ def _line(node: Any, where: tuple[Any, ...]) -> int:
     line = node.start_mark.line + 1
     for part in where:
         if isinstance(node, yaml.MappingNode):
-            found = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
-            key = next((k for k, v in node.value if getattr(k, "value", None) == part), None)
-            if found is None:
+            pair = next(((k, v) for k, v in node.value if getattr(k, "value", None) == part), None)
+            if pair is None:
                 return line
+            key, found = pair
             line = (found if found.start_mark.line >= key.start_mark.line else key).start_mark.line + 1
             node = found
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):

@@ -7,7 +7,8 @@ import json
 import os
 import pathlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 

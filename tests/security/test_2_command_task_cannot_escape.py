@@ -11,6 +11,7 @@ filesystem, network and PID space, and only its process group was signalled at t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -19,7 +20,8 @@ import socket
 import subprocess
 import time
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -100,10 +102,8 @@ def read(path):
 
 def _kill_leftovers(marker: str) -> None:
     for pid in host_processes(marker):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 # --- the tokens -------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ time.sleep(120)
             run_id = client.get_change(other).tasks[0].latest_run_id
             return (
                 run_id
-                if run_id and "ready" in "".join(l.text for l in client.run_logs(run_id) if l.stream == "stdout")
+                if run_id and "ready" in "".join(ln.text for ln in client.run_logs(run_id) if ln.stream == "stdout")
                 else ""
             )
 

@@ -13,7 +13,8 @@ import collections
 import math
 import re
 import sqlite3
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -38,7 +39,7 @@ def good_task(**over: Any) -> dict[str, Any]:
 
 def change(tasks: list[dict[str, Any]] | None = None, **over: Any) -> change_pb2.SubmitChangeRequest:
     values: dict[str, Any] = {"project": "web", "goal": "a goal", **over}
-    request = change_pb2.SubmitChangeRequest(**{k: v for k, v in values.items()})
+    request = change_pb2.SubmitChangeRequest(**values)
     for t in tasks if tasks is not None else [good_task()]:
         request.tasks.append(types_pb2.Task(**t))
     return request

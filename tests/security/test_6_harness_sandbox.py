@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -45,12 +45,14 @@ def _implement(key: str) -> dict:
 
 
 def _tool_results(client: Client, run_id: str) -> list[str]:
-    events = [json.loads(line) for l in client.run_logs(run_id) if l.stream == "event" for line in l.text.splitlines()]
+    events = [
+        json.loads(line) for ln in client.run_logs(run_id) if ln.stream == "event" for line in ln.text.splitlines()
+    ]
     return [e["text"] for e in events if e["kind"] == "tool_result"]
 
 
 def _system(client: Client, run_id: str) -> str:
-    return "".join(l.text for l in client.run_logs(run_id) if l.stream == "system")
+    return "".join(ln.text for ln in client.run_logs(run_id) if ln.stream == "system")
 
 
 def test_the_harness_commands_see_no_shadow_no_drover_config_and_are_not_root(
@@ -77,7 +79,7 @@ def test_the_harness_commands_see_no_shadow_no_drover_config_and_are_not_root(
     first = shadow.splitlines()[0] if shadow else "root:"
     assert first not in diff and "root:" not in diff
     assert "Could not access '/etc/shadow'" in diff or "No such file" in diff, diff
-    line = next(l for l in probe.splitlines() if l.startswith("PROBE"))
+    line = next(ln for ln in probe.splitlines() if ln.startswith("PROBE"))
     assert "drover" not in line and "shadow" not in line and "sudoers" not in line and "ssh" not in line
     uid, euid = line.split()[1:3]
     assert uid != "0" and euid != "0"
@@ -180,7 +182,7 @@ def test_a_sandbox_that_fails_at_run_time_fails_the_run_and_never_falls_back(
         )
         list(client.watch(change.id))
         runs = client.list_runs(change_id=change.id)
-        stdout = "".join(l.text for r in runs for l in client.run_logs(r.id) if l.stream == "stdout")
+        stdout = "".join(ln.text for r in runs for ln in client.run_logs(r.id) if ln.stream == "stdout")
         cmd_system = "".join(_system(client, r.id) for r in runs if r.task_key == "cmd")
     assert {r.task_key for r in runs} == {"cmd", "edit"}
     assert {(r.state, r.reason) for r in runs} == {("failed", "sandbox_failed")}

@@ -10,7 +10,7 @@ import os
 import pathlib
 import subprocess
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -182,7 +182,7 @@ def test_a_restart_on_a_damaged_spool_goes_on_and_reports_the_run_it_cannot_read
         agent.start()
         list(client.watch(change.id))
         count, sleep = client.get_run(ids["count"]), client.get_run(ids["sleep"])
-        stdout = "".join(l.text for l in client.run_logs(ids["count"]) if l.stream == "stdout")
+        stdout = "".join(ln.text for ln in client.run_logs(ids["count"]) if ln.stream == "stdout")
     assert agent.proc is not None and agent.proc.poll() is None, "agentd died:\n" + agent.log()
     assert count.state == "succeeded", agent.log()
     assert stdout == "".join(f"line {i:05d}\n" for i in range(LINES)), "every line once"

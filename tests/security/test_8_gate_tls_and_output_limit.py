@@ -7,8 +7,7 @@ from __future__ import annotations
 import pathlib
 
 from drover.testing import fake_anthropic as fake
-from tests.conftest import API_KEY, Fleet, python_command, task, wait_for
-from tests.test_tls import pki, tls_client  # noqa: F401  (pki is a fixture)
+from tests.conftest import API_KEY, Fleet, python_command, task, tls_client, wait_for
 
 FIX_STEPS = [
     fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),

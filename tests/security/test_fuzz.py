@@ -235,41 +235,48 @@ def _fuzz(fleet: Fleet, url: str) -> None:
             stub = stub_cls(channel)
             method = getattr(stub, name)
             descriptor = _service_descriptor(service).methods_by_name[name]
-            request_cls = GetMessageClass(descriptor.input_type)
             token = tokens["agent" if service == "AgentService" else "user"]
 
-            strategy = message(descriptor.input_type, known)
-            if name == "SubmitChange":
-                strategy = st.one_of(strategy, nearly_valid_change(known))
-
-            @settings(
-                max_examples=EXAMPLES * (3 if name == "SubmitChange" else 1),
-                deadline=None,
-                database=None,
-                suppress_health_check=list(HealthCheck),
-            )
-            @given(strategy)
-            def one(values: dict[str, Any]) -> None:
-                request = build(request_cls, values)
-                if name == "SubmitChange":  # no harness Tasks: a routed run would write rows in the background
-                    for t in request.tasks:
-                        if not t.command:
-                            t.command.append("true")
-                before = counts(engine)
-                code, details = _call(method, request, token, descriptor.server_streaming)
-                TALLY[f"{name} {code.name}"] += 1
-                TALLY[code.name] += 1
-                assert code in ALLOWED, f"{service}/{name} answered {code.name}: {details!r} to {request!r:.300}"
-                assert "select " not in details.lower() and "insert " not in details.lower(), details
-                if code != grpc.StatusCode.OK and code != grpc.StatusCode.DEADLINE_EXCEEDED:
-                    assert counts(engine) == before, f"{service}/{name} refused ({code.name}) but wrote rows"
-
-            one()
+            _fuzz_method(engine, service, name, method, descriptor, token, known)
             status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
             assert status == health_pb2.HealthCheckResponse.SERVING, f"not serving after {name}"
     finally:
         channel.close()
         engine.dispose()
+
+
+def _fuzz_method(
+    engine: Any, service: str, name: str, method: Any, descriptor: Any, token: str, known: list[str]
+) -> None:
+    """Throw generated requests at one method: every answer is an allowed code, and a refusal writes nothing."""
+    request_cls = GetMessageClass(descriptor.input_type)
+    strategy = message(descriptor.input_type, known)
+    if name == "SubmitChange":
+        strategy = st.one_of(strategy, nearly_valid_change(known))
+
+    @settings(
+        max_examples=EXAMPLES * (3 if name == "SubmitChange" else 1),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(strategy)
+    def one(values: dict[str, Any]) -> None:
+        request = build(request_cls, values)
+        if name == "SubmitChange":  # no harness Tasks: a routed run would write rows in the background
+            for t in request.tasks:
+                if not t.command:
+                    t.command.append("true")
+        before = counts(engine)
+        code, details = _call(method, request, token, descriptor.server_streaming)
+        TALLY[f"{name} {code.name}"] += 1
+        TALLY[code.name] += 1
+        assert code in ALLOWED, f"{service}/{name} answered {code.name}: {details!r} to {request!r:.300}"
+        assert "select " not in details.lower() and "insert " not in details.lower(), details
+        if code != grpc.StatusCode.OK and code != grpc.StatusCode.DEADLINE_EXCEEDED:
+            assert counts(engine) == before, f"{service}/{name} refused ({code.name}) but wrote rows"
+
+    one()
 
 
 def _service_descriptor(name: str) -> Any:

@@ -83,14 +83,6 @@ class CandidateResult:
     base_commit: str
 
 
-def stack_order(items: Sequence[StackItem]) -> list[StackItem]:
-    """The merge order of dependency ChangeSets: by (created_at, task_id).
-
-    A dependency's ChangeSet is always created before the ChangeSet of a Task that depends on
-    it, so creation time is a topological order; the Task id breaks ties."""
-    return sorted(items, key=lambda item: (item.created_at, item.task_id))
-
-
 class _Callbacks(pygit2.RemoteCallbacks):
     """Token credentials (offered once, so a refused token fails instead of looping) and
     collection of the remote's per-reference push rejections."""
@@ -194,8 +186,8 @@ def open_workspace(
     identity: tuple[str, str] = DEFAULT_IDENTITY,
 ) -> Workspace:
     """Clone `repo_url` at `branch` into `path` (absent or empty), then fetch each stack item's
-    branch from origin and merge its commit into HEAD in the order given (pass
-    `stack_order(items)`): fast-forward when possible, otherwise a merge commit.
+    branch from origin and merge its commit into HEAD in the order given (the control plane sends
+    dependencies first): fast-forward when possible, otherwise a merge commit.
 
     Raises MergeConflict naming the ChangeSet and files, or WorkspaceError; either way `path` is
     left an empty directory."""
@@ -270,7 +262,8 @@ def _fetch(repo: pygit2.Repository, item: StackItem, token: str) -> pygit2.Oid:
 def _merge(repo: pygit2.Repository, item: StackItem, theirs: pygit2.Oid, sig: pygit2.Signature) -> None:
     """Merge `theirs` into HEAD without touching the work tree until the result is whole."""
     if repo.head_is_unborn:
-        repo.references.create(repo.references["HEAD"].target, theirs)
+        branch = repo.references["HEAD"].target  # HEAD is symbolic while unborn: the branch's name
+        repo.references.create(str(branch), theirs)
         repo.checkout_head(strategy=pygit2.enums.CheckoutStrategy.FORCE)
         return
     ours = repo.head.target
@@ -294,7 +287,7 @@ def _push(repo: pygit2.Repository, branch: str, commit: pygit2.Commit, token: st
     with _git_errors(f"cannot push {branch}", token):
         repo.branches.local.create(branch, commit, force=True)
         origin = repo.remotes["origin"]
-        local = _local_repository(origin.url)
+        local = _local_repository(origin.url or "")
         if local is not None and not local.is_bare:
             _push_to_non_bare(local, repo, ref)
             return
@@ -329,7 +322,7 @@ def _diff(repo: pygit2.Repository, old: str, new: str) -> pygit2.Diff:
     new_tree = repo[new].peel(pygit2.Tree)
     if not old:
         return new_tree.diff_to_tree(flags=DiffOption.SHOW_BINARY, swap=True)
-    return repo.diff(repo[old].peel(pygit2.Tree), new_tree, flags=DiffOption.SHOW_BINARY)
+    return repo[old].peel(pygit2.Tree).diff_to_tree(new_tree, flags=DiffOption.SHOW_BINARY)
 
 
 def _changed_paths(diff: pygit2.Diff) -> list[str]:

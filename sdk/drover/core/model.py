@@ -10,10 +10,12 @@ import asyncio
 import dataclasses
 import email.utils
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import anthropic
 import httpx2  # anthropic 2.x's HTTP client; its transport errors escape mid-stream unwrapped
+import tenacity
 
 from drover.core.retry import (
     PERMANENT,
@@ -23,16 +25,7 @@ from drover.core.retry import (
     classify,
     retry_delay,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Usage:
-    """Tokens of one attempt, as the API reports them."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
+from drover.core.usage import Usage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +40,6 @@ class ModelReply:
 
 class ModelError(Exception):
     """A model call that failed. `outcome` is the run outcome it implies."""
-
-    outcome = "failed"
 
     def __init__(
         self,
@@ -66,23 +57,27 @@ class ModelError(Exception):
         self.attempts = attempts  # attempts made so far, this one included
         self.retry_after = retry_after  # the provider's Retry-After in seconds, if it sent one
 
+    @property
+    def outcome(self) -> str:
+        return "failed"
+
 
 class PermanentModelError(ModelError):
     """Never worth repeating: authentication, permission, invalid request, context limit."""
-
-    outcome = "failed"
 
 
 class SpendLimited(ModelError):
     """The provider refuses for money: billing or quota."""
 
-    outcome = "spend_limited"
+    @property
+    def outcome(self) -> str:
+        return "spend_limited"
 
 
 class TransientModelError(ModelError):
     """Worth repeating (rate limit, overload, 5xx, transport, stall); raised once attempts run out."""
 
-    @property  # type: ignore[override]
+    @property
     def outcome(self) -> str:
         rate_limited = self.status == 429 or self.error_type == "rate_limit_error"
         return "rate_limited" if rate_limited else "transient"
@@ -106,7 +101,7 @@ class AnthropicModel:
         api_key: str,
         model: str,
         policy: RetryPolicy,
-        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_attempt: OnAttempt | None = None,
         before_attempt: Callable[[int], Awaitable[object]] | None = None,
     ) -> None:
@@ -145,26 +140,38 @@ class AnthropicModel:
         }
         if thinking is not None:
             params["thinking"] = thinking
-        attempt = 0
-        while True:
-            attempt += 1
-            partial: list[Usage] = []  # usage seen so far in this attempt, for accounting a failure
-            if self._before_attempt is not None:
-                await self._before_attempt(attempt)
-            try:
-                message = await self._attempt(params, partial)
-            except (anthropic.APIError, httpx2.TransportError, _Interrupted) as err:
-                error = _model_error(err, attempt)
-                await self._notify(attempt, partial[-1] if partial else None, error)
-                if not isinstance(error, TransientModelError) or attempt >= self.policy.max_attempts:
-                    raise error from err
-            else:
-                reply = ModelReply(
-                    [_block(b) for b in message.content], message.stop_reason or "", _usage(message.usage), attempt
-                )
-                await self._notify(attempt, reply.usage, None)
-                return reply
-            await self._sleep(retry_delay(attempt, error.retry_after, self.policy))
+        async for attempt in tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception_type(TransientModelError),
+            stop=tenacity.stop_after_attempt(self.policy.max_attempts),
+            wait=self._wait,
+            sleep=self._sleep,
+            reraise=True,
+        ):
+            with attempt:
+                return await self._one(params, attempt.retry_state.attempt_number)
+        raise AssertionError("tenacity re-raises the last failure")
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome else None
+        retry_after = error.retry_after if isinstance(error, ModelError) else None
+        return retry_delay(state.attempt_number, retry_after, self.policy)
+
+    async def _one(self, params: dict[str, Any], attempt: int) -> ModelReply:
+        """One attempt: the reply, or the ModelError it ended with (both reported to `on_attempt`)."""
+        partial: list[Usage] = []  # usage seen so far in this attempt, for accounting a failure
+        if self._before_attempt is not None:
+            await self._before_attempt(attempt)
+        try:
+            message = await self._attempt(params, partial)
+        except (anthropic.APIError, httpx2.TransportError, _Interrupted) as err:
+            error = _model_error(err, attempt)
+            await self._notify(attempt, partial[-1] if partial else None, error)
+            raise error from err
+        reply = ModelReply(
+            [_block(b) for b in message.content], message.stop_reason or "", _usage(message.usage), attempt
+        )
+        await self._notify(attempt, reply.usage, None)
+        return reply
 
     async def _attempt(self, params: dict[str, Any], partial: list[Usage]) -> Any:
         loop = asyncio.get_running_loop()

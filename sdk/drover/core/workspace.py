@@ -21,7 +21,7 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://)[^/@]+@", r"\1", url)
 
 
-def trusting_pygit2() -> "Any":
+def trusting_pygit2() -> Any:
     """pygit2 with libgit2's owner check off: agentd (root) clones a workspace, hands it to the
     session user, and must still open and publish it; the check would refuse a repository owned
     by another user."""
@@ -45,7 +45,7 @@ def hand_over(path: pathlib.Path, user: str) -> None:
             os.lchown(os.path.join(parent, name), entry.pw_uid, entry.pw_gid)
 
 
-def _callbacks(token: str) -> "pygit2.RemoteCallbacks | None":
+def _callbacks(token: str) -> pygit2.RemoteCallbacks | None:
     if not token:
         return None
     pygit2 = trusting_pygit2()

@@ -46,22 +46,26 @@ import signal
 import sys
 import threading
 import uuid
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import Any
 
-from drover.testing.script import (  # noqa: F401  (re-exported: tests write fake.text(...), fake.error(...))
+from drover.testing.script import (
     DEFAULT_USAGE,
     Error,
     Reply,
     Stall,
     Step,
-    error,
-    stall,
     step_from_json,
-    text,
-    tool_use,
-    tool_uses,
 )
+
+# Tests write fake_anthropic.text(...), fake_anthropic.error(...): the step
+# constructors are part of this module's interface.
+from drover.testing.script import error as error
+from drover.testing.script import stall as stall
+from drover.testing.script import text as text
+from drover.testing.script import tool_use as tool_use
+from drover.testing.script import tool_uses as tool_uses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +132,7 @@ class FakeAnthropic:
     def base_url(self) -> str:
         assert self._server is not None, "start() the fake first"
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     @property
     def requests(self) -> list[Request]:
@@ -166,14 +170,14 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # small SSE writes otherwise wait ~40 ms for the client's delayed ACK
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output clean
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._record(None)
         self._send_error(Error(404, "not_found_error", f"no route {self.path}"))
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         try:
             body = json.loads(raw) if raw else None
@@ -195,6 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_error(step)
         if stream:
             return self._stream(step, model)
+        assert isinstance(step, Reply)  # an in-stream Error was sent as an error above: no stream to put it in
         self._send_json(200, _message(step, model))
 
     def _record(self, body: Any) -> None:
@@ -305,6 +310,7 @@ def _pieces(s: str, n: int = 3) -> list[str]:
 
 
 def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    start: dict[str, Any]
     if block["type"] == "text":
         start = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]

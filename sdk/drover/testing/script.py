@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Iterable, Union
+from collections.abc import Callable, Iterable
+from typing import Any
 
 DEFAULT_USAGE = {
     "input_tokens": 100,
@@ -48,7 +49,7 @@ class Stall:
     seconds: float
 
 
-Step = Union[Reply, Error, Stall]
+Step = Reply | Error | Stall
 
 _tool_ids = itertools.count(1)
 
@@ -78,7 +79,7 @@ def tool_use(
     name: str,
     input: dict[str, Any],
     id: str | None = None,
-    text: str | None = None,  # noqa: A002
+    text: str | None = None,
     usage: dict[str, int] | None = None,
 ) -> Reply:
     """A reply with optional text and one tool_use block (stop_reason tool_use)."""
@@ -89,7 +90,7 @@ def error(
     status: int,
     type: str,
     message: str = "",
-    retry_after: float | None = None,  # noqa: A002
+    retry_after: float | None = None,
     in_stream: bool = False,
 ) -> Error:
     """An error response in Anthropic's shape, e.g. error(529, "overloaded_error", "Overloaded")."""
@@ -101,7 +102,13 @@ def stall(seconds: float) -> Stall:
     return Stall(seconds)
 
 
-_CONSTRUCTORS = {"text": text, "tool_use": tool_use, "tool_uses": tool_uses, "error": error, "stall": stall}
+_CONSTRUCTORS: dict[str, Callable[..., Step]] = {
+    "text": text,
+    "tool_use": tool_use,
+    "tool_uses": tool_uses,
+    "error": error,
+    "stall": stall,
+}
 
 
 def step_from_json(item: dict[str, Any]) -> Step:

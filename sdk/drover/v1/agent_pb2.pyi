@@ -127,7 +127,7 @@ class Welcome(_message.Message):
     def __init__(self, agent: _Optional[str] = ..., applied: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RunAssignment(_message.Message):
-    __slots__ = ("run_id", "change_id", "task_id", "task_key", "kind", "driver", "command", "workspace", "secret_env", "attempt", "tier", "model", "base_url", "context_hash", "packet", "tools", "limits", "harness", "resume")
+    __slots__ = ("run_id", "change_id", "task_id", "task_key", "kind", "driver", "command", "workspace", "secret_env", "attempt", "tier", "model", "base_url", "context_hash", "limits", "harness", "resume")
     class SecretEnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -156,8 +156,6 @@ class RunAssignment(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BASE_URL_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_HASH_FIELD_NUMBER: _ClassVar[int]
-    PACKET_FIELD_NUMBER: _ClassVar[int]
-    TOOLS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     HARNESS_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
@@ -175,12 +173,10 @@ class RunAssignment(_message.Message):
     model: str
     base_url: str
     context_hash: str
-    packet: bytes
-    tools: _containers.RepeatedScalarFieldContainer[str]
     limits: _containers.ScalarMap[str, int]
     harness: HarnessSpec
     resume: bool
-    def __init__(self, run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., kind: _Optional[str] = ..., driver: _Optional[str] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., workspace: _Optional[_Union[WorkspaceSpec, _Mapping]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., context_hash: _Optional[str] = ..., packet: _Optional[bytes] = ..., tools: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ..., harness: _Optional[_Union[HarnessSpec, _Mapping]] = ..., resume: _Optional[bool] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., kind: _Optional[str] = ..., driver: _Optional[str] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., workspace: _Optional[_Union[WorkspaceSpec, _Mapping]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., context_hash: _Optional[str] = ..., limits: _Optional[_Mapping[str, int]] = ..., harness: _Optional[_Union[HarnessSpec, _Mapping]] = ..., resume: _Optional[bool] = ...) -> None: ...
 
 class HarnessSpec(_message.Message):
     __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts")

@@ -1,0 +1,43 @@
+"""The code base passes its linters on every test run: ruff's lint rules and formatting, and mypy's
+type check (settings in pyproject.toml), with the versions the test extra pins; and buf lint on the
+protobuf API (proto/buf.yaml), run with npx from npm's @bufbuild/buf."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("command", [("ruff", "check", "--no-cache", "."), ("ruff", "format", "--check", ".")])
+def test_ruff(command: tuple[str, ...]) -> None:
+    done = _run(*command)
+    assert done.returncode == 0, f"`{' '.join(command)}` found:\n{done.stdout}{done.stderr}"
+
+
+@pytest.mark.timeout(600)
+def test_mypy() -> None:
+    done = _run("mypy", "--no-incremental", "--cache-dir", "/dev/null")
+    assert done.returncode == 0, f"mypy found:\n{done.stdout}{done.stderr}"
+    assert "Success" in done.stdout
+
+
+BUF = "@bufbuild/buf@1.75.0"
+
+
+@pytest.mark.timeout(600)
+def test_buf_lint() -> None:
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("buf lint needs Node.js (npx); .ci/run installs it")
+    done = subprocess.run([npx, "--yes", BUF, "lint", "proto"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"buf lint found:\n{done.stdout}{done.stderr}"
