@@ -23,6 +23,8 @@ from drover import Client
 from drover.testing import fake_anthropic as fake
 
 T = TypeVar("T")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+"""The repository's top folder."""
 PG_ADMIN_URL = os.environ.get("DROVER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 

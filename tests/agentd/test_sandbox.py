@@ -30,12 +30,11 @@ from agentd.sandbox import (
     SandboxPolicy,
     for_mode,
 )
-from tests.conftest import wait_for
+from tests.conftest import ROOT, wait_for
 
 MiB = 1024 * 1024
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC", "HOME": "/nonexistent"}
 KINDS = [BubblewrapSandbox, PlainSandbox]
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="running as another user needs root")
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
+
 COMMITTED = ROOT / "sdk" / "drover" / "v1"
 HINT = "the stubs are stale: run `python proto/generate.py` and commit sdk/drover/v1"
 

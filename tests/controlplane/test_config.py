@@ -11,8 +11,9 @@ import pytest
 from controlplane.config import HarnessConfig, load_harness, load_memory
 from controlplane.context.recall import MemoryConfig
 from controlplane.store.meters import BudgetConfig
+from tests.conftest import ROOT
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+README = ROOT / "README.md"
 
 
 def _readme_example(tmp_path: pathlib.Path) -> pathlib.Path:

@@ -30,7 +30,7 @@ from controlplane.context.memory import (
     Memory,
     collection_name,
 )
-from tests.conftest import terminate, wait_for
+from tests.conftest import ROOT, terminate, wait_for
 
 ADD = 'def add(a, b):\n    """Add two numbers and return their sum."""\n    return a + b\n'
 RELATED = {  # each scores at least 0.68 against "add two numbers" with int8 all-MiniLM-L6-v2
@@ -325,7 +325,7 @@ def test_the_index_persists_across_processes(tmp_path: pathlib.Path) -> None:
         text=True,
         check=True,
         timeout=60,
-        cwd=pathlib.Path(__file__).resolve().parent.parent,
+        cwd=ROOT,
     )
     indexed, paths, embedded = json.loads(out.stdout.strip().splitlines()[-1])
     assert indexed == "t1" and len(paths) == 5 and set(paths) <= set(RELATED)

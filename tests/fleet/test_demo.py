@@ -1,11 +1,10 @@
 """The README's demo command works: the harness fixes the sample and the dependent test Task passes."""
 
 import os
-import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 
 def test_the_demo_change_succeeds() -> None:

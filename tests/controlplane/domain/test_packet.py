@@ -25,6 +25,7 @@ from controlplane.domain.packet import (
     render_prompt,
 )
 from drover.errors import InvalidArgument
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,7 +92,7 @@ def test_same_inputs_give_the_same_bytes_and_hash_across_processes() -> None:
             text=True,
             check=True,
             timeout=30,
-            cwd=os.path.dirname(os.path.dirname(__file__)),
+            cwd=ROOT,
         )
         seen.append(out.stdout.split())
     assert seen == [[here.sha256, here.sha256, str(len(here.data))]] * 2
