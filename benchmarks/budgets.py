@@ -183,11 +183,7 @@ def rate(fn: Any, iterations: int) -> tuple[float, float]:
 
 
 def bench_routing(iterations: int) -> None:
-    here = REPO / "controlplane"
-    if not (here / "tiers.py").exists():
-        print("routing: not built yet")
-        return
-    from controlplane.domain import tiers
+    from controlplane.domain import members, tiers
 
     traits = [
         tiers.TaskTraits(kind="implement", size="small", complexity="low", risk="low"),
@@ -209,10 +205,6 @@ def bench_routing(iterations: int) -> None:
         f"tiers.decide_tier  {per_s:12,.0f} decisions/s  ({us:.2f} µs each, {iterations} over "
         f"{len(traits)} traits x {len(answers)} classifier answers)"
     )
-    if not (here / "members.py").exists():
-        print("members.select: not built yet")
-        return
-    from controlplane.domain import members
 
     cls = members.TierClass(
         "sonnet",

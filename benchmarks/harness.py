@@ -9,7 +9,7 @@ latency, so every figure is Drover's own overhead. Nothing is asserted; figures 
 
 1. In-process (this process): the real Harness, AnthropicModel (the anthropic SDK, streamed) and
    TaskTools on a write workspace cloned by drover.core.gitspace from a temporary git repository, the
-   sandbox from agentd.sandbox.detect, the transcript (written and fsynced per entry) and the
+   sandbox (bubblewrap when its probe passes, as agentd starts), the transcript (written and fsynced per entry) and the
    supervisor's emit (output.jsonl) -- against FakeAnthropic served from a thread of this process
    (it shares the GIL with the harness, as a separate server would not). No control plane: the
    budget gate's ReserveModelCall/SettleModelCall gRPC calls are not in these figures (part 2 has
@@ -78,7 +78,7 @@ from agentd.harness.supervisor import HarnessRun
 from agentd.harness.tools import Finished, TaskTools
 from agentd.harness.transcript import Transcript
 from agentd.output import Output
-from agentd.sandbox import PlainSandbox, SandboxPolicy, detect
+from agentd.sandbox import BubblewrapSandbox, PlainSandbox, Sandbox, SandboxPolicy
 from drover import Client
 from drover.core import (
     allowlist,
@@ -176,12 +176,18 @@ class NoSandbox:
     """No launcher, no bubblewrap: the command as it is (a baseline only)."""
 
     policy = SandboxPolicy()
+    isolated = False
 
-    def wrap(self, argv: list[str], workspace: pathlib.Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    def wrap(
+        self,
+        argv: list[str],
+        cwd: pathlib.Path,
+        env: dict[str, str],
+        *,
+        writable: pathlib.Path | None = None,
+        ready_fd: int | None = None,
+    ) -> tuple[list[str], dict[str, str]]:
         return list(argv), dict(env)
-
-    def warning(self) -> str:
-        return ""
 
 
 @dataclasses.dataclass
@@ -359,12 +365,14 @@ async def part_inprocess(args: argparse.Namespace, tmp: pathlib.Path) -> None:
     clone_ms = (time.perf_counter() - t0) * 1000
     root = workspace.path
     t0 = time.perf_counter()
-    sandbox = detect(SandboxPolicy())
+    bubblewrap = BubblewrapSandbox(SandboxPolicy())
+    why_not = bubblewrap.probe()
     detect_ms = (time.perf_counter() - t0) * 1000
+    sandbox: Sandbox = PlainSandbox(SandboxPolicy()) if why_not else bubblewrap
     name = type(sandbox).__name__
-    warning = f": {sandbox.warning()}" if sandbox.warning() else ""
+    warning = f": {why_not}" if why_not else ""
     print(
-        f"  workspace: gitspace.open_workspace clone {clone_ms:.1f} ms; sandbox.detect() -> {name} "
+        f"  workspace: gitspace.open_workspace clone {clone_ms:.1f} ms; bubblewrap probe -> {name} "
         f"in {detect_ms:.1f} ms (the bubblewrap probe, once per run){warning}",
         flush=True,
     )

@@ -1,0 +1,51 @@
+"""Every benchmark still runs: each with the smallest parameters, checked for its figures' lines and a
+zero exit. The figures themselves are measured by running the benchmarks, not here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+SMALLEST = {
+    "budgets.py": (
+        ["--reservers", "2", "--seconds", "1", "--database", "sqlite", "--routing-iterations", "200"],
+        ["reserve+settle", "tiers.decide_tier", "members.select"],
+    ),
+    "dispatch.py": (
+        ["--runs", "6", "--agents", "1", "--capacity", "3", "--database", "sqlite", "--warmup", "0"],
+        ["6 succeeded", "runs/s"],
+    ),
+    "harness.py": (
+        ["--round-trips", "3", "--command-round-trips", "1", "--runs", "1"],
+        ["cheap round trips", "submit->change.finished"],
+    ),
+    "packets.py": (
+        ["--files", "200", "--runs", "2", "--memory-files", "10", "--queries", "2"],
+        ["compile     ms", "query ms"],
+    ),
+}
+
+
+def test_every_benchmark_is_listed_here() -> None:
+    assert sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")) == sorted(SMALLEST)
+
+
+@pytest.mark.parametrize("name", sorted(SMALLEST))
+def test_the_benchmark_runs_and_prints_its_figures(name: str) -> None:
+    args, expected = SMALLEST[name]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for figure in expected:
+        assert figure in done.stdout, (figure, done.stdout[-3000:])
