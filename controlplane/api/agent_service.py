@@ -12,12 +12,12 @@ from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
 from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.dispatch.router import Router
-from controlplane.domain import pricing
 from controlplane.services import changesets, claims, model_calls, tenancy
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.models import utcnow
 from controlplane.store.objects import DirectoryStore
+from drover.core.usage import Usage
 from drover.v1 import agent_pb2, agent_pb2_grpc
 
 
@@ -77,7 +77,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     ) -> agent_pb2.SettleModelCallResponse:
         await self.store.read(tenancy.agent_reservation, request.reservation_id, auth.current().token_id)
         u = request.usage
-        usage = pricing.Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
+        usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
         cost, run_cost = await self.store.run(
             model_calls.settle, self.harness, request.reservation_id, usage, request.error
         )

@@ -27,6 +27,7 @@ from controlplane.store.models import Conflict, DecisionReceipt, Run, Task, utcn
 from controlplane.store.objects import DirectoryStore
 from drover.core.model import AnthropicModel, ModelError
 from drover.core.retry import RetryPolicy
+from drover.core.usage import Usage
 from drover.errors import DroverError
 
 log = logging.getLogger("drover.router")
@@ -250,9 +251,7 @@ class Router:
             )
             u = reply.usage
             cost = pricing.cost_micros(
-                pricing.Usage(
-                    u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens
-                ),
+                Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens),
                 price,
             )
             return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")

@@ -18,6 +18,7 @@ from controlplane.domain import pricing
 from controlplane.store import meters
 from controlplane.store.events import new_id, run_event
 from controlplane.store.models import Change, ModelCall, Run, Task, utcnow
+from drover.core.usage import Usage
 from drover.errors import InvalidArgument, NotFound
 
 CLOSED_TASK = ("succeeded", "failed", "cancelled", "blocked")
@@ -177,7 +178,7 @@ def _spend_limited(
     return Reservation("", False, refusal, used, cap, estimate, refused, spec.limit)
 
 
-def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: pricing.Usage, error: str) -> tuple[int, int]:
+def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage, error: str) -> tuple[int, int]:
     """Settle to the exact cost of the usage; answers (cost of this call, cost of the run so far).
     Settling twice changes nothing (the first settle stands)."""
     call = s.get(ModelCall, reservation_id, with_for_update=True)  # one settle at a time
