@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pygit2
@@ -31,29 +32,31 @@ from drover.render import format_change, format_event, format_run_event
 from drover.testing import fake_anthropic as fake
 
 SAMPLE = {
-    "README.md": "# calc\n\nA tiny calculator. Run the tests with `python -m pytest -q`.\n",
+    "README.md": "# calc\n\nA tiny calculator. Run the tests with `python -m unittest`.\n",
     "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
-    "test_calc.py": "from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-    "def test_mul():\n    assert mul(4, 5) == 20\n",
+    # unittest, not pytest: the demo needs nothing beyond `pip install -e '.[all]'`.
+    "test_calc.py": "import unittest\n\nfrom calc import add, mul\n\n\nclass CalcTest(unittest.TestCase):\n"
+    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
+    "    def test_mul(self):\n        self.assertEqual(mul(4, 5), 20)\n",
 }
 FAKE_KEY = "sk-demo-fake-key"
 SCRIPT = [
     fake.text('{"tier": "sonnet", "confidence": 0.85}'),  # the routing classifier (a haiku call) picks the tier
     fake.tool_use("list_files", {}, text="I'll look at the repository first."),
     fake.tool_use("read_file", {"path": "calc.py"}),
-    fake.tool_use("run_command", {"command": "python -m pytest -q"}, text="Let me see what fails."),
+    fake.tool_use("run_command", {"command": "python -m unittest"}, text="Let me see what fails."),
     fake.tool_use(
         "edit_file",
         {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]},
         text="add() subtracts; it should add.",
     ),
-    fake.tool_use("run_command", {"command": "python -m pytest -q"}),
+    fake.tool_use("run_command", {"command": "python -m unittest"}),
     fake.tool_use(
         "complete_task",
         {
             "summary": "add() now adds; both tests pass",
             "files_changed": ["calc.py"],
-            "tests_run": ["python -m pytest -q"],
+            "tests_run": ["python -m unittest"],
             "follow_ups": [],
         },
     ),
@@ -75,16 +78,28 @@ def change_tasks() -> list[dict]:
         {
             "key": "fix",
             "kind": "implement",
-            "objective": "add() in calc.py returns the wrong result. Fix it so that `python -m pytest -q` passes.",
+            "objective": "add() in calc.py returns the wrong result. Fix it so that `python -m unittest` passes.",
         },
         {
             "key": "test",
             "kind": "test",
             "objective": "Run the tests on the fix",
             "depends_on": ["fix"],
-            "command": [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            "command": [sys.executable, "-m", "unittest", "-v"],
         },
     ]
+
+
+def show_logs(client: Client, run_id: str, key: str, follow: bool) -> None:
+    """A run's output and the harness's tool calls, each line prefixed with its Task's key."""
+    for line in client.run_logs(run_id, follow=follow):
+        if line.stream == "system":
+            continue
+        texts = line.text.splitlines()
+        if line.stream == "event":
+            texts = [format_run_event(t) for t in texts]
+        for text in texts:
+            print(f"    {key} | {text}", flush=True)
 
 
 def wait_for_port(log: pathlib.Path, proc: subprocess.Popen[bytes]) -> int:
@@ -214,21 +229,24 @@ def main() -> int:
                     time.sleep(0.1)
                 print("agentd demo-agent connected\n")
                 change = client.submit_change(
-                    "sample", "Make calc correct", change_tasks(), criteria=["python -m pytest -q passes"]
+                    "sample", "Make calc correct", change_tasks(), criteria=["python -m unittest passes"]
                 )
                 print(f"submitted change {change.id}\n")
                 keys = {t.id: t.key for t in change.tasks}
+                following: dict[str, threading.Thread] = {}
                 for event in client.watch(change.id):
-                    print(format_event(event), flush=True)
+                    key = keys.get(event.task_id, "")
                     if event.kind == "run.finished":
-                        for line in client.run_logs(event.run_id):
-                            texts = line.text.splitlines()
-                            if line.stream == "event":
-                                texts = [format_run_event(t) for t in texts]
-                            elif line.stream == "system":
-                                continue
-                            for text in texts:
-                                print(f"    {keys.get(event.task_id, '')} | {text}")
+                        if event.run_id in following:  # its last lines first, then the event
+                            following.pop(event.run_id).join(30)
+                        else:
+                            show_logs(client, event.run_id, key, follow=False)
+                    print(format_event(event), flush=True)
+                    if event.kind == "run.started":  # tool calls and output as they happen
+                        following[event.run_id] = threading.Thread(
+                            target=show_logs, args=(client, event.run_id, key, True), daemon=True
+                        )
+                        following[event.run_id].start()
                 final = client.get_change(change.id)
                 changesets = client.list_changesets(change.id)
                 print("\n" + format_change(final))
