@@ -14,12 +14,13 @@ from typing import Any
 
 from controlplane.api.server import bootstrap_tokens, lock_data_dir, open_store, serve
 from controlplane.config import ServerConfig, load_harness, load_memory
-from controlplane.context.canonical_tree import open_canonical
+from controlplane.context.canonical_tree import branches, open_canonical
 from controlplane.context.recall import Recall
 from controlplane.services import tokens
 from controlplane.services.projects import add_project, git_token
 from controlplane.store.engine import Store, aware
 from controlplane.store.models import Project
+from drover.core.workspace import WorkspaceError, redact_url
 from drover.errors import DroverError, InvalidArgument, NotFound
 
 Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
@@ -85,18 +86,39 @@ def cmd_project_add(store: Store, config: ServerConfig, args: argparse.Namespace
     if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
         repo = str(pathlib.Path(repo).resolve())
     token_file = str(pathlib.Path(args.git_token_file).resolve()) if args.git_token_file else ""
+    branch, note = checked_branch(repo, args.branch, token_file)
     store.transaction(
         add_project,
         args.name,
         repo,
-        args.branch,
+        branch,
         args.pool,
         args.allow,
         args.network,
         token_file,
         args.monthly_budget_usd,
     )
-    print(f"project {args.name}: repo {repo or '(none)'}, branch {args.branch}, pool {args.pool or '(default)'}")
+    print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
+
+
+def checked_branch(repo: str, branch: str, token_file: str) -> tuple[str, str]:
+    """The branch a project follows, checked against its repository before anything is stored: the
+    repository must be readable and have the branch (default: the one its HEAD names)."""
+    if not repo:
+        return branch or "main", ""
+    token = pathlib.Path(token_file).read_text().strip() if token_file else ""
+    try:
+        head, names = branches(repo, token)
+    except WorkspaceError as err:
+        raise InvalidArgument(str(err), field="repo") from None
+    branch = branch or head or "main"
+    if not names:
+        return branch, " (the repository has no commit yet: runs start once it has one)"
+    if branch not in names:
+        raise InvalidArgument(
+            f"{redact_url(repo)} has no branch {branch!r}; its branches: {', '.join(names[:10])}", field="branch"
+        )
+    return branch, ""
 
 
 def cmd_index_build(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
@@ -233,7 +255,9 @@ def _project_parsers(sub: Any) -> None:
     pa = _command(pr, "add", cmd_project_add, "add or update a project")
     pa.add_argument("name")
     pa.add_argument("--repo", default="", help="path or URL of the git repository (empty: no repository)")
-    pa.add_argument("--branch", default="main")
+    pa.add_argument(
+        "--branch", default="", help="the branch runs start from (default: the one the repository's HEAD names)"
+    )
     pa.add_argument("--pool", default="", help="only agents whose token serves pool P run this project's Tasks")
     pa.add_argument(
         "--allow",
@@ -269,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=os.environ.get("DROVER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if logging.getLogger().level > logging.DEBUG:  # the schema migrations' INFO lines are noise in a terminal
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     config = ServerConfig(data_dir=pathlib.Path(args.data_dir), database_url=args.database_url)
     if args.func is cmd_serve:
         lock_data_dir(config.data_dir)  # before touching the database: a second control plane stops here

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pathlib
 import re
+import shutil
+import tempfile
 
 import pygit2
 
@@ -44,3 +46,29 @@ def open_canonical(
     if ref is None:
         return found, ""
     return found, str(ref.peel(pygit2.Commit).id)
+
+
+def branches(repo: str, token: str = "") -> tuple[str, list[str]]:
+    """The branch the repository's HEAD names ("" when it does not say) and its branches, read without
+    cloning (`git ls-remote`). WorkspaceError when the repository cannot be read."""
+    scratch = tempfile.mkdtemp(prefix="drover-ls-remote-")
+    try:
+        url = str(pathlib.Path(repo).resolve()) if _is_local(repo) and not repo.startswith("file://") else repo
+        if _is_local(repo) and not pathlib.Path(url.removeprefix("file://")).exists():
+            raise WorkspaceError(f"{repo} does not exist")
+        remote = pygit2.init_repository(scratch, bare=True).remotes.create_anonymous(url)
+        heads = remote.list_heads(callbacks=_callbacks(token))
+    except (pygit2.GitError, ValueError) as err:
+        message = str(err).replace(token, "***") if token else str(err)
+        raise WorkspaceError(f"cannot read {redact_url(repo)}: {redact_url(message)}") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    refs = [str(h.name or "") for h in heads]
+    names = sorted(r.removeprefix("refs/heads/") for r in refs if r.startswith("refs/heads/"))
+    head = next((str(h.symref_target) for h in heads if h.name == "HEAD" and h.symref_target), "")
+    if not head and _is_local(repo):  # an empty repository still says which branch its first commit makes
+        try:
+            head = str(pygit2.Repository(url.removeprefix("file://")).references["HEAD"].target)
+        except (pygit2.GitError, KeyError):
+            head = ""
+    return str(head).removeprefix("refs/heads/"), names

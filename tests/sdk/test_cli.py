@@ -227,3 +227,47 @@ def test_project_and_user_monthly_budgets_from_the_cli(fleet: Fleet) -> None:
     assert db.execute("select monthly_budget_usd from projects where name='budgeted'").fetchone() == (12.5,)
     assert db.execute("select monthly_budget_usd from tokens where name='ann'").fetchone() == (3.0,)
     assert bad.returncode == 2 and "monthly_budget_usd: must not be negative" in bad.stderr
+
+
+def test_project_add_checks_the_repository_and_defaults_to_its_head_branch(
+    fleet: Fleet, tmp_path: pathlib.Path
+) -> None:
+    """README's by-hand quick start against `git init` (branch master): no --branch, no surprise."""
+    plane = fleet.start_plane()
+    repo = tmp_path / "calc"
+    subprocess.run(["git", "init", "-q", "-b", "master", str(repo)], check=True)
+    (repo / "calc.py").write_text("x = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], check=True)
+
+    def project_add(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "controlplane.cli", "project", "add", *args]
+        return subprocess.run([*command, "--data-dir", str(plane.data_dir)], capture_output=True, text=True)
+
+    added = project_add("calc", "--repo", str(repo))
+    assert added.returncode == 0 and "branch master" in added.stdout, added.stderr
+    assert "alembic" not in added.stderr  # no migration chatter in a terminal
+    wrong = project_add("calc2", "--repo", str(repo), "--branch", "main")
+    assert wrong.returncode == 2 and "branch: " in wrong.stderr and "its branches: master" in wrong.stderr
+    missing = project_add("calc3", "--repo", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "repo: " in missing.stderr and "does not exist" in missing.stderr
+    unreadable = project_add("calc4", "--repo", "https://127.0.0.1:9/x.git")
+    assert unreadable.returncode == 2 and "repo: cannot read https://127.0.0.1:9/x.git" in unreadable.stderr
+    empty = tmp_path / "empty"
+    subprocess.run(["git", "init", "-q", "-b", "trunk", str(empty)], check=True)
+    fresh = project_add("fresh", "--repo", str(empty))
+    assert fresh.returncode == 0 and "branch trunk" in fresh.stdout and "no commit yet" in fresh.stdout
+    import sqlite3
+
+    db = sqlite3.connect(plane.data_dir / "drover.db")
+    assert sorted(db.execute("select name, branch from projects")) == [("calc", "master"), ("fresh", "trunk")]
+
+    # The first run of the project starts from that branch.
+    fleet.agent("cli-agent")
+    with plane.client() as client:
+        change = client.submit_change(
+            "calc", "look", [{"key": "ls", "kind": "test", "objective": "ls", "command": ["ls"]}]
+        )
+        list(client.watch(change.id))
+        assert client.get_change(change.id).status == "succeeded"
