@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -9,12 +10,14 @@ import grpc
 from controlplane.api import auth, change_queries, convert, validation
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
+from controlplane.config import HarnessConfig
+from controlplane.dispatch import quota
 from controlplane.domain import graph
 from controlplane.services import change_lifecycle, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.objects import DirectoryStore
-from drover.errors import Unauthenticated
+from drover.errors import FailedPrecondition, Unauthenticated
 from drover.v1 import change_pb2, change_pb2_grpc, types_pb2
 
 WATCH_POLL_SECONDS = 1.0
@@ -35,9 +38,10 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         agents: AgentSessions,
         wake: Callable[[], None],
         limits: validation.Limits = validation.Limits(),
+        harness: Callable[[], HarnessConfig] = HarnessConfig,
     ) -> None:
         self.store, self.notifier, self.objects, self.agents = store, notifier, objects, agents
-        self.wake, self.limits = wake, limits
+        self.wake, self.limits, self.harness = wake, limits, harness
 
     @reporting
     async def SubmitChange(
@@ -45,6 +49,9 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
     ) -> types_pb2.Change:
         who = auth.current()
         spec = convert.change_spec(request)
+        worked_by_model = [i for i, t in enumerate(spec.tasks) if not t.command]
+        if worked_by_model and not quota.has_model_key(self.harness(), os.environ):
+            raise FailedPrecondition(quota.NO_MODEL_KEY, field=f"tasks[{worked_by_model[0]}]")
         change_id = await self.store.run(change_lifecycle.submit_change, spec, who.name, who.projects)
         self.notifier.notify()
         self.wake()

@@ -24,6 +24,7 @@ from controlplane.api.change_service import ChangeService
 from controlplane.api.operations_service import OperationsService
 from controlplane.config import ServerConfig, load_harness
 from controlplane.context.recall import Recall
+from controlplane.dispatch import quota
 from controlplane.dispatch.assign import Dispatcher
 from controlplane.dispatch.composer import Composer
 from controlplane.dispatch.liveness import Liveness
@@ -200,7 +201,16 @@ class ControlPlane:
         )
         limits = validation.Limits(config.max_budget_usd)
         change_pb2_grpc.add_ChangeServiceServicer_to_server(
-            ChangeService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake, limits), self.server
+            ChangeService(
+                store,
+                self.notifier,
+                self.objects,
+                self.agents,
+                self.dispatcher.wake,
+                limits,
+                lambda: self.config.harness,
+            ),
+            self.server,
         )
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(
             OperationsService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake), self.server
@@ -271,6 +281,8 @@ async def serve(config: ServerConfig, store: Store, config_file: pathlib.Path | 
     host = config.listen.rsplit(":", 1)[0]
     log.info("control plane listening on %s:%d (database %s)", host, plane.port, _safe_url(store.url))
     print(f"drover control plane listening on {host}:{plane.port}", flush=True)
+    if not quota.has_model_key(config.harness, os.environ):
+        log.warning("%s; until then such Tasks are refused at submit (FAILED_PRECONDITION)", quota.NO_MODEL_KEY)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import tenacity
 
+from controlplane.config import HarnessConfig
 from controlplane.domain.members import (
     PAY_PER_API,
     UNKNOWN,
@@ -67,6 +68,19 @@ def credential(member: Member, env: Mapping[str, str]) -> str:
         except OSError:
             return ""
     return ""
+
+
+def has_model_key(harness: HarnessConfig, env: Mapping[str, str]) -> bool:
+    """Whether harness runs can call the model: the harness's own key (ANTHROPIC_API_KEY or
+    [anthropic] api_key_file) or a member's credential that is set."""
+    members = (m for cls in harness.classes.values() for m in cls.members)
+    return bool(harness.api_key) or any(credential(m, env) for m in members)
+
+
+NO_MODEL_KEY = (
+    "no model key: set ANTHROPIC_API_KEY (or [anthropic] api_key_file, or a member's credential_env / "
+    "credential_file) where the control plane runs; a Task without a command is worked by the model harness"
+)
 
 
 def parse_available_pct(body: bytes) -> float:

@@ -8,9 +8,11 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from drover import models
+from drover.errors import FailedPrecondition
 from tests.conftest import ControlPlane, Fleet, wait_for
 
 
@@ -271,3 +273,26 @@ def test_project_add_checks_the_repository_and_defaults_to_its_head_branch(
         )
         list(client.watch(change.id))
         assert client.get_change(change.id).status == "succeeded"
+
+
+def test_a_harness_task_without_a_model_key_is_refused_at_submit(fleet: Fleet) -> None:
+    plane = fleet.start_plane()  # no ANTHROPIC_API_KEY in its environment, no api_key_file, no members
+    plane.add_project("keyless")
+    said = "\n".join(p.read_text() for p in plane.data_dir.glob("controlplane-*.log"))
+    assert "no model key: set ANTHROPIC_API_KEY" in said  # said at start-up
+    with plane.client() as client:
+        with pytest.raises(FailedPrecondition) as refused:
+            client.submit_change(
+                "keyless",
+                "fix it",
+                [
+                    {"key": "list", "kind": "test", "objective": "list", "command": ["ls"]},
+                    {"key": "fix", "kind": "implement", "objective": "fix the bug", "depends_on": ["list"]},
+                ],
+            )
+        assert refused.value.field == "tasks[1]" and "ANTHROPIC_API_KEY" in refused.value.message
+        assert client.list_changes() == []  # nothing stored
+        accepted = client.submit_change(
+            "keyless", "list", [{"key": "list", "kind": "test", "objective": "l", "command": ["ls"]}]
+        )
+        assert accepted.status in ("open", "running")
