@@ -48,6 +48,9 @@ class Agent:
             self._assign(message.assign)
         elif body == "cancel":
             self.runs.cancel(message.cancel.run_id)
+        elif body == "drain" and message.drain.undrain:
+            self.draining = False
+            log.warning("undrained: taking new runs again")
         elif body == "drain":
             self.draining = True
             log.warning("draining: taking no new runs")

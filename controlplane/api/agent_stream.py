@@ -85,10 +85,10 @@ class AgentSessions:
             if session is not None:
                 session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason=reason)))
 
-    def tell_drain(self, agent: str) -> None:
+    def tell_drain(self, agent: str, undrain: bool = False) -> None:
         session = self.sessions.get(agent)
         if session is not None:
-            session.send(agent_pb2.ControlMessage(drain=agent_pb2.Drain()))
+            session.send(agent_pb2.ControlMessage(drain=agent_pb2.Drain(undrain=undrain)))
 
     async def close_revoked(self) -> None:
         """An agent whose token was revoked (or expired) loses its stream."""

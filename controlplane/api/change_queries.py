@@ -91,12 +91,15 @@ def events(
     limit: int = 200,
     token: str = "",
     scope: Scope = None,
+    newest: bool = False,
 ) -> paging.Page[types_pb2.Event]:
-    """Oldest first, from after `after_id` (or the page token)."""
+    """Oldest first, from after `after_id` (or the page token); with `newest`, the newest `limit`
+    events after `after_id`, still oldest first, and no next page."""
     size = page_size(limit, 200, 1000)
     if token:
         after_id = max(after_id, paging.decode(token, (int,))[0])
-    q = select(Event).where(Event.id > after_id).order_by(Event.id).limit(size + 1)
+    q = select(Event).where(Event.id > after_id)
+    q = q.order_by(Event.id.desc()).limit(size) if newest else q.order_by(Event.id).limit(size + 1)
     if change_id:
         q = q.where(Event.change_id == change_id)
     if run_id:
@@ -107,7 +110,10 @@ def events(
         q = q.where(func.substr(Event.kind, 1, len(kind)) == kind)
     if scope is not None:  # events of no Change (agents, projects, tokens) are the fleet's, not a project's
         q = q.where(in_scope(Event.change_id, scope))
-    return paging.take(s.scalars(q), size, convert.event, lambda e: e.ByteSize(), lambda e: paging.encode(e.id))
+    rows = list(s.scalars(q))
+    if newest:
+        rows.reverse()
+    return paging.take(rows, size, convert.event, lambda e: e.ByteSize(), lambda e: paging.encode(e.id))
 
 
 def receipts(

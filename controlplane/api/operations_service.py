@@ -49,6 +49,15 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         return await self.store.run(run_queries.agent, request.name)
 
     @reporting
+    async def UndrainAgent(
+        self, request: operations_pb2.UndrainAgentRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Agent:
+        await self.store.run(agent_presence.drain_agent, request.name, False)
+        self.agents.tell_drain(request.name, undrain=True)
+        self.wake()
+        return await self.store.run(run_queries.agent, request.name)
+
+    @reporting
     async def ListRuns(
         self, request: operations_pb2.ListRunsRequest, context: grpc.aio.ServicerContext
     ) -> operations_pb2.ListRunsResponse:
@@ -117,6 +126,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
                 limit=request.page_size or request.limit,
                 token=request.page_token,
                 scope=scope,
+                newest=request.newest,
             )
         )
         return operations_pb2.ListEventsResponse(events=page.items, next_page_token=page.next_token)

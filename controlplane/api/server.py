@@ -63,6 +63,7 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.ChangeService/GetSpend": USER,
     "/drover.v1.OperationsService/ListAgents": USER,
     "/drover.v1.OperationsService/DrainAgent": Permission("user", "admin"),
+    "/drover.v1.OperationsService/UndrainAgent": Permission("user", "admin"),
     "/drover.v1.OperationsService/ListRuns": USER,
     "/drover.v1.OperationsService/GetRun": USER,
     "/drover.v1.OperationsService/CancelRun": Permission("user", "run.manage"),

@@ -157,6 +157,7 @@ RULES: dict[str, Rule] = {
     "drover.v1.ListAgentsRequest.page_size": _page(1000),
     "drover.v1.ListAgentsRequest.page_token": TOKEN,
     "drover.v1.DrainAgentRequest.name": Rule(pattern=AGENT_NAME, optional=False, explain="an agent name"),
+    "drover.v1.UndrainAgentRequest.name": Rule(pattern=AGENT_NAME, optional=False, explain="an agent name"),
     "drover.v1.ListRunsRequest.change_id": ID_RULE,
     "drover.v1.ListRunsRequest.state": Rule(choices=RUN_STATES),
     "drover.v1.ListRunsRequest.agent": Rule(pattern=AGENT_NAME, explain="an agent name"),

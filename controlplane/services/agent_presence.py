@@ -131,11 +131,12 @@ def fail_lost_runs(
     return failed
 
 
-def drain_agent(s: Session, name: str) -> Agent:
+def drain_agent(s: Session, name: str, draining: bool = True) -> Agent:
+    """Stop (or, with draining False, resume) offering the agent new runs."""
     agent = s.get(Agent, name)
     if agent is None:
         raise NotFound(f"no agent {name!r}", field="name")
-    if not agent.draining:
-        agent.draining = True
-        add_event(s, "agent.draining", agent=name)
+    if agent.draining != draining:
+        agent.draining = draining
+        add_event(s, "agent.draining" if draining else "agent.undrained", agent=name)
     return agent

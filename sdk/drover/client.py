@@ -304,12 +304,27 @@ class Client:
         )
 
     @_mapped
+    def undrain_agent(self, name: str) -> Agent:
+        """Offer a drained agent new runs again."""
+        return from_proto(
+            self._ops.UndrainAgent(operations_pb2.UndrainAgentRequest(name=name), metadata=self._metadata), Agent
+        )
+
+    @_mapped
     def list_events(
-        self, *, change_id: str = "", run_id: str = "", kind: str = "", after_id: int = 0, limit: int = 200
+        self,
+        *,
+        change_id: str = "",
+        run_id: str = "",
+        kind: str = "",
+        after_id: int = 0,
+        limit: int = 200,
+        newest: bool = False,
     ) -> list[Event]:
+        """Events oldest first: the `limit` after `after_id`, or with `newest` the newest `limit`."""
         answer = self._ops.ListEvents(
             operations_pb2.ListEventsRequest(
-                change_id=change_id, run_id=run_id, kind=kind, after_id=after_id, limit=limit
+                change_id=change_id, run_id=run_id, kind=kind, after_id=after_id, limit=limit, newest=newest
             ),
             metadata=self._metadata,
         )

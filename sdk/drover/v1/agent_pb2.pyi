@@ -268,8 +268,10 @@ class Ack(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class Drain(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("undrain",)
+    UNDRAIN_FIELD_NUMBER: _ClassVar[int]
+    undrain: bool
+    def __init__(self, undrain: _Optional[bool] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")

@@ -31,6 +31,12 @@ class DrainAgentRequest(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class UndrainAgentRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
 class ListRunsRequest(_message.Message):
     __slots__ = ("change_id", "state", "agent", "limit", "page_size", "page_token")
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -80,7 +86,7 @@ class TailRunLogsRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
 
 class ListEventsRequest(_message.Message):
-    __slots__ = ("change_id", "run_id", "kind", "after_id", "limit", "page_size", "page_token")
+    __slots__ = ("change_id", "run_id", "kind", "after_id", "limit", "page_size", "page_token", "newest")
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +94,7 @@ class ListEventsRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIELD_NUMBER: _ClassVar[int]
     change_id: str
     run_id: str
     kind: str
@@ -95,7 +102,8 @@ class ListEventsRequest(_message.Message):
     limit: int
     page_size: int
     page_token: str
-    def __init__(self, change_id: _Optional[str] = ..., run_id: _Optional[str] = ..., kind: _Optional[str] = ..., after_id: _Optional[int] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    newest: bool
+    def __init__(self, change_id: _Optional[str] = ..., run_id: _Optional[str] = ..., kind: _Optional[str] = ..., after_id: _Optional[int] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., newest: _Optional[bool] = ...) -> None: ...
 
 class ListEventsResponse(_message.Message):
     __slots__ = ("events", "next_page_token")

@@ -46,6 +46,11 @@ class OperationsServiceStub:
                 request_serializer=drover_dot_v1_dot_operations__pb2.DrainAgentRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_types__pb2.Agent.FromString,
                 _registered_method=True)
+        self.UndrainAgent = channel.unary_unary(
+                '/drover.v1.OperationsService/UndrainAgent',
+                request_serializer=drover_dot_v1_dot_operations__pb2.UndrainAgentRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_types__pb2.Agent.FromString,
+                _registered_method=True)
         self.ListRuns = channel.unary_unary(
                 '/drover.v1.OperationsService/ListRuns',
                 request_serializer=drover_dot_v1_dot_operations__pb2.ListRunsRequest.SerializeToString,
@@ -105,6 +110,13 @@ class OperationsServiceServicer:
 
     def DrainAgent(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UndrainAgent(self, request, context):
+        """Offer the agent new runs again.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -178,6 +190,11 @@ def add_OperationsServiceServicer_to_server(servicer, server):
             'DrainAgent': grpc.unary_unary_rpc_method_handler(
                     servicer.DrainAgent,
                     request_deserializer=drover_dot_v1_dot_operations__pb2.DrainAgentRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_types__pb2.Agent.SerializeToString,
+            ),
+            'UndrainAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.UndrainAgent,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.UndrainAgentRequest.FromString,
                     response_serializer=drover_dot_v1_dot_types__pb2.Agent.SerializeToString,
             ),
             'ListRuns': grpc.unary_unary_rpc_method_handler(
@@ -280,6 +297,33 @@ class OperationsService:
             target,
             '/drover.v1.OperationsService/DrainAgent',
             drover_dot_v1_dot_operations__pb2.DrainAgentRequest.SerializeToString,
+            drover_dot_v1_dot_types__pb2.Agent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UndrainAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/UndrainAgent',
+            drover_dot_v1_dot_operations__pb2.UndrainAgentRequest.SerializeToString,
             drover_dot_v1_dot_types__pb2.Agent.FromString,
             options,
             channel_credentials,
