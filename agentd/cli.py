@@ -9,13 +9,14 @@ import os
 import pathlib
 import sys
 
-from agentd import isolation
+from agentd import __version__, isolation
 from agentd.config import load
 from agentd.daemon import Agent
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentd", description="The Drover fleet daemon")
+    p.add_argument("--version", action="version", version=f"agentd {__version__}")
     p.add_argument("--config", help="TOML file with the settings below (env DROVER_AGENTD_* overrides it)")
     p.add_argument("--control-plane", dest="control_plane", help="host:port (default 127.0.0.1:50051)")
     p.add_argument("--name", help="unique agent name (default: the host name)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import os
 import pathlib
@@ -12,7 +13,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from controlplane.api.server import bootstrap_tokens, lock_data_dir, open_store, serve
+import sqlalchemy
+
+from controlplane.api.server import bootstrap_tokens, database_url, lock_data_dir, open_store, serve
 from controlplane.config import ServerConfig, load_harness, load_memory
 from controlplane.context.canonical_tree import branches, open_canonical
 from controlplane.context.recall import Recall
@@ -280,7 +283,13 @@ def _project_parsers(sub: Any) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="controlplane", description="The Drover control plane")
+    p = argparse.ArgumentParser(
+        prog="controlplane",
+        description="The Drover control plane",
+        epilog="exit codes: 0 done, 2 usage or invalid input, 3 not found, 5 the database is unreachable, "
+        "70 a bug in controlplane",
+    )
+    p.add_argument("--version", action="version", version=f"controlplane {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _token_parsers(sub)
@@ -298,20 +307,38 @@ def main(argv: list[str] | None = None) -> int:
     config = ServerConfig(data_dir=pathlib.Path(args.data_dir), database_url=args.database_url)
     if args.func is cmd_serve:
         lock_data_dir(config.data_dir)  # before touching the database: a second control plane stops here
-    store = open_store(config)
+    try:
+        store = open_store(config)
+    except sqlalchemy.exc.OperationalError as err:
+        print(f"controlplane: cannot reach the database {_safe_url(config)}: {err.orig or err}", file=sys.stderr)
+        return 5
     try:
         args.func(store, config, args)
-    except (DroverError, ValueError) as err:
+    except NotFound as err:
+        print(f"controlplane: {err}", file=sys.stderr)
+        return 3
+    except (DroverError, ValueError, OSError) as err:
         print(f"controlplane: {err}", file=sys.stderr)
         return 2
     except Exception as err:  # a bug of ours: the log has the traceback, the terminal a sentence
         logging.getLogger("drover.cli").debug("unexpected error", exc_info=True)
         print(f"controlplane: unexpected error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
+        return 70
     finally:
         if args.func is not cmd_serve:
             store.close()
     return 0
+
+
+def _safe_url(config: ServerConfig) -> str:
+    return sqlalchemy.engine.make_url(database_url(config)).render_as_string(hide_password=True)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("drover")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 if __name__ == "__main__":

@@ -20,15 +20,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import pygit2
 
 from agentd import config as agentd_config
 from agentd import isolation
-from drover import Client
-from drover.render import format_change, format_event, format_run_event
+from drover import Client, follow
+from drover.models import LogLine
+from drover.render import format_change, format_event, labelled_lines
 from drover.testing import fake_anthropic as fake
 
 SAMPLE = {
@@ -90,16 +90,9 @@ def change_tasks() -> list[dict]:
     ]
 
 
-def show_logs(client: Client, run_id: str, key: str, follow: bool) -> None:
-    """A run's output and the harness's tool calls, each line prefixed with its Task's key."""
-    for line in client.run_logs(run_id, follow=follow):
-        if line.stream == "system":
-            continue
-        texts = line.text.splitlines()
-        if line.stream == "event":
-            texts = [format_run_event(t) for t in texts]
-        for text in texts:
-            print(f"    {key} | {text}", flush=True)
+def show_lines(key: str, line: LogLine) -> None:
+    for text in labelled_lines(key, line):
+        print(text, flush=True)
 
 
 def wait_for_port(log: pathlib.Path, proc: subprocess.Popen[bytes]) -> int:
@@ -233,20 +226,14 @@ def main() -> int:
                 )
                 print(f"submitted change {change.id}\n")
                 keys = {t.id: t.key for t in change.tasks}
-                following: dict[str, threading.Thread] = {}
-                for event in client.watch(change.id):
-                    key = keys.get(event.task_id, "")
+                # Tool calls and output as they happen (as `drover watch --logs` shows them).
+                logs = follow.RunFollowers(client, show_lines)
+                for event in follow.change_events(client, change.id):
                     if event.kind == "run.finished":
-                        if event.run_id in following:  # its last lines first, then the event
-                            following.pop(event.run_id).join(30)
-                        else:
-                            show_logs(client, event.run_id, key, follow=False)
+                        logs.finished(event.run_id)  # its last lines first, then the event
                     print(format_event(event), flush=True)
-                    if event.kind == "run.started":  # tool calls and output as they happen
-                        following[event.run_id] = threading.Thread(
-                            target=show_logs, args=(client, event.run_id, key, True), daemon=True
-                        )
-                        following[event.run_id].start()
+                    if event.kind == "run.started":
+                        logs.started(event.run_id, keys.get(event.task_id, ""))
                 final = client.get_change(change.id)
                 changesets = client.list_changesets(change.id)
                 print("\n" + format_change(final))

@@ -1,8 +1,13 @@
-"""`drover`: submit and follow Changes, look at runs and agents, from a terminal."""
+"""`drover`: submit and follow Changes, look at runs and agents, from a terminal.
+
+Exit codes (EXIT below, and the README): 0 done; 1 the Change or run failed; 2 usage or invalid input;
+3 not found; 4 not signed in or not allowed; 5 control plane unavailable; 6 refused in the current
+state (a budget, a precondition); 7 the control plane failed; 70 a bug in this CLI."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -12,26 +17,57 @@ from typing import Any
 
 import grpc
 
-from drover import changefile, render
+from drover import changefile, follow, render
 from drover.client import Client
-from drover.errors import DroverError
+from drover.errors import DroverError, Unauthenticated
+from drover.models import Change, LogLine
 from drover.render import format_change, format_event, format_run_event
 
 DEFAULT_TOKEN_FILE = ".drover/tokens/admin.token"
 Command = Callable[[Client, argparse.Namespace], int]
+EXIT = {
+    "INVALID_ARGUMENT": 2,
+    "NOT_FOUND": 3,
+    "UNAUTHENTICATED": 4,
+    "PERMISSION_DENIED": 4,
+    "UNAVAILABLE": 5,
+    "DEADLINE_EXCEEDED": 5,
+    "FAILED_PRECONDITION": 6,
+    "RESOURCE_EXHAUSTED": 6,
+    "ALREADY_EXISTS": 6,
+}
+"""A server error's exit code by gRPC status; any other status is 7."""
+RUN_STATES = ("queued", "starting", "running", "succeeded", "failed", "cancelled")
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("drover")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _token(args: argparse.Namespace) -> str:
     if args.token_file:
-        return pathlib.Path(args.token_file).read_text().strip()
-    if os.environ.get("DROVER_TOKEN"):
+        where = pathlib.Path(args.token_file)
+    elif os.environ.get("DROVER_TOKEN"):
         return os.environ["DROVER_TOKEN"].strip()
-    return pathlib.Path(DEFAULT_TOKEN_FILE).read_text().strip()
+    else:
+        where = pathlib.Path(DEFAULT_TOKEN_FILE)
+    try:
+        return where.read_text().strip()
+    except OSError as err:
+        raise Unauthenticated(
+            f"cannot read the token file {where}: {err.strerror or err}; pass --token-file or set DROVER_TOKEN"
+        ) from None
 
 
 def _show(args: argparse.Namespace, found: Any, text: Callable[[Any], str]) -> int:
-    """Print a message, or a list of them, as JSON (--json) or as `text` says."""
-    if args.json:
+    """Print an object, or a list of them, as JSON (--json), JSON lines (--jsonl) or as `text` says."""
+    if args.jsonl:
+        for item in found if isinstance(found, list) else [found]:
+            print(json.dumps(render.as_dict(item)))
+    elif args.json:
         value = [render.as_dict(m) for m in found] if isinstance(found, list) else render.as_dict(found)
         print(json.dumps(value, indent=2))
     else:
@@ -39,28 +75,61 @@ def _show(args: argparse.Namespace, found: Any, text: Callable[[Any], str]) -> i
     return 0
 
 
-def _watch(client: Client, change_id: str, as_json: bool) -> int:
-    for event in client.watch(change_id):
-        print(json.dumps(render.as_dict(event)) if as_json else format_event(event), flush=True)
+def _machine(args: argparse.Namespace) -> bool:
+    return bool(args.json or args.jsonl)
+
+
+def _print_line(args: argparse.Namespace, key: str, line: LogLine) -> None:
+    if _machine(args):
+        print(json.dumps(render.as_dict(line)), flush=True)
+        return
+    for text in render.labelled_lines(key, line):
+        print(text, flush=True)
+
+
+def _watch(client: Client, change_id: str, args: argparse.Namespace) -> int:
     change = client.get_change(change_id)
-    if not as_json:
+    keys = {t.id: t.key for t in change.tasks}
+    if change.status == "open" and not _machine(args):
+        _warn_if_nothing_serves(client, change)
+    logs = follow.RunFollowers(client, lambda key, line: _print_line(args, key, line)) if args.logs else None
+    for event in follow.change_events(client, change_id):
+        if logs is not None and event.kind == "run.finished":
+            logs.finished(event.run_id)  # its last lines before the event
+        print(json.dumps(render.as_dict(event)) if _machine(args) else format_event(event), flush=True)
+        if logs is not None and event.kind == "run.started":
+            logs.started(event.run_id, keys.get(event.task_id, ""))
+    change = client.get_change(change_id)
+    if not _machine(args):
         print(format_change(change))
     return 0 if change.status == "succeeded" else 1
+
+
+def _warn_if_nothing_serves(client: Client, change: Change) -> None:
+    agents = [a for a in client.list_agents() if a.connected]
+    if agents and all(a.draining for a in agents):
+        print(
+            f"drover: every connected agent is draining ({', '.join(a.name for a in agents)}): "
+            "this Change waits until one is undrained (drover undrain NAME) or another connects",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     change = client.submit_change_file(changefile.load(args.file))
     _show(args, change, lambda c: f"submitted change {c.id} ({len(c.tasks)} tasks)")
-    return _watch(client, change.id, args.json) if args.watch else 0
+    return _watch(client, change.id, args) if args.watch else 0
 
 
 def cmd_watch(client: Client, args: argparse.Namespace) -> int:
-    return _watch(client, args.change_id, args.json)
+    return _watch(client, args.change_id, args)
 
 
 def cmd_logs(client: Client, args: argparse.Namespace) -> int:
-    for line in client.run_logs(args.run_id, follow=args.follow):
-        if args.json:
+    lines = follow.run_lines(client, args.run_id) if args.follow else client.run_logs(args.run_id)
+    for line in lines:
+        if _machine(args):
             print(json.dumps(render.as_dict(line)), flush=True)
         elif line.stream == "event":
             for text in line.text.splitlines():
@@ -72,14 +141,21 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_events(client: Client, args: argparse.Namespace) -> int:
-    for event in client.list_events(change_id=args.change, run_id=args.run, kind=args.kind):
-        print(json.dumps(render.as_dict(event)) if args.json else format_event(event))
+    """The newest --limit events (oldest first), or those after --after; --follow then waits for more."""
+    where = {"change_id": args.change, "run_id": args.run, "kind": args.kind}
+    events = client.list_events(**where, after_id=args.after, limit=args.limit, newest=not args.after)
+    for event in events:
+        print(json.dumps(render.as_dict(event)) if _machine(args) else format_event(event), flush=True)
+    if args.follow:
+        last = events[-1].id if events else args.after  # nothing matched yet: every match is new
+        for event in follow.new_events(client, last, **where):
+            print(json.dumps(render.as_dict(event)) if _machine(args) else format_event(event), flush=True)
     return 0
 
 
 def cmd_patch(client: Client, args: argparse.Namespace) -> int:
     text = client.get_patch(args.changeset_id)
-    print(json.dumps({"changeset_id": args.changeset_id, "patch": text}) if args.json else text, end="")
+    print(json.dumps({"changeset_id": args.changeset_id, "patch": text}) if _machine(args) else text, end="")
     return 0
 
 
@@ -90,7 +166,11 @@ def cmd_packet(client: Client, args: argparse.Namespace) -> int:
 
 SHOW: dict[str, tuple[Callable[[Client, argparse.Namespace], Any], Callable[[Any], str]]] = {
     "agents": (lambda c, a: c.list_agents(), render.agents_table),
-    "runs": (lambda c, a: c.list_runs(change_id=a.change, state=a.state, agent=a.agent), render.runs_table),
+    "runs": (
+        lambda c, a: c.list_runs(change_id=a.change, state=a.state, agent=a.agent, limit=a.limit),
+        render.runs_table,
+    ),
+    "changes": (lambda c, a: c.list_changes(a.project, a.limit), render.changes_table),
     "change": (lambda c, a: c.get_change(a.change_id), format_change),
     "changesets": (lambda c, a: c.list_changesets(a.change_id), render.changesets_table),
     "raise-budget": (lambda c, a: c.raise_budget(a.change_id, a.budget_usd), format_change),
@@ -103,6 +183,7 @@ SHOW: dict[str, tuple[Callable[[Client, argparse.Namespace], Any], Callable[[Any
         lambda r: f"run {r.id}: {r.state}{' (cancel sent)' if r.cancel_requested else ''}",
     ),
     "drain": (lambda c, a: c.drain_agent(a.name), lambda a: f"agent {a.name}: draining"),
+    "undrain": (lambda c, a: c.undrain_agent(a.name), lambda a: f"agent {a.name}: taking runs"),
 }
 """Commands that ask one thing and show the answer."""
 
@@ -112,14 +193,24 @@ def _shower(name: str) -> Command:
     return lambda client, args: _show(args, ask(client, args), text)
 
 
-COMMANDS: list[tuple[str, str, Command, list[tuple[tuple[str, ...], dict[str, Any]]]]] = [
+def _positive(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"{value} is not between 1 and 1000")
+    return value
+
+
+Arguments = list[tuple[tuple[str, ...], dict[str, Any]]]
+LOGS: Arguments = [(("--logs",), {"action": "store_true", "help": "also follow each run's output and tool calls"})]
+LIMIT = (("--limit",), {"type": _positive, "default": 50, "help": "at most this many (1-1000, default 50)"})
+COMMANDS: list[tuple[str, str, Command, Arguments]] = [
     (
         "submit",
         "submit a Change file (YAML or JSON)",
         cmd_submit,
-        [(("file",), {}), (("--watch",), {"action": "store_true", "help": "then watch it until it ends"})],
+        [(("file",), {}), (("--watch",), {"action": "store_true", "help": "then watch it until it ends"}), *LOGS],
     ),
-    ("watch", "follow a Change's events until it ends", cmd_watch, [(("change_id",), {})]),
+    ("watch", "follow a Change's events until it ends (through restarts)", cmd_watch, [(("change_id",), {}), *LOGS]),
     (
         "logs",
         "a run's output",
@@ -127,11 +218,17 @@ COMMANDS: list[tuple[str, str, Command, list[tuple[tuple[str, ...], dict[str, An
         [(("run_id",), {}), (("-f", "--follow"), {"action": "store_true", "help": "until the run ends"})],
     ),
     ("agents", "connected and known agents", _shower("agents"), []),
+    ("changes", "recent Changes, newest first", _shower("changes"), [(("--project",), {"default": ""}), LIMIT]),
     (
         "runs",
-        "recent runs",
+        "recent runs, newest first",
         _shower("runs"),
-        [(("--change",), {"default": ""}), (("--state",), {"default": ""}), (("--agent",), {"default": ""})],
+        [
+            (("--change",), {"default": ""}),
+            (("--state",), {"default": "", "choices": ("", *RUN_STATES), "metavar": "{" + ",".join(RUN_STATES) + "}"}),
+            (("--agent",), {"default": ""}),
+            LIMIT,
+        ],
     ),
     ("change", "a Change and its Tasks", _shower("change"), [(("change_id",), {})]),
     ("changesets", "the ChangeSets of a Change", _shower("changesets"), [(("change_id",), {})]),
@@ -154,30 +251,59 @@ COMMANDS: list[tuple[str, str, Command, list[tuple[tuple[str, ...], dict[str, An
     ("cancel", "cancel a Change", _shower("cancel"), [(("change_id",), {})]),
     ("cancel-run", "cancel one run", _shower("cancel-run"), [(("run_id",), {})]),
     ("drain", "give an agent no new runs", _shower("drain"), [(("name",), {})]),
+    ("undrain", "offer a drained agent runs again", _shower("undrain"), [(("name",), {})]),
     (
         "events",
-        "recent events",
+        "the newest events (oldest first); --follow for new ones",
         cmd_events,
-        [(("--change",), {"default": ""}), (("--run",), {"default": ""}), (("--kind",), {"default": ""})],
+        [
+            (("--change",), {"default": ""}),
+            (("--run",), {"default": ""}),
+            (("--kind",), {"default": "", "help": "a prefix: run. matches run.queued, run.started, ..."}),
+            LIMIT,
+            (("--after",), {"type": int, "default": 0, "help": "the events after this id instead of the newest"}),
+            (("-f", "--follow"), {"action": "store_true", "help": "then print new events as they happen"}),
+        ],
     ),
 ]
 
 
-def parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+def _global_flags(p: argparse.ArgumentParser, defaults: bool) -> None:
+    """The flags every command takes, before or after its name. On the subcommands they default to
+    SUPPRESS, so a flag given before the command is not reset by the subcommand's parser."""
+
+    def default(value: Any) -> Any:
+        return value if defaults else argparse.SUPPRESS
+
+    p.add_argument(
         "--target",
-        default=os.environ.get("DROVER_TARGET", "127.0.0.1:50051"),
+        default=default(os.environ.get("DROVER_TARGET", "127.0.0.1:50051")),
         help="control plane host:port (env DROVER_TARGET)",
     )
-    common.add_argument("--token-file", help=f"default {DEFAULT_TOKEN_FILE}; env DROVER_TOKEN holds a token")
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument(
+    p.add_argument(
+        "--token-file", default=default(None), help=f"default {DEFAULT_TOKEN_FILE}; env DROVER_TOKEN holds a token"
+    )
+    p.add_argument("--json", action="store_true", default=default(False), help="JSON (streams: one object a line)")
+    p.add_argument("--jsonl", action="store_true", default=default(False), help="one JSON object a line")
+    p.add_argument(
         "--tls-ca",
-        default=os.environ.get("DROVER_TLS_CA", ""),
+        default=default(os.environ.get("DROVER_TLS_CA", "")),
         help="dial with TLS, trusting this CA bundle (env DROVER_TLS_CA)",
     )
-    p = argparse.ArgumentParser(prog="drover", description="Submit and follow Drover Changes")
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    _global_flags(common, defaults=False)
+    p = argparse.ArgumentParser(
+        prog="drover",
+        description="Submit and follow Drover Changes",
+        epilog="exit codes: 0 done, 1 the Change or run failed, 2 usage or invalid input, 3 not found, "
+        "4 not signed in or not allowed, 5 control plane unavailable, 6 refused in the current state, "
+        "7 the control plane failed, 70 a bug in drover",
+    )
+    p.add_argument("--version", action="version", version=f"drover {version()}")
+    _global_flags(p, defaults=True)
     sub = p.add_subparsers(dest="command", required=True)
     for name, help_text, func, arguments in COMMANDS:
         command = sub.add_parser(name, parents=[common], help=help_text)
@@ -200,15 +326,15 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except DroverError as err:
         print(f"drover: {err.code}: {err.message}", file=sys.stderr)
-        return 2
-    except OSError as err:
+        return EXIT.get(err.code, 7)
+    except OSError as err:  # a file named on the command line (the TLS CA, ...)
         print(f"drover: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # a bug of ours: say what, never a traceback
         print(f"drover: unexpected error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
+        return 70
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from drover.models import Agent, Change, ChangeSet, Claim, Event, MeterUsage, Run, Spend, to_json
+from drover.models import Agent, Change, ChangeSet, Claim, Event, LogLine, MeterUsage, Run, Spend, to_json
 
 
 def as_dict(obj: Any) -> dict[str, Any]:
@@ -56,6 +56,16 @@ def format_run_event(line: str) -> str:
     if kind == "result":
         return f"  == {event.get('outcome')}: {event.get('text', '')}"
     return f"  {kind}"
+
+
+def labelled_lines(key: str, line: LogLine) -> list[str]:
+    """A run's output line (or harness events) as `    key | text` lines; nothing for system notes."""
+    if line.stream == "system":
+        return []
+    texts = line.text.splitlines()
+    if line.stream == "event":
+        texts = [format_run_event(t) for t in texts]
+    return [f"    {key} | {text}" for text in texts]
 
 
 def format_change(change: Change) -> str:
@@ -110,6 +120,16 @@ def runs_table(runs: Iterable[Run]) -> str:
             for r in runs
         ),
         ["RUN", "STATE", "TASK", "AGENT", "EXIT", "REASON", "CHANGE"],
+    )
+
+
+def changes_table(found: Iterable[Change]) -> str:
+    return table(
+        (
+            [c.id, c.status, c.project, f"{sum(t.status == 'succeeded' for t in c.tasks)}/{len(c.tasks)}", c.goal[:60]]
+            for c in found
+        ),
+        ["CHANGE", "STATUS", "PROJECT", "TASKS OK", "GOAL"],
     )
 
 

@@ -107,7 +107,7 @@ def test_submit_and_watch_exit_with_the_change_status(fleet: Fleet, tmp_path: pa
 def test_cli_errors_are_readable(fleet: Fleet, tmp_path: pathlib.Path) -> None:
     plane = fleet.start_plane()
     missing = drover(plane, "change", "chg_nope")
-    assert missing.returncode == 2
+    assert missing.returncode == 3  # not found
     assert "NOT_FOUND" in missing.stderr and "change_id" in missing.stderr
     (tmp_path / "typo.yaml").write_text("project: x\ngoal: y\ntasks: [{key: a, kind: test, objectve: z}]\n")
     typo = drover(plane, "submit", str(tmp_path / "typo.yaml"))
