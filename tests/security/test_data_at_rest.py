@@ -42,8 +42,10 @@ def test_database_tokens_objects_and_spool_are_private(fleet: Fleet, git_repo: p
 def test_agent_containers_never_mount_the_control_planes_data() -> None:
     compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
     plane_volumes = {v.split(":")[0] for v in compose["services"]["controlplane"]["volumes"]}
-    agent = compose["services"]["agent"]
-    agent_volumes = {v.split(":")[0] for v in agent.get("volumes", [])}
-    assert not plane_volumes & agent_volumes, "agents mount the control plane's data directory"
-    token_flag = agent["command"][agent["command"].index("--token-file") + 1]
-    assert "/var/lib/drover" not in token_flag
+    agents = [spec for name, spec in compose["services"].items() if name.startswith("agent-") and name != "agent-token"]
+    assert len(agents) >= 2
+    for agent in agents:
+        agent_volumes = {v.split(":")[0] for v in agent.get("volumes", [])}
+        assert not plane_volumes & agent_volumes, "agents mount the control plane's data directory"
+        token_flag = agent["command"][agent["command"].index("--token-file") + 1]
+        assert "/var/lib/drover" not in token_flag
