@@ -28,6 +28,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
     p.add_argument("--default-timeout-seconds", dest="default_timeout_seconds", type=int)
     p.add_argument("--kill-grace-seconds", dest="kill_grace_seconds", type=float)
+    p.add_argument("--metrics-listen", dest="metrics_listen", help="host:port of a Prometheus /metrics endpoint")
     p.add_argument(
         "--session-user",
         dest="session_user",

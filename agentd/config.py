@@ -54,6 +54,8 @@ class AgentConfig:
     tls_key: str = ""
     keepalive_seconds: int = 10
     """HTTP/2 pings keep NAT mappings open."""
+    metrics_listen: str = ""
+    """host:port of a Prometheus /metrics endpoint; empty: none."""
     batch_interval: float = 0.2
     batch_bytes: int = 16 * 1024
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 
-from agentd import __version__
+from agentd import __version__, metrics
 from agentd.config import AgentConfig
 from agentd.connection import Connection, to_wire
 from agentd.outbox import Outbox
@@ -36,6 +36,15 @@ class Agent:
             draining=self.draining,
             resume_runs=self.runs.resume_ids(),
         )
+
+    def busy_runs(self) -> int:
+        return self.runs.busy
+
+    def capacity(self) -> int:
+        return self.config.capacity
+
+    def is_connected(self) -> bool:
+        return self.connection.connected.is_set()
 
     def on_welcome(self, welcome: agent_pb2.Welcome) -> None:
         self.runs.forget_applied(dict(welcome.applied))
@@ -69,6 +78,9 @@ class Agent:
 
     async def run(self) -> None:
         self.runs.recover()
+        if self.config.metrics_listen:
+            port = metrics.serve_metrics(self.config.metrics_listen, self, self.outbox)
+            log.info("metrics on http://%s:%d/metrics", self.config.metrics_listen.rpartition(":")[0], port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -33,6 +33,7 @@ def cmd_serve(store: Store, config: ServerConfig, args: argparse.Namespace) -> N
     file = pathlib.Path(args.config) if args.config else None
     config = ServerConfig(
         listen=args.listen,
+        metrics_listen=args.metrics_listen,
         data_dir=config.data_dir,
         database_url=config.database_url,
         agent_lost_seconds=args.agent_lost_seconds,
@@ -190,6 +191,11 @@ def _serve_parser(sub: Any) -> None:
     s = _command(sub, "serve", cmd_serve, "run the gRPC server")
     env = os.environ.get
     s.add_argument("--listen", default=env("DROVER_LISTEN", "127.0.0.1:50051"))
+    s.add_argument(
+        "--metrics-listen",
+        default=env("DROVER_METRICS_LISTEN", ""),
+        help="host:port of a Prometheus /metrics endpoint (default none; env DROVER_METRICS_LISTEN)",
+    )
     s.add_argument(
         "--agent-lost-seconds",
         type=float,

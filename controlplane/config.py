@@ -20,6 +20,8 @@ from controlplane.store.meters import BudgetConfig
 class ServerConfig:
     listen: str = "127.0.0.1:50051"
     """host:port the gRPC server binds."""
+    metrics_listen: str = ""
+    """host:port of the Prometheus endpoint (/metrics); empty: none."""
     data_dir: pathlib.Path = pathlib.Path(".drover")
     """Holds the SQLite database, the tokens and (later) the object store."""
     database_url: str = ""

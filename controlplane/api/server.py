@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane.api import validation
+from controlplane.api import fleet_metrics, validation
 from controlplane.api.agent_service import AgentService
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.auth import AuthInterceptor, Permission
@@ -282,6 +282,9 @@ async def serve(config: ServerConfig, store: Store, config_file: pathlib.Path | 
     host = config.listen.rsplit(":", 1)[0]
     log.info("control plane listening on %s:%d (database %s)", host, plane.port, _safe_url(store.url))
     print(f"drover control plane listening on {host}:{plane.port}", flush=True)
+    if config.metrics_listen:
+        port = fleet_metrics.serve_metrics(config.metrics_listen, store)
+        log.info("metrics on http://%s:%d/metrics", config.metrics_listen.rpartition(":")[0], port)
     if not quota.has_model_key(config.harness, os.environ):
         log.warning("%s; until then such Tasks are refused at submit (FAILED_PRECONDITION)", quota.NO_MODEL_KEY)
     stop = asyncio.Event()

@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import json
 import pathlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ import pygit2
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane import metrics
 from controlplane.context import retrieval
 from controlplane.context.canonical_tree import open_canonical
 from controlplane.dispatch.assignments import workspace_mode
@@ -298,7 +300,9 @@ async def prepare(
         semantic, note = await recall.items(
             g.project, where.repo_path, where.commit, f"{g.change['goal']}\n{g.task['objective']}", files
         )
+    began = time.perf_counter()
     compiled = await asyncio.to_thread(compile_for, g, where, semantic, note)
+    metrics.PACKET_COMPILE.observe(time.perf_counter() - began)
     objects.put(
         packet_key(g.project, g.change_id, g.task_id, compiled.sha256), compiled.data
     )  # before the row names it

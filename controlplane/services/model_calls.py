@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controlplane import metrics
 from controlplane.config import HarnessConfig
 from controlplane.domain import pricing
 from controlplane.store import meters
@@ -192,6 +193,8 @@ def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage,
         call.error, call.state, call.settled_at = error[:64], "settled", utcnow()
         meters.settle_on_meters(s, call.id, meters.exact_for(call.cost_micros))
         s.flush()
+        run = s.get(Run, call.run_id)
+        metrics.on_settled(s, run.tier if run else "", run.member if run else "", call.cost_micros)
     return call.cost_micros, run_cost(s, call.run_id)
 
 

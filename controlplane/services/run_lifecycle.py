@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane import metrics
 from controlplane.domain import escalation, run_states
 from controlplane.services import tool_logs
 from controlplane.services.progress import (
@@ -288,6 +289,7 @@ def _append_output(s: Session, run: Run, seq: int, stream: str, text: str, limit
         if kept:
             s.add(RunLog(run_id=run.id, seq=seq, stream=stream, text=kept, created_at=utcnow()))
             run.output_bytes += len(kept.encode())
+            metrics.on_output(s, len(kept.encode()))
         s.add(
             RunLog(run_id=run.id, seq=seq, stream="system", text=DROPPED_LINE.format(limit=limit), created_at=utcnow())
         )
@@ -296,3 +298,4 @@ def _append_output(s: Session, run: Run, seq: int, stream: str, text: str, limit
         return
     s.add(RunLog(run_id=run.id, seq=seq, stream=stream, text=text, created_at=utcnow()))
     run.output_bytes += size
+    metrics.on_output(s, size)

@@ -89,6 +89,10 @@ class Store:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.transaction, fn, *args)
 
+    def read_now(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(session, *args) in a read-only transaction, in this thread (a metrics scrape)."""
+        return self._read_transaction(fn, *args)
+
     def _read_transaction(self, fn: Callable[..., T], *args: Any) -> T:
         with self._reads() as session:
             try:

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from controlplane import metrics
 from controlplane.store.models import Event, Run, utcnow
 
 
@@ -22,8 +23,10 @@ def add_event(
         kind=kind, change_id=change_id, task_id=task_id, run_id=run_id, agent=agent, data=data, created_at=utcnow()
     )
     s.add(event)
+    metrics.on_event(s, kind, data)
     return event
 
 
 def run_event(s: Session, kind: str, run: Run, **data: Any) -> None:
     add_event(s, kind, change_id=run.change_id, task_id=run.task_id, run_id=run.id, agent=run.agent, **data)
+    metrics.on_run(s, kind, run.created_at, run.started_at, utcnow())

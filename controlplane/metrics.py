@@ -1,0 +1,130 @@
+"""The control plane's Prometheus metrics (`controlplane serve --metrics-listen HOST:PORT`, path /metrics).
+
+Counters and histograms count what committed: code that changes state notes what happened on its
+session (`after_commit`), and the notes are applied once the transaction commits, dropped if it rolls
+back. Gauges (runs by state, agents, claims, meters) are read from the database at scrape time by
+`controlplane.api.fleet_metrics`. Labels are bounded sets: event kinds, run states and reason codes,
+tiers, members, meter kinds; never a run, Task or Change id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from sqlalchemy import event as sa_event
+from sqlalchemy.orm import Session
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+EVENTS = Counter("drover_events_total", "Events recorded, by kind.", ["kind"], registry=REGISTRY)
+RUNS_FINISHED = Counter(
+    "drover_runs_finished_total", "Runs that ended, by status and reason code.", ["status", "reason"], registry=REGISTRY
+)
+DISPATCH = Histogram(
+    "drover_dispatch_latency_seconds",
+    "From a run's creation (queued) to its assignment to an agent, and to its start on the agent.",
+    ["stage"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+RUN_DURATION = Histogram(
+    "drover_run_duration_seconds",
+    "From a run's start on its agent to its end.",
+    buckets=(0.5, 1, 5, 15, 60, 300, 900, 3600, 7200),
+    registry=REGISTRY,
+)
+OUTPUT_BYTES = Counter("drover_output_bytes_total", "Run output ingested (kept), in bytes.", registry=REGISTRY)
+OUTPUT_LINES = Counter("drover_output_lines_total", "Run output ingested, in log messages.", registry=REGISTRY)
+MODEL_CALLS = Counter(
+    "drover_model_calls_total", "Model calls settled, by tier and member.", ["tier", "member"], registry=REGISTRY
+)
+MODEL_SPEND = Counter(
+    "drover_model_spend_usd_total",
+    "Model spend settled, in USD, by tier and member.",
+    ["tier", "member"],
+    registry=REGISTRY,
+)
+PACKET_COMPILE = Histogram(
+    "drover_packet_compile_seconds",
+    "Time to compile a run's Context Packet.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+
+_PENDING = "drover_metrics_pending"
+_CODE = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+def after_commit(s: Session, record: Callable[[], None]) -> None:
+    """Run `record` once the session's transaction commits (never if it rolls back)."""
+    s.info.setdefault(_PENDING, []).append(record)
+
+
+@sa_event.listens_for(Session, "after_commit")
+def _committed(s: Session) -> None:
+    for record in s.info.pop(_PENDING, []):
+        record()
+
+
+@sa_event.listens_for(Session, "after_rollback")
+def _rolled_back(s: Session) -> None:
+    s.info.pop(_PENDING, None)
+
+
+def code(text: str) -> str:
+    """A reason as a bounded label: its leading code (`candidate_conflict: a.py` -> candidate_conflict)."""
+    head = str(text or "").split(":", 1)[0].strip()
+    return head if _CODE.fullmatch(head) else ("" if not head else "other")
+
+
+def _seconds(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    start, end = (t if t.tzinfo else t.replace(tzinfo=dt.UTC) for t in (start, end))
+    return max(0.0, (end - start).total_seconds())
+
+
+def on_event(s: Session, kind: str, data: Mapping[str, Any]) -> None:
+    def record() -> None:
+        EVENTS.labels(kind).inc()
+        if kind == "run.finished":
+            RUNS_FINISHED.labels(str(data.get("status", "")), code(str(data.get("reason", "")))).inc()
+
+    after_commit(s, record)
+
+
+def on_run(s: Session, kind: str, created: dt.datetime | None, started: dt.datetime | None, now: dt.datetime) -> None:
+    """Latencies of a run's steps, from its event: assigned, started, finished."""
+    spans = {
+        "run.assigned": (DISPATCH.labels("queued_to_assigned"), created, now),
+        "run.started": (DISPATCH.labels("queued_to_started"), created, started or now),
+        "run.finished": (RUN_DURATION, started, now),
+    }
+    if kind not in spans:
+        return
+    histogram, start, end = spans[kind]
+    took = _seconds(start, end)
+    if took is not None:
+        seconds: float = took
+        after_commit(s, lambda: histogram.observe(seconds))
+
+
+def on_output(s: Session, size: int) -> None:
+    def record() -> None:
+        OUTPUT_BYTES.inc(size)
+        OUTPUT_LINES.inc()
+
+    after_commit(s, record)
+
+
+def on_settled(s: Session, tier: str, member: str, cost_micros: int) -> None:
+    def record() -> None:
+        MODEL_CALLS.labels(tier or "none", member or "none").inc()
+        MODEL_SPEND.labels(tier or "none", member or "none").inc(cost_micros / 1e6)
+
+    after_commit(s, record)
