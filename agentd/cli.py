@@ -12,11 +12,13 @@ import sys
 from agentd import __version__, isolation
 from agentd.config import load
 from agentd.daemon import Agent
+from drover.core import logs
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentd", description="The Drover fleet daemon")
     p.add_argument("--version", action="version", version=f"agentd {__version__}")
+    p.add_argument("--log-format", choices=logs.FORMATS, help="text (default) or json lines; env DROVER_LOG_FORMAT")
     p.add_argument("--config", help="TOML file with the settings below (env DROVER_AGENTD_* overrides it)")
     p.add_argument("--control-plane", dest="control_plane", help="host:port (default 127.0.0.1:50051)")
     p.add_argument("--name", help="unique agent name (default: the host name)")
@@ -48,10 +50,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
     file = args.pop("config")
-    logging.basicConfig(
-        level=os.environ.get("DROVER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
+        logs.configure(
+            os.environ.get("DROVER_LOG_LEVEL", "INFO"),
+            args.pop("log_format") or os.environ.get("DROVER_LOG_FORMAT", "text"),
+        )
         config = load(pathlib.Path(file) if file else None, os.environ, args)
     except (ValueError, OSError) as err:
         print(f"agentd: {err}", file=sys.stderr)

@@ -17,13 +17,14 @@ import sqlalchemy
 
 from controlplane.api.server import bootstrap_tokens, database_url, lock_data_dir, open_store, serve
 from controlplane.config import ServerConfig, load_harness, load_memory
-from controlplane.context.canonical_tree import branches, open_canonical
+from controlplane.context.canonical_tree import open_canonical
 from controlplane.context.recall import Recall
+from controlplane.project_cli import project_parsers
 from controlplane.services import tokens
-from controlplane.services.projects import add_project, git_token
+from controlplane.services.projects import git_token
 from controlplane.store.engine import Store, aware
 from controlplane.store.models import Project
-from drover.core.workspace import WorkspaceError, redact_url
+from drover.core import logs
 from drover.errors import DroverError, InvalidArgument, NotFound
 
 Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
@@ -83,46 +84,6 @@ def cmd_token_revoke(store: Store, config: ServerConfig, args: argparse.Namespac
     print(
         f"revoked {count} token{'s' if count != 1 else ''} named {args.name!r}; they are refused from the next call on"
     )
-
-
-def cmd_project_add(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
-    repo = args.repo
-    if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
-        repo = str(pathlib.Path(repo).resolve())
-    token_file = str(pathlib.Path(args.git_token_file).resolve()) if args.git_token_file else ""
-    branch, note = checked_branch(repo, args.branch, token_file)
-    store.transaction(
-        add_project,
-        args.name,
-        repo,
-        branch,
-        args.pool,
-        args.allow,
-        args.network,
-        token_file,
-        args.monthly_budget_usd,
-    )
-    print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
-
-
-def checked_branch(repo: str, branch: str, token_file: str) -> tuple[str, str]:
-    """The branch a project follows, checked against its repository before anything is stored: the
-    repository must be readable and have the branch (default: the one its HEAD names)."""
-    if not repo:
-        return branch or "main", ""
-    token = pathlib.Path(token_file).read_text().strip() if token_file else ""
-    try:
-        head, names = branches(repo, token)
-    except WorkspaceError as err:
-        raise InvalidArgument(str(err), field="repo") from None
-    branch = branch or head or "main"
-    if not names:
-        return branch, " (the repository has no commit yet: runs start once it has one)"
-    if branch not in names:
-        raise InvalidArgument(
-            f"{redact_url(repo)} has no branch {branch!r}; its branches: {', '.join(names[:10])}", field="branch"
-        )
-    return branch, ""
 
 
 def cmd_index_build(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
@@ -191,6 +152,7 @@ def _serve_parser(sub: Any) -> None:
     s = _command(sub, "serve", cmd_serve, "run the gRPC server")
     env = os.environ.get
     s.add_argument("--listen", default=env("DROVER_LISTEN", "127.0.0.1:50051"))
+    s.add_argument("--log-format", choices=logs.FORMATS, help="text (default) or json lines; env DROVER_LOG_FORMAT")
     s.add_argument(
         "--metrics-listen",
         default=env("DROVER_METRICS_LISTEN", ""),
@@ -259,29 +221,7 @@ def _token_parsers(sub: Any) -> None:
     tr.add_argument("--kind", choices=tokens.KINDS, default="")
 
 
-def _project_parsers(sub: Any) -> None:
-    pr = sub.add_parser("project", help="projects").add_subparsers(dest="project_command", required=True)
-    pa = _command(pr, "add", cmd_project_add, "add or update a project")
-    pa.add_argument("name")
-    pa.add_argument("--repo", default="", help="path or URL of the git repository (empty: no repository)")
-    pa.add_argument(
-        "--branch", default="", help="the branch runs start from (default: the one the repository's HEAD names)"
-    )
-    pa.add_argument("--pool", default="", help="only agents whose token serves pool P run this project's Tasks")
-    pa.add_argument(
-        "--allow",
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="a command the harness may run, e.g. 'pytest [args]' (repeatable; default: Python rules)",
-    )
-    pa.add_argument("--network", action="store_true", help="let the project's Tasks use the network")
-    pa.add_argument("--monthly-budget-usd", type=float, default=0.0, help="the project's monthly model budget")
-    pa.add_argument(
-        "--git-token-file",
-        default="",
-        help="file holding the git token for an https repository; read when a run starts, never stored",
-    )
+def _index_parsers(sub: Any) -> None:
     ix = sub.add_parser("index", help="semantic memory").add_subparsers(dest="index_command", required=True)
     ib = _command(ix, "build", cmd_index_build, "index a project's canonical tree (incremental by blob id)")
     ib.add_argument("project")
@@ -299,15 +239,21 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _token_parsers(sub)
-    _project_parsers(sub)
+    project_parsers(sub, _command)
+    _index_parsers(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("DROVER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        logs.configure(
+            os.environ.get("DROVER_LOG_LEVEL", "INFO"),
+            getattr(args, "log_format", None) or os.environ.get("DROVER_LOG_FORMAT", "text"),
+        )
+    except ValueError as err:  # DROVER_LOG_LEVEL or DROVER_LOG_FORMAT
+        print(f"controlplane: {err}", file=sys.stderr)
+        return 2
     if logging.getLogger().level > logging.DEBUG:  # the schema migrations' INFO lines are noise in a terminal
         logging.getLogger("alembic").setLevel(logging.WARNING)
     config = ServerConfig(data_dir=pathlib.Path(args.data_dir), database_url=args.database_url)

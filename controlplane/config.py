@@ -135,12 +135,14 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
     if unknown:
         raise ValueError(f"{file}: unknown tables {sorted(unknown)}")
     anthropic = dict(data.get("anthropic", {}))
+    _known_keys(anthropic, "anthropic", ("base_url", "api_key_file", "allow_opus"))
     harness = dict(data.get("harness", {}))
     key = env.get("ANTHROPIC_API_KEY", "")
     if anthropic.get("api_key_file"):
         key = pathlib.Path(anthropic["api_key_file"]).read_text().strip()
     tiers = dict(DEFAULT_TIERS)
     for name, spec in data.get("tiers", {}).items():
+        _known_keys(spec, f"tiers.{name}", ("model", "max_calls", "max_output_tokens", "thinking"))
         base = tiers.get(name, DEFAULT_TIERS["sonnet"])
         tiers[name] = Tier(
             spec.get("model", base.model),
@@ -148,6 +150,8 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
             int(spec.get("max_output_tokens", base.max_output_tokens)),
             dict(spec.get("thinking", base.thinking)),
         )
+    for model, p in data.get("prices", {}).items():
+        _known_keys(p, f"prices.{model}", ("input", "output", "cache_write", "cache_read"))
     prices = {
         model: Price.of(p["input"], p["output"], p.get("cache_write"), p.get("cache_read"))
         for model, p in data.get("prices", {}).items()
@@ -181,6 +185,12 @@ def load_memory(file: pathlib.Path | None, env: Mapping[str, str]) -> MemoryConf
         url=env.get("DROVER_MEMORY_URL", config.url),
         model_dir=env.get("DROVER_MEMORY_MODEL_DIR", config.model_dir),
     )
+
+
+def _known_keys(table: Mapping[str, Any], where: str, known: Iterable[str]) -> None:
+    unknown = set(table) - set(known)
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)} (known: {', '.join(known)})")
 
 
 HARNESS_SETTINGS = ("default_tier", "context_window_tokens", "fold_fraction", "stall_timeout_seconds", "max_attempts")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pathlib
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.domain.names import NAME
 from controlplane.store.events import add_event
-from controlplane.store.models import Project
+from controlplane.store.models import Change, Project
 from drover.core.allowlist import policy_from_strings
-from drover.errors import InvalidArgument
+from drover.errors import FailedPrecondition, InvalidArgument, NotFound
 
 
 def add_project(
@@ -60,3 +61,22 @@ def git_token(project: Project) -> str:
         return pathlib.Path(project.git_token_file).read_text().strip()
     except OSError:
         return ""
+
+
+def list_projects(s: Session) -> list[Project]:
+    return list(s.scalars(select(Project).order_by(Project.name)))
+
+
+def remove_project(s: Session, name: str) -> None:
+    """Remove a project; one with Changes stays (its history needs it): FailedPrecondition."""
+    project = s.get(Project, name)
+    if project is None:
+        raise NotFound(f"no project {name!r}", field="name")
+    changes = s.scalar(select(func.count()).select_from(Change).where(Change.project == name)) or 0
+    if changes:
+        raise FailedPrecondition(
+            f"project {name!r} has {changes} Change{'s' if changes != 1 else ''}; it stays for their history",
+            field="name",
+        )
+    s.delete(project)
+    add_event(s, "project.removed", project=name)

@@ -64,6 +64,9 @@ def test_settings_are_converted_to_the_type_of_their_field(tmp_path: pathlib.Pat
         ("[harness]\nmax_attempts = 'many'\n", "harness.max_attempts: must be int, not 'many'"),
         ("[memory]\nqueries = 5\n", "memory: unknown settings ['queries']"),
         ("[budget]\n", "unknown tables ['budget']"),
+        ("[anthropic]\napi_kye_file = '/k'\n", "anthropic: unknown keys ['api_kye_file']"),
+        ("[tiers.sonnet]\nmodle = 'claude'\n", "tiers.sonnet: unknown keys ['modle']"),
+        ("[prices.m]\ninput = 1\noutput = 2\ncache = 3\n", "prices.m: unknown keys ['cache']"),
     ],
 )
 def test_a_typo_or_a_wrong_type_is_refused_naming_the_table(tmp_path: pathlib.Path, text: str, message: str) -> None:

@@ -158,3 +158,40 @@ def test_watch_with_logs_survives_a_control_plane_restart(fleet: Fleet) -> None:
     assert watcher.saw("slow | after") and watcher.saw("change.finished")
     assert sum("run.started" in line for line in watcher.out) == 1  # resumed, nothing shown twice
     assert sum("slow | before" in line for line in watcher.out) == 1
+
+
+def test_projects_can_be_listed_shown_and_removed(fleet: Fleet, git_repo: pathlib.Path) -> None:
+    plane = fleet.start_plane()
+    plane.add_project("kept", str(git_repo))
+    plane.add_project("spare")
+    listed = plane.cli("project", "list").stdout
+    assert listed.splitlines()[0].split() == ["NAME", "REPO", "BRANCH", "POOL", "NETWORK"]
+    assert [line.split()[0] for line in listed.splitlines()[1:]] == ["kept", "spare"]
+    shown = json.loads(plane.cli("project", "show", "kept").stdout)
+    assert shown["repo"] == str(git_repo) and shown["branch"] == "main" and shown["network"] is False
+    as_json = json.loads(plane.cli("project", "list", "--json").stdout)
+    assert [p["name"] for p in as_json] == ["kept", "spare"]
+    with plane.client() as client:
+        client.submit_change("kept", "history", [task("a", ["true"])])
+
+    def controlplane(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "controlplane.cli", *args, "--data-dir", str(plane.data_dir)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    refused = controlplane("project", "remove", "kept")
+    assert refused.returncode == 2 and "has 1 Change" in refused.stderr
+    assert controlplane("project", "remove", "spare").returncode == 0
+    missing = controlplane("project", "show", "spare")
+    assert missing.returncode == 3 and "no project 'spare'" in missing.stderr
+    assert [p["name"] for p in json.loads(plane.cli("project", "list", "--json").stdout)] == ["kept"]
+
+
+def test_both_daemons_log_json_lines_when_asked(fleet: Fleet) -> None:
+    plane = fleet.start_plane("--log-format", "json")
+    agent = fleet.agent("json-agent", extra=("--log-format", "json"))
+    plane_lines = [ln for p in plane.data_dir.glob("controlplane-*.log") for ln in p.read_text().splitlines()]
+    logged = [json.loads(ln) for ln in plane_lines if ln.startswith("{")]
+    assert any("listening on" in e["message"] for e in logged)
+    assert all({"time", "level", "logger", "message"} <= set(e) for e in logged)
+    agent_logged = [json.loads(ln) for ln in agent.log().splitlines() if ln.startswith("{")]
+    assert any(e["logger"] == "agentd" for e in agent_logged)

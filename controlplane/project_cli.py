@@ -1,0 +1,125 @@
+"""`controlplane project add | list | show | remove`: the projects a control plane serves."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+from controlplane.config import ServerConfig
+from controlplane.context.canonical_tree import branches
+from controlplane.services.projects import add_project, list_projects, remove_project
+from controlplane.store.engine import Store
+from controlplane.store.models import Project
+from drover.core.workspace import WorkspaceError, redact_url
+from drover.errors import InvalidArgument, NotFound
+
+Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
+
+
+def cmd_project_add(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+    repo = args.repo
+    if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
+        repo = str(pathlib.Path(repo).resolve())
+    token_file = str(pathlib.Path(args.git_token_file).resolve()) if args.git_token_file else ""
+    branch, note = checked_branch(repo, args.branch, token_file)
+    store.transaction(
+        add_project,
+        args.name,
+        repo,
+        branch,
+        args.pool,
+        args.allow,
+        args.network,
+        token_file,
+        args.monthly_budget_usd,
+    )
+    print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
+
+
+def checked_branch(repo: str, branch: str, token_file: str) -> tuple[str, str]:
+    """The branch a project follows, checked against its repository before anything is stored: the
+    repository must be readable and have the branch (default: the one its HEAD names)."""
+    if not repo:
+        return branch or "main", ""
+    token = pathlib.Path(token_file).read_text().strip() if token_file else ""
+    try:
+        head, names = branches(repo, token)
+    except WorkspaceError as err:
+        raise InvalidArgument(str(err), field="repo") from None
+    branch = branch or head or "main"
+    if not names:
+        return branch, " (the repository has no commit yet: runs start once it has one)"
+    if branch not in names:
+        raise InvalidArgument(
+            f"{redact_url(repo)} has no branch {branch!r}; its branches: {', '.join(names[:10])}", field="branch"
+        )
+    return branch, ""
+
+
+def as_dict(p: Project) -> dict[str, Any]:
+    """What `project show` and `list --json` print: the settings, never the git token (only its file)."""
+    return {
+        "name": p.name,
+        "repo": redact_url(p.repo),
+        "branch": p.branch,
+        "pool": p.pool,
+        "commands": list(p.commands or []),
+        "network": p.network,
+        "git_token_file": p.git_token_file,
+        "monthly_budget_usd": p.monthly_budget_usd,
+    }
+
+
+def cmd_project_list(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+    found = [as_dict(p) for p in store.transaction(list_projects)]
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return
+    rows = [["NAME", "REPO", "BRANCH", "POOL", "NETWORK"]]
+    rows += [[p["name"], p["repo"] or "-", p["branch"], p["pool"] or "-", "yes" if p["network"] else ""] for p in found]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows))
+
+
+def cmd_project_show(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+    found = store.transaction(lambda s: s.get(Project, args.name))
+    if found is None:
+        raise NotFound(f"no project {args.name!r}", field="name")
+    print(json.dumps(as_dict(found), indent=2))
+
+
+def cmd_project_remove(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+    store.transaction(remove_project, args.name)
+    print(f"project {args.name} removed")
+
+
+def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argparse.ArgumentParser]) -> None:
+    pr = sub.add_parser("project", help="projects").add_subparsers(dest="project_command", required=True)
+    pa = command(pr, "add", cmd_project_add, "add or update a project")
+    pa.add_argument("name")
+    pa.add_argument("--repo", default="", help="path or URL of the git repository (empty: no repository)")
+    pa.add_argument(
+        "--branch", default="", help="the branch runs start from (default: the one the repository's HEAD names)"
+    )
+    pa.add_argument("--pool", default="", help="only agents whose token serves pool P run this project's Tasks")
+    pa.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="a command the harness may run, e.g. 'pytest [args]' (repeatable; default: Python rules)",
+    )
+    pa.add_argument("--network", action="store_true", help="let the project's Tasks use the network")
+    pa.add_argument("--monthly-budget-usd", type=float, default=0.0, help="the project's monthly model budget")
+    pa.add_argument(
+        "--git-token-file",
+        default="",
+        help="file holding the git token for an https repository; read when a run starts, never stored",
+    )
+    command(pr, "list", cmd_project_list, "every project").add_argument("--json", action="store_true")
+    command(pr, "show", cmd_project_show, "one project's settings, as JSON").add_argument("name")
+    command(pr, "remove", cmd_project_remove, "remove a project that has no Changes").add_argument("name")
