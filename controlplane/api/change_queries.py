@@ -15,6 +15,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.api import convert
+from controlplane.domain import scheduling
 from controlplane.services import paging
 from controlplane.services.paging import page_size
 from controlplane.services.tenancy import (
@@ -24,12 +25,14 @@ from controlplane.services.tenancy import (
 )
 from controlplane.store.changes import tasks_of
 from controlplane.store.models import (
+    Agent,
     Change,
     ChangeSet,
     Conflict,
     DecisionReceipt,
     Event,
     ModelCall,
+    Project,
     Run,
     Task,
 )
@@ -52,7 +55,22 @@ def get_change(s: Session, change_id: str, scope: Scope = None) -> types_pb2.Cha
     tasks = [convert.task(t, latest.get(t.id, "")) for t in tasks_of(s, change_id)]
     out = convert.change(row, tasks)
     out.conflicts.extend(conflicts(s, change_id))
+    out.notices.extend(notices(s, row))
     return out
+
+
+def notices(s: Session, change: Change) -> list[str]:
+    """What holds the Change's queued runs up, when it is not the queue itself."""
+    queued = s.scalar(select(func.count()).select_from(Run).where(Run.change_id == change.id, Run.state == "queued"))
+    if not queued:
+        return []
+    project = s.get(Project, change.project)
+    connected = [
+        scheduling.AgentSlot(a.name, {}, a.capacity, frozenset(a.drivers), a.draining, a.pool or "")
+        for a in s.scalars(select(Agent).where(Agent.connected.is_(True)))
+    ]
+    notice = scheduling.pool_notice(project.pool if project else "", connected)
+    return [notice] if notice else []
 
 
 def list_changes(

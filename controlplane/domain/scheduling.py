@@ -46,3 +46,19 @@ def plan_assignments(runs: Sequence[QueuedRun], agents: Sequence[AgentSlot]) -> 
             free[best.name] -= 1
             plan.append((run.run_id, best.name))
     return plan
+
+
+def pool_notice(pool: str, agents: Sequence[AgentSlot]) -> str:
+    """Why queued runs of `pool` cannot be assigned whatever the queue does ("" when some agent can
+    take them): no connected agent serves the pool, or every one of them drains. `agents`: connected."""
+    name = repr(pool) if pool else "default"
+    serving = [a for a in agents if a.pool == pool]
+    if not serving:
+        return f"no agent of pool {name} is connected: its runs wait until one connects"
+    if all(a.draining for a in serving):
+        names = ", ".join(sorted(a.name for a in serving))
+        return (
+            f"every connected agent of pool {name} is draining ({names}): its runs wait until one is undrained "
+            "(drover undrain NAME) or another connects"
+        )
+    return ""

@@ -20,7 +20,7 @@ import grpc
 from drover import changefile, follow, render
 from drover.client import Client
 from drover.errors import DroverError, Unauthenticated
-from drover.models import Change, LogLine
+from drover.models import LogLine
 from drover.render import format_change, format_event, format_run_event
 
 DEFAULT_TOKEN_FILE = ".drover/tokens/admin.token"
@@ -90,8 +90,8 @@ def _print_line(args: argparse.Namespace, key: str, line: LogLine) -> None:
 def _watch(client: Client, change_id: str, args: argparse.Namespace) -> int:
     change = client.get_change(change_id)
     keys = {t.id: t.key for t in change.tasks}
-    if change.status == "open" and not _machine(args):
-        _warn_if_nothing_serves(client, change)
+    for notice in change.notices:  # the control plane says what holds the Change up
+        print(f"drover: {notice}", file=sys.stderr, flush=True)
     logs = follow.RunFollowers(client, lambda key, line: _print_line(args, key, line)) if args.logs else None
     for event in follow.change_events(client, change_id):
         if logs is not None and event.kind == "run.finished":
@@ -103,17 +103,6 @@ def _watch(client: Client, change_id: str, args: argparse.Namespace) -> int:
     if not _machine(args):
         print(format_change(change))
     return 0 if change.status == "succeeded" else 1
-
-
-def _warn_if_nothing_serves(client: Client, change: Change) -> None:
-    agents = [a for a in client.list_agents() if a.connected]
-    if agents and all(a.draining for a in agents):
-        print(
-            f"drover: every connected agent is draining ({', '.join(a.name for a in agents)}): "
-            "this Change waits until one is undrained (drover undrain NAME) or another connects",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:

@@ -74,6 +74,7 @@ class Change:
     candidate_commit: str
     reason: str  # why the Change failed (e.g. candidate_conflict: files)
     conflicts: list[Conflict]
+    notices: list[str]  # what holds its queued runs up (no agent of its pool, all draining)
 
 
 @dataclasses.dataclass(frozen=True)

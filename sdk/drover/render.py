@@ -74,6 +74,8 @@ def format_change(change: Change) -> str:
         lines.append(f"  candidate: {change.candidate_branch} at {change.candidate_commit[:12]}")
     if change.reason:
         lines.append(f"  reason: {change.reason}")
+    for notice in change.notices:
+        lines.append(f"  note: {notice}")
     for c in change.conflicts:
         lines.append(f"  conflict: {c.task_a} and {c.task_b} touch {', '.join([*c.files, *c.resources])}")
     for task in change.tasks:

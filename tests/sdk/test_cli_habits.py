@@ -128,10 +128,16 @@ def test_undrain_and_a_watch_that_says_every_agent_drains(fleet: Fleet, tmp_path
         change = client.submit_change("dr", "waits", [task("a", ["true"])])
     watcher = Reader(plane, "watch", change.id)
     try:
-        wait_for(lambda: watcher.saw("every connected agent is draining", "err"), 30, what="the warning")
+        wait_for(
+            lambda: watcher.saw("every connected agent of pool default is draining", "err"), 30, what="the warning"
+        )
+        with plane.client() as client:  # GetChange says it too, for every client
+            assert any("is draining (only)" in n for n in client.get_change(change.id).notices)
         undrained = drover(plane, "undrain", "only", "--json")
         assert undrained.returncode == 0 and json.loads(undrained.stdout)["draining"] is False
         assert watcher.proc.wait(60) == 0  # the Change ran once the agent took runs again
+        with plane.client() as client:
+            assert client.get_change(change.id).notices == []
     finally:
         watcher.proc.kill()
     with plane.client() as client:

@@ -65,7 +65,7 @@ class Task(_message.Message):
     def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., kind: _Optional[str] = ..., objective: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ..., status: _Optional[str] = ..., files: _Optional[_Iterable[str]] = ..., resources: _Optional[_Iterable[str]] = ..., size: _Optional[str] = ..., complexity: _Optional[str] = ..., risk: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., flags: _Optional[_Mapping[str, bool]] = ..., latest_run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Change(_message.Message):
-    __slots__ = ("id", "project", "goal", "criteria", "invariants", "budget_usd", "tasks", "status", "submitted_by", "created_at", "finished_at", "candidate_branch", "candidate_commit", "reason", "conflicts")
+    __slots__ = ("id", "project", "goal", "criteria", "invariants", "budget_usd", "tasks", "status", "submitted_by", "created_at", "finished_at", "candidate_branch", "candidate_commit", "reason", "conflicts", "notices")
     ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class Change(_message.Message):
     CANDIDATE_COMMIT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CONFLICTS_FIELD_NUMBER: _ClassVar[int]
+    NOTICES_FIELD_NUMBER: _ClassVar[int]
     id: str
     project: str
     goal: str
@@ -96,7 +97,8 @@ class Change(_message.Message):
     candidate_commit: str
     reason: str
     conflicts: _containers.RepeatedCompositeFieldContainer[Conflict]
-    def __init__(self, id: _Optional[str] = ..., project: _Optional[str] = ..., goal: _Optional[str] = ..., criteria: _Optional[_Iterable[str]] = ..., invariants: _Optional[_Iterable[str]] = ..., budget_usd: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., status: _Optional[str] = ..., submitted_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., candidate_branch: _Optional[str] = ..., candidate_commit: _Optional[str] = ..., reason: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ...) -> None: ...
+    notices: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., project: _Optional[str] = ..., goal: _Optional[str] = ..., criteria: _Optional[_Iterable[str]] = ..., invariants: _Optional[_Iterable[str]] = ..., budget_usd: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., status: _Optional[str] = ..., submitted_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., candidate_branch: _Optional[str] = ..., candidate_commit: _Optional[str] = ..., reason: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., notices: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Conflict(_message.Message):
     __slots__ = ("task_a", "task_b", "files", "resources", "created_at")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments
+from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments, pool_notice
 
 BOTH = frozenset({"command", "harness"})
 
@@ -94,3 +94,25 @@ def run(run_id: str, pool: str = "", driver: str = "command") -> QueuedRun:
 )
 def test_plan_assignments(runs: list[QueuedRun], agents: list[AgentSlot], plan: list[tuple[str, str]]) -> None:
     assert plan_assignments(runs, agents) == plan
+
+
+@pytest.mark.parametrize(
+    ("pool", "agents", "says"),
+    [
+        ("", [AgentSlot("a", {}, 1, frozenset({"command"}))], ""),
+        ("", [], "no agent of pool default is connected"),
+        ("web", [AgentSlot("a", {}, 1, frozenset({"command"}))], "no agent of pool 'web' is connected"),
+        ("", [AgentSlot("a", {}, 1, frozenset({"command"}), draining=True)], "every connected agent of pool default"),
+        (
+            "web",
+            [
+                AgentSlot("b", {}, 1, frozenset({"command"}), draining=True, pool="web"),
+                AgentSlot("c", {}, 1, frozenset({"command"}), pool=""),
+            ],
+            "is draining (b)",
+        ),
+    ],
+)
+def test_pool_notice_says_what_holds_a_pool_up(pool: str, agents: list[AgentSlot], says: str) -> None:
+    notice = pool_notice(pool, agents)
+    assert (says in notice) if says else notice == ""
