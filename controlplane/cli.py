@@ -26,6 +26,7 @@ from controlplane.store.engine import Store, aware
 from controlplane.store.models import Project
 from drover.core import logs
 from drover.errors import DroverError, InvalidArgument, NotFound
+from drover.render import table
 
 Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
 
@@ -112,7 +113,7 @@ def token_table(rows: list[Any]) -> str:
         value = aware(value)
         return value.strftime("%Y-%m-%d %H:%M") if value else "-"
 
-    lines = [["NAME", "KIND", "ROLE", "POOL", "PROJECTS", "CREATED", "LAST USED", "EXPIRES", "REVOKED"]]
+    lines = []
     for t in rows:
         lines.append(
             [
@@ -127,8 +128,7 @@ def token_table(rows: list[Any]) -> str:
                 when(t.revoked_at),
             ]
         )
-    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in lines)
+    return table(lines, ["NAME", "KIND", "ROLE", "POOL", "PROJECTS", "CREATED", "LAST USED", "EXPIRES", "REVOKED"])
 
 
 def _command(sub: Any, name: str, func: Command, help_text: str) -> argparse.ArgumentParser:

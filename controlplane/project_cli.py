@@ -16,6 +16,7 @@ from controlplane.store.engine import Store
 from controlplane.store.models import Project
 from drover.core.workspace import WorkspaceError, redact_url
 from drover.errors import InvalidArgument, NotFound
+from drover.render import table
 
 Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
 
@@ -79,10 +80,8 @@ def cmd_project_list(store: Store, config: ServerConfig, args: argparse.Namespac
     if args.json:
         print(json.dumps(found, indent=2))
         return
-    rows = [["NAME", "REPO", "BRANCH", "POOL", "NETWORK"]]
-    rows += [[p["name"], p["repo"] or "-", p["branch"], p["pool"] or "-", "yes" if p["network"] else ""] for p in found]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows))
+    rows = [[p["name"], p["repo"] or "-", p["branch"], p["pool"] or "-", "yes" if p["network"] else ""] for p in found]
+    print(table(rows, ["NAME", "REPO", "BRANCH", "POOL", "NETWORK"]))
 
 
 def cmd_project_show(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:

@@ -57,7 +57,7 @@ def change_events(client: Client, change_id: str, reconnect: Reconnect | None = 
                 yield event
                 if event.kind == "change.finished":
                     return
-            if client.get_change(change_id).status not in ("open", "running", "composing"):
+            if client.get_change(change_id).status not in ("open", "running"):
                 return  # the stream ended because the Change did
         except DroverError as err:
             reconnect.lost(err)
