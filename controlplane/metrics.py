@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import event as sa_event
 from sqlalchemy.orm import Session
 
@@ -53,6 +53,12 @@ PACKET_COMPILE = Histogram(
     "drover_packet_compile_seconds",
     "Time to compile a run's Context Packet.",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+MEMORY_INDEX_ITEMS = Gauge(
+    "drover_memory_index_items",
+    "Chunks and intents in a project's semantic memory index, as of its last build by this process.",
+    ["project"],
     registry=REGISTRY,
 )
 

@@ -86,6 +86,8 @@ class BuildReport:
     """Chunks and intents embedded by this build."""
     deleted: int
     seconds: float
+    items: int = 0
+    """Chunks and intents in the project's index after the build."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +203,7 @@ class Memory:
         collection = self._collection(project)
         previous = self._state(collection)
         if previous.tree == tree_id:
-            return BuildReport(tree_id, 0, 0, time.monotonic() - started)
+            return BuildReport(tree_id, 0, 0, time.monotonic() - started, collection.count())
         self._set_state(collection, IndexState(previous.tree, tree_id, time.time()))
         try:
             indexed = self._indexed_ids(collection)
@@ -225,7 +227,7 @@ class Memory:
             self._set_state(collection, IndexState(previous.tree))
             raise
         self._set_state(collection, IndexState(tree_id))
-        return BuildReport(tree_id, len(wanted), len(stale), time.monotonic() - started)
+        return BuildReport(tree_id, len(wanted), len(stale), time.monotonic() - started, collection.count())
 
     @staticmethod
     def _indexed_ids(collection: Any, page: int = 5000) -> set[str]:

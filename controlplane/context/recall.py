@@ -15,6 +15,7 @@ import pygit2
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane import metrics
 from controlplane.context import retrieval
 from controlplane.domain import packet
 from controlplane.store import meters
@@ -104,7 +105,9 @@ class Recall:
             raise RuntimeError(self._unavailable)
         tree_id, files = await asyncio.to_thread(tree_files, repo_path, commit)
         intents = await self.store.run(intents_of, project)
-        return await asyncio.to_thread(memory.build, project, tree_id, files, intents)
+        report = await asyncio.to_thread(memory.build, project, tree_id, files, intents)
+        metrics.MEMORY_INDEX_ITEMS.labels(project).set(report.items)
+        return report
 
     def _ensure_build(self, project: str, repo_path: str, commit: str) -> None:
         running = self._builds.get(project)

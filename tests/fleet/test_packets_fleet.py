@@ -8,12 +8,13 @@ import pathlib
 
 from controlplane.domain import packet
 from drover.testing import fake_anthropic as fake
-from tests.conftest import API_KEY, Fleet
+from tests.conftest import API_KEY, Fleet, wait_for
+from tests.fleet.test_metrics import endpoint, plane_log, scrape, value
 
 
-def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, capacity: int = 1) -> None:
+def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, capacity: int = 1, *args: str) -> None:
     fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
-    fleet.start_plane()
+    fleet.start_plane(*args)
     fleet.plane.add_project("calc", str(repo))
     fleet.agent("packer", capacity=capacity)
 
@@ -169,7 +170,7 @@ def test_semantic_memory_indexes_the_tree_at_run_start_and_adds_related_files(
 
     repo = make_repo(tmp_path / "net", {"net.py": NET, "colors.py": "RED = '#ff0000'\nBLUE = '#0000ff'\n"})
     model.extend([fake.tool_use("complete_task", {"summary": "ok"})])
-    start(fleet, model, repo)
+    start(fleet, model, repo, 1, "--metrics-listen", "127.0.0.1:0")
     with fleet.plane.client() as client:
         change = client.submit_change(
             "calc",
@@ -189,3 +190,6 @@ def test_semantic_memory_indexes_the_tree_at_run_start_and_adds_related_files(
     semantic = [i for i in found["items"] if i["source"] == "semantic"]
     assert [i["item_id"].split("@")[0] for i in semantic] == ["semantic:net.py"], found.get("semantic_note")
     assert semantic[0]["score"] >= 0.6 and "fetch_with_retry" in semantic[0]["text"]
+    # The index's size is a metric: at least one chunk for each of the two files.
+    url = wait_for(lambda: endpoint(plane_log(fleet.plane)), 30, what="the control plane's metrics endpoint")
+    assert value(scrape(url), "drover_memory_index_items", project="calc") >= 2
