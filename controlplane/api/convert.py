@@ -59,6 +59,7 @@ def task_traits(t: types_pb2.Task) -> dict[str, Any]:
         "risk": t.risk,
         "required_capabilities": list(t.required_capabilities),
         "flags": dict(t.flags),
+        "runtime": t.runtime,
     }
     return {k: v for k, v in traits.items() if v}
 
@@ -88,6 +89,7 @@ def task(row: models.Task, latest_run: str = "") -> types_pb2.Task:
         risk=spec.get("risk", ""),
         required_capabilities=spec.get("required_capabilities", []),
         flags=spec.get("flags", {}),
+        runtime="" if row.command else spec.get("runtime") or "harness",
     )
 
 
@@ -151,7 +153,7 @@ def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0, 
         driver=row.driver,
         tier=row.tier,
         model=row.model,
-        outcome=row.reason if row.driver == "harness" and row.finished_at else "",
+        outcome=row.reason if row.driver in graph.RUNTIMES and row.finished_at else "",
         model_calls=calls,
         cost_micros=cost,
         context_hash=row.context_hash,

@@ -22,7 +22,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from controlplane.domain import resources
+from controlplane.domain import graph, resources
 from controlplane.domain.names import (
     AGENT_NAME,
     BRANCH,
@@ -134,6 +134,7 @@ RULES: dict[str, Rule] = {
         pattern=CAPABILITY, optional=False, max_items=32, explain="a capability name"
     ),
     "drover.v1.Task.flags": Rule(max_items=len(FLAGS), key_choices=FLAGS),
+    "drover.v1.Task.runtime": Rule(choices=("", *graph.RUNTIMES)),
     # Output fields of a Task: a submission leaves them empty, and they are ignored.
     "drover.v1.Task.id": Rule(max_len=64),
     "drover.v1.Task.status": Rule(max_len=32),

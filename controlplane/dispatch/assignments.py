@@ -62,6 +62,8 @@ class HarnessSpec:
     fold_model: str
     stall_timeout_seconds: int
     max_attempts: int
+    instructions: str = ""
+    billing: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +138,8 @@ def _for_harness(
     harness: HarnessConfig,
     objects: DirectoryStore,
 ) -> Assignment:
-    """The harness's part: its tier's caps, its member's endpoint and credential, the prompt."""
+    """A runtime's part: its tier's caps, its member's endpoint and credential, the prompt (and an
+    external runtime's standing instructions)."""
     tier = harness.tiers.get(tiers.model_tier(run.tier, harness.allow_opus)) or harness.tiers[harness.default_tier]
     member = _member(harness, run)
     secrets = dict(base.secret_env)
@@ -144,9 +147,8 @@ def _for_harness(
     if key:
         secrets["ANTHROPIC_API_KEY"] = key  # the member's credential, only in secret_env
     # The prompt is rendered from the run's Context Packet and nothing else (dispatch waits for it).
-    prompt = packet.render_prompt(
-        json.loads(objects.get(packet_key(project.name, change.id, task.id, run.context_hash)))
-    )
+    compiled = json.loads(objects.get(packet_key(project.name, change.id, task.id, run.context_hash)))
+    prompt = packet.render_prompt(compiled)
     spec = HarnessSpec(
         workspace_mode=workspace_mode(task.kind, project),
         max_calls=tier.max_calls,
@@ -160,6 +162,8 @@ def _for_harness(
         fold_model=harness.tiers["haiku"].model if "haiku" in harness.tiers else run.model,
         stall_timeout_seconds=harness.stall_timeout_seconds,
         max_attempts=harness.max_attempts,
+        instructions="" if run.driver == "harness" else packet.render_instructions(compiled),
+        billing=member.billing if member else "PayPerApi",
     )
     return dataclasses.replace(
         base,

@@ -17,7 +17,7 @@ from controlplane.config import HarnessConfig
 from controlplane.context.recall import Recall
 from controlplane.dispatch import classifier, packet_pipeline
 from controlplane.dispatch.quota import ObservedFailures, QuotaProbe
-from controlplane.domain import members, pricing, run_states, tiers
+from controlplane.domain import graph, members, pricing, run_states, tiers
 from controlplane.domain.errors import error_id
 from controlplane.services import run_lifecycle
 from controlplane.services.notify import Notifier
@@ -50,6 +50,7 @@ class Pending:
     traits: tiers.TaskTraits
     objective: str
     preset_tier: str  # set by an escalation or a retry: no rules, no classifier
+    runtime: str = "harness"
 
 
 def traits_of(task: Task, attempt: int) -> tiers.TaskTraits:
@@ -80,14 +81,14 @@ def unrouted(s: Session) -> list[Pending]:
         .join(Task, Task.id == Run.task_id)
         .where(
             Run.state == "queued",
-            Run.driver == "harness",
+            Run.driver.in_(graph.RUNTIMES),
             or_(Run.member == "", Run.context_hash == ""),
             or_(Run.not_before.is_(None), Run.not_before <= utcnow()),
         )
         .order_by(Run.created_at, Run.id)
         .limit(100)
     ).all()
-    return [Pending(run.id, traits_of(task, run.attempt), task.objective, run.tier) for run, task in rows]
+    return [Pending(run.id, traits_of(task, run.attempt), task.objective, run.tier, run.driver) for run, task in rows]
 
 
 def active_by_member(s: Session) -> dict[str, int]:
@@ -352,5 +353,6 @@ class Router:
             h.quota,
             now,
             rr_counters=self.rr,
+            runtime=item.runtime,
         )
         return cls, snapshots, selection

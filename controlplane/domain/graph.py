@@ -30,6 +30,8 @@ class TaskSpec:
 SIZES = ("", "small", "medium", "large")
 LEVELS = ("", "low", "medium", "high")
 FLAGS = frozenset({"destructive_migration", "billing", "authorization", "authorization_trivial", "design_conflict"})
+RUNTIMES = ("harness", "claude-code", "opencode")
+"""What works a Task without a command (seed 003 "Agent runs"); harness is Drover's own loop."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +76,10 @@ def validate(change: ChangeSpec) -> None:
             raise InvalidArgument("the program must not be empty", field=f"{where}.command")
         if task.timeout_seconds < 0:
             raise InvalidArgument("must not be negative", field=f"{where}.timeout_seconds")
+        if task.command and task.traits.get("runtime"):
+            raise InvalidArgument(
+                "a Task with a command runs on the command driver; leave runtime out", field=f"{where}.runtime"
+            )
         _check_traits(task.traits, where)
     keys = {t.key for t in change.tasks}
     for i, task in enumerate(change.tasks):
@@ -89,6 +95,8 @@ def validate(change: ChangeSpec) -> None:
 
 
 def _check_traits(traits: Mapping[str, Any], where: str) -> None:
+    if traits.get("runtime", "harness") not in RUNTIMES:
+        raise InvalidArgument(f"must be one of {', '.join(RUNTIMES)}", field=f"{where}.runtime")
     if traits.get("size", "") not in SIZES:
         raise InvalidArgument(f"must be one of {', '.join(s for s in SIZES if s)}", field=f"{where}.size")
     for name in ("complexity", "risk"):
@@ -124,6 +132,11 @@ def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str]:
                 stack.append((child, iter(deps[child])))
                 path.append(child)
     return []
+
+
+def driver(command: Sequence[str], traits: Mapping[str, Any]) -> str:
+    """What runs a Task: the command driver, else its runtime (harness by default)."""
+    return "command" if command else str(traits.get("runtime") or "harness")
 
 
 def ready_tasks(statuses: Mapping[str, str], deps: Mapping[str, Sequence[str]]) -> list[str]:

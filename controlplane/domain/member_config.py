@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from controlplane.domain.graph import RUNTIMES
 from controlplane.domain.members import (
     BILLINGS,
     INTRA_KIND_POLICIES,
@@ -39,6 +40,7 @@ _MEMBER_KEYS = frozenset(
         "credential_env",
         "credential_file",
         "probe_url",
+        "runtimes",
     }
 )
 
@@ -72,6 +74,7 @@ def parse_classes(data: Mapping[str, Any]) -> tuple[dict[str, TierClass], list[s
         base_url = "https://..."           # default "": the harness's
         credential_env = "ANTHROPIC_KEY_A" # or credential_file = "/path"; not both
         probe_url = "https://..."          # Subscription quota endpoint; default "": unknown
+        runtimes = ["claude-code"]         # the runtimes it serves; default all: harness, claude-code, opencode
 
         [[modifiers]]                      # time-of-day score modifiers
         route_key = "anthropic/acct-a"     # or a bare kind, and/or model = "..."
@@ -218,6 +221,9 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
     tags = spec.get("capabilities", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise ConfigError(f"{where}: capabilities must be a list of strings")
+    runtimes = spec.get("runtimes", list(RUNTIMES))
+    if not isinstance(runtimes, list) or not runtimes or any(r not in RUNTIMES for r in runtimes):
+        raise ConfigError(f"{where}: runtimes must be a non-empty list of {', '.join(RUNTIMES)}")
     max_concurrent = _int(spec, "max_concurrent", where)
     if max_concurrent < 0:
         raise ConfigError(f"{where}: max_concurrent must be >= 0 (0 is unlimited)")
@@ -235,6 +241,7 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
         credential_file=_str(spec, "credential_file", where),
         probe_url=_str(spec, "probe_url", where),
         order=order,
+        runtimes=frozenset(runtimes),
     )
     if member.credential_env and member.credential_file:
         raise ConfigError(f"{where}: set credential_env or credential_file, not both")

@@ -13,6 +13,8 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any, NamedTuple
 
+from controlplane.domain.graph import RUNTIMES
+
 SUBSCRIPTION, PAY_PER_API = "Subscription", "PayPerApi"
 BILLINGS = (SUBSCRIPTION, PAY_PER_API)
 UNKNOWN_POLICIES = ("UseObservedFailures", "FailCautious", "FailOpen")
@@ -54,6 +56,8 @@ class Member:
     """A Subscription member's quota endpoint; "" means its quota is always unknown."""
     order: int = 0
     """Index in the class's config; the last tie-break."""
+    runtimes: frozenset[str] = frozenset(RUNTIMES)
+    """The runtimes this member serves (harness, claude-code, opencode); default all of them."""
 
     @property
     def route_key(self) -> str:
@@ -183,7 +187,11 @@ def effective_score(member: Member, modifiers: Sequence[TodModifier], now: dt.da
 
 
 def rank(
-    members: Sequence[Member], required_capabilities: Iterable[str], modifiers: Sequence[TodModifier], now: dt.datetime
+    members: Sequence[Member],
+    required_capabilities: Iterable[str],
+    modifiers: Sequence[TodModifier],
+    now: dt.datetime,
+    runtime: str = "harness",
 ) -> tuple[list[Ranked], list[tuple[Member, str]]]:
     """The members holding every required tag, best first; and the others with why.
 
@@ -194,7 +202,9 @@ def rank(
     ranked, rejected = [], []
     for member in members:
         missing = required - member.capabilities
-        if missing:
+        if runtime not in member.runtimes:
+            rejected.append((member, f"does not serve runtime {runtime}"))
+        elif missing:
             rejected.append((member, f"missing capabilities [{', '.join(sorted(missing))}]"))
         else:
             ranked.append(Ranked(member, member.quality_score, effective_score(member, modifiers, now)))
@@ -275,6 +285,7 @@ def select(
     now: dt.datetime,
     sticky: str = "",
     rr_counters: MutableMapping[str, int] | None = None,
+    runtime: str = "harness",
 ) -> Selection:
     """Route one Task to a member of `cls`: the first in rank (and intra-kind) order that the gates allow.
 
@@ -283,7 +294,7 @@ def select(
     counter in `rr_counters` advances (the caller keeps it between calls).
     """
     required = tag_set(required_capabilities)
-    ranked, rejected = rank(cls.members, required, modifiers, now)
+    ranked, rejected = rank(cls.members, required, modifiers, now, runtime)
     lost = [_candidate(m, effective_score(m, modifiers, now), reason) for m, reason in rejected]
     if not ranked:
         return Selection(
@@ -291,7 +302,8 @@ def select(
             "no_eligible",
             lost,
             f"ROUTING_NO_ELIGIBLE: no member of class '{cls.id}' meets "
-            f"RequiredCapabilities=[{', '.join(sorted(required))}]",
+            f"RequiredCapabilities=[{', '.join(sorted(required))}]"
+            + (f" and serves runtime {runtime}" if runtime != "harness" else ""),
         )
     counters = rr_counters if rr_counters is not None else {}
     ordered = intra_kind_order(ranked, policy.intra_kind_policy, snapshots, counters, sticky)

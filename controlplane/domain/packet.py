@@ -286,6 +286,28 @@ def render_prompt(packet: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+STANDING = (
+    "You work unattended on one Task of a Change in this git repository; nobody answers questions "
+    "unless a tool for asking is offered. Make the smallest change that meets the Task's objective and the "
+    "Change's criteria, and check it with the project's own tests. Leave your changes in the working tree: "
+    "do not commit, push or switch branches (Drover commits the workspace as the Task's ChangeSet). "
+    "End your last turn with a short summary of what you changed and how you checked it."
+)
+"""What every external runtime is told first (seed 003 "Claude Code": CLAUDE.md's standing instructions)."""
+
+
+def render_instructions(packet: Mapping[str, Any]) -> str:
+    """An external runtime's standing instructions (CLAUDE.md, AGENTS.md), from the packet only: what
+    holds for the whole session, where the prompt is the Task itself."""
+    change, task = packet["change"], packet["task"]
+    out = ["# Drover", "", STANDING, "", f"Change: {change['goal']}", f"Task: {task['key']} ({task['kind']})"]
+    if change["invariants"]:
+        out += ["", "Invariants (must stay true):", *(f"- {c}" for c in change["invariants"])]
+    if packet["conventions"]:
+        out += ["", "# Project conventions"] + [_block(i) for i in packet["conventions"]]
+    return "\n".join(out) + "\n"
+
+
 def _block(item: Mapping[str, Any]) -> str:
     text = item["text"][:-1] if item["text"].endswith("\n") else item["text"]
     fence = "```"

@@ -73,7 +73,7 @@ def queue_run(s: Session, task: Task, attempt: int) -> Run:
         task_id=task.id,
         attempt=attempt,
         state="queued",
-        driver="command" if task.command else "harness",
+        driver=graph.driver(task.command, task.spec or {}),
         created_at=utcnow(),
     )
     s.add(run)

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
-from controlplane.domain import escalation, run_states
+from controlplane.domain import escalation, graph, run_states
 from controlplane.services import tool_logs
 from controlplane.services.progress import (
     advance,
@@ -85,7 +85,7 @@ def finish_run(
         if status == "succeeded":
             task.status, task.reason = "succeeded", ""
             add_event(s, "task.succeeded", change_id=change.id, task_id=task.id, key=task.key)
-        elif run.driver == "harness" and status == "failed" and _next_attempt(s, change, task, run, policy):
+        elif run.driver in graph.RUNTIMES and status == "failed" and _next_attempt(s, change, task, run, policy):
             pass  # queued again (retry or escalation) or stopped by a budget
         else:
             task.status = "cancelled" if status == "cancelled" else "failed"
@@ -103,7 +103,7 @@ def _attempt_window(s: Session, task: Task) -> list[escalation.Attempt]:
     out = []
     for r in s.scalars(
         select(Run)
-        .where(Run.task_id == task.id, Run.state == "failed", Run.driver == "harness")
+        .where(Run.task_id == task.id, Run.state == "failed", Run.driver.in_(graph.RUNTIMES))
         .order_by(Run.finished_at, Run.id)
     ):
         finished = aware(r.finished_at)

@@ -32,6 +32,7 @@ TASK_KEYS = {
     "risk",
     "required_capabilities",
     "flags",
+    "runtime",
 }
 Check = Callable[[Any], str]
 """Answers "" when the value is fine, else what is wrong with it."""
@@ -109,6 +110,7 @@ TASK: dict[str, Check] = {
     "risk": _string,
     "required_capabilities": _strings,
     "flags": _flags,
+    "runtime": _string,
 }
 
 

@@ -75,6 +75,7 @@ def _task(spec: Mapping[str, Any], i: int = 0) -> types_pb2.Task:
         risk=str(spec.get("risk") or ""),
         required_capabilities=_list(spec, "required_capabilities", where),
         flags={str(k): bool(v) for k, v in (spec.get("flags") or {}).items()},
+        runtime=str(spec.get("runtime") or ""),
     )
 
 

@@ -42,6 +42,7 @@ class Task:
     flags: dict[str, bool]
     latest_run_id: str
     reason: str  # why the Task is blocked, failed or cancelled
+    runtime: str = ""  # harness, claude-code or opencode; "" for a command Task
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,6 +57,18 @@ def replace_tasks(*tasks: TaskSpec) -> ChangeSpec:
             "cycle x -> z -> y -> x",
             id="3-cycle",
         ),
+        pytest.param(
+            replace_tasks(dataclasses.replace(t("a"), traits={"runtime": "codex"})),
+            "tasks[0].runtime",
+            "must be one of harness, claude-code, opencode",
+            id="unknown runtime",
+        ),
+        pytest.param(
+            replace_tasks(dataclasses.replace(t("a"), command=("true",), traits={"runtime": "claude-code"})),
+            "tasks[0].runtime",
+            "a Task with a command runs on the command driver; leave runtime out",
+            id="runtime with a command",
+        ),
     ],
 )
 def test_validate_names_the_first_bad_field(spec: ChangeSpec, field: str, message: str) -> None:
@@ -150,3 +162,16 @@ def test_dependents_to_block_follows_a_long_chain() -> None:
 )
 def test_change_status(statuses: list[str], cancel_requested: bool, started: bool, status: str) -> None:
     assert graph.change_status(statuses, cancel_requested=cancel_requested, started=started) == status
+
+
+@pytest.mark.parametrize(
+    "command, traits, driver",
+    [
+        ((), {}, "harness"),
+        ((), {"runtime": "claude-code"}, "claude-code"),
+        ((), {"runtime": "opencode"}, "opencode"),
+        (("make",), {}, "command"),
+    ],
+)
+def test_the_driver_of_a_task_is_its_command_or_its_runtime(command, traits, driver) -> None:
+    assert graph.driver(command, traits) == driver

@@ -9,6 +9,8 @@ import pytest
 
 from controlplane.domain.member_config import ConfigError, parse_classes, parse_modifiers, parse_quota_router
 from controlplane.domain.members import (
+    PAY_PER_API,
+    SUBSCRIPTION,
     Member,
     QuotaPolicy,
     QuotaSnapshot,
@@ -590,6 +592,12 @@ DUPLICATE = (
         (one_class(sub(max_concurrent=-1)), "AgentClass 'sonnet': member 'anthropic': max_concurrent must be >= 0"),
         (one_class(sub(capabilites=["sensitive"])), "AgentClass 'sonnet': member 1: unknown keys ['capabilites']"),
         (
+            one_class(sub(runtimes=["claude"])),
+            "AgentClass 'sonnet': member 'anthropic': runtimes must be a non-empty list of harness, claude-code, "
+            "opencode",
+        ),
+        (one_class(sub(runtimes=[])), "AgentClass 'sonnet': member 'anthropic': runtimes must be a non-empty list"),
+        (
             {"modifiers": [{"route_key": "anthropic", "start": "22:00", "end": "06:00", "delta": 6}]},
             "modifier 'anthropic' 22:00-06:00: delta 6 is outside ±5; time-of-day modifiers only break ties",
         ),
@@ -640,3 +648,33 @@ def test_a_modifier_that_matches_no_member_warns() -> None:
         "modifiers": [{"route_key": "openai", "start": "22:00", "end": "06:00", "delta": -1}],
     }
     assert parse_classes(data)[1] == ["modifier 'openai' 22:00-06:00 matches no member"]
+
+
+RUNTIME_MEMBERS = TierClass(
+    "sonnet",
+    (
+        Member(agent="anthropic", billing=PAY_PER_API, quality_score=100, order=0),
+        Member(agent="claude", billing=SUBSCRIPTION, quality_score=120, order=1, runtimes=frozenset({"claude-code"})),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    "runtime, eligible, rejected",
+    [
+        ("harness", ["anthropic"], {"claude": "does not serve runtime harness"}),
+        ("claude-code", ["claude", "anthropic"], {}),
+        ("opencode", ["anthropic"], {"claude": "does not serve runtime opencode"}),
+    ],
+)
+def test_a_task_is_routed_only_to_members_serving_its_runtime(runtime, eligible, rejected) -> None:
+    ranked, lost = rank(RUNTIME_MEMBERS.members, [], [], NOON, runtime)
+    assert keys(ranked) == eligible
+    assert {m.route_key: reason for m, reason in lost} == rejected
+
+
+def test_no_member_serving_the_runtime_names_it() -> None:
+    only_claude = TierClass("sonnet", RUNTIME_MEMBERS.members[1:])
+    selection = select(only_claude, [], [], {}, {}, {}, QuotaPolicy(), NOON, runtime="opencode")
+    assert selection.outcome == "no_eligible"
+    assert selection.message.endswith("and serves runtime opencode")
