@@ -31,6 +31,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--default-timeout-seconds", dest="default_timeout_seconds", type=int)
     p.add_argument("--kill-grace-seconds", dest="kill_grace_seconds", type=float)
     p.add_argument("--metrics-listen", dest="metrics_listen", help="host:port of a Prometheus /metrics endpoint")
+    p.add_argument("--claude-command", dest="claude_command", help="Claude Code executable (default: claude on PATH)")
+    p.add_argument("--opencode-command", dest="opencode_command", help="opencode executable (default: opencode)")
     p.add_argument(
         "--session-user",
         dest="session_user",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import shutil
 import socket
 import tempfile
 import tomllib
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 ENV_PREFIX = "DROVER_AGENTD_"
+DRIVER_KEYS = frozenset({"claude_command", "opencode_command"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +60,16 @@ class AgentConfig:
     """host:port of a Prometheus /metrics endpoint; empty: none."""
     batch_interval: float = 0.2
     batch_bytes: int = 16 * 1024
+    claude_command: str = "claude"
+    """The Claude Code executable (TOML: [drivers] claude_command); the claude-code runtime is offered
+    only when it is found."""
+    opencode_command: str = "opencode"
+    """The opencode executable (TOML: [drivers] opencode_command); likewise for the opencode runtime."""
+
+    def runtime_commands(self) -> dict[str, str]:
+        """The external runtimes this agent offers, each with its executable's full path."""
+        found = {"claude-code": shutil.which(self.claude_command), "opencode": shutil.which(self.opencode_command)}
+        return {runtime: path for runtime, path in found.items() if path}
 
     @property
     def spool(self) -> pathlib.Path:
@@ -104,6 +116,10 @@ def load(file: pathlib.Path | None, env: Mapping[str, str], flags: Mapping[str, 
     values: dict[str, Any] = {}
     if file is not None:
         data = tomllib.loads(file.read_text())
+        drivers = data.pop("drivers", {})
+        if not isinstance(drivers, dict) or set(drivers) - DRIVER_KEYS:
+            raise ValueError(f"{file}: [drivers] takes {', '.join(sorted(DRIVER_KEYS))}")
+        data.update(drivers)
         for key, value in data.items():
             if key not in fields:
                 raise ValueError(f"{file}: unknown setting {key!r}")

@@ -29,7 +29,7 @@ class Agent:
             name=self.config.name,
             labels=dict(self.config.labels),
             capacity=self.config.capacity,
-            drivers=["command", "harness"],
+            drivers=self.runs.drivers(),
             version=__version__,
             active_runs=self.runs.active_ids(),
             undelivered_runs=self.runs.undelivered_ids(),

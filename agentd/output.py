@@ -32,6 +32,11 @@ class Output:
         self._dropped = False
         self.full = False
 
+    def hide(self, secret: str) -> None:
+        """Redact `secret` from everything written from now on (a run token made by the supervisor)."""
+        if len(secret) >= 4:
+            self._secrets = sorted({*self._secrets, secret}, key=len, reverse=True)
+
     def write(self, stream: str, text: str) -> None:
         if not text or self.full:
             return

@@ -39,7 +39,7 @@ def run_spec(assignment: Any, config: AgentConfig) -> dict[str, Any]:
     }
     if assignment.limits.get("output_bytes", 0) > 0:  # the supervisors stop recording past it
         spec["output_limit_bytes"] = assignment.limits["output_bytes"]
-    if assignment.driver == "harness":
+    if assignment.driver != "command":
         spec.update(
             model=assignment.model,
             base_url=assignment.base_url,
@@ -49,4 +49,6 @@ def run_spec(assignment: Any, config: AgentConfig) -> dict[str, Any]:
                 assignment.harness, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
             ),
         )
+    if assignment.driver in config.runtime_commands():
+        spec["runtime_command"] = config.runtime_commands()[assignment.driver]
     return spec

@@ -26,7 +26,12 @@ from agentd.run_spec import run_spec
 log = logging.getLogger("agentd.runs")
 POLL_SECONDS = 0.05
 MAX_STARTS = 4  # a harness supervisor is started at most this often for one run (3 resumes)
-SUPERVISORS = {"command": "agentd.supervisor", "harness": "agentd.harness.supervisor"}
+SUPERVISORS = {
+    "command": "agentd.supervisor",
+    "harness": "agentd.harness.supervisor",
+    "claude-code": "agentd.runtimes.supervisor",
+    "opencode": "agentd.runtimes.supervisor",
+}
 
 
 class Refused(Exception):
@@ -137,7 +142,7 @@ class Runs:
             if assignment.resume and existing.awaiting_resume:
                 self._resume(existing, assignment)
             return  # otherwise a duplicate assignment after a reconnect
-        if assignment.driver not in SUPERVISORS:
+        if assignment.driver not in SUPERVISORS or assignment.driver not in self.drivers():
             raise Refused(f"no_driver: this agent has no {assignment.driver!r} driver")
         if self.busy >= self.config.capacity:
             raise Refused("at_capacity")
@@ -162,6 +167,10 @@ class Runs:
             raise Refused("disk_full" if is_full(err) else f"spool_error: {err.strerror}") from err
         self._add(slot)
 
+    def drivers(self) -> list[str]:
+        """What this agent runs: commands, the harness, and the external runtimes installed here."""
+        return ["command", "harness", *self.config.runtime_commands()]
+
     def spool_free_bytes(self) -> int:
         """Free space on the spool's filesystem (for an unprivileged user)."""
         path = self.root
@@ -178,8 +187,9 @@ class Runs:
         any other failure ends the run as start_failed."""
         try:
             secrets: dict[str, Any] = secret_env
-            if slot.driver == "harness":
-                self.secrets[slot.run_id] = secret_env  # in memory only, to resume a supervisor that died
+            if slot.driver != "command":
+                if slot.driver == "harness":
+                    self.secrets[slot.run_id] = secret_env  # in memory only, to resume a supervisor that died
                 # The gate dials the control plane exactly as agentd does: TLS settings are file paths.
                 secrets = {
                     "secret_env": secret_env,

@@ -18,6 +18,7 @@ import pwd
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from typing import Protocol
 
 from agentd.confined import Confined, ready_pipe
@@ -77,6 +78,16 @@ MODES = ("bubblewrap", "none")
 """A run's spec says which: agentd decides once at start, a supervisor never falls back."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Bind:
+    """A host path shown inside the sandbox at `inside` (read-only unless `writable`). Without a
+    sandbox nothing is bound: the command sees the host's paths."""
+
+    source: pathlib.Path
+    inside: str
+    writable: bool = False
+
+
 class SandboxFailed(Exception):
     """bubblewrap could not set the sandbox up; the run fails as `sandbox_failed`."""
 
@@ -116,10 +127,12 @@ class Sandbox(Protocol):
         *,
         writable: pathlib.Path | None = None,
         ready_fd: int | None = None,
+        binds: Sequence[Bind] = (),
     ) -> tuple[list[str], dict[str, str]]:
         """The argv and env that run `argv` in `cwd` with exactly `env`. `writable` (default `cwd`)
         is the directory the command may change; `ready_fd`, inherited by the command's launcher,
-        gets its PID namespace once the sandbox is up."""
+        gets its PID namespace once the sandbox is up; `binds` show more of the host inside (a
+        runtime's installation, the model gateway's socket)."""
         ...
 
 
@@ -197,6 +210,7 @@ class BubblewrapSandbox:
         *,
         writable: pathlib.Path | None = None,
         ready_fd: int | None = None,
+        binds: Sequence[Bind] = (),
     ) -> tuple[list[str], dict[str, str]]:
         if not argv:
             raise ValueError("no command to run")
@@ -232,6 +246,10 @@ class BubblewrapSandbox:
             bound.append(path)
         command += _mkdirs(os.path.dirname(LAUNCHER_INSIDE), made, bound)
         command += ["--ro-bind", str(LAUNCHER), LAUNCHER_INSIDE]
+        for bind in binds:
+            if not _under(bind.inside, tuple(bound)):
+                command += _mkdirs(os.path.dirname(bind.inside), made, bound)
+            command += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.inside]
         command += _mkdirs(os.path.dirname(shown), made, bound)
         command += ["--bind", str(pathlib.Path(shown).resolve()), shown]
         command += ["--remount-ro", "/", "--"]
@@ -293,6 +311,7 @@ class PlainSandbox:
         *,
         writable: pathlib.Path | None = None,
         ready_fd: int | None = None,
+        binds: Sequence[Bind] = (),
     ) -> tuple[list[str], dict[str, str]]:
         if not argv:
             raise ValueError("no command to run")

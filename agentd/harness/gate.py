@@ -67,13 +67,19 @@ class Gate:
 
     async def reserve(self, attempt: int) -> None:
         key = f"{self.purpose}:{self.incarnation}:{self.call_number()}:{attempt}"
+        self._reservations[attempt] = await self.reserve_call(
+            key, self.model, self.max_output_tokens, self.input_estimate()
+        )
+
+    async def reserve_call(self, key: str, model: str, max_output_tokens: int, estimated_input_tokens: int) -> str:
+        """Reserve one model call attempt (idempotent by `key`); its reservation id, or RunEnded."""
         request = agent_pb2.ReserveModelCallRequest(
             run_id=self.run_id,
             key=key,
-            model=self.model,
+            model=model,
             purpose=self.purpose,
-            max_output_tokens=self.max_output_tokens,
-            estimated_input_tokens=self.input_estimate(),
+            max_output_tokens=max_output_tokens,
+            estimated_input_tokens=estimated_input_tokens,
         )
         answer = await self._call(self._stub.ReserveModelCall, request)
         if answer.calls_cap:
@@ -85,16 +91,19 @@ class Gate:
                 f"the control plane refused the model call: {answer.refusal}",
                 code=answer.refusal,
             )
-        self._reservations[attempt] = answer.reservation_id
+        return str(answer.reservation_id)
 
     async def settle(self, attempt: int, usage: Usage | None, error: ModelError | None) -> None:
         reservation = self._reservations.pop(attempt, "")
-        if not reservation:
-            return
+        if reservation:
+            await self.settle_call(reservation, usage, (error.error_type or type(error).__name__) if error else "")
+
+    async def settle_call(self, reservation: str, usage: Usage | None, error: str) -> None:
+        """Settle a reservation to the exact cost of `usage` (none: the attempt failed before any)."""
         u = usage or Usage()
         request = agent_pb2.SettleModelCallRequest(
             reservation_id=reservation,
-            error=(error.error_type or type(error).__name__) if error else "",
+            error=error,
             usage=agent_pb2.Usage(
                 input_tokens=u.input_tokens,
                 output_tokens=u.output_tokens,

@@ -1,0 +1,301 @@
+"""The model gateway: a per-run Anthropic Messages endpoint for external runtimes (Claude Code, opencode).
+
+A runtime never sees the provider key. It calls this endpoint with a per-run token as its API key;
+the gateway, in the run's supervisor outside the sandbox, checks the token, applies the routed
+member's model and the tier's output cap, reserves the call on every meter (ReserveModelCall, the
+harness's budget gate), forwards it with the real credential, reads the usage from the JSON answer
+or the SSE stream as it passes, and settles the exact cost. A budget refusal is answered with an
+Anthropic-shaped 403 `permission_error`, which runtimes do not retry, and is remembered so the run
+ends with the refusal's reason.
+
+HTTP/1.1 on an asyncio stream, parsed by h11 (keep-alive, chunked answers); forwarding by httpx2,
+anthropic's own HTTP client."""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import h11
+import httpx2
+
+from drover.core.usage import Usage
+
+log = logging.getLogger("agentd.gateway")
+
+MESSAGES = "/v1/messages"
+COUNT_TOKENS = "/v1/messages/count_tokens"
+MAX_BODY = 32 << 20
+"""A request body larger than this is refused (413): a conversation is far smaller."""
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "content-type", "accept", "user-agent")
+ANSWER_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry", "cache-control")
+OAUTH_BETA = "oauth-2025-04-20"
+
+
+class Refused(Exception):
+    """The control plane refused the call; `code` is its refusal (spend_limited, run_call_cap, ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+Reserve = Callable[[str, str, int, int], Awaitable[str]]
+"""(key, model, max_output_tokens, estimated_input_tokens) -> reservation id; raises Refused."""
+Settle = Callable[[str, Usage | None, str], Awaitable[None]]
+"""(reservation id, usage or None, error class or "")."""
+
+
+@dataclasses.dataclass
+class Upstream:
+    base_url: str
+    """The routed member's Messages API, e.g. https://api.anthropic.com."""
+    credential: str
+    """Its API key (PayPerApi) or OAuth token (Subscription)."""
+    billing: str = "PayPerApi"
+    timeout_seconds: float = 120.0
+    """A read that waits longer than this ends the call (the harness's stall timeout)."""
+
+
+def rewrite(body: dict[str, Any], model: str, max_output_tokens: int) -> dict[str, Any]:
+    """The request as Drover sends it on: the routed model, max_tokens within the tier's cap, and a
+    thinking budget that still fits under it (the API refuses budget_tokens >= max_tokens)."""
+    out = dict(body, model=model)
+    asked = body.get("max_tokens")
+    cap = max_output_tokens if max_output_tokens > 0 else asked
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
+        out["max_tokens"] = min(asked, cap) if isinstance(cap, int) else asked
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and isinstance(thinking.get("budget_tokens"), int):
+        limit = int(out.get("max_tokens") or 0) - 1
+        if limit < 1024:  # the API's smallest thinking budget
+            out.pop("thinking")
+        elif thinking["budget_tokens"] > limit:
+            out["thinking"] = {**thinking, "budget_tokens": limit}
+    return out
+
+
+class UsageReader:
+    """The usage and error of one answer, read from its bytes as they pass (JSON or SSE)."""
+
+    def __init__(self, streaming: bool) -> None:
+        self.streaming = streaming
+        self._buffer = b""
+        self.usage: Usage | None = None
+        self.error = ""
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        if not self.streaming:
+            return
+        while b"\n\n" in self._buffer:
+            event, self._buffer = self._buffer.split(b"\n\n", 1)
+            for line in event.replace(b"\r\n", b"\n").split(b"\n"):
+                if line.startswith(b"data:"):
+                    self._sse(line[5:].strip())
+
+    def finish(self, status: int) -> None:
+        if not self.streaming:
+            try:
+                answer = json.loads(self._buffer or b"{}")
+            except ValueError:
+                answer = {}
+            if isinstance(answer, dict):
+                if isinstance(answer.get("usage"), dict):
+                    self.usage = _usage(answer["usage"])
+                if answer.get("type") == "error":
+                    self.error = str((answer.get("error") or {}).get("type") or "api_error")
+        if status >= 400 and not self.error:
+            self.error = f"http_{status}"
+
+    def _sse(self, data: bytes) -> None:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        if kind == "message_start" and isinstance((event.get("message") or {}).get("usage"), dict):
+            self.usage = _usage(event["message"]["usage"])
+        elif kind == "message_delta" and isinstance(event.get("usage"), dict):
+            seen = dataclasses.asdict(self.usage or Usage())
+            seen.update({k: v for k, v in event["usage"].items() if k in seen and isinstance(v, int)})
+            self.usage = Usage(**seen)
+        elif kind == "error":
+            self.error = str((event.get("error") or {}).get("type") or "api_error")
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    fields = {f.name for f in dataclasses.fields(Usage)}
+    return Usage(**{k: int(v) for k, v in raw.items() if k in fields and isinstance(v, int)})
+
+
+def error_body(kind: str, message: str) -> bytes:
+    return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+
+class Gateway:
+    """One run's gateway. `serve(reader, writer)` handles one client connection (asyncio.start_server)."""
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        model: str,
+        max_output_tokens: int,
+        upstream: Upstream,
+        reserve: Reserve,
+        settle: Settle,
+        key_prefix: str = "gw",
+    ) -> None:
+        self.token, self.model, self.max_output_tokens = token, model, max_output_tokens
+        self.upstream, self._reserve, self._settle = upstream, reserve, settle
+        self.key_prefix = key_prefix
+        self.calls = 0
+        """Model calls forwarded (reserved) so far."""
+        self.refused: Refused | None = None
+        """The first refusal, if the control plane refused a call."""
+        self.rejected_tokens = 0
+        """Requests with a missing or wrong token."""
+        self._client = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(upstream.timeout_seconds, connect=10.0), follow_redirects=False
+        )
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    # --- one connection ---------------------------------------------------------------------------
+
+    async def serve(self, reader: Any, writer: Any) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        try:
+            while True:
+                request, body = await self._read_request(conn, reader)
+                if request is None:
+                    return
+                await self._answer(conn, writer, request, body)
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (h11.ProtocolError, ConnectionError, OSError) as err:
+            log.debug("gateway connection closed: %s", err)
+        finally:
+            writer.close()
+
+    async def _read_request(self, conn: h11.Connection, reader: Any) -> tuple[h11.Request | None, bytes]:
+        request: h11.Request | None = None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await reader.read(65536)
+                conn.receive_data(data)
+                if not data and conn.their_state is h11.IDLE:
+                    return None, b""
+                continue
+            if isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > MAX_BODY:
+                    raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return request, b"".join(chunks)
+            elif isinstance(event, h11.ConnectionClosed):
+                return None, b""
+
+    async def _answer(self, conn: h11.Connection, writer: Any, request: h11.Request, body: bytes) -> None:
+        headers = {k.decode().lower(): v.decode(errors="replace") for k, v in request.headers}
+        path = request.target.decode(errors="replace").split("?", 1)[0]
+        if not self._authorised(headers):
+            self.rejected_tokens += 1
+            return await self._send(conn, writer, 401, error_body("authentication_error", "invalid x-api-key"))
+        if request.method != b"POST" or path not in (MESSAGES, COUNT_TOKENS):
+            return await self._send(conn, writer, 404, error_body("not_found_error", f"no route {path}"))
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            return await self._send(conn, writer, 400, error_body("invalid_request_error", "body: a JSON object"))
+        payload = rewrite(payload, self.model, self.max_output_tokens)
+        if path == COUNT_TOKENS:  # free: forwarded, not metered
+            payload.pop("max_tokens", None)
+            return await self._forward(conn, writer, request, headers, payload, reservation="")
+        if self.refused is not None:  # a refusal ends the run: every later call is refused too
+            return await self._refuse(conn, writer, self.refused)
+        self.calls += 1
+        key = f"{self.key_prefix}:{self.calls}"
+        try:
+            reservation = await self._reserve(key, self.model, int(payload.get("max_tokens") or 0), len(body) // 4)
+        except Refused as refused:
+            self.refused = refused
+            return await self._refuse(conn, writer, refused)
+        await self._forward(conn, writer, request, headers, payload, reservation)
+
+    def _authorised(self, headers: dict[str, str]) -> bool:
+        given = headers.get("x-api-key", "")
+        bearer = headers.get("authorization", "")
+        if not given and bearer.lower().startswith("bearer "):
+            given = bearer[7:].strip()
+        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+
+    async def _refuse(self, conn: h11.Connection, writer: Any, refused: Refused) -> None:
+        message = f"Drover refused the model call: {refused.code}. {refused} The run stops here."
+        await self._send(conn, writer, 403, error_body("permission_error", message))
+
+    async def _forward(
+        self,
+        conn: h11.Connection,
+        writer: Any,
+        request: h11.Request,
+        headers: dict[str, str],
+        payload: dict[str, Any],
+        reservation: str,
+    ) -> None:
+        out = {k: headers[k] for k in FORWARDED_HEADERS if k in headers}
+        if self.upstream.billing == "Subscription":
+            out["authorization"] = f"Bearer {self.upstream.credential}"
+            betas = [b for b in out.get("anthropic-beta", "").split(",") if b.strip()]
+            out["anthropic-beta"] = ",".join([*betas, OAUTH_BETA] if OAUTH_BETA not in betas else betas)
+        else:
+            out["x-api-key"] = self.upstream.credential
+        out["accept-encoding"] = "identity"  # the bytes pass as they come, and their usage is read on the way
+        url = self.upstream.base_url.rstrip("/") + request.target.decode(errors="replace")
+        reader = UsageReader(bool(payload.get("stream")))
+        status = 0
+        try:
+            async with self._client.stream("POST", url, headers=out, content=json.dumps(payload).encode()) as answer:
+                status = answer.status_code
+                kept = [(k, v) for k, v in answer.headers.items() if k.lower() in ANSWER_HEADERS]
+                writer.write(conn.send(h11.Response(status_code=status, headers=kept)))
+                async for chunk in answer.aiter_raw():
+                    reader.feed(chunk)
+                    writer.write(conn.send(h11.Data(data=chunk)))
+                    await writer.drain()
+                writer.write(conn.send(h11.EndOfMessage()))
+                await writer.drain()
+            reader.finish(status)
+        except httpx2.HTTPError as err:
+            reader.error = reader.error or type(err).__name__
+            if status == 0:  # nothing sent yet: answer like the API does when it is unreachable
+                await self._send(conn, writer, 502, error_body("api_error", f"the model provider: {err}"))
+            else:
+                raise ConnectionError("the provider's answer broke off") from err
+        finally:
+            if reservation:
+                await self._settle(reservation, reader.usage, reader.error)
+
+    async def _send(self, conn: h11.Connection, writer: Any, status: int, body: bytes) -> None:
+        headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+        writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
+        writer.write(conn.send(h11.Data(data=body)))
+        writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()

@@ -1,0 +1,95 @@
+"""External coding-agent runtimes (seed 003 "Agent runs"): Claude Code and opencode, driven as sessions.
+
+A runtime is a `Session`: it writes its configuration into the run's $HOME, says how to start the
+program, then drives the running process: sends the prompt, turns what the program prints into
+run events (seed 003's kinds: text, tool_use, tool_result, result, user), delivers input between
+turns, and reports how the session ended. The supervisor (`agentd.runtimes.supervisor`) owns the
+workspace, the sandbox, the model gateway and publishing; a Session owns only its protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pathlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+TOOL_RESULT_BYTES = 4000
+"""A tool_result event carries at most this much of the tool's output (seed 003)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionContext:
+    executable: str
+    """The runtime's program (agentd's drivers.claude_command / drivers.opencode_command)."""
+    workspace: pathlib.Path
+    """The repository the session works in (its cwd)."""
+    home: pathlib.Path
+    """The session's $HOME, outside the repository: nothing in it is committed."""
+    model: str
+    """The routed member's model; the gateway applies it whatever the runtime asks for."""
+    base_url: str
+    """The model gateway as the runtime reaches it (ANTHROPIC_BASE_URL), e.g. http://127.0.0.1:8421."""
+    token: str
+    """The per-run token the runtime uses as its API key; never the provider's key."""
+    instructions: str
+    """Standing instructions (.claude/CLAUDE.md, opencode's AGENTS.md)."""
+    prompt: str
+    """The first message: the Task, rendered from the Context Packet."""
+    max_turns: int = 0
+    """0: no limit of the runtime's own (the gateway's call cap still holds)."""
+
+
+@dataclasses.dataclass
+class SessionResult:
+    """How a session ended (seed 003: final message, turns, cost, success)."""
+
+    success: bool
+    summary: str = ""
+    turns: int = 0
+    cost_usd: float = 0.0
+    error: str = ""
+    session_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """A person's input to a running session: a message waits for the end of the turn; an interrupt
+    stops the turn at once, then its text (if any) is the next message."""
+
+    kind: str  # message | interrupt
+    text: str = ""
+    id: str = ""
+
+
+Emit = Callable[[dict[str, Any]], None]
+"""Streams one run event (a dict with "kind") as the session produces it."""
+
+
+class Session(Protocol):
+    name: str
+
+    def setup(self, ctx: SessionContext) -> None:
+        """Write the runtime's configuration and standing instructions under ctx.home."""
+        ...
+
+    def argv(self, ctx: SessionContext) -> list[str]:
+        """The command line that starts the session in ctx.workspace."""
+        ...
+
+    def env(self, ctx: SessionContext) -> dict[str, str]:
+        """Environment the runtime needs besides PATH, HOME, LANG, TZ (gateway URL, token, switches)."""
+        ...
+
+    async def drive(
+        self, process: asyncio.subprocess.Process, ctx: SessionContext, emit: Emit, inputs: asyncio.Queue[Input]
+    ) -> SessionResult:
+        """Run the session to its end over the process's stdin/stdout: send the prompt, emit events, deliver
+        queued input after each turn (an interrupt at once), end the session when a turn ends with no input
+        waiting. Never raises for the program's misbehaviour: a crash, garbage or silence is a failed result."""
+        ...
+
+
+def clip(text: str, limit: int = TOOL_RESULT_BYTES) -> str:
+    """At most `limit` bytes of UTF-8 text, cut on a character boundary."""
+    return text.encode()[:limit].decode(errors="ignore")

@@ -1,0 +1,227 @@
+"""Claude Code as a session (seed 003 "Claude Code"): `claude -p --input-format stream-json
+--output-format stream-json --verbose --permission-mode bypassPermissions` in the workspace.
+
+Everything it gets lives in $HOME, outside the repository: `.claude/CLAUDE.md` (the standing
+instructions) and `.claude/settings.json`. Its API is the run's model gateway (ANTHROPIC_BASE_URL)
+with the run token as its API key. Messages go in on stdin as stream-json `user` lines, one turn
+each; an interrupt is a `control_request` of subtype `interrupt`. What it prints (one JSON object a
+line: system, assistant, user, result) is normalised into run events by `events_of`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from typing import Any
+
+from agentd.runtimes import Emit, Input, SessionContext, SessionResult, clip
+
+OFFLINE = {
+    "IS_SANDBOX": "1",  # bypassPermissions as root is allowed only in a sandbox
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",  # no title or summary calls through the gateway
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+}
+SETTINGS = {"permissions": {"defaultMode": "bypassPermissions"}, "includeCoAuthoredBy": False}
+END_GRACE_SECONDS = 10.0
+"""After stdin closes, the program has this long to exit before it is stopped."""
+
+
+def events_of(line: dict[str, Any], tools: dict[str, str]) -> list[dict[str, Any]]:
+    """The run events one stream-json line stands for. `tools` maps tool_use ids to tool names across
+    lines (a tool_result names only the id)."""
+    kind = line.get("type")
+    message = line.get("message") if isinstance(line.get("message"), dict) else {}
+    content = message.get("content") if isinstance(message, dict) else None
+    out: list[dict[str, Any]] = []
+    if kind == "assistant" and isinstance(content, list):
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and block.get("text"):
+                out.append({"kind": "text", "text": str(block["text"])})
+            elif block.get("type") == "tool_use":
+                name = str(block.get("name", ""))
+                tools[str(block.get("id", ""))] = name
+                out.append({"kind": "tool_use", "tool": name, "input": block.get("input") or {}})
+    elif kind == "user" and isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                out.append(
+                    {
+                        "kind": "tool_result",
+                        "tool": tools.get(str(block.get("tool_use_id", "")), ""),
+                        "text": clip(_text(block.get("content"))),
+                        "error": bool(block.get("is_error")),
+                    }
+                )
+    elif kind == "result":
+        out.append(
+            {
+                "kind": "result",
+                "text": str(line.get("result") or (line.get("errors") or [""])[0] or line.get("subtype", "")),
+                "error": bool(line.get("is_error")) or line.get("subtype") != "success",
+            }
+        )
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def user_line(text: str) -> bytes:
+    return (json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n").encode()
+
+
+class ClaudeCode:
+    name = "claude-code"
+
+    def __init__(self) -> None:
+        self._requests = itertools.count(1)
+
+    def setup(self, ctx: SessionContext) -> None:
+        claude = ctx.home / ".claude"
+        claude.mkdir(parents=True, exist_ok=True)
+        (claude / "CLAUDE.md").write_text(ctx.instructions)
+        (claude / "settings.json").write_text(json.dumps(SETTINGS, indent=2) + "\n")
+
+    def argv(self, ctx: SessionContext) -> list[str]:
+        argv = [
+            ctx.executable,
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--permission-mode",
+            "bypassPermissions",
+            "--model",
+            ctx.model,
+        ]
+        if ctx.max_turns > 0:
+            argv += ["--max-turns", str(ctx.max_turns)]
+        return argv
+
+    def env(self, ctx: SessionContext) -> dict[str, str]:
+        return {**OFFLINE, "ANTHROPIC_BASE_URL": ctx.base_url, "ANTHROPIC_API_KEY": ctx.token}
+
+    async def drive(
+        self, process: asyncio.subprocess.Process, ctx: SessionContext, emit: Emit, inputs: asyncio.Queue[Input]
+    ) -> SessionResult:
+        assert process.stdin is not None and process.stdout is not None
+        result = SessionResult(success=False, error="the session reported nothing")
+        tools: dict[str, str] = {}
+        held: list[Input] = []  # messages that arrived during a turn, delivered in order after it
+        ending = False  # an interrupt without text: the session ends after the stopped turn
+        turns = 0
+        if not await self._send(process, user_line(ctx.prompt)):
+            return await self._ended(process, result, "the session did not take its prompt")
+        reading = asyncio.ensure_future(process.stdout.readline())
+        getting = asyncio.ensure_future(inputs.get())
+        try:
+            while True:
+                done, _ = await asyncio.wait({reading, getting}, return_when=asyncio.FIRST_COMPLETED)
+                if getting in done:
+                    item, getting = getting.result(), asyncio.ensure_future(inputs.get())
+                    if item.kind != "interrupt":
+                        held.append(item)
+                        continue
+                    await self._send(process, self._interrupt_line())
+                    if item.text:  # its text is the next message, before any other
+                        held.insert(0, Input("message", item.text, item.id))
+                    else:
+                        ending = True
+                    continue
+                raw, reading = reading.result(), asyncio.ensure_future(process.stdout.readline())
+                if not raw:  # the program exited (or closed its output) before its turn ended
+                    return await self._ended(process, result, "the session exited before its turn ended")
+                line = _json_object(raw)
+                if line is None:
+                    continue
+                if line.get("type") == "system" and line.get("subtype") == "init":
+                    result.session_id = str(line.get("session_id", ""))
+                for event in events_of(line, tools):
+                    emit(event)
+                if line.get("type") != "result":
+                    continue
+                turns += 1
+                failed = bool(line.get("is_error")) or line.get("subtype") != "success"
+                result = SessionResult(
+                    success=not failed and not ending,
+                    summary=str(line.get("result") or ""),
+                    turns=turns,
+                    cost_usd=float(line.get("total_cost_usd") or 0.0),
+                    error="interrupted" if ending else (str(line.get("subtype")) if failed else ""),
+                    session_id=str(line.get("session_id") or result.session_id),
+                )
+                await asyncio.sleep(0)  # input sent at the same moment is in
+                if getting.done():
+                    item, getting = getting.result(), asyncio.ensure_future(inputs.get())
+                    if item.kind == "interrupt" and not item.text:
+                        ending = True
+                    elif item.text:
+                        held.append(Input("message", item.text, item.id))
+                if ending or not held:
+                    return await self._ended(process, result, "")
+                following = held.pop(0)
+                emit({"kind": "user", "text": following.text})
+                if not await self._send(process, user_line(following.text)):
+                    return await self._ended(process, result, "the session did not take the next message")
+        finally:
+            for future in (reading, getting):
+                future.cancel()
+            for item in held:  # not delivered: back in the queue, for whoever looks next
+                inputs.put_nowait(item)
+
+    def _interrupt_line(self) -> bytes:
+        request = {
+            "type": "control_request",
+            "request_id": f"drover-{next(self._requests)}",
+            "request": {"subtype": "interrupt"},
+        }
+        return (json.dumps(request) + "\n").encode()
+
+    async def _send(self, process: asyncio.subprocess.Process, data: bytes) -> bool:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(data)
+            await process.stdin.drain()
+        except (ConnectionError, RuntimeError):
+            return False
+        return True
+
+    async def _ended(self, process: asyncio.subprocess.Process, result: SessionResult, why: str) -> SessionResult:
+        """Wait for the program to exit (stop it after a grace period); a failure says why."""
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            if process.stdin is not None and not process.stdin.is_closing():
+                process.stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), END_GRACE_SECONDS)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+        if why and result.success:
+            return result
+        if why and not result.error:
+            result.error = why
+        elif why and result.error == "the session reported nothing":
+            result.error = f"{why} (exit code {process.returncode})"
+        return result
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        line = json.loads(raw)
+    except ValueError:
+        return None
+    return line if isinstance(line, dict) else None

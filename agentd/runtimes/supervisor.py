@@ -1,0 +1,250 @@
+"""The supervisor of one external-runtime run: `python -m agentd.runtimes.supervisor RUN_DIR`.
+
+Like the harness's (agentd/harness/supervisor.py, whose workspace, budget gate and publishing it
+reuses), it is detached from agentd, gets its secrets on stdin and writes everything to
+RUN_DIR/output.jsonl. It opens the workspace, starts the run's model gateway (outside the sandbox:
+the provider's key stays here), writes the runtime's configuration into the session's $HOME, runs
+the runtime in the sandbox as the session user, streams its events, and when the session ends
+well publishes what it left in the workspace as the Task's ChangeSet.
+
+The runtime reaches the gateway by TCP on loopback; in a sandbox without network, through a Unix
+socket bound into the sandbox and agentd/forwarder.py listening on the sandbox's own loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import secrets as tokens
+import shutil
+import signal
+import sys
+import tempfile
+from typing import Any
+
+from agentd.gateway import Gateway, Refused, Upstream
+from agentd.harness.loop import RunEnded, as_json_line
+from agentd.harness.supervisor import HarnessRun
+from agentd.runtimes import Input, Session, SessionContext, SessionResult
+from agentd.runtimes.claude_code import ClaudeCode
+from agentd.sandbox import UNSANDBOXED, Bind, Sandbox, SandboxFailed
+from agentd.supervisor import sandbox_for
+from drover.core import workspace
+
+SESSIONS: dict[str, type[Any]] = {"claude-code": ClaudeCode}
+FORWARDER = pathlib.Path(__file__).resolve().parent.parent / "forwarder.py"
+FORWARDER_INSIDE = "/run/drover/forwarder.py"
+GATEWAY_INSIDE = "/run/drover/gateway.sock"
+GATEWAY_PORT = 8421
+"""The gateway's port on a sandbox's own loopback (each sandbox has its own: no clashes)."""
+REFUSAL_GRACE_SECONDS = 30.0
+"""After a budget refusal the runtime has this long to end its turn before it is stopped."""
+
+
+def install_root(executable: str) -> pathlib.Path:
+    """What of the host a runtime needs to run: its npm package tree (the `node_modules` folder its
+    resolved path lies in), else its own folder."""
+    real = pathlib.Path(os.path.realpath(shutil.which(executable) or executable))
+    parts = real.parts
+    if "node_modules" in parts:
+        return pathlib.Path(*parts[: len(parts) - parts[::-1].index("node_modules")])
+    return real.parent
+
+
+class RuntimeRun(HarnessRun):
+    def __init__(self, run_dir: pathlib.Path, secrets: dict[str, Any]) -> None:
+        super().__init__(run_dir, secrets)
+        self.driver: str = self.spec["driver"]
+        self.executable: str = self.spec.get("runtime_command") or ""
+        self.inputs: asyncio.Queue[Input] = asyncio.Queue()
+        self.result = SessionResult(success=False, error="the session did not start")
+
+    def event(self, event: dict[str, Any]) -> None:
+        self.output.write("event", as_json_line(event))
+
+    async def _run(self) -> RunEnded:
+        h = self.spec["harness"]
+        session: Session = SESSIONS[self.driver]()
+        if not self.executable:
+            return RunEnded("failed", f"no_driver: this agent has no {self.driver} command", code="start_failed")
+        root, _ = self.open_root()
+        if root is None:  # a Task without a repository still needs a folder to work in
+            root = self.ws_dir / "repo"
+            root.mkdir(parents=True, exist_ok=True)
+        try:
+            sandbox = sandbox_for(self.spec, bool(h.get("network")))
+        except ValueError as err:
+            raise SandboxFailed(str(err)) from None
+        if not sandbox.isolated:
+            self.output.write("system", f"WARNING: {UNSANDBOXED}\n")
+        gate = self._gate(self.spec["model"], int(h["max_output_tokens"]), lambda: 0)
+        gateway = Gateway(
+            token=tokens.token_urlsafe(32),
+            model=self.spec["model"],
+            max_output_tokens=int(h["max_output_tokens"]),
+            upstream=Upstream(
+                self.spec["base_url"],
+                self.secret_env.get("ANTHROPIC_API_KEY", ""),
+                h.get("billing") or "PayPerApi",
+                float(h.get("stall_timeout_seconds") or 120),
+            ),
+            reserve=lambda key, model, out, estimate: self._reserve(gate, key, model, out, estimate),
+            settle=gate.settle_call,
+            key_prefix=f"gw:{self.incarnation}",
+        )
+        self.output.hide(gateway.token)
+        through_socket = sandbox.isolated and not bool(h.get("network"))
+        scratch = pathlib.Path(tempfile.mkdtemp(prefix="drover-gw-"))  # short: a socket path has 108 bytes
+        try:
+            if through_socket:
+                server = await asyncio.start_unix_server(gateway.serve, path=str(scratch / "gw.sock"))
+                os.chmod(scratch / "gw.sock", 0o666)  # the session user connects; the bind shows only it
+                base_url = f"http://127.0.0.1:{GATEWAY_PORT}"
+            else:
+                server = await asyncio.start_server(gateway.serve, "127.0.0.1", 0)
+                base_url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+            async with server:
+                ctx = SessionContext(
+                    executable=self.executable,
+                    workspace=root,
+                    home=self.ws_dir / "home",
+                    model=self.spec["model"],
+                    base_url=base_url,
+                    token=gateway.token,
+                    instructions=h.get("instructions") or "",
+                    prompt=self.spec["prompt"],
+                )
+                ended = await self._session(session, ctx, sandbox, scratch if through_socket else None, gateway)
+            if ended.outcome == "completed" and self.workspace is not None:
+                ended = await self._publish(gate, ended)
+            return ended
+        finally:
+            await gateway.close()
+            await gate.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    async def _reserve(self, gate: Any, key: str, model: str, max_output_tokens: int, estimate: int) -> str:
+        try:
+            reservation: str = await gate.reserve_call(key, model, max_output_tokens, estimate)
+        except RunEnded as refused:
+            self.output.write("system", f"model gateway: {refused.reason}\n")
+            raise Refused(refused.code, refused.reason) from None
+        return reservation
+
+    async def _session(
+        self, session: Session, ctx: SessionContext, sandbox: Sandbox, socket_dir: pathlib.Path | None, gateway: Gateway
+    ) -> RunEnded:
+        ctx.home.mkdir(parents=True, exist_ok=True)
+        session.setup(ctx)
+        workspace.hand_over(self.ws_dir, sandbox.policy.user)  # the session user owns its workspace and $HOME
+        argv = session.argv(ctx)
+        binds = [Bind(install_root(ctx.executable), str(install_root(ctx.executable)))]
+        if socket_dir is not None:
+            argv = [sys.executable, "-I", "-S", FORWARDER_INSIDE, "--port", str(GATEWAY_PORT)]
+            argv += ["--socket", GATEWAY_INSIDE, "--", *session.argv(ctx)]
+            binds += [Bind(FORWARDER, FORWARDER_INSIDE), Bind(socket_dir / "gw.sock", GATEWAY_INSIDE, writable=True)]
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "TZ": "UTC",
+            "HOME": str(ctx.home),
+            "DROVER_WORKSPACE": str(ctx.workspace),
+            "DROVER_RUN_ID": self.spec["run_id"],
+            **session.env(ctx),
+        }
+        try:
+            wrapped, env = sandbox.wrap(argv, ctx.workspace, env, writable=self.ws_dir, binds=binds)
+            process = await asyncio.create_subprocess_exec(
+                *wrapped,
+                cwd=ctx.workspace,
+                env=env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                limit=16 << 20,  # a stream-json line carries whole tool results
+            )
+        except (OSError, ValueError) as err:
+            return RunEnded("failed", f"start_failed: cannot start {ctx.executable}: {err}", code="start_failed")
+        self.output.write("system", f"{session.name}: session started ({os.path.basename(ctx.executable)})\n")
+        stderr = asyncio.ensure_future(self._stderr(process))
+        driving = asyncio.ensure_future(session.drive(process, ctx, self.event, self.inputs))
+        stopped = await self._watch_session(driving, process, gateway)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # nothing of the session outlives it
+        await process.wait()
+        await asyncio.gather(stderr, return_exceptions=True)
+        if stopped:
+            return stopped
+        self.result = result = driving.result()
+        self.event(
+            {
+                "kind": "session",
+                "success": result.success,
+                "summary": result.summary,
+                "turns": result.turns,
+                "cost_usd": result.cost_usd,
+                "session_id": result.session_id,
+                "model_calls": gateway.calls,
+            }
+        )
+        if gateway.refused is not None:
+            refused = gateway.refused
+            return RunEnded(
+                {"run_call_cap": "run_call_cap", "run_cost_cap": "run_cost_cap"}.get(refused.code, "spend_limited"),
+                str(refused),
+                code=refused.code,
+            )
+        if not result.success:
+            return RunEnded("failed", f"session_failed: {result.error or 'the session failed'}", code="session_failed")
+        return RunEnded("completed", result.summary, intent={"summary": result.summary})
+
+    async def _watch_session(
+        self, driving: asyncio.Future[SessionResult], process: asyncio.subprocess.Process, gateway: Gateway
+    ) -> RunEnded | None:
+        """Wait for the session; the cancel file, the timeout or a refusal left unanswered stop it."""
+        loop = asyncio.get_running_loop()
+        timeout = int(self.spec.get("timeout_seconds") or 0)
+        deadline = loop.time() + timeout if timeout > 0 else None
+        refused_at: float | None = None
+        while not driving.done():
+            await asyncio.wait({driving}, timeout=0.1)
+            if driving.done():
+                return None
+            now = loop.time()
+            if gateway.refused is not None and refused_at is None:
+                refused_at = now
+            stop = ""
+            if self.cancel_file.exists() or self.output.full:
+                stop = "cancelled"
+            elif deadline is not None and now >= deadline:
+                stop = "timeout"
+            elif refused_at is not None and now - refused_at > REFUSAL_GRACE_SECONDS:
+                stop = "refused"
+            if stop:
+                driving.cancel()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await asyncio.gather(driving, return_exceptions=True)
+                if stop == "refused" and gateway.refused is not None:
+                    return RunEnded("spend_limited", str(gateway.refused), code=gateway.refused.code)
+                return RunEnded(stop, "cancelled by request" if stop == "cancelled" else f"timed out after {timeout} s")
+        return None
+
+    async def _stderr(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stderr is not None
+        while line := await process.stderr.readline():
+            self.output.write("stderr", line.decode(errors="replace"))
+
+
+def main() -> None:
+    run_dir = pathlib.Path(sys.argv[1])
+    secrets = json.loads(sys.stdin.read() or "{}")
+    sys.stdin.close()
+    asyncio.run(RuntimeRun(run_dir, secrets).run())
+
+
+if __name__ == "__main__":
+    main()

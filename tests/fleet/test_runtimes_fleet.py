@@ -1,0 +1,85 @@
+"""External runtimes through real agentd runs: Claude Code (npm, run offline) works a Task in its
+sandbox, every model call through the run's gateway, and what it leaves becomes the ChangeSet."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from drover import Client
+from drover.testing import fake_anthropic as fake
+from drover.testing import runtimes
+from tests.conftest import API_KEY, Fleet
+
+
+@pytest.fixture(scope="module")
+def claude() -> str:
+    return runtimes.executable("claude")
+
+
+def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, claude: str, *plane_args: str) -> None:
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane(*plane_args)
+    fleet.plane.add_project("calc", str(repo))
+    fleet.agent("worker", extra=("--claude-command", claude))
+
+
+def task(key: str, runtime: str = "claude-code") -> dict:
+    # medium complexity routes to sonnet by rule, so no classifier call takes a scripted reply
+    return {"key": key, "kind": "implement", "objective": f"do {key}", "complexity": "medium", "runtime": runtime}
+
+
+def events(client: Client, run_id: str) -> list[dict]:
+    return [json.loads(line) for ln in client.run_logs(run_id) if ln.stream == "event" for line in ln.text.splitlines()]
+
+
+def test_a_claude_code_task_works_in_its_sandbox_through_the_gateway_and_leaves_a_changeset(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, claude: str
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("Bash", {"command": "env > seen.env; echo 42 > answer.txt", "description": "write"}),
+            fake.text("Wrote answer.txt."),
+        ]
+    )
+    start(fleet, model, calc_repo, claude)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "an answer", [task("answer")])
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        run = client.get_run(final.tasks[0].latest_run_id)
+        seen = events(client, run.id)
+        sets = client.list_changesets(change.id)
+        patch = client.get_patch(sets[0].id) if sets else ""
+    assert final.status == "succeeded", (final, run)
+    assert final.tasks[0].runtime == "claude-code" and run.driver == "claude-code"
+    assert [e["kind"] for e in seen if e["kind"] != "session"] == ["tool_use", "tool_result", "text", "result"]
+    assert seen[0]["tool"] == "Bash" and seen[-2]["text"] == "Wrote answer.txt."
+    assert seen[-1]["kind"] == "session" and seen[-1]["success"] and seen[-1]["model_calls"] == 2
+    assert sorted(sets[0].own_files) == ["answer.txt", "seen.env"]
+    # The runtime knew only the gateway and its run token; the provider's key stayed in the gateway.
+    assert API_KEY not in patch
+    assert "ANTHROPIC_BASE_URL=http://127.0.0.1:8421" in patch and "ANTHROPIC_API_KEY=" in patch
+    # Every call reached the provider with the real key and the routed model, whatever Claude asked for.
+    assert len(model.requests) == 2
+    assert {r.headers.get("x-api-key") for r in model.requests} == {API_KEY}
+    assert {r.body["model"] for r in model.requests} == {run.model}
+
+
+def test_a_budget_refusal_stops_a_claude_code_session_before_the_provider_is_called(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, claude: str
+) -> None:
+    model.extend([fake.text("never asked")])
+    start(fleet, model, calc_repo, claude)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "too dear", [task("dear")], budget_usd=0.0001)
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        run = client.get_run(final.tasks[0].latest_run_id)
+        seen = events(client, run.id)
+    assert final.status == "budget_blocked", (final, run)
+    assert run.state == "failed" and run.reason == "change_budget"
+    assert seen[-1]["kind"] == "session" and not seen[-1]["success"]
+    assert model.requests == []  # the refused call never reached the provider
