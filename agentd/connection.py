@@ -89,6 +89,8 @@ def to_wire(run_id: str, message: dict[str, Any]) -> agent_pb2.AgentMessage:
         run.finished.error = message.get("error", "")
     elif kind == "refused":
         run.refused.reason = message["reason"]
+    elif kind == "input_received":
+        run.input_received.input_seq = message["input_seq"]
     return agent_pb2.AgentMessage(run=run)
 
 

@@ -57,6 +57,8 @@ class Agent:
             self._assign(message.assign)
         elif body == "cancel":
             self.runs.cancel(message.cancel.run_id)
+        elif body == "input":
+            self.runs.deliver_input(message.input)
         elif body == "drain" and message.drain.undrain:
             self.draining = False
             log.warning("undrained: taking new runs again")

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from typing import Any
 
+from agentd import session_input
 from agentd.gateway import Gateway, Refused, Upstream
 from agentd.harness.loop import RunEnded, as_json_line
 from agentd.harness.supervisor import HarnessRun
@@ -170,8 +171,10 @@ class RuntimeRun(HarnessRun):
             return RunEnded("failed", f"start_failed: cannot start {ctx.executable}: {err}", code="start_failed")
         self.output.write("system", f"{session.name}: session started ({os.path.basename(ctx.executable)})\n")
         stderr = asyncio.ensure_future(self._stderr(process))
+        feeding = asyncio.ensure_future(self._feed_inputs())
         driving = asyncio.ensure_future(session.drive(process, ctx, self.event, self.inputs))
         stopped = await self._watch_session(driving, process, gateway)
+        feeding.cancel()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # nothing of the session outlives it
         await process.wait()
@@ -232,6 +235,17 @@ class RuntimeRun(HarnessRun):
                     return RunEnded("spend_limited", str(gateway.refused), code=gateway.refused.code)
                 return RunEnded(stop, "cancelled by request" if stop == "cancelled" else f"timed out after {timeout} s")
         return None
+
+    async def _feed_inputs(self) -> None:
+        """Hand each input agentd stored (RUN_DIR/inputs.jsonl) to the session once, in order."""
+        path = self.run_dir / session_input.FILE
+        applied = session_input.applied_through(self.run_dir)
+        while True:
+            for record in session_input.read(path)[applied:]:
+                self.inputs.put_nowait(Input(str(record["kind"]), str(record.get("text") or ""), str(record["id"])))
+                applied = int(record["seq"])
+                session_input.mark_applied(self.run_dir, applied)
+            await asyncio.sleep(0.1)
 
     async def _stderr(self, process: asyncio.subprocess.Process) -> None:
         assert process.stderr is not None

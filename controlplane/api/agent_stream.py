@@ -20,7 +20,7 @@ from controlplane.api import auth, convert, status, validation
 from controlplane.config import ServerConfig
 from controlplane.dispatch.assign import resume_assignments
 from controlplane.dispatch.assignments import Assignment
-from controlplane.services import agent_presence, run_lifecycle, tokens
+from controlplane.services import agent_presence, run_input, run_lifecycle, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.models import utcnow
@@ -84,6 +84,13 @@ class AgentSessions:
             session = self.sessions.get(agent)
             if session is not None:
                 session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason=reason)))
+
+    def tell_inputs(self, pending: list[run_input.Pending]) -> None:
+        """Send inputs to their agents if connected here; the others get them when they reconnect."""
+        for p in pending:
+            session = self.sessions.get(p.agent)
+            if session is not None:
+                session.send(agent_pb2.ControlMessage(input=_session_input(p)))
 
     def tell_drain(self, agent: str, undrain: bool = False) -> None:
         session = self.sessions.get(agent)
@@ -189,6 +196,8 @@ class AgentSessions:
         session.send(agent_pb2.ControlMessage(welcome=agent_pb2.Welcome(agent=hello.name, applied=result.applied)))
         for run_id in result.to_cancel:
             session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))
+        for pending in await self.store.read(run_input.pending_for, hello.name):
+            session.send(agent_pb2.ControlMessage(input=_session_input(pending)))
         if hello.resume_runs:
             for assignment in await self.store.run(
                 resume_assignments,
@@ -288,6 +297,10 @@ class AgentSessions:
             if message is None:
                 return
             await context.write(message)
+
+
+def _session_input(p: run_input.Pending) -> agent_pb2.SessionInput:
+    return agent_pb2.SessionInput(run_id=p.run_id, input_seq=p.seq, kind=p.kind, text=p.text, input_id=p.id)
 
 
 def _valid_tokens(s: Session, token_ids: list[int]) -> set[int]:

@@ -211,10 +211,26 @@ def run_message(msg: agent_pb2.RunMessage) -> run_lifecycle.RunMessage:
         return dataclasses.replace(base, reason=msg.refused.reason)
     if body == "log":
         return dataclasses.replace(base, stream=msg.log.stream, text=msg.log.text)
+    if body == "input_received":
+        return dataclasses.replace(base, input_seq=msg.input_received.input_seq)
     if body == "finished":
         f = msg.finished
         return dataclasses.replace(base, status=f.status, exit_code=f.exit_code, reason=f.reason, error=f.error)
     return base
+
+
+def run_input(row: models.RunInput) -> types_pb2.RunInput:
+    return types_pb2.RunInput(
+        id=row.id,
+        run_id=row.run_id,
+        seq=row.seq,
+        kind=row.kind,
+        text=row.text,
+        state=row.state,
+        sent_by=row.sent_by,
+        created_at=ts(row.created_at),
+        received_at=ts(row.received_at),
+    )
 
 
 def receipt(row: models.DecisionReceipt, task_key: str = "") -> types_pb2.DecisionReceipt:

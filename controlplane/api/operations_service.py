@@ -12,7 +12,7 @@ from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.change_service import still_allowed
 from controlplane.api.status import reporting
 from controlplane.domain import run_states
-from controlplane.services import agent_presence, run_lifecycle
+from controlplane.services import agent_presence, run_input, run_lifecycle
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.objects import DirectoryStore
@@ -182,3 +182,24 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
             run_queries.packet_of, self.objects, request.run_id, auth.current().projects
         )
         return operations_pb2.Packet(run_id=request.run_id, context_hash=context_hash, json=text)
+
+    @reporting
+    async def SendInput(
+        self, request: operations_pb2.SendInputRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.RunInput:
+        who = auth.current()
+        sent = await self.store.run(
+            run_queries.send_input, request.run_id, request.kind, request.text, who.name, who.projects
+        )
+        self.agents.tell_inputs(await self.store.read(run_input.pending_for, sent[1], [request.run_id]))
+        self.notifier.notify()
+        return sent[0]
+
+    @reporting
+    async def ListInputs(
+        self, request: operations_pb2.ListInputsRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.ListInputsResponse:
+        page = await self.store.read(
+            run_queries.list_inputs, request.run_id, request.page_size, request.page_token, auth.current().projects
+        )
+        return operations_pb2.ListInputsResponse(inputs=page.items, next_page_token=page.next_token)

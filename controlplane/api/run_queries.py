@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from controlplane.api import convert
 from controlplane.api.change_queries import in_scope, offset_of
 from controlplane.domain import run_states
-from controlplane.services import paging
+from controlplane.services import paging, run_input
 from controlplane.services.paging import page_size
 from controlplane.services.tenancy import (
     Scope,
@@ -228,4 +228,22 @@ def _claim(c: Claim) -> types_pb2.Claim:
         expires_at=convert.ts(c.expires_at),
         change_id=c.change_id,
         task_id=c.task_id,
+    )
+
+
+def send_input(
+    s: Session, run_id: str, kind: str, text: str, sent_by: str, scope: Scope
+) -> tuple[types_pb2.RunInput, str]:
+    """Store an input (one transaction with its event); the input as sent, and the run's agent."""
+    row = run_input.send_input(s, run_id, kind, text, sent_by, scope)
+    run = s.get(Run, row.run_id)
+    assert run is not None
+    return convert.run_input(row), run.agent
+
+
+def list_inputs(s: Session, run_id: str, size: int, token: str, scope: Scope) -> paging.Page[types_pb2.RunInput]:
+    size, start = page_size(size, 100, 1000), offset_of(token)
+    rows = list(enumerate(run_input.list_inputs(s, run_id, scope)[start : start + size + 1], start + 1))
+    return paging.take(
+        rows, size, lambda row: convert.run_input(row[1]), lambda i: i.ByteSize(), lambda row: paging.encode(row[0])
     )

@@ -73,6 +73,8 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.OperationsService/ListReceipts": USER,
     "/drover.v1.OperationsService/ListClaims": USER,
     "/drover.v1.OperationsService/GetPacket": USER,
+    "/drover.v1.OperationsService/SendInput": Permission("user", "run.manage"),
+    "/drover.v1.OperationsService/ListInputs": USER,
 }
 SERVICE_NAMES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,

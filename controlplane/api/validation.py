@@ -186,6 +186,12 @@ RULES: dict[str, Rule] = {
     "drover.v1.ListClaimsRequest.page_size": _page(1000),
     "drover.v1.ListClaimsRequest.page_token": TOKEN,
     "drover.v1.GetPacketRequest.run_id": ID_REQUIRED,
+    "drover.v1.SendInputRequest.run_id": ID_REQUIRED,
+    "drover.v1.SendInputRequest.kind": Rule(choices=("message", "interrupt"), optional=False),
+    "drover.v1.SendInputRequest.text": Rule(max_len=64 * KiB),
+    "drover.v1.ListInputsRequest.run_id": ID_REQUIRED,
+    "drover.v1.ListInputsRequest.page_size": _page(1000),
+    "drover.v1.ListInputsRequest.page_token": TOKEN,
     # --- AgentService: unary calls --------------------------------------------------------------
     "drover.v1.ReserveModelCallRequest.run_id": Rule(pattern=ID, optional=False, explain="a run id"),
     "drover.v1.ReserveModelCallRequest.key": Rule(max_len=200),
@@ -234,6 +240,7 @@ RULES: dict[str, Rule] = {
     "drover.v1.RunFinished.exit_code": Rule(minimum=-(2**31)),
     "drover.v1.RunFinished.reason": Rule(max_len=1 * KiB),
     "drover.v1.RunFinished.error": Rule(max_len=64 * KiB),
+    "drover.v1.InputReceived.input_seq": Rule(minimum=1, maximum=2**62),
 }
 
 

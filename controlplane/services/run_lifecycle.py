@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from controlplane import metrics
 from controlplane.domain import escalation, graph, run_states
-from controlplane.services import tool_logs
+from controlplane.services import run_input, tool_logs
 from controlplane.services.progress import (
     advance,
     block_dependents,
@@ -224,13 +224,14 @@ class RunMessage:
 
     run_id: str
     seq: int
-    kind: str  # refused | started | log | finished
+    kind: str  # refused | started | log | finished | input_received
     stream: str = ""
     text: str = ""
     status: str = ""
     exit_code: int = 0
     reason: str = ""
     error: str = ""
+    input_seq: int = 0
 
 
 def apply_run_message(
@@ -266,6 +267,8 @@ def apply_run_message(
             change = s.get(Change, run.change_id, with_for_update=True)
             assert change is not None
             settle_change(s, change, tasks_of(s, change.id))
+    elif msg.kind == "input_received":
+        run_input.received(s, run, msg.input_seq)
     elif msg.kind == "log" and msg.stream == "tool":
         if objects is not None:
             tool_logs.record(s, objects, run, msg.seq, msg.text)

@@ -134,6 +134,22 @@ class RunLog(Base):
     __table_args__ = (Index("ix_run_logs_run_seq", "run_id", "seq"),)
 
 
+class RunInput(Base):
+    """A person's input to a running session: sent until the run's agent reports it received."""
+
+    __tablename__ = "run_inputs"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(16), default="sent")
+    sent_by: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    received_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    __table_args__ = (Index("ux_run_inputs_run_seq", "run_id", "seq", unique=True),)
+
+
 class Agent(Base):
     __tablename__ = "agents"
     name: Mapped[str] = mapped_column(String(200), primary_key=True)

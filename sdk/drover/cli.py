@@ -171,6 +171,17 @@ SHOW: dict[str, tuple[Callable[[Client, argparse.Namespace], Any], Callable[[Any
         lambda c, a: c.cancel_run(a.run_id),
         lambda r: f"run {r.id}: {r.state}{' (cancel sent)' if r.cancel_requested else ''}",
     ),
+    "say": (
+        lambda c, a: c.send_input(a.run_id, "message", a.text),
+        lambda i: f"run {i.run_id}: message {i.seq} sent; it reaches the session after the current turn",
+    ),
+    "interrupt": (
+        lambda c, a: c.send_input(a.run_id, "interrupt", a.text),
+        lambda i: (
+            f"run {i.run_id}: interrupt {i.seq} sent"
+            + ("; its text follows as the next message" if i.text else "; the session ends after the stopped turn")
+        ),
+    ),
     "drain": (lambda c, a: c.drain_agent(a.name), lambda a: f"agent {a.name}: draining"),
     "undrain": (lambda c, a: c.undrain_agent(a.name), lambda a: f"agent {a.name}: taking runs"),
 }
@@ -239,6 +250,13 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
     ),
     ("cancel", "cancel a Change", _shower("cancel"), [(("change_id",), {})]),
     ("cancel-run", "cancel one run", _shower("cancel-run"), [(("run_id",), {})]),
+    ("say", "send a message to a running session", _shower("say"), [(("run_id",), {}), (("text",), {})]),
+    (
+        "interrupt",
+        "stop a session's turn now; TEXT (optional) follows as the next message",
+        _shower("interrupt"),
+        [(("run_id",), {}), (("text",), {"nargs": "?", "default": ""})],
+    ),
     ("drain", "give an agent no new runs", _shower("drain"), [(("name",), {})]),
     ("undrain", "offer a drained agent runs again", _shower("undrain"), [(("name",), {})]),
     (

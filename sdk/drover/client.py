@@ -19,6 +19,7 @@ from drover.models import (
     LogLine,
     MeterUsage,
     Run,
+    RunInput,
     Spend,
     from_proto,
 )
@@ -274,6 +275,25 @@ class Client:
             operations_pb2.CancelRunRequest(run_id=run_id, reason=reason), metadata=self._metadata
         )
         return from_proto(answer, Run)
+
+    @_mapped
+    def send_input(self, run_id: str, kind: str, text: str = "") -> RunInput:
+        """Talk to a running session: kind "message" (waits for the end of the turn) or "interrupt"
+        (stops the turn at once; its text, if any, is the next message). Needs the run.manage role."""
+        answer = self._ops.SendInput(
+            operations_pb2.SendInputRequest(run_id=run_id, kind=kind, text=text), metadata=self._metadata
+        )
+        return from_proto(answer, RunInput)
+
+    @_mapped
+    def list_inputs(self, run_id: str) -> list[RunInput]:
+        return _every_page(
+            lambda token: self._ops.ListInputs(
+                operations_pb2.ListInputsRequest(run_id=run_id, page_token=token), metadata=self._metadata
+            ),
+            "inputs",
+            RunInput,
+        )
 
     @_mapped
     def get_run(self, run_id: str) -> Run:

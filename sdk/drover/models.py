@@ -93,6 +93,21 @@ class Claim:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunInput:
+    """A person's message or interrupt to a running session."""
+
+    id: str
+    run_id: str
+    seq: int
+    kind: str  # message | interrupt
+    text: str
+    state: str  # sent (stored by the control plane) | received (on the agent's disk)
+    sent_by: str
+    created_at: dt.datetime | None
+    received_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
 class ChangeSet:
     """What one Task's run committed, on its branch."""
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import pathlib
+import time
 
 import pytest
 
 from drover import Client
+from drover.errors import FailedPrecondition
 from drover.testing import fake_anthropic as fake
 from drover.testing import runtimes
-from tests.conftest import API_KEY, Fleet
+from tests.conftest import API_KEY, Fleet, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +85,97 @@ def test_a_budget_refusal_stops_a_claude_code_session_before_the_provider_is_cal
     assert run.state == "failed" and run.reason == "change_budget"
     assert seen[-1]["kind"] == "session" and not seen[-1]["success"]
     assert model.requests == []  # the refused call never reached the provider
+
+
+def running_tool(client: Client, change_id: str, timeout: float = 60) -> str:
+    """The run of the Change's only Task, once its session has started a tool."""
+
+    def started() -> str:
+        task = client.get_change(change_id).tasks[0]
+        if task.latest_run_id and any(e["kind"] == "tool_use" for e in events(client, task.latest_run_id)):
+            return task.latest_run_id
+        return ""
+
+    return wait_for(started, timeout, what="the session to start a tool")
+
+
+def test_a_message_sent_during_a_turn_starts_the_next_turn(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, claude: str
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("Bash", {"command": "sleep 4; echo one > one.txt", "description": "one"}),
+            fake.text("One written."),
+            fake.tool_use("Bash", {"command": "echo two > two.txt", "description": "two"}),
+            fake.text("Two written."),
+        ]
+    )
+    start(fleet, model, calc_repo, claude)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "two files", [task("files")])
+        run_id = running_tool(client, change.id)
+        sent = client.send_input(run_id, "message", "Now write two.txt as well.")
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        seen = events(client, run_id)
+        inputs = client.list_inputs(run_id)
+        files = client.list_changesets(change.id)[0].own_files
+    assert final.status == "succeeded"
+    assert (sent.seq, sent.kind, sent.state) == (1, "message", "sent")
+    assert [(i.seq, i.state) for i in inputs] == [(1, "received")]
+    kinds = [e["kind"] for e in seen]
+    assert kinds.count("result") == 2 and kinds.index("user") == kinds.index("result") + 1  # after the first turn
+    assert next(e for e in seen if e["kind"] == "user")["text"] == "Now write two.txt as well."
+    assert seen[-1]["kind"] == "session" and seen[-1]["turns"] == 2 and seen[-1]["summary"] == "Two written."
+    assert sorted(files) == ["one.txt", "two.txt"]
+    # The second turn's request carried the message as the user's.
+    assert "Now write two.txt as well." in json.dumps(model.requests[2].body["messages"][-1])
+
+
+def test_an_interrupt_without_text_stops_the_turn_and_fails_the_run(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, claude: str
+) -> None:
+    model.extend([fake.tool_use("Bash", {"command": "sleep 120", "description": "wait"}), fake.text("never")])
+    start(fleet, model, calc_repo, claude)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "stop me", [task("long")])
+        run_id = running_tool(client, change.id)
+        began = time.monotonic()
+        client.send_input(run_id, "interrupt")
+        list(client.watch(change.id))
+        took = time.monotonic() - began
+        run = client.get_run(run_id)
+        seen = events(client, run_id)
+    assert run.state == "failed" and run.reason == "session_failed", run
+    assert took < 60  # not the tool's two minutes
+    result = next(e for e in seen if e["kind"] == "result")
+    assert result["error"] is True
+    assert next(e for e in seen if e["kind"] == "tool_result")["error"] is True  # the running tool was rejected
+    with fleet.plane.client() as client, pytest.raises(FailedPrecondition):
+        client.send_input(run_id, "message", "too late")
+
+
+def test_input_sent_while_agentd_is_down_reaches_the_session_after_it_restarts(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, claude: str
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("Bash", {"command": "sleep 8; echo one > one.txt", "description": "one"}),
+            fake.text("One written."),
+            fake.text("Heard you."),
+        ]
+    )
+    start(fleet, model, calc_repo, claude)
+    agent = fleet.agents[0]
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "survive", [task("survive")])
+        run_id = running_tool(client, change.id)
+        agent.kill9()  # the supervisor and the session go on
+        client.send_input(run_id, "message", "Still there?")
+        agent.start()
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        seen = events(client, run_id)
+    assert final.status == "succeeded", final
+    assert [e["text"] for e in seen if e["kind"] == "user"] == ["Still there?"]  # delivered, exactly once
+    assert seen[-1]["turns"] == 2 and seen[-1]["summary"] == "Heard you."

@@ -50,20 +50,28 @@ class Hello(_message.Message):
     def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capacity: _Optional[int] = ..., drivers: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., active_runs: _Optional[_Iterable[str]] = ..., undelivered_runs: _Optional[_Iterable[str]] = ..., draining: _Optional[bool] = ..., resume_runs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunMessage(_message.Message):
-    __slots__ = ("run_id", "seq", "refused", "started", "log", "finished")
+    __slots__ = ("run_id", "seq", "refused", "started", "log", "finished", "input_received")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     LOG_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
+    INPUT_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: int
     refused: RunRefused
     started: RunStarted
     log: LogBatch
     finished: RunFinished
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., refused: _Optional[_Union[RunRefused, _Mapping]] = ..., started: _Optional[_Union[RunStarted, _Mapping]] = ..., log: _Optional[_Union[LogBatch, _Mapping]] = ..., finished: _Optional[_Union[RunFinished, _Mapping]] = ...) -> None: ...
+    input_received: InputReceived
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., refused: _Optional[_Union[RunRefused, _Mapping]] = ..., started: _Optional[_Union[RunStarted, _Mapping]] = ..., log: _Optional[_Union[LogBatch, _Mapping]] = ..., finished: _Optional[_Union[RunFinished, _Mapping]] = ..., input_received: _Optional[_Union[InputReceived, _Mapping]] = ...) -> None: ...
+
+class InputReceived(_message.Message):
+    __slots__ = ("input_seq",)
+    INPUT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    input_seq: int
+    def __init__(self, input_seq: _Optional[int] = ...) -> None: ...
 
 class RunRefused(_message.Message):
     __slots__ = ("reason",)
@@ -98,18 +106,34 @@ class RunFinished(_message.Message):
     def __init__(self, status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("welcome", "assign", "cancel", "ack", "drain")
+    __slots__ = ("welcome", "assign", "cancel", "ack", "drain", "input")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     assign: RunAssignment
     cancel: CancelRun
     ack: Ack
     drain: Drain
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assign: _Optional[_Union[RunAssignment, _Mapping]] = ..., cancel: _Optional[_Union[CancelRun, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ...) -> None: ...
+    input: SessionInput
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assign: _Optional[_Union[RunAssignment, _Mapping]] = ..., cancel: _Optional[_Union[CancelRun, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., input: _Optional[_Union[SessionInput, _Mapping]] = ...) -> None: ...
+
+class SessionInput(_message.Message):
+    __slots__ = ("run_id", "input_seq", "kind", "text", "input_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    INPUT_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    input_seq: int
+    kind: str
+    text: str
+    input_id: str
+    def __init__(self, run_id: _Optional[str] = ..., input_seq: _Optional[int] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ..., input_id: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("agent", "applied")

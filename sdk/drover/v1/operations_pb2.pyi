@@ -7,6 +7,34 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SendInputRequest(_message.Message):
+    __slots__ = ("run_id", "kind", "text")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    kind: str
+    text: str
+    def __init__(self, run_id: _Optional[str] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class ListInputsRequest(_message.Message):
+    __slots__ = ("run_id", "page_size", "page_token")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, run_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListInputsResponse(_message.Message):
+    __slots__ = ("inputs", "next_page_token")
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    inputs: _containers.RepeatedCompositeFieldContainer[_types_pb2.RunInput]
+    next_page_token: str
+    def __init__(self, inputs: _Optional[_Iterable[_Union[_types_pb2.RunInput, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class ListAgentsRequest(_message.Message):
     __slots__ = ("connected_only", "page_size", "page_token")
     CONNECTED_ONLY_FIELD_NUMBER: _ClassVar[int]

@@ -96,6 +96,16 @@ class OperationsServiceStub:
                 request_serializer=drover_dot_v1_dot_operations__pb2.GetPacketRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_operations__pb2.Packet.FromString,
                 _registered_method=True)
+        self.SendInput = channel.unary_unary(
+                '/drover.v1.OperationsService/SendInput',
+                request_serializer=drover_dot_v1_dot_operations__pb2.SendInputRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_types__pb2.RunInput.FromString,
+                _registered_method=True)
+        self.ListInputs = channel.unary_unary(
+                '/drover.v1.OperationsService/ListInputs',
+                request_serializer=drover_dot_v1_dot_operations__pb2.ListInputsRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_operations__pb2.ListInputsResponse.FromString,
+                _registered_method=True)
 
 
 class OperationsServiceServicer:
@@ -179,6 +189,22 @@ class OperationsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendInput(self, request, context):
+        """Talk to a running session (run.manage): a message waits for the end of the current turn; an
+        interrupt stops the turn at once, then its text (if any) is the next message. Stored before it
+        is answered; a run that is not running (or a command run) is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListInputs(self, request, context):
+        """The input sent to a run, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperationsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -241,6 +267,16 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.GetPacket,
                     request_deserializer=drover_dot_v1_dot_operations__pb2.GetPacketRequest.FromString,
                     response_serializer=drover_dot_v1_dot_operations__pb2.Packet.SerializeToString,
+            ),
+            'SendInput': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendInput,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.SendInputRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_types__pb2.RunInput.SerializeToString,
+            ),
+            'ListInputs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListInputs,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.ListInputsRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_operations__pb2.ListInputsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -568,6 +604,60 @@ class OperationsService:
             '/drover.v1.OperationsService/GetPacket',
             drover_dot_v1_dot_operations__pb2.GetPacketRequest.SerializeToString,
             drover_dot_v1_dot_operations__pb2.Packet.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendInput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/SendInput',
+            drover_dot_v1_dot_operations__pb2.SendInputRequest.SerializeToString,
+            drover_dot_v1_dot_types__pb2.RunInput.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListInputs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/ListInputs',
+            drover_dot_v1_dot_operations__pb2.ListInputsRequest.SerializeToString,
+            drover_dot_v1_dot_operations__pb2.ListInputsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -220,6 +220,28 @@ class Run(_message.Message):
     driver: str
     def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., output_bytes: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., project: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., context_hash: _Optional[str] = ..., outcome: _Optional[str] = ..., model_calls: _Optional[int] = ..., cost_micros: _Optional[int] = ..., driver: _Optional[str] = ...) -> None: ...
 
+class RunInput(_message.Message):
+    __slots__ = ("id", "run_id", "seq", "kind", "text", "state", "sent_by", "created_at", "received_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SENT_BY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    run_id: str
+    seq: int
+    kind: str
+    text: str
+    state: str
+    sent_by: str
+    created_at: _timestamp_pb2.Timestamp
+    received_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., seq: _Optional[int] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ..., state: _Optional[str] = ..., sent_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., received_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class Agent(_message.Message):
     __slots__ = ("name", "labels", "capacity", "active_runs", "connected", "draining", "drivers", "version", "connected_at", "disconnected_at")
     class LabelsEntry(_message.Message):
