@@ -258,10 +258,10 @@ class Supervisor:
         return stopped
 
 
-def sandbox_for(spec: dict[str, Any], network: bool) -> Sandbox:
+def sandbox_for(spec: dict[str, Any], network: bool, **limits: int) -> Sandbox:
     """The sandbox the run's spec names, as its session user; a spec from before modes existed
-    means bubblewrap. ValueError when the user does not exist."""
-    policy = SandboxPolicy(network=network, user=spec.get("session_user", ""))
+    means bubblewrap. ValueError when the user does not exist. `limits` replace SandboxPolicy's."""
+    policy = SandboxPolicy(network=network, user=spec.get("session_user", ""), **limits)
     if policy.user:
         user_ids(policy.user)
     return for_mode(spec.get("sandbox", "bubblewrap"), policy, spec.get("bwrap") or BWRAP)

@@ -7,9 +7,10 @@ notifications while the turn runs and answers the prompt with a stopReason when 
 client things (`session/request_permission`); this client allows every tool (the sandbox is the boundary)
 and declines everything else with -32601, as it offers no file system or terminal of its own.
 
-The small JSON-RPC client is written here rather than taken from the `agent-client-protocol` package: five
-messages are all a session needs, and the driver must decide itself what a crash, garbage on stdout or a
-silent program means (a failed result, never an exception)."""
+The small JSON-RPC client is written here rather than taken from the `agent-client-protocol` package: a session
+needs six messages, and the driver must decide itself what a crash, garbage on stdout or a silent program
+means (a failed result, never an exception). The program's stderr is not read here: it belongs to whoever
+started the process (the supervisor keeps it in the run's output)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ CANCEL_SECONDS = 20.0
 EXIT_SECONDS = 5.0
 """How long the program may take to exit once its stdin is closed, before it is terminated."""
 MAX_LINE_BYTES = 64 * 1024 * 1024
-STDERR_TAIL = 2000
 
 OFFLINE_ENV = {
     # No fetch of the models.dev catalogue (models.opencode.ai): the catalogue built into the binary is used.
@@ -80,7 +80,8 @@ class Opencode:
         (folder / "AGENTS.md").write_text(ctx.instructions, encoding="utf-8")
 
     def argv(self, ctx: SessionContext) -> list[str]:
-        return [ctx.executable, "acp"]
+        # opencode's errors go to stderr, which the supervisor keeps with the run, instead of a log file in $HOME.
+        return [ctx.executable, "acp", "--print-logs", "--log-level", "ERROR"]
 
     def env(self, ctx: SessionContext) -> dict[str, str]:
         return {"DROVER_RUN_TOKEN": ctx.token, **OFFLINE_ENV}
@@ -119,9 +120,7 @@ class _Connection:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._write_lock = asyncio.Lock()
-        self._stderr = bytearray()
         self.broken = ""
-        self._stderr_task = asyncio.ensure_future(self._drain_stderr()) if process.stderr is not None else None
         self._reader = asyncio.ensure_future(self._read())
 
     # -- out
@@ -141,7 +140,7 @@ class _Connection:
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            raise _Broken(f"opencode did not answer {method} within {timeout:g} s{self.stderr_note()}") from None
+            raise _Broken(f"opencode did not answer {method} within {timeout:g} s") from None
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         await self._send({"jsonrpc": "2.0", "method": method, "params": params})
@@ -164,8 +163,7 @@ class _Connection:
         if failure:
             # Most likely the program has exited: let the reader see the end of its output and say so.
             if asyncio.current_task() is not self._reader:
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(asyncio.shield(self._reader), 2 * EXIT_SECONDS)
+                await asyncio.wait({self._reader}, timeout=2 * EXIT_SECONDS)
             raise self._break(failure)
 
     # -- in
@@ -202,9 +200,6 @@ class _Connection:
         code = None
         with contextlib.suppress(TimeoutError):
             code = await asyncio.wait_for(self._process.wait(), EXIT_SECONDS)
-        if self._stderr_task is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
         how = f"exited with code {code}" if code is not None else "closed its output"
         self._break(f"opencode {how}")
 
@@ -243,34 +238,21 @@ class _Connection:
         with contextlib.suppress(_Broken):
             await self._send(reply)
 
-    async def _drain_stderr(self) -> None:
-        stderr = self._process.stderr
-        assert stderr is not None
-        with contextlib.suppress(Exception):
-            while chunk := await stderr.read(1 << 16):
-                self._stderr += chunk
-                del self._stderr[: max(0, len(self._stderr) - STDERR_TAIL)]
-
-    def stderr_note(self) -> str:
-        tail = self._stderr.decode(errors="replace").strip()
-        return f"; stderr: {tail}" if tail else ""
-
     def _break(self, reason: str) -> _Broken:
         """Mark the connection unusable; every request still waiting fails with the reason."""
         if not self.broken:
-            self.broken = reason + self.stderr_note()
+            self.broken = reason
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(_Broken(self.broken))
+                    future.exception()  # retrieved: no "never retrieved" warning when nobody awaits it
             self._pending.clear()
         return _Broken(self.broken)
 
     async def close(self) -> None:
-        for task in (self._reader, self._stderr_task):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        if not self._reader.done():
+            self._reader.cancel()
+            await asyncio.wait({self._reader})
 
 
 def _allow(params: dict[str, Any]) -> dict[str, Any]:
@@ -321,15 +303,13 @@ class _Run:
         self.connection = _Connection(self.process, self._update)
         summary, error, ended = "", "", False
         try:
-            await self.connection.request(
-                "initialize",
-                {
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
-                    "clientInfo": {"name": "drover-agentd", "version": "1"},
-                },
-                STARTUP_SECONDS,
+            capabilities = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+            started = await self.connection.request(
+                "initialize", {"protocolVersion": PROTOCOL_VERSION, "clientCapabilities": capabilities}, STARTUP_SECONDS
             )
+            version = started.get("protocolVersion") if isinstance(started, dict) else None
+            if version != PROTOCOL_VERSION:
+                raise _Broken(f"opencode speaks ACP protocol version {version!r}, this driver {PROTOCOL_VERSION}")
             created = await self.connection.request(
                 "session/new", {"cwd": str(self.ctx.workspace), "mcpServers": []}, STARTUP_SECONDS
             )

@@ -28,18 +28,22 @@ from agentd import session_input
 from agentd.gateway import Gateway, Refused, Upstream
 from agentd.harness.loop import RunEnded, as_json_line
 from agentd.harness.supervisor import HarnessRun
-from agentd.runtimes import Input, Session, SessionContext, SessionResult
+from agentd.runtimes import Session, SessionContext, SessionResult
 from agentd.runtimes.claude_code import ClaudeCode
+from agentd.runtimes.opencode import Opencode
 from agentd.sandbox import UNSANDBOXED, Bind, Sandbox, SandboxFailed
 from agentd.supervisor import sandbox_for
 from drover.core import workspace
 
-SESSIONS: dict[str, type[Any]] = {"claude-code": ClaudeCode}
+SESSIONS: dict[str, type[Any]] = {"claude-code": ClaudeCode, "opencode": Opencode}
 FORWARDER = pathlib.Path(__file__).resolve().parent.parent / "forwarder.py"
 FORWARDER_INSIDE = "/run/drover/forwarder.py"
 GATEWAY_INSIDE = "/run/drover/gateway.sock"
 GATEWAY_PORT = 8421
 """The gateway's port on a sandbox's own loopback (each sandbox has its own: no clashes)."""
+RUNTIME_ADDRESS_SPACE = 64 * 1024**3
+"""RLIMIT_AS of a runtime's processes: Claude Code and opencode are JIT runtimes (bun) that reserve far
+more address space than they use; at the sandbox's default 4 GiB opencode cannot start a shell."""
 REFUSAL_GRACE_SECONDS = 30.0
 """After a budget refusal the runtime has this long to end its turn before it is stopped."""
 
@@ -59,7 +63,6 @@ class RuntimeRun(HarnessRun):
         super().__init__(run_dir, secrets)
         self.driver: str = self.spec["driver"]
         self.executable: str = self.spec.get("runtime_command") or ""
-        self.inputs: asyncio.Queue[Input] = asyncio.Queue()
         self.result = SessionResult(success=False, error="the session did not start")
 
     def event(self, event: dict[str, Any]) -> None:
@@ -75,7 +78,7 @@ class RuntimeRun(HarnessRun):
             root = self.ws_dir / "repo"
             root.mkdir(parents=True, exist_ok=True)
         try:
-            sandbox = sandbox_for(self.spec, bool(h.get("network")))
+            sandbox = sandbox_for(self.spec, bool(h.get("network")), memory_bytes=RUNTIME_ADDRESS_SPACE)
         except ValueError as err:
             raise SandboxFailed(str(err)) from None
         if not sandbox.isolated:
@@ -171,7 +174,7 @@ class RuntimeRun(HarnessRun):
             return RunEnded("failed", f"start_failed: cannot start {ctx.executable}: {err}", code="start_failed")
         self.output.write("system", f"{session.name}: session started ({os.path.basename(ctx.executable)})\n")
         stderr = asyncio.ensure_future(self._stderr(process))
-        feeding = asyncio.ensure_future(self._feed_inputs())
+        feeding = asyncio.ensure_future(self.feed_inputs(session_input.applied_through(self.run_dir)))
         driving = asyncio.ensure_future(session.drive(process, ctx, self.event, self.inputs))
         stopped = await self._watch_session(driving, process, gateway)
         feeding.cancel()
@@ -235,17 +238,6 @@ class RuntimeRun(HarnessRun):
                     return RunEnded("spend_limited", str(gateway.refused), code=gateway.refused.code)
                 return RunEnded(stop, "cancelled by request" if stop == "cancelled" else f"timed out after {timeout} s")
         return None
-
-    async def _feed_inputs(self) -> None:
-        """Hand each input agentd stored (RUN_DIR/inputs.jsonl) to the session once, in order."""
-        path = self.run_dir / session_input.FILE
-        applied = session_input.applied_through(self.run_dir)
-        while True:
-            for record in session_input.read(path)[applied:]:
-                self.inputs.put_nowait(Input(str(record["kind"]), str(record.get("text") or ""), str(record["id"])))
-                applied = int(record["seq"])
-                session_input.mark_applied(self.run_dir, applied)
-            await asyncio.sleep(0.1)
 
     async def _stderr(self, process: asyncio.subprocess.Process) -> None:
         assert process.stderr is not None

@@ -179,3 +179,34 @@ def test_input_sent_while_agentd_is_down_reaches_the_session_after_it_restarts(
     assert final.status == "succeeded", final
     assert [e["text"] for e in seen if e["kind"] == "user"] == ["Still there?"]  # delivered, exactly once
     assert seen[-1]["turns"] == 2 and seen[-1]["summary"] == "Heard you."
+
+
+def test_an_opencode_task_works_in_its_sandbox_through_the_gateway_and_leaves_a_changeset(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("bash", {"command": "env > seen.env; echo 42 > answer.txt", "description": "write"}),
+            fake.text("Wrote answer.txt."),
+        ]
+    )
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane()
+    fleet.plane.add_project("calc", str(calc_repo))
+    fleet.agent("worker", extra=("--opencode-command", runtimes.executable("opencode")))
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "an answer", [task("answer", runtime="opencode")])
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        run = client.get_run(final.tasks[0].latest_run_id)
+        seen = events(client, run.id)
+        sets = client.list_changesets(change.id)
+        patch = client.get_patch(sets[0].id) if sets else ""
+    assert final.status == "succeeded", (final, run)
+    assert run.driver == "opencode"
+    assert [e["kind"] for e in seen if e["kind"] != "session"] == ["tool_use", "tool_result", "text", "result"]
+    assert seen[0]["tool"] == "bash" and seen[-1]["success"] and seen[-1]["model_calls"] == 2
+    assert sorted(sets[0].own_files) == ["answer.txt", "seen.env"]
+    assert API_KEY not in patch and "DROVER_RUN_TOKEN=" in patch
+    assert {r.headers.get("x-api-key") for r in model.requests} == {API_KEY}
+    assert {r.body["model"] for r in model.requests} == {run.model}
