@@ -6,15 +6,19 @@ supervisor resumes after the last committed step."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from agentd.harness import fold
 from agentd.harness.tools import Finished, TaskTools
 from agentd.harness.transcript import INTERRUPTED, Transcript, messages
+from agentd.runtimes import Input
 from drover.core.model import ModelError, ModelReply
+
+T = TypeVar("T")
 
 SYSTEM = (
     "You are a coding agent working on one Task of a Change in a git repository, unattended. "
@@ -36,6 +40,13 @@ class ModelClient(Protocol):
         max_tokens: int,
         thinking: dict[str, Any] | None = None,
     ) -> ModelReply: ...
+
+
+STOPPED = "stopped: a person interrupted this step before the tool finished; its effects are unknown"
+
+
+class Interrupted(Exception):
+    """A person's interrupt stopped the step under way."""
 
 
 class RunEnded(Exception):
@@ -76,8 +87,13 @@ class Harness:
         prompt: str,
         emit: Emit,
         summarise: Callable[[list[dict[str, Any]]], Awaitable[str]] | None = None,
+        inputs: asyncio.Queue[Input] | None = None,
     ) -> None:
         self.model, self.tools, self.transcript, self.limits = model, tools, transcript, limits
+        self.inputs = inputs  # people's messages and interrupts (agentd/session_input.py)
+        self.messages: list[Input] = []  # waiting for the next step
+        self.interrupts: list[Input] = []
+        self._interrupted = asyncio.Event()
         self.prompt = prompt
         self.emit = emit  # projects a transcript entry into run events
         self.summarise = summarise  # the fold's haiku call
@@ -95,38 +111,104 @@ class Harness:
             return RunEnded(done["outcome"], done.get("reason", ""), done.get("intent"))
         if not self.transcript.entries:
             self._append("prompt", text=self.prompt)
+        listening = asyncio.ensure_future(self._listen()) if self.inputs is not None else None
+        await asyncio.sleep(0)  # input already waiting goes with the first request
         try:
             await self._finish_open_tools()
             while True:
-                await self.step()
+                try:
+                    await self.step()
+                except Interrupted:
+                    self._stopped()
         except Finished as finished:
             ended = RunEnded(finished.outcome, finished.reason, finished.intent)
         except ModelError as err:
             ended = RunEnded(err.outcome, str(err))
         except RunEnded as err:
             ended = err
+        finally:
+            if listening is not None:
+                listening.cancel()
         self._append("outcome", outcome=ended.outcome, reason=ended.reason, intent=ended.intent)
         return ended
 
+    # --- people's input ----------------------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        assert self.inputs is not None
+        while True:
+            item = await self.inputs.get()
+            if item.kind == "interrupt":
+                self.interrupts.append(item)
+                self._interrupted.set()
+            else:
+                self.messages.append(item)
+
+    def _deliver(self) -> bool:
+        """Messages waiting go into the conversation (each a user event); answers whether there were any."""
+        delivered = bool(self.messages)
+        while self.messages:
+            item = self.messages.pop(0)
+            self._append("user", text=item.text, input_seq=item.seq)
+        return delivered
+
+    async def _interruptible(self, work: Awaitable[T]) -> T:
+        """`work`, unless an interrupt comes first: then it is stopped and Interrupted raised."""
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self._interrupted.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise Interrupted()
+
+    def _stopped(self) -> None:
+        """After an interrupt: the open tool calls are answered as stopped, the turn ends failed, and the
+        interrupt's text is the next message; without text the run ends."""
+        exchanges = self.transcript.exchanges()
+        if exchanges:
+            for use in exchanges[-1].tool_uses:
+                if use["id"] not in exchanges[-1].results:
+                    self._append("tool_done", id=use["id"], name=use["name"], text=STOPPED, error=True)
+        item = self.interrupts.pop(0)
+        if not self.interrupts:
+            self._interrupted.clear()
+        self._append("interrupted", text=item.text, input_seq=item.seq)
+        if not item.text:
+            raise RunEnded("failed", "interrupted by a person", code="interrupted")
+        self.messages.insert(0, dataclasses.replace(item, kind="message", seq=0))
+
     async def step(self) -> None:
+        if self._interrupted.is_set():
+            raise Interrupted()
+        self._deliver()
         if self.transcript.model_calls >= self.limits.max_calls:
             raise RunEnded("run_call_cap", f"{self.limits.max_calls} model calls used")
         await self._maybe_fold()
         conversation = messages(self.transcript)
         conversation[-1] = {**conversation[-1], "content": cached(conversation[-1]["content"])}
         self.request_tokens = self._context_tokens()  # the budget gate reserves on this estimate
-        reply = await self.model.complete(
-            system=cached([{"type": "text", "text": SYSTEM}]),
-            tools=cached(self.tools.definitions()),
-            messages=conversation,
-            max_tokens=self.limits.max_output_tokens,
-            thinking=self.limits.thinking,
+        reply = await self._interruptible(
+            self.model.complete(
+                system=cached([{"type": "text", "text": SYSTEM}]),
+                tools=cached(self.tools.definitions()),
+                messages=conversation,
+                max_tokens=self.limits.max_output_tokens,
+                thinking=self.limits.thinking,
+            )
         )
         self._append(
             "reply", call=self.transcript.model_calls + 1, content=reply.content, usage=dataclasses.asdict(reply.usage)
         )
         uses = [b for b in reply.content if b.get("type") == "tool_use"]
         if not uses:
+            await asyncio.sleep(0)  # input that came with the reply is in
+            if self.messages or self._interrupted.is_set():
+                return  # the next step delivers it: a person answered the model
             raise RunEnded("no_outcome", "the model ended its turn without complete_task or fail_task")
         for use in uses:
             await self._run_tool(use)
@@ -134,7 +216,7 @@ class Harness:
     async def _run_tool(self, use: dict[str, Any]) -> None:
         self._append("tool_started", id=use["id"], name=use["name"], input=use.get("input", {}))
         try:
-            result = await self.tools.call(use["name"], use.get("input") or {})
+            result = await self._interruptible(self.tools.call(use["name"], use.get("input") or {}))
         except Finished as finished:
             self._append("tool_done", id=use["id"], name=use["name"], text=f"{finished.outcome}: recorded", error=False)
             raise
@@ -232,6 +314,18 @@ def events_for(index: int, entry: dict[str, Any]) -> list[dict[str, Any]]:
         ]
     if kind == "fold":
         return [{"kind": "fold", "through": entry["through"], "step": index}]
+    if kind == "user":
+        return [{"kind": "user", "text": entry["text"], "step": index}]
+    if kind == "interrupted":
+        return [
+            {
+                "kind": "result",
+                "text": "interrupted by a person",
+                "outcome": "interrupted",
+                "error": True,
+                "step": index,
+            }
+        ]
     return []
 
 

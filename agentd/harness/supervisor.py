@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from agentd import session_input
 from agentd.connection import ChannelSettings
 from agentd.harness.gate import Gate
 from agentd.harness.loop import Harness, Limits, RunEnded, as_json_line, events_for
@@ -25,6 +26,7 @@ from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import Transcript
 from agentd.outbox import is_full
 from agentd.output import Output
+from agentd.runtimes import Input
 from agentd.sandbox import UNSANDBOXED, SandboxFailed, user_ids
 from agentd.supervisor import sandbox_for
 from drover.core import allowlist, gitspace, workspace
@@ -66,6 +68,19 @@ class HarnessRun:
         self.cancel_file = run_dir / "cancel"
         self.ws_dir = pathlib.Path(self.spec["workspace_dir"])
         self.workspace: gitspace.Workspace | None = None
+        self.inputs: asyncio.Queue[Input] = asyncio.Queue()
+
+    async def feed_inputs(self, applied: int) -> None:
+        """Hand each input agentd stored (RUN_DIR/inputs.jsonl) after seq `applied` to the run once, in order."""
+        path = self.run_dir / session_input.FILE
+        while True:
+            for record in session_input.read(path)[applied:]:
+                applied = int(record["seq"])
+                self.inputs.put_nowait(
+                    Input(str(record["kind"]), str(record.get("text") or ""), str(record["id"]), applied)
+                )
+                session_input.mark_applied(self.run_dir, applied)
+            await asyncio.sleep(0.1)
 
     def emit(self, index: int, entry: dict[str, Any]) -> None:
         if index <= self.already:
@@ -187,14 +202,17 @@ class HarnessRun:
             )
             return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
 
-        harness = Harness(model, tools, self.transcript, limits, self.spec["prompt"], self.emit, summarise)
+        harness = Harness(model, tools, self.transcript, limits, self.spec["prompt"], self.emit, summarise, self.inputs)
         gate.input_estimate = lambda: harness.request_tokens
+        # Input the transcript has taken is never taken again (a resumed run starts after it).
+        feeding = asyncio.ensure_future(self.feed_inputs(self.transcript.inputs_applied))
         try:
             ended = await self._watch(harness, int(self.spec.get("timeout_seconds") or 0))
             if ended.outcome == "completed" and self.workspace is not None:
                 ended = await self._publish(gate, ended)
             return ended
         finally:
+            feeding.cancel()
             for closable in (model, folder, gate, fold_gate):
                 await closable.close()
 

@@ -10,6 +10,8 @@ Entries (one JSON object per line, in order):
   {"kind": "tool_started", "id", "name", "input"}
   {"kind": "tool_done", "id", "name", "text", "error"}
   {"kind": "fold", "summary", "through"}          replies up to index `through` are summarised
+  {"kind": "user", "text", "input_seq"}           a person's message, sent with the next request
+  {"kind": "interrupted", "text", "input_seq"}    a person stopped the step under way
   {"kind": "outcome", "outcome", "reason", "intent"}
 """
 
@@ -34,6 +36,7 @@ class Exchange:
     reply: dict[str, Any]
     results: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # tool_use id -> tool_done
     started: set[str] = dataclasses.field(default_factory=set)
+    said: list[str] = dataclasses.field(default_factory=list)  # people's messages after the reply
 
     @property
     def tool_uses(self) -> list[dict[str, Any]]:
@@ -85,6 +88,24 @@ class Transcript:
         return next((e for e in self.entries if e["kind"] == "outcome"), None)
 
     @property
+    def inputs_applied(self) -> int:
+        """The last input seq the run took (a message delivered, an interrupt acted on)."""
+        return max(
+            (int(e.get("input_seq", 0)) for e in self.entries if e["kind"] in ("user", "interrupted")), default=0
+        )
+
+    @property
+    def opening_said(self) -> list[str]:
+        """People's messages that arrived before the first reply."""
+        said = []
+        for entry in self.entries:
+            if entry["kind"] == "reply":
+                break
+            if entry["kind"] == "user":
+                said.append(entry["text"])
+        return said
+
+    @property
     def model_calls(self) -> int:
         return sum(1 for e in self.entries if e["kind"] == "reply")
 
@@ -97,6 +118,8 @@ class Transcript:
                 out[-1].started.add(entry["id"])
             elif entry["kind"] == "tool_done" and out:
                 out[-1].results[entry["id"]] = entry
+            elif entry["kind"] == "user" and out:
+                out[-1].said.append(entry["text"])
         return out
 
     def latest_fold(self) -> dict[str, Any] | None:
@@ -114,6 +137,7 @@ def messages(transcript: Transcript, exchanges: list[Exchange] | None = None) ->
     exchanges = transcript.exchanges() if exchanges is None else exchanges
     fold = transcript.latest_fold()
     opening: list[dict[str, Any]] = [{"type": "text", "text": transcript.prompt}]
+    opening += [said_block(text) for text in transcript.opening_said]
     if fold is not None:
         opening.append(
             {"type": "text", "text": "Summary of your work so far (older turns were folded):\n" + fold["summary"]}
@@ -127,6 +151,11 @@ def messages(transcript: Transcript, exchanges: list[Exchange] | None = None) ->
             for use in ex.tool_uses
             if use["id"] in ex.results
         ]
+        results += [said_block(text) for text in ex.said]
         if results:
             out.append({"role": "user", "content": results})
     return out
+
+
+def said_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": f"A person working with you says:\n{text}"}

@@ -60,6 +60,7 @@ class Input:
     kind: str  # message | interrupt
     text: str = ""
     id: str = ""
+    seq: int = 0
 
 
 Emit = Callable[[dict[str, Any]], None]

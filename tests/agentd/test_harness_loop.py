@@ -3,6 +3,7 @@ scripted fake Messages API over loopback: how runs end, resuming from a transcri
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import pathlib
 from collections.abc import AsyncIterator, Iterator
@@ -14,6 +15,7 @@ from agentd.harness.fold import estimate_tokens
 from agentd.harness.loop import SYSTEM, Harness, Limits, RunEnded, events_for
 from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import INTERRUPTED, Transcript
+from agentd.runtimes import Input
 from drover.core.allowlist import DEFAULT_PYTHON_POLICY
 from drover.core.model import AnthropicModel
 from drover.core.retry import RetryPolicy
@@ -450,3 +452,61 @@ async def test_requests_mark_the_cache_breakpoints(rig: Rig, fake: FakeAnthropic
 async def test_run_ended_carries_its_outcome() -> None:
     ended = RunEnded("run_call_cap", "2 model calls used")
     assert (str(ended), ended.code, ended.intent) == ("run_call_cap: 2 model calls used", "run_call_cap", {})
+
+
+# --- people's input ----------------------------------------------------------------------------
+
+
+def said(body: dict[str, Any]) -> list[str]:
+    return [
+        b["text"]
+        for m in body["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "text" and b["text"].startswith("A person working with you says:")
+    ]
+
+
+async def test_a_message_goes_with_the_next_request_as_the_users(rig: Rig, fake: FakeAnthropic) -> None:
+    fake.extend(FIX)
+    inputs: asyncio.Queue[Input] = asyncio.Queue()
+    inputs.put_nowait(Input("message", "Keep the signature.", "inp_1", 1))
+    harness = rig.harness()
+    harness.inputs = inputs
+    ended = await harness.run()
+
+    assert ended.outcome == "completed"
+    assert said(fake.requests[0].body) == ["A person working with you says:\nKeep the signature."]
+    assert said(fake.requests[2].body) == said(fake.requests[0].body)  # it stays in the conversation
+    assert next(e for e in rig.events if e["kind"] == "user")["text"] == "Keep the signature."
+    assert harness.transcript.inputs_applied == 1
+
+
+async def test_an_interrupt_stops_the_model_call_and_its_text_is_the_next_message(
+    rig: Rig, fake: FakeAnthropic
+) -> None:
+    fake.extend([stall(5), *FIX])
+    inputs: asyncio.Queue[Input] = asyncio.Queue()
+    harness = rig.harness()
+    harness.inputs = inputs
+    asyncio.get_running_loop().call_later(0.3, inputs.put_nowait, Input("interrupt", "Use a + b.", "inp_1", 1))
+    ended = await harness.run()
+
+    assert ended.outcome == "completed"
+    shown = [(e["kind"], e.get("text")) for e in rig.events if e["kind"] in ("result", "user")]
+    assert shown[:2] == [("result", "interrupted by a person"), ("user", "Use a + b.")]
+    assert said(fake.requests[1].body) == ["A person working with you says:\nUse a + b."]
+    assert kinds(harness.transcript)[:3] == ["prompt", "interrupted", "user"]
+
+
+async def test_an_interrupt_without_text_ends_the_run_failed(rig: Rig, fake: FakeAnthropic) -> None:
+    fake.extend([stall(5), *FIX])
+    inputs: asyncio.Queue[Input] = asyncio.Queue()
+    harness = rig.harness()
+    harness.inputs = inputs
+    asyncio.get_running_loop().call_later(0.3, inputs.put_nowait, Input("interrupt", "", "inp_1", 1))
+    ended = await harness.run()
+
+    assert (ended.outcome, ended.code) == ("failed", "interrupted")
+    assert len(fake.requests) == 1
+    assert harness.transcript.outcome is not None and harness.transcript.inputs_applied == 1
