@@ -21,6 +21,7 @@ SMALLEST = {
         ["--runs", "6", "--agents", "1", "--capacity", "3", "--database", "sqlite", "--warmup", "0"],
         ["6 succeeded", "runs/s"],
     ),
+    "gateway.py": (["--calls", "3", "--warmup", "1"], ["gateway overhead json", "gateway overhead stream"]),
     "harness.py": (
         ["--round-trips", "3", "--command-round-trips", "1", "--runs", "1"],
         ["cheap round trips", "submit->change.finished"],
