@@ -39,10 +39,10 @@ def send_input(s: Session, run_id: str, kind: str, text: str, sent_by: str, scop
     if kind == "message" and not text.strip():
         raise InvalidArgument("a message needs text", field="text")
     run = visible_run(s, run_id, scope)
-    if run.driver == "command":
-        raise FailedPrecondition(f"run {run_id} runs a command: there is no session to talk to", field="run_id")
     if run.state in run_states.TERMINAL or run.cancel_requested:
         raise FailedPrecondition(f"run {run_id} has ended ({run.state}): its session takes no input", field="run_id")
+    if run.driver == "command":
+        raise FailedPrecondition(f"run {run_id} runs a command: there is no session to talk to", field="run_id")
     if run.state not in ("starting", "running"):
         raise FailedPrecondition(f"run {run_id} is {run.state}: its session has not started", field="run_id")
     s.get(Run, run.id, with_for_update=True)  # one seq per input, however many senders

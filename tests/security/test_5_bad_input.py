@@ -184,10 +184,27 @@ for method, cls in (
     ("CancelRun", operations_pb2.CancelRunRequest),
     ("TailRunLogs", operations_pb2.TailRunLogsRequest),
     ("GetPacket", operations_pb2.GetPacketRequest),
+    ("ListInputs", operations_pb2.ListInputsRequest),
 ):
     for bad in BAD_IDS:
         case("ops", method, cls(run_id=bad), INVALID, "run_id")
     case("ops", method, cls(run_id="run_00000000000000000000"), NOT_FOUND, "run_id")
+for bad in BAD_IDS:
+    case("ops", "SendInput", operations_pb2.SendInputRequest(run_id=bad, kind="message", text="hi"), INVALID, "run_id")
+case(
+    "ops",
+    "SendInput",
+    operations_pb2.SendInputRequest(run_id="run_00000000000000000000", kind="message", text="hi"),
+    NOT_FOUND,
+    "run_id",
+)
+for over, field in (
+    ({"kind": ""}, "kind"),
+    ({"kind": "shout"}, "kind"),
+    ({"kind": "message", "text": "t" * (64 * 1024 + 1)}, "text"),
+    ({"kind": "message", "text": "nul\x00"}, "text"),
+):
+    case("ops", "SendInput", operations_pb2.SendInputRequest(run_id="run_x", **over), INVALID, field)
 case("ops", "CancelRun", operations_pb2.CancelRunRequest(run_id="run_x", reason="r" * 1025), INVALID, "reason")
 case("ops", "TailRunLogs", operations_pb2.TailRunLogsRequest(run_id="run_x", after_seq=-1), INVALID, "after_seq")
 for over, field in (

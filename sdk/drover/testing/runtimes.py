@@ -1,6 +1,6 @@
 """The real coding-agent runtimes for tests and the demo: Claude Code and opencode from npm, pinned,
-installed once into a cache folder (`DROVER_RUNTIMES_DIR`, default `.drover/runtimes` under the
-current directory) and run offline against `drover.testing.fake_anthropic`.
+installed once into a cache folder (`DROVER_RUNTIMES_DIR`, default `~/.cache/drover/runtimes`, kept
+across checkouts) and run offline against `drover.testing.fake_anthropic`.
 
     from drover.testing import runtimes
     claude = runtimes.executable("claude")   # installs on first use (npm), then answers the path
@@ -15,23 +15,17 @@ import subprocess
 
 PACKAGES = {"claude": "@anthropic-ai/claude-code@2.1.197", "opencode": "opencode-ai@1.18.33"}
 """The versions Drover's drivers are tested with."""
-OFFLINE_ENV = {
-    # Claude Code: no title/summary side calls to the model, no telemetry, no update checks
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_AUTOUPDATER": "1",
-}
 
 
 def folder() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("DROVER_RUNTIMES_DIR") or ".drover/runtimes").resolve()
+    default = pathlib.Path.home() / ".cache" / "drover" / "runtimes"
+    return pathlib.Path(os.environ.get("DROVER_RUNTIMES_DIR") or default).resolve()
 
 
 def executable(name: str) -> str:
     """The path of `claude` or `opencode`, installing the pinned packages with npm when missing."""
     path = folder() / "node_modules" / ".bin" / name
-    if not path.exists():
+    if not path.exists() or not _pinned(folder()):
         npm = shutil.which("npm")
         if npm is None:
             raise RuntimeError("npm is not installed: Debian's nodejs and npm packages install it")
@@ -43,3 +37,23 @@ def executable(name: str) -> str:
             timeout=900,
         )
     return str(path)
+
+
+def _pinned(where: pathlib.Path) -> bool:
+    """Whether the installed versions are the pinned ones."""
+    import json
+
+    for package in PACKAGES.values():
+        name, _, version = package.rpartition("@")
+        manifest = where / "node_modules" / name / "package.json"
+        try:
+            if json.loads(manifest.read_text()).get("version") != version:
+                return False
+        except (OSError, ValueError):
+            return False
+    return True
+
+
+if __name__ == "__main__":  # python -m drover.testing.runtimes: install (or check) both, print their paths
+    for program in PACKAGES:
+        print(executable(program))

@@ -256,6 +256,14 @@ def test_roles_gate_cancel_run_and_drain_agent(fleet: Fleet) -> None:
         # Cancelling a finished run is a failed precondition, not a silent success.
         raises(drover.FailedPrecondition, lambda: oncall.cancel_run(run_a), "run_id", "already cancelled")
 
+        # Talking to a session needs run.manage too; a run that is not running has no session to take it.
+        queued = dev.submit_change("bare", "talk", [task("d", TRUE)]).tasks[0].latest_run_id
+        raises(drover.PermissionDenied, lambda: dev.send_input(queued, "message", "hi"), "run.manage", "'dev'")
+        raises(drover.FailedPrecondition, lambda: oncall.send_input(run_a, "message", "hi"), "run_id", "ended")
+        raises(drover.FailedPrecondition, lambda: oncall.send_input(queued, "message", "hi"), "run_id", "command")
+        raises(drover.InvalidArgument, lambda: oncall.send_input(queued, "message", " "), "text")
+        assert admin.list_inputs(queued) == [] and admin.list_events(kind="run.input") == []
+
         raises(drover.NotFound, lambda: admin.drain_agent("ghost"), "name")  # admin passes the role check
 
 
