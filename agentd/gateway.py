@@ -29,6 +29,8 @@ log = logging.getLogger("agentd.gateway")
 
 MESSAGES = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
+QUESTIONS = "/drover/v1/questions"
+"""The session's questions (agentd/questions_mcp.py posts here with the run token)."""
 MAX_BODY = 32 << 20
 """A request body larger than this is refused (413): a conversation is far smaller."""
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "content-type", "accept", "user-agent")
@@ -152,10 +154,12 @@ class Gateway:
         reserve: Reserve,
         settle: Settle,
         key_prefix: str = "gw",
+        ask: Callable[[str, bool], Awaitable[str]] | None = None,
     ) -> None:
         self.token, self.model, self.max_output_tokens = token, model, max_output_tokens
         self.upstream, self._reserve, self._settle = upstream, reserve, settle
         self.key_prefix = key_prefix
+        self.ask = ask
         self.calls = 0
         """Model calls forwarded (reserved) so far."""
         self.refused: Refused | None = None
@@ -217,6 +221,8 @@ class Gateway:
         if not self._authorised(headers):
             self.rejected_tokens += 1
             return await self._send(conn, writer, 401, error_body("authentication_error", "invalid x-api-key"))
+        if request.method == b"POST" and path == QUESTIONS and self.ask is not None:
+            return await self._question(conn, writer, body)
         if request.method != b"POST" or path not in (MESSAGES, COUNT_TOKENS):
             return await self._send(conn, writer, 404, error_body("not_found_error", f"no route {path}"))
         try:
@@ -239,6 +245,17 @@ class Gateway:
             self.refused = refused
             return await self._refuse(conn, writer, refused)
         await self._forward(conn, writer, request, headers, payload, reservation)
+
+    async def _question(self, conn: h11.Connection, writer: Any, body: bytes) -> None:
+        assert self.ask is not None
+        try:
+            asked = json.loads(body)
+        except ValueError:
+            asked = None
+        if not isinstance(asked, dict) or not str(asked.get("question") or "").strip():
+            return await self._send(conn, writer, 400, error_body("invalid_request_error", "question: required"))
+        question_id = await self.ask(str(asked["question"])[:16384], bool(asked.get("blocking", True)))
+        await self._send(conn, writer, 200, json.dumps({"id": question_id}).encode())
 
     def _authorised(self, headers: dict[str, str]) -> bool:
         given = headers.get("x-api-key", "")

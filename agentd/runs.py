@@ -240,7 +240,7 @@ class Runs:
         if given.input_seq != through + 1:
             return  # had (and reported) already, or out of order: the next reconnect sends it again
         try:
-            session_input.store(path, given.input_seq, given.kind, given.text, given.input_id)
+            session_input.store(path, given.input_seq, given.kind, given.text, given.input_id, given.question_id)
             slot.box.append("input_received", input_seq=given.input_seq)
         except OSError as err:
             log.error("run %s: cannot keep input %d: %s", slot.run_id, given.input_seq, err)

@@ -36,8 +36,11 @@ def stored_through(path: pathlib.Path) -> int:
     return len(read(path))
 
 
-def store(path: pathlib.Path, seq: int, kind: str, text: str, input_id: str) -> None:
-    line = json.dumps({"seq": seq, "kind": kind, "text": text, "id": input_id}, ensure_ascii=False) + "\n"
+def store(path: pathlib.Path, seq: int, kind: str, text: str, input_id: str, question_id: str = "") -> None:
+    record = {"seq": seq, "kind": kind, "text": text, "id": input_id}
+    if question_id:
+        record["question_id"] = question_id
+    line = json.dumps(record, ensure_ascii=False) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         os.ftruncate(fd, _whole_size(path))  # a torn line from a crash goes before the next is written

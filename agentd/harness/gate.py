@@ -113,5 +113,11 @@ class Gate:
         )
         await self._call(self._stub.SettleModelCall, request)
 
+    async def ask(self, key: str, text: str, blocking: bool) -> str:
+        """Ask people a question (idempotent by key); answers its id."""
+        request = agent_pb2.AskQuestionRequest(run_id=self.run_id, key=key, text=text, blocking=blocking)
+        asked = await self._call(self._stub.AskQuestion, request)
+        return str(asked.id)
+
     async def publish(self, request: agent_pb2.PublishChangeSetRequest) -> agent_pb2.ChangeSetRef:
         return await self._call(self._stub.PublishChangeSet, request)

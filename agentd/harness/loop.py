@@ -94,6 +94,9 @@ class Harness:
         self.messages: list[Input] = []  # waiting for the next step
         self.interrupts: list[Input] = []
         self._interrupted = asyncio.Event()
+        self._arrived = asyncio.Event()  # an input came in
+        self.held: Callable[[], bool] = lambda: False
+        """An open blocking question: a reply without a tool call waits for input instead of ending the run."""
         self.prompt = prompt
         self.emit = emit  # projects a transcript entry into run events
         self.summarise = summarise  # the fold's haiku call
@@ -143,6 +146,7 @@ class Harness:
                 self._interrupted.set()
             else:
                 self.messages.append(item)
+            self._arrived.set()
 
     def _deliver(self) -> bool:
         """Messages waiting go into the conversation (each a user event); answers whether there were any."""
@@ -207,6 +211,9 @@ class Harness:
         uses = [b for b in reply.content if b.get("type") == "tool_use"]
         if not uses:
             await asyncio.sleep(0)  # input that came with the reply is in
+            while self.held() and not (self.messages or self._interrupted.is_set()):
+                self._arrived.clear()  # held: wait for the answer (or any message, or an interrupt)
+                await self._arrived.wait()
             if self.messages or self._interrupted.is_set():
                 return  # the next step delivers it: a person answered the model
             raise RunEnded("no_outcome", "the model ended its turn without complete_task or fail_task")

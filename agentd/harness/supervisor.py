@@ -69,6 +69,23 @@ class HarnessRun:
         self.ws_dir = pathlib.Path(self.spec["workspace_dir"])
         self.workspace: gitspace.Workspace | None = None
         self.inputs: asyncio.Queue[Input] = asyncio.Queue()
+        self.open_questions: dict[str, str] = {}  # blocking questions not answered yet: id -> text
+        self.asked = 0
+
+    def held(self) -> bool:
+        """A session with an open blocking question waits after its turn instead of ending."""
+        return bool(self.open_questions)
+
+    async def ask_question(self, gate: Gate, text: str, blocking: bool) -> str:
+        """Ask people through the control plane; the session is held until a blocking one is answered."""
+        self.asked += 1
+        question_id = await gate.ask(f"q{self.incarnation}-{self.asked}", text, blocking)
+        if blocking:
+            self.open_questions[question_id] = text
+        self.output.write(
+            "event", as_json_line({"kind": "question", "id": question_id, "text": text, "blocking": blocking})
+        )
+        return question_id
 
     async def feed_inputs(self, applied: int) -> None:
         """Hand each input agentd stored (RUN_DIR/inputs.jsonl) after seq `applied` to the run once, in order."""
@@ -76,9 +93,11 @@ class HarnessRun:
         while True:
             for record in session_input.read(path)[applied:]:
                 applied = int(record["seq"])
-                self.inputs.put_nowait(
-                    Input(str(record["kind"]), str(record.get("text") or ""), str(record["id"]), applied)
-                )
+                kind, text = str(record["kind"]), str(record.get("text") or "")
+                if kind == "answer":  # delivered as a message; the question no longer holds the session
+                    asked = self.open_questions.pop(str(record.get("question_id", "")), "")
+                    kind, text = "message", (f"Answer to your question ({asked}):\n" if asked else "Answer:\n") + text
+                self.inputs.put_nowait(Input(kind, text, str(record["id"]), applied))
                 session_input.mark_applied(self.run_dir, applied)
             await asyncio.sleep(0.1)
 
@@ -194,6 +213,7 @@ class HarnessRun:
         tools = self._tools(
             root, writable, lambda: max(limits.max_calls - max(gate.calls_used, self.transcript.model_calls), 0)
         )
+        tools.ask = lambda text, blocking: self.ask_question(gate, text, blocking)
         model, folder = self._model(self.spec["model"], gate), self._model(fold_model, fold_gate)
 
         async def summarise(request: list[dict[str, Any]]) -> str:
@@ -203,6 +223,7 @@ class HarnessRun:
             return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
 
         harness = Harness(model, tools, self.transcript, limits, self.spec["prompt"], self.emit, summarise, self.inputs)
+        harness.held = self.held
         gate.input_estimate = lambda: harness.request_tokens
         # Input the transcript has taken is never taken again (a resumed run starts after it).
         feeding = asyncio.ensure_future(self.feed_inputs(self.transcript.inputs_applied))

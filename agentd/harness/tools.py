@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import os
 import pathlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentd.confined import Confined, ready_pipe
@@ -36,6 +36,18 @@ class Finished(Exception):
         self.outcome, self.reason, self.intent = outcome, reason, intent
 
 
+ASK = "ask_question"
+ASK_DEFINITION: dict[str, Any] = {
+    "description": "Ask the people behind this Change a question you cannot answer from the repository. "
+    "With blocking true (the default) the run waits for the answer once you end your turn without a tool call.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"question": {"type": "string"}, "blocking": {"type": "boolean"}},
+        "required": ["question"],
+    },
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ToolResult:
     text: str
@@ -59,19 +71,35 @@ class TaskTools:
         *,
         shown: pathlib.Path | None = None,
         owner: tuple[int, int] | None = None,
+        ask: Callable[[str, bool], Awaitable[str]] | None = None,
     ) -> None:
         self.root, self.writable, self.policy, self.sandbox = root, writable, policy, sandbox
         self.env, self.calls_left = env, calls_left
         self.shown, self.owner = shown or root, owner
+        self.ask = ask  # asks people through the control plane; answers the question's id
         self.reads = 0
 
     def names(self) -> list[str]:
-        if self.root is None:
-            return list(TERMINAL)
-        return list(DEFINITIONS)
+        names = list(TERMINAL) if self.root is None else list(DEFINITIONS)
+        return [*names, ASK] if self.ask is not None else names
 
     def definitions(self) -> list[dict[str, Any]]:
-        return [{"name": name, **DEFINITIONS[name]} for name in self.names()]
+        return [{"name": name, **(ASK_DEFINITION if name == ASK else DEFINITIONS[name])} for name in self.names()]
+
+    async def _ask_question(self, args: dict[str, Any]) -> ToolResult:
+        assert self.ask is not None
+        question = str(args.get("question") or "").strip()
+        if not question:
+            return ToolResult("ask_question needs a question", True)
+        blocking = bool(args.get("blocking", True))
+        question_id = await self.ask(question, blocking)
+        if blocking:
+            return ToolResult(
+                f"Question {question_id} was sent. Do what you can without the answer; when you have nothing "
+                "more to do, end your turn without calling a tool: the run waits, and the answer arrives as the "
+                "next message."
+            )
+        return ToolResult(f"Question {question_id} was sent; an answer, if any, arrives as a later message.")
 
     async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
         """Run one tool. complete_task and fail_task raise Finished; others answer a result."""

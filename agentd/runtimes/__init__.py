@@ -38,6 +38,14 @@ class SessionContext:
     """The first message: the Task, rendered from the Context Packet."""
     max_turns: int = 0
     """0: no limit of the runtime's own (the gateway's call cap still holds)."""
+    mcp_command: tuple[str, ...] = ()
+    """The `drover` MCP server (agentd/questions_mcp.py: ask_question) as the session starts it; () none."""
+    held: Callable[[], bool] = lambda: False
+    """An open blocking question: a turn that ends with nothing to deliver waits for input instead of
+    ending the session."""
+
+    def mcp_env(self) -> dict[str, str]:
+        return {"DROVER_GATEWAY_URL": self.base_url, "DROVER_RUN_TOKEN": self.token}
 
 
 @dataclasses.dataclass

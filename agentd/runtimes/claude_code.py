@@ -26,6 +26,7 @@ OFFLINE = {
     "DISABLE_ERROR_REPORTING": "1",
 }
 SETTINGS = {"permissions": {"defaultMode": "bypassPermissions"}, "includeCoAuthoredBy": False}
+MCP_CONFIG = ".drover-mcp.json"
 END_GRACE_SECONDS = 10.0
 """After stdin closes, the program has this long to exit before it is stopped."""
 
@@ -92,6 +93,10 @@ class ClaudeCode:
         claude.mkdir(parents=True, exist_ok=True)
         (claude / "CLAUDE.md").write_text(ctx.instructions)
         (claude / "settings.json").write_text(json.dumps(SETTINGS, indent=2) + "\n")
+        if ctx.mcp_command:  # in $HOME, not on the command line: the run token stays out of `ps`
+            command, *args = ctx.mcp_command
+            server = {"type": "stdio", "command": command, "args": args, "env": ctx.mcp_env()}
+            (ctx.home / MCP_CONFIG).write_text(json.dumps({"mcpServers": {"drover": server}}, indent=2) + "\n")
 
     def argv(self, ctx: SessionContext) -> list[str]:
         argv = [
@@ -109,6 +114,8 @@ class ClaudeCode:
         ]
         if ctx.max_turns > 0:
             argv += ["--max-turns", str(ctx.max_turns)]
+        if ctx.mcp_command:
+            argv += ["--mcp-config", str(ctx.home / MCP_CONFIG)]
         return argv
 
     def env(self, ctx: SessionContext) -> dict[str, str]:
@@ -120,7 +127,8 @@ class ClaudeCode:
         assert process.stdin is not None and process.stdout is not None
         result = SessionResult(success=False, error="the session reported nothing")
         tools: dict[str, str] = {}
-        held: list[Input] = []  # messages that arrived during a turn, delivered in order after it
+        waiting: list[Input] = []  # messages that arrived during a turn, delivered in order after it
+        idle = False  # between turns, held by an open blocking question
         ending = False  # an interrupt without text: the session ends after the stopped turn
         turns = 0
         if not await self._send(process, user_line(ctx.prompt)):
@@ -132,12 +140,21 @@ class ClaudeCode:
                 done, _ = await asyncio.wait({reading, getting}, return_when=asyncio.FIRST_COMPLETED)
                 if getting in done:
                     item, getting = getting.result(), asyncio.ensure_future(inputs.get())
+                    if idle:  # no turn under way: a message starts the next one now
+                        if item.kind == "interrupt" and not item.text:
+                            result.success, result.error = False, "interrupted"
+                            return await self._ended(process, result, "")
+                        idle = False
+                        emit({"kind": "user", "text": item.text})
+                        if not await self._send(process, user_line(item.text)):
+                            return await self._ended(process, result, "the session did not take the next message")
+                        continue
                     if item.kind != "interrupt":
-                        held.append(item)
+                        waiting.append(item)
                         continue
                     await self._send(process, self._interrupt_line())
                     if item.text:  # its text is the next message, before any other
-                        held.insert(0, Input("message", item.text, item.id))
+                        waiting.insert(0, Input("message", item.text, item.id))
                     else:
                         ending = True
                     continue
@@ -169,17 +186,20 @@ class ClaudeCode:
                     if item.kind == "interrupt" and not item.text:
                         ending = True
                     elif item.text:
-                        held.append(Input("message", item.text, item.id))
-                if ending or not held:
+                        waiting.append(Input("message", item.text, item.id))
+                if not ending and not waiting and ctx.held():
+                    idle = True  # an open blocking question: wait for the answer instead of ending
+                    continue
+                if ending or not waiting:
                     return await self._ended(process, result, "")
-                following = held.pop(0)
+                following = waiting.pop(0)
                 emit({"kind": "user", "text": following.text})
                 if not await self._send(process, user_line(following.text)):
                     return await self._ended(process, result, "the session did not take the next message")
         finally:
             for future in (reading, getting):
                 future.cancel()
-            for item in held:  # not delivered: back in the queue, for whoever looks next
+            for item in waiting:  # not delivered: back in the queue, for whoever looks next
                 inputs.put_nowait(item)
 
     def _interrupt_line(self) -> bytes:

@@ -310,8 +310,13 @@ class _Run:
             version = started.get("protocolVersion") if isinstance(started, dict) else None
             if version != PROTOCOL_VERSION:
                 raise _Broken(f"opencode speaks ACP protocol version {version!r}, this driver {PROTOCOL_VERSION}")
+            servers = []
+            if self.ctx.mcp_command:
+                command, *args = self.ctx.mcp_command
+                env = [{"name": k, "value": v} for k, v in self.ctx.mcp_env().items()]
+                servers.append({"name": "drover", "command": command, "args": args, "env": env})
             created = await self.connection.request(
-                "session/new", {"cwd": str(self.ctx.workspace), "mcpServers": []}, STARTUP_SECONDS
+                "session/new", {"cwd": str(self.ctx.workspace), "mcpServers": servers}, STARTUP_SECONDS
             )
             self.session_id = str(created.get("sessionId") or "") if isinstance(created, dict) else ""
             if not self.session_id:
@@ -322,6 +327,8 @@ class _Run:
                 summary, error = end.final, end.error
                 text = None
                 following = end.interrupt or self._next_input()
+                if following is None and self.ctx.held():  # an open blocking question: wait for input
+                    following = await self._wait_input()
                 if following is not None and following.kind == "interrupt" and not following.text:
                     error, ended = "interrupted", True
                 elif following is not None:
@@ -347,6 +354,12 @@ class _Run:
             error=error,
             session_id=self.session_id,
         )
+
+    async def _wait_input(self) -> Input:
+        while True:
+            item = self.waiting.popleft() if self.waiting else await self.inputs.get()
+            if item.kind == "interrupt" or item.text.strip():
+                return item
 
     def _next_input(self) -> Input | None:
         while True:

@@ -38,6 +38,8 @@ from drover.core import workspace
 SESSIONS: dict[str, type[Any]] = {"claude-code": ClaudeCode, "opencode": Opencode}
 FORWARDER = pathlib.Path(__file__).resolve().parent.parent / "forwarder.py"
 FORWARDER_INSIDE = "/run/drover/forwarder.py"
+QUESTIONS_MCP = pathlib.Path(__file__).resolve().parent.parent / "questions_mcp.py"
+QUESTIONS_MCP_INSIDE = "/run/drover/questions_mcp.py"
 GATEWAY_INSIDE = "/run/drover/gateway.sock"
 GATEWAY_PORT = 8421
 """The gateway's port on a sandbox's own loopback (each sandbox has its own: no clashes)."""
@@ -97,6 +99,7 @@ class RuntimeRun(HarnessRun):
             reserve=lambda key, model, out, estimate: self._reserve(gate, key, model, out, estimate),
             settle=gate.settle_call,
             key_prefix=f"gw:{self.incarnation}",
+            ask=lambda text, blocking: self.ask_question(gate, text, blocking),
         )
         self.output.hide(gateway.token)
         through_socket = sandbox.isolated and not bool(h.get("network"))
@@ -119,6 +122,13 @@ class RuntimeRun(HarnessRun):
                     token=gateway.token,
                     instructions=h.get("instructions") or "",
                     prompt=self.spec["prompt"],
+                    mcp_command=(
+                        sys.executable,
+                        "-I",
+                        "-S",
+                        QUESTIONS_MCP_INSIDE if sandbox.isolated else str(QUESTIONS_MCP),
+                    ),
+                    held=self.held,
                 )
                 ended = await self._session(session, ctx, sandbox, scratch if through_socket else None, gateway)
             if ended.outcome == "completed" and self.workspace is not None:
@@ -144,7 +154,10 @@ class RuntimeRun(HarnessRun):
         session.setup(ctx)
         workspace.hand_over(self.ws_dir, sandbox.policy.user)  # the session user owns its workspace and $HOME
         argv = session.argv(ctx)
-        binds = [Bind(install_root(ctx.executable), str(install_root(ctx.executable)))]
+        binds = [
+            Bind(install_root(ctx.executable), str(install_root(ctx.executable))),
+            Bind(QUESTIONS_MCP, QUESTIONS_MCP_INSIDE),
+        ]
         if socket_dir is not None:
             argv = [sys.executable, "-I", "-S", FORWARDER_INSIDE, "--port", str(GATEWAY_PORT)]
             argv += ["--socket", GATEWAY_INSIDE, "--", *session.argv(ctx)]

@@ -6,19 +6,20 @@ import json
 from collections.abc import Callable
 
 import grpc
+from sqlalchemy.orm import Session
 
-from controlplane.api import auth
+from controlplane.api import auth, convert
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
 from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.dispatch.router import Router
-from controlplane.services import changesets, claims, model_calls, tenancy
+from controlplane.services import changesets, claims, model_calls, questions, tenancy
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.models import utcnow
 from controlplane.store.objects import DirectoryStore
 from drover.core.usage import Usage
-from drover.v1 import agent_pb2, agent_pb2_grpc
+from drover.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 
 
 class AgentService(agent_pb2_grpc.AgentServiceServicer):
@@ -106,3 +107,18 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         row = await self.store.run(changesets.publish, self.objects, published)
         self.notifier.notify()
         return agent_pb2.ChangeSetRef(changeset_id=row.id, patch_ref=row.patch_ref)
+
+    @reporting
+    async def AskQuestion(
+        self, request: agent_pb2.AskQuestionRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Question:
+        token_id = auth.current().token_id
+
+        def ask(s: Session) -> types_pb2.Question:
+            run = tenancy.agent_run(s, request.run_id, token_id)
+            row = questions.ask(s, run, request.key, request.text, request.blocking)
+            return convert.question(row)
+
+        asked = await self.store.run(ask)
+        self.notifier.notify()
+        return asked

@@ -300,7 +300,9 @@ class AgentSessions:
 
 
 def _session_input(p: run_input.Pending) -> agent_pb2.SessionInput:
-    return agent_pb2.SessionInput(run_id=p.run_id, input_seq=p.seq, kind=p.kind, text=p.text, input_id=p.id)
+    return agent_pb2.SessionInput(
+        run_id=p.run_id, input_seq=p.seq, kind=p.kind, text=p.text, input_id=p.id, question_id=p.question_id
+    )
 
 
 def _valid_tokens(s: Session, token_ids: list[int]) -> set[int]:

@@ -230,6 +230,23 @@ def run_input(row: models.RunInput) -> types_pb2.RunInput:
         sent_by=row.sent_by,
         created_at=ts(row.created_at),
         received_at=ts(row.received_at),
+        question_id=row.question_id,
+    )
+
+
+def question(row: models.Question, task_key: str = "") -> types_pb2.Question:
+    return types_pb2.Question(
+        id=row.id,
+        run_id=row.run_id,
+        change_id=row.change_id,
+        task_key=task_key,
+        text=row.text,
+        blocking=row.blocking,
+        state=row.state,
+        answer=row.answer,
+        answered_by=row.answered_by,
+        created_at=ts(row.created_at),
+        answered_at=ts(row.answered_at),
     )
 
 

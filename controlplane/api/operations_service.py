@@ -203,3 +203,35 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
             run_queries.list_inputs, request.run_id, request.page_size, request.page_token, auth.current().projects
         )
         return operations_pb2.ListInputsResponse(inputs=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def ListQuestions(
+        self, request: operations_pb2.ListQuestionsRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.ListQuestionsResponse:
+        page = await self.store.read(
+            run_queries.list_questions,
+            request.change_id,
+            request.run_id,
+            request.open_only,
+            request.page_size,
+            request.page_token,
+            auth.current().projects,
+        )
+        return operations_pb2.ListQuestionsResponse(questions=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def AnswerQuestion(
+        self, request: operations_pb2.AnswerQuestionRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Question:
+        who = auth.current()
+        answered, agent, run_id = await self.store.run(
+            run_queries.answer_question,
+            request.question_id,
+            request.text,
+            who.name,
+            who.has_role("run.manage"),
+            who.projects,
+        )
+        self.agents.tell_inputs(await self.store.read(run_input.pending_for, agent, [run_id]))
+        self.notifier.notify()
+        return answered

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from controlplane.api import convert
 from controlplane.api.change_queries import in_scope, offset_of
 from controlplane.domain import run_states
-from controlplane.services import paging, run_input
+from controlplane.services import paging, questions, run_input
 from controlplane.services.paging import page_size
 from controlplane.services.tenancy import (
     Scope,
@@ -247,3 +247,28 @@ def list_inputs(s: Session, run_id: str, size: int, token: str, scope: Scope) ->
     return paging.take(
         rows, size, lambda row: convert.run_input(row[1]), lambda i: i.ByteSize(), lambda row: paging.encode(row[0])
     )
+
+
+def list_questions(
+    s: Session, change_id: str, run_id: str, open_only: bool, size: int, token: str, scope: Scope
+) -> paging.Page[types_pb2.Question]:
+    size, start = page_size(size, 100, 1000), offset_of(token)
+    found = questions.list_questions(s, change_id, run_id, open_only, scope)
+    rows = list(enumerate(found[start : start + size + 1], start + 1))
+    return paging.take(
+        rows,
+        size,
+        lambda row: convert.question(*row[1]),
+        lambda q: q.ByteSize(),
+        lambda row: paging.encode(row[0]),
+    )
+
+
+def answer_question(
+    s: Session, question_id: str, text: str, by: str, may_manage: bool, scope: Scope
+) -> tuple[types_pb2.Question, str, str]:
+    """Answer a question (one transaction with its input and events); the question, the run's agent and run."""
+    question, _ = questions.answer(s, question_id, text, by, may_manage, scope)
+    run = s.get(Run, question.run_id)
+    assert run is not None
+    return convert.question(question), run.agent, run.id

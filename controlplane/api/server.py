@@ -52,6 +52,7 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.AgentService/ReserveModelCall": Permission("agent"),
     "/drover.v1.AgentService/SettleModelCall": Permission("agent"),
     "/drover.v1.AgentService/PublishChangeSet": Permission("agent"),
+    "/drover.v1.AgentService/AskQuestion": Permission("agent"),
     "/drover.v1.ChangeService/SubmitChange": Permission("user", "submit"),
     "/drover.v1.ChangeService/GetChange": USER,
     "/drover.v1.ChangeService/ListChanges": USER,
@@ -75,6 +76,8 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.OperationsService/GetPacket": USER,
     "/drover.v1.OperationsService/SendInput": Permission("user", "run.manage"),
     "/drover.v1.OperationsService/ListInputs": USER,
+    "/drover.v1.OperationsService/ListQuestions": USER,
+    "/drover.v1.OperationsService/AnswerQuestion": Permission("user", "submit"),
 }
 SERVICE_NAMES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,

@@ -192,6 +192,12 @@ RULES: dict[str, Rule] = {
     "drover.v1.ListInputsRequest.run_id": ID_REQUIRED,
     "drover.v1.ListInputsRequest.page_size": _page(1000),
     "drover.v1.ListInputsRequest.page_token": TOKEN,
+    "drover.v1.ListQuestionsRequest.change_id": ID_RULE,
+    "drover.v1.ListQuestionsRequest.run_id": ID_RULE,
+    "drover.v1.ListQuestionsRequest.page_size": _page(1000),
+    "drover.v1.ListQuestionsRequest.page_token": TOKEN,
+    "drover.v1.AnswerQuestionRequest.question_id": ID_REQUIRED,
+    "drover.v1.AnswerQuestionRequest.text": Rule(max_len=64 * KiB),
     # --- AgentService: unary calls --------------------------------------------------------------
     "drover.v1.ReserveModelCallRequest.run_id": Rule(pattern=ID, optional=False, explain="a run id"),
     "drover.v1.ReserveModelCallRequest.key": Rule(max_len=200),
@@ -241,6 +247,9 @@ RULES: dict[str, Rule] = {
     "drover.v1.RunFinished.reason": Rule(max_len=1 * KiB),
     "drover.v1.RunFinished.error": Rule(max_len=64 * KiB),
     "drover.v1.InputReceived.input_seq": Rule(minimum=1, maximum=2**62),
+    "drover.v1.AskQuestionRequest.run_id": Rule(pattern=ID, optional=False, explain="a run id"),
+    "drover.v1.AskQuestionRequest.key": Rule(pattern=ID, optional=False, max_len=64, explain="a question key"),
+    "drover.v1.AskQuestionRequest.text": Rule(max_len=16 * KiB),
 }
 
 

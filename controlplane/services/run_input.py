@@ -16,7 +16,7 @@ from controlplane.store.events import new_id, run_event
 from controlplane.store.models import Run, RunInput, utcnow
 from drover.errors import FailedPrecondition, InvalidArgument
 
-KINDS = ("message", "interrupt")
+KINDS = ("message", "interrupt", "answer")
 MAX_TEXT = 64 * 1024
 
 
@@ -30,14 +30,17 @@ class Pending:
     kind: str
     text: str
     id: str
+    question_id: str = ""
 
 
-def send_input(s: Session, run_id: str, kind: str, text: str, sent_by: str, scope: Scope = None) -> RunInput:
+def send_input(
+    s: Session, run_id: str, kind: str, text: str, sent_by: str, scope: Scope = None, question_id: str = ""
+) -> RunInput:
     """Store one input for a running session; FAILED_PRECONDITION when there is no session to take it."""
     if kind not in KINDS:
         raise InvalidArgument(f"must be one of {', '.join(KINDS)}", field="kind")
-    if kind == "message" and not text.strip():
-        raise InvalidArgument("a message needs text", field="text")
+    if kind != "interrupt" and not text.strip():
+        raise InvalidArgument(f"{'an answer' if kind == 'answer' else 'a message'} needs text", field="text")
     run = visible_run(s, run_id, scope)
     if run.state in run_states.TERMINAL or run.cancel_requested:
         raise FailedPrecondition(f"run {run_id} has ended ({run.state}): its session takes no input", field="run_id")
@@ -56,6 +59,7 @@ def send_input(s: Session, run_id: str, kind: str, text: str, sent_by: str, scop
         state="sent",
         sent_by=sent_by,
         created_at=utcnow(),
+        question_id=question_id,
     )
     s.add(row)
     run_event(s, "run.input", run, input_id=row.id, seq=seq, input_kind=kind, sent_by=sent_by, chars=len(text))
@@ -73,7 +77,7 @@ def pending_for(s: Session, agent: str, run_ids: list[str] | None = None) -> lis
     )
     if run_ids is not None:
         q = q.where(RunInput.run_id.in_(run_ids))
-    return [Pending(a, i.run_id, i.seq, i.kind, i.text, i.id) for i, a in s.execute(q)]
+    return [Pending(a, i.run_id, i.seq, i.kind, i.text, i.id, i.question_id) for i, a in s.execute(q)]
 
 
 def received(s: Session, run: Run, through_seq: int) -> None:

@@ -147,7 +147,27 @@ class RunInput(Base):
     sent_by: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     received_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    question_id: Mapped[str] = mapped_column(String(40), default="")
     __table_args__ = (Index("ux_run_inputs_run_seq", "run_id", "seq", unique=True),)
+
+
+class Question(Base):
+    """A question a session asked people; a blocking one holds the session until it is answered."""
+
+    __tablename__ = "questions"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    change_id: Mapped[str] = mapped_column(ForeignKey("changes.id"), index=True)
+    task_id: Mapped[str] = mapped_column(String(40))
+    key: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    blocking: Mapped[bool] = mapped_column(Boolean, default=True)
+    state: Mapped[str] = mapped_column(String(16), default="open")
+    answer: Mapped[str] = mapped_column(Text, default="")
+    answered_by: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    answered_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    __table_args__ = (Index("ux_questions_run_key", "run_id", "key", unique=True),)
 
 
 class Agent(Base):

@@ -182,6 +182,14 @@ SHOW: dict[str, tuple[Callable[[Client, argparse.Namespace], Any], Callable[[Any
             + ("; its text follows as the next message" if i.text else "; the session ends after the stopped turn")
         ),
     ),
+    "questions": (
+        lambda c, a: c.list_questions(change_id=a.change, run_id=a.run, open_only=not a.all),
+        render.questions_table,
+    ),
+    "answer": (
+        lambda c, a: c.answer_question(a.question_id, a.text),
+        lambda q: f"question {q.id}: answered; the answer reaches run {q.run_id} as a message",
+    ),
     "drain": (lambda c, a: c.drain_agent(a.name), lambda a: f"agent {a.name}: draining"),
     "undrain": (lambda c, a: c.undrain_agent(a.name), lambda a: f"agent {a.name}: taking runs"),
 }
@@ -257,6 +265,17 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         _shower("interrupt"),
         [(("run_id",), {}), (("text",), {"nargs": "?", "default": ""})],
     ),
+    (
+        "questions",
+        "questions sessions asked, open ones unless --all",
+        _shower("questions"),
+        [
+            (("--change",), {"default": ""}),
+            (("--run",), {"default": ""}),
+            (("--all",), {"action": "store_true", "help": "answered ones too"}),
+        ],
+    ),
+    ("answer", "answer a session's question", _shower("answer"), [(("question_id",), {}), (("text",), {})]),
     ("drain", "give an agent no new runs", _shower("drain"), [(("name",), {})]),
     ("undrain", "offer a drained agent runs again", _shower("undrain"), [(("name",), {})]),
     (

@@ -18,6 +18,7 @@ from drover.models import (
     Event,
     LogLine,
     MeterUsage,
+    Question,
     Run,
     RunInput,
     Spend,
@@ -294,6 +295,27 @@ class Client:
             "inputs",
             RunInput,
         )
+
+    @_mapped
+    def list_questions(self, *, change_id: str = "", run_id: str = "", open_only: bool = False) -> list[Question]:
+        return _every_page(
+            lambda token: self._ops.ListQuestions(
+                operations_pb2.ListQuestionsRequest(
+                    change_id=change_id, run_id=run_id, open_only=open_only, page_token=token
+                ),
+                metadata=self._metadata,
+            ),
+            "questions",
+            Question,
+        )
+
+    @_mapped
+    def answer_question(self, question_id: str, text: str) -> Question:
+        """Answer a question a session asked; the answer reaches the session as a message."""
+        answer = self._ops.AnswerQuestion(
+            operations_pb2.AnswerQuestionRequest(question_id=question_id, text=text), metadata=self._metadata
+        )
+        return from_proto(answer, Question)
 
     @_mapped
     def get_run(self, run_id: str) -> Run:

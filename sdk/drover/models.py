@@ -105,6 +105,24 @@ class RunInput:
     sent_by: str
     created_at: dt.datetime | None
     received_at: dt.datetime | None
+    question_id: str = ""  # kind answer: the question it answers
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """A question a session asked people; a blocking one holds the session until it is answered."""
+
+    id: str
+    run_id: str
+    change_id: str
+    task_key: str
+    text: str
+    blocking: bool
+    state: str  # open | answered
+    answer: str
+    answered_by: str
+    created_at: dt.datetime | None
+    answered_at: dt.datetime | None
 
 
 @dataclasses.dataclass(frozen=True)

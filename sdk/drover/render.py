@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from drover.models import Agent, Change, ChangeSet, Claim, Event, LogLine, MeterUsage, Run, Spend, to_json
+from drover.models import Agent, Change, ChangeSet, Claim, Event, LogLine, MeterUsage, Question, Run, Spend, to_json
 
 
 def as_dict(obj: Any) -> dict[str, Any]:
@@ -191,4 +191,11 @@ def claims_table(found: Iterable[Claim]) -> str:
             for c in found
         ),
         ["RESOURCE", "RUN", "HOLDER", "GENERATION", "EXPIRES"],
+    )
+
+
+def questions_table(found: Iterable[Question]) -> str:
+    return table(
+        ([q.id, q.task_key, q.run_id, q.state + ("" if q.blocking else " (not blocking)"), q.text] for q in found),
+        ["QUESTION", "TASK", "RUN", "STATE", "TEXT"],
     )

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from drover import Client
-from drover.errors import FailedPrecondition
+from drover.errors import FailedPrecondition, NotFound, PermissionDenied
+from drover.models import Question
 from drover.testing import fake_anthropic as fake
 from drover.testing import runtimes
 from tests.conftest import API_KEY, Fleet, wait_for
@@ -210,3 +211,119 @@ def test_an_opencode_task_works_in_its_sandbox_through_the_gateway_and_leaves_a_
     assert API_KEY not in patch and "DROVER_RUN_TOKEN=" in patch
     assert {r.headers.get("x-api-key") for r in model.requests} == {API_KEY}
     assert {r.body["model"] for r in model.requests} == {run.model}
+
+
+def user_token(fleet: Fleet, name: str, role: str, project: str) -> str:
+    made = fleet.plane.cli("token", "create", "--kind", "user", "--name", name, "--role", role, "--project", project)
+    return made.stdout.strip().splitlines()[-1]
+
+
+def open_question(client: Client, change_id: str, timeout: float = 60) -> Question:
+    return wait_for(
+        lambda: next(iter(client.list_questions(change_id=change_id, open_only=True)), None),
+        timeout,
+        what="the session to ask a question",
+    )
+
+
+def test_a_harness_question_holds_the_run_until_it_is_answered(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, claude: str
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("ask_question", {"question": "Which port should the server use?"}),
+            fake.text("I will wait for the answer."),  # the turn ends without a tool: held, not no_outcome
+            fake.tool_use("complete_task", {"summary": "uses the port given"}),
+        ]
+    )
+    start(fleet, model, calc_repo, claude)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "a port", [task("port", runtime="harness")])
+        asked = open_question(client, change.id)
+        wait_for(lambda: len(model.requests) == 2, 30, what="the turn after the question")
+        time.sleep(1.5)
+        held = client.get_run(asked.run_id)
+        fleet.plane.add_project("other")
+        with (
+            Client(fleet.plane.target, token=user_token(fleet, "mallory", "submit", "calc")) as mallory,
+            Client(fleet.plane.target, token=user_token(fleet, "olga", "run.manage", "other")) as olga,
+        ):
+            with pytest.raises(PermissionDenied, match=r"run\.manage"):  # not her Change
+                mallory.answer_question(asked.id, "9090")
+            with pytest.raises(NotFound):  # not her project
+                olga.answer_question(asked.id, "9090")
+            assert olga.list_questions() == []
+        answered = client.answer_question(asked.id, "8080")
+        with pytest.raises(FailedPrecondition, match="answered already"):
+            client.answer_question(asked.id, "8081")
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        seen = events(client, asked.run_id)
+        after = client.list_questions(change_id=change.id)
+    assert (asked.text, asked.blocking, asked.task_key) == ("Which port should the server use?", True, "port")
+    assert held.state == "running" and len(model.requests) == 3  # it waited for the answer
+    assert answered.state == "answered" and [q.state for q in after] == ["answered"] and after[0].answer == "8080"
+    assert final.status == "succeeded", final
+    assert [e["kind"] for e in seen if e["kind"] in ("question", "user")] == ["question", "user"]
+    last = model.requests[2].body["messages"][-1]["content"][-1]["text"]
+    assert last.endswith("Answer to your question (Which port should the server use?):\n8080")
+
+
+def test_a_claude_code_question_through_its_mcp_server_holds_the_session_until_answered(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, claude: str
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("mcp__drover__ask_question", {"question": "Tabs or spaces?"}),
+            fake.text("Waiting for the answer."),
+            fake.text("Spaces it is; done."),
+        ]
+    )
+    start(fleet, model, calc_repo, claude)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "style", [task("style")])
+        asked = open_question(client, change.id)
+        wait_for(lambda: len(model.requests) == 2, 30, what="the turn after the question")
+        time.sleep(1.5)
+        held = client.get_run(asked.run_id)
+        client.answer_question(asked.id, "Spaces.")
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        seen = events(client, asked.run_id)
+    assert asked.text == "Tabs or spaces?" and held.state == "running"
+    assert final.status == "succeeded", final
+    assert any(t["name"] == "mcp__drover__ask_question" for t in model.requests[0].body["tools"])
+    assert [e["text"] for e in seen if e["kind"] == "user"] == ["Answer to your question (Tabs or spaces?):\nSpaces."]
+    assert seen[-1]["turns"] == 2 and seen[-1]["summary"] == "Spaces it is; done."
+
+
+def test_an_opencode_question_through_its_mcp_server_holds_the_session_until_answered(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("drover_ask_question", {"question": "Which database?"}),
+            fake.text("Waiting for the answer."),
+            fake.text("PostgreSQL; done."),
+        ]
+    )
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane()
+    fleet.plane.add_project("calc", str(calc_repo))
+    fleet.agent("worker", extra=("--opencode-command", runtimes.executable("opencode")))
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "a database", [task("db", runtime="opencode")])
+        asked = open_question(client, change.id)
+        wait_for(lambda: len(model.requests) == 2, 30, what="the turn after the question")
+        time.sleep(1.5)
+        held = client.get_run(asked.run_id)
+        client.answer_question(asked.id, "PostgreSQL.")
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        seen = events(client, asked.run_id)
+    assert asked.text == "Which database?" and held.state == "running"
+    assert final.status == "succeeded", final
+    assert [e["text"] for e in seen if e["kind"] == "user"] == [
+        "Answer to your question (Which database?):\nPostgreSQL."
+    ]
+    assert seen[-1]["turns"] == 2 and seen[-1]["summary"] == "PostgreSQL; done."

@@ -199,6 +199,26 @@ case(
     "run_id",
 )
 for over, field in (
+    ({"change_id": "a b"}, "change_id"),
+    ({"run_id": "x\x00"}, "run_id"),
+    ({"page_size": -1}, "page_size"),
+):
+    case("ops", "ListQuestions", operations_pb2.ListQuestionsRequest(**over), INVALID, field)
+for bad in BAD_IDS:
+    case(
+        "ops", "AnswerQuestion", operations_pb2.AnswerQuestionRequest(question_id=bad, text="a"), INVALID, "question_id"
+    )
+case(
+    "ops", "AnswerQuestion", operations_pb2.AnswerQuestionRequest(question_id="q_1", text="t" * 70000), INVALID, "text"
+)
+case(
+    "ops",
+    "AnswerQuestion",
+    operations_pb2.AnswerQuestionRequest(question_id="q_1", text="yes"),
+    NOT_FOUND,
+    "question_id",
+)
+for over, field in (
     ({"kind": ""}, "kind"),
     ({"kind": "shout"}, "kind"),
     ({"kind": "message", "text": "t" * (64 * 1024 + 1)}, "text"),

@@ -1,3 +1,4 @@
+from drover.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -122,18 +123,32 @@ class ControlMessage(_message.Message):
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assign: _Optional[_Union[RunAssignment, _Mapping]] = ..., cancel: _Optional[_Union[CancelRun, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., input: _Optional[_Union[SessionInput, _Mapping]] = ...) -> None: ...
 
 class SessionInput(_message.Message):
-    __slots__ = ("run_id", "input_seq", "kind", "text", "input_id")
+    __slots__ = ("run_id", "input_seq", "kind", "text", "input_id", "question_id")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_SEQ_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     INPUT_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     input_seq: int
     kind: str
     text: str
     input_id: str
-    def __init__(self, run_id: _Optional[str] = ..., input_seq: _Optional[int] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ..., input_id: _Optional[str] = ...) -> None: ...
+    question_id: str
+    def __init__(self, run_id: _Optional[str] = ..., input_seq: _Optional[int] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ..., input_id: _Optional[str] = ..., question_id: _Optional[str] = ...) -> None: ...
+
+class AskQuestionRequest(_message.Message):
+    __slots__ = ("run_id", "key", "text", "blocking")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    BLOCKING_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    key: str
+    text: str
+    blocking: bool
+    def __init__(self, run_id: _Optional[str] = ..., key: _Optional[str] = ..., text: _Optional[str] = ..., blocking: _Optional[bool] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("agent", "applied")

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from drover.v1 import agent_pb2 as drover_dot_v1_dot_agent__pb2
+from drover.v1 import types_pb2 as drover_dot_v1_dot_types__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -55,6 +56,11 @@ class AgentServiceStub:
                 request_serializer=drover_dot_v1_dot_agent__pb2.PublishChangeSetRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_agent__pb2.ChangeSetRef.FromString,
                 _registered_method=True)
+        self.AskQuestion = channel.unary_unary(
+                '/drover.v1.AgentService/AskQuestion',
+                request_serializer=drover_dot_v1_dot_agent__pb2.AskQuestionRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_types__pb2.Question.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -90,6 +96,14 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AskQuestion(self, request, context):
+        """A session asks people a question (the harness's ask_question tool, the runtimes' MCP tool);
+        idempotent by (run_id, key). A blocking question holds the session until it is answered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -112,6 +126,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.PublishChangeSet,
                     request_deserializer=drover_dot_v1_dot_agent__pb2.PublishChangeSetRequest.FromString,
                     response_serializer=drover_dot_v1_dot_agent__pb2.ChangeSetRef.SerializeToString,
+            ),
+            'AskQuestion': grpc.unary_unary_rpc_method_handler(
+                    servicer.AskQuestion,
+                    request_deserializer=drover_dot_v1_dot_agent__pb2.AskQuestionRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_types__pb2.Question.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -223,6 +242,33 @@ class AgentService:
             '/drover.v1.AgentService/PublishChangeSet',
             drover_dot_v1_dot_agent__pb2.PublishChangeSetRequest.SerializeToString,
             drover_dot_v1_dot_agent__pb2.ChangeSetRef.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AskQuestion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.AgentService/AskQuestion',
+            drover_dot_v1_dot_agent__pb2.AskQuestionRequest.SerializeToString,
+            drover_dot_v1_dot_types__pb2.Question.FromString,
             options,
             channel_credentials,
             insecure,

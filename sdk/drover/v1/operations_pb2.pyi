@@ -7,6 +7,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ListQuestionsRequest(_message.Message):
+    __slots__ = ("change_id", "run_id", "open_only", "page_size", "page_token")
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    OPEN_ONLY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    run_id: str
+    open_only: bool
+    page_size: int
+    page_token: str
+    def __init__(self, change_id: _Optional[str] = ..., run_id: _Optional[str] = ..., open_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListQuestionsResponse(_message.Message):
+    __slots__ = ("questions", "next_page_token")
+    QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    questions: _containers.RepeatedCompositeFieldContainer[_types_pb2.Question]
+    next_page_token: str
+    def __init__(self, questions: _Optional[_Iterable[_Union[_types_pb2.Question, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class AnswerQuestionRequest(_message.Message):
+    __slots__ = ("question_id", "text")
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    question_id: str
+    text: str
+    def __init__(self, question_id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
 class SendInputRequest(_message.Message):
     __slots__ = ("run_id", "kind", "text")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

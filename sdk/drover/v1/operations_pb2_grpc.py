@@ -106,6 +106,16 @@ class OperationsServiceStub:
                 request_serializer=drover_dot_v1_dot_operations__pb2.ListInputsRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_operations__pb2.ListInputsResponse.FromString,
                 _registered_method=True)
+        self.ListQuestions = channel.unary_unary(
+                '/drover.v1.OperationsService/ListQuestions',
+                request_serializer=drover_dot_v1_dot_operations__pb2.ListQuestionsRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_operations__pb2.ListQuestionsResponse.FromString,
+                _registered_method=True)
+        self.AnswerQuestion = channel.unary_unary(
+                '/drover.v1.OperationsService/AnswerQuestion',
+                request_serializer=drover_dot_v1_dot_operations__pb2.AnswerQuestionRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_types__pb2.Question.FromString,
+                _registered_method=True)
 
 
 class OperationsServiceServicer:
@@ -205,6 +215,21 @@ class OperationsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQuestions(self, request, context):
+        """Questions sessions asked, oldest first (open_only: those still waiting for an answer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AnswerQuestion(self, request, context):
+        """Answer a question: delivered to the session as a message (submit: the Change's submitter;
+        run.manage: anyone's). Once none of its blocking questions is open the session is released.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperationsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -277,6 +302,16 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.ListInputs,
                     request_deserializer=drover_dot_v1_dot_operations__pb2.ListInputsRequest.FromString,
                     response_serializer=drover_dot_v1_dot_operations__pb2.ListInputsResponse.SerializeToString,
+            ),
+            'ListQuestions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuestions,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.ListQuestionsRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_operations__pb2.ListQuestionsResponse.SerializeToString,
+            ),
+            'AnswerQuestion': grpc.unary_unary_rpc_method_handler(
+                    servicer.AnswerQuestion,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.AnswerQuestionRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_types__pb2.Question.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -658,6 +693,60 @@ class OperationsService:
             '/drover.v1.OperationsService/ListInputs',
             drover_dot_v1_dot_operations__pb2.ListInputsRequest.SerializeToString,
             drover_dot_v1_dot_operations__pb2.ListInputsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuestions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/ListQuestions',
+            drover_dot_v1_dot_operations__pb2.ListQuestionsRequest.SerializeToString,
+            drover_dot_v1_dot_operations__pb2.ListQuestionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AnswerQuestion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/AnswerQuestion',
+            drover_dot_v1_dot_operations__pb2.AnswerQuestionRequest.SerializeToString,
+            drover_dot_v1_dot_types__pb2.Question.FromString,
             options,
             channel_credentials,
             insecure,

@@ -221,7 +221,7 @@ class Run(_message.Message):
     def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., output_bytes: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., project: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., context_hash: _Optional[str] = ..., outcome: _Optional[str] = ..., model_calls: _Optional[int] = ..., cost_micros: _Optional[int] = ..., driver: _Optional[str] = ...) -> None: ...
 
 class RunInput(_message.Message):
-    __slots__ = ("id", "run_id", "seq", "kind", "text", "state", "sent_by", "created_at", "received_at")
+    __slots__ = ("id", "run_id", "seq", "kind", "text", "state", "sent_by", "created_at", "received_at", "question_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +231,7 @@ class RunInput(_message.Message):
     SENT_BY_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_AT_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     run_id: str
     seq: int
@@ -240,7 +241,34 @@ class RunInput(_message.Message):
     sent_by: str
     created_at: _timestamp_pb2.Timestamp
     received_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., seq: _Optional[int] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ..., state: _Optional[str] = ..., sent_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., received_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    question_id: str
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., seq: _Optional[int] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ..., state: _Optional[str] = ..., sent_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., received_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., question_id: _Optional[str] = ...) -> None: ...
+
+class Question(_message.Message):
+    __slots__ = ("id", "run_id", "change_id", "task_key", "text", "blocking", "state", "answer", "answered_by", "created_at", "answered_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    BLOCKING_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    run_id: str
+    change_id: str
+    task_key: str
+    text: str
+    blocking: bool
+    state: str
+    answer: str
+    answered_by: str
+    created_at: _timestamp_pb2.Timestamp
+    answered_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_key: _Optional[str] = ..., text: _Optional[str] = ..., blocking: _Optional[bool] = ..., state: _Optional[str] = ..., answer: _Optional[str] = ..., answered_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., answered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("name", "labels", "capacity", "active_runs", "connected", "draining", "drivers", "version", "connected_at", "disconnected_at")
