@@ -356,8 +356,19 @@ class _Run:
         )
 
     async def _wait_input(self) -> Input:
+        """Held between turns: the next input, unless opencode exits first."""
         while True:
-            item = self.waiting.popleft() if self.waiting else await self.inputs.get()
+            if self.waiting:
+                item = self.waiting.popleft()
+            else:
+                getter = asyncio.ensure_future(self.inputs.get())
+                exited = asyncio.ensure_future(self.process.wait())
+                await asyncio.wait({getter, exited}, return_when=asyncio.FIRST_COMPLETED)
+                exited.cancel()
+                if not getter.done():
+                    getter.cancel()
+                    raise _Broken(f"opencode exited with code {self.process.returncode} while waiting for an answer")
+                item = getter.result()
             if item.kind == "interrupt" or item.text.strip():
                 return item
 

@@ -157,3 +157,29 @@ async def test_a_provider_error_passes_through_and_is_settled_as_that_error(
 )
 def test_rewrite_applies_the_routed_model_and_the_tier_cap(body: dict[str, Any], expected: dict[str, Any]) -> None:
     assert rewrite({"model": "asked", **body}, MODEL, 4000) == {"model": MODEL, **expected}
+
+
+async def test_a_subscription_member_is_called_with_its_oauth_token_which_the_runtime_never_sees(
+    provider: FakeAnthropic, meters: Meters
+) -> None:
+    oauth = "sk-ant-oat01-subscription-token"
+    provider.api_key = oauth
+    provider.add(text("hello"))
+    gateway = Gateway(
+        token=TOKEN,
+        model=MODEL,
+        max_output_tokens=4000,
+        upstream=Upstream(provider.base_url, oauth, billing="Subscription"),
+        reserve=meters.reserve,
+        settle=meters.settle,
+    )
+    server = await asyncio.start_server(gateway.serve, "127.0.0.1", 0)
+    try:
+        async with client(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}") as c:
+            await c.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    finally:
+        server.close()
+        await gateway.close()
+    sent = provider.requests[0].headers
+    assert sent["authorization"] == f"Bearer {oauth}" and "x-api-key" not in sent
+    assert "oauth-2025-04-20" in sent["anthropic-beta"].split(",")
