@@ -4,6 +4,7 @@ messages; on any failure reconnect with backoff (0.5 s doubling to 30 s, jitter)
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import dataclasses
 import logging
@@ -87,6 +88,8 @@ def to_wire(run_id: str, message: dict[str, Any]) -> agent_pb2.AgentMessage:
         run.finished.exit_code = message.get("exit_code", 0)
         run.finished.reason = message.get("reason", "")
         run.finished.error = message.get("error", "")
+        run.finished.parked = message.get("parked", "")
+        run.finished.session_state = base64.b64decode(message.get("state", ""))
     elif kind == "refused":
         run.refused.reason = message["reason"]
     elif kind == "input_received":

@@ -58,13 +58,13 @@ class Output:
             self._dropped = True
             self._record({"s": "system", "t": f"agentd: output over {self._limit} bytes is not recorded\n"})
 
-    def exit(self, status: str, exit_code: int, reason: str, error: str = "") -> None:
+    def exit(self, status: str, exit_code: int, reason: str, error: str = "", **extra: Any) -> None:
         if self.full:  # whatever the run did, its output is incomplete
             status, reason = "failed", "disk_full"
             error = "the spool is full: the run's output could not be stored"
         for secret in self._secrets:
             error = error.replace(secret, "***")
-        self._record({"exit": {"status": status, "exit_code": exit_code, "reason": reason, "error": error}})
+        self._record({"exit": {"status": status, "exit_code": exit_code, "reason": reason, "error": error, **extra}})
         os.close(self._fd)
 
     def _record(self, record: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ def cmd_project_add(store: Store, config: ServerConfig, args: argparse.Namespace
         args.network,
         token_file,
         args.monthly_budget_usd,
+        args.answer_window_minutes,
     )
     print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
 
@@ -72,6 +73,7 @@ def as_dict(p: Project) -> dict[str, Any]:
         "network": p.network,
         "git_token_file": p.git_token_file,
         "monthly_budget_usd": p.monthly_budget_usd,
+        "answer_window_minutes": p.answer_window_minutes,
     }
 
 
@@ -114,6 +116,12 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
     )
     pa.add_argument("--network", action="store_true", help="let the project's Tasks use the network")
     pa.add_argument("--monthly-budget-usd", type=float, default=0.0, help="the project's monthly model budget")
+    pa.add_argument(
+        "--answer-window-minutes",
+        type=float,
+        default=15.0,
+        help="a session held by an unanswered question longer than this is parked (default 15; 0: never)",
+    )
     pa.add_argument(
         "--git-token-file",
         default="",

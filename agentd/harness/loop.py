@@ -56,6 +56,7 @@ class RunEnded(Exception):
         super().__init__(f"{outcome}: {reason}" if reason else outcome)
         self.outcome, self.reason, self.intent = outcome, reason, intent or {}
         self.code = code or outcome  # the run's reason as the control plane records it
+        self.extra: dict[str, Any] = {}  # more for the exit record (a parked session's)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,8 @@ record. Started again on the same RUN_DIR it resumes from the transcript."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
 import json
 import os
 import pathlib
@@ -34,7 +36,10 @@ from drover.core.model import AnthropicModel
 from drover.core.retry import RetryPolicy
 from drover.v1 import agent_pb2
 
-STATUS = {"completed": "succeeded", "cancelled": "cancelled"}
+STATUS = {"completed": "succeeded", "cancelled": "cancelled", "parked": "succeeded"}
+PARKED = "WIP: parked while waiting for answers"
+MAX_STATE = 3 << 20
+"""A parked session's state (gzip) is kept up to this size, else not at all."""
 
 
 def emitted_through(path: pathlib.Path) -> int:
@@ -60,8 +65,13 @@ class HarnessRun:
         self.channel = ChannelSettings(**secrets.get("channel", {"control_plane": ""}))
         self.already = emitted_through(run_dir / "output.jsonl")
         hidden = [*self.secret_env.values(), self.agent_token]
+        self.hidden = hidden
         self.output = Output(run_dir / "output.jsonl", hidden, int(self.spec.get("output_limit_bytes", 8 << 20)))
+        resumed = self._restore_transcript(run_dir / "transcript.jsonl")
         self.transcript = Transcript(run_dir / "transcript.jsonl")
+        if resumed:  # the parked session goes on with the answers as its next message
+            answers = self.spec["harness"].get("resume_answers") or ""
+            self.transcript.append("user", text=answers, input_seq=0, resumed=True)
         counter = run_dir / "incarnation"
         self.incarnation = int(counter.read_text()) + 1 if counter.exists() else 1
         counter.write_text(str(self.incarnation))
@@ -71,6 +81,25 @@ class HarnessRun:
         self.inputs: asyncio.Queue[Input] = asyncio.Queue()
         self.open_questions: dict[str, str] = {}  # blocking questions not answered yet: id -> text
         self.asked = 0
+        self.park_requested = False  # the control plane said: held too long, park
+
+    def resume_state(self) -> bytes:
+        """A parked session's state (gunzipped) when this run resumes one, else b""."""
+        packed = self.spec.get("harness", {}).get("resume_state") or ""
+        try:
+            return gzip.decompress(base64.b64decode(packed)) if packed else b""
+        except (ValueError, OSError):
+            return b""
+
+    def _restore_transcript(self, path: pathlib.Path) -> bool:
+        """A harness run that resumes a parked one starts from its transcript (once: a restart finds it)."""
+        if self.spec.get("driver") != "harness" or path.exists():
+            return False
+        state = self.resume_state()
+        if not state:
+            return False
+        path.write_bytes(state)
+        return True
 
     def held(self) -> bool:
         """A session with an open blocking question waits after its turn instead of ending."""
@@ -94,6 +123,10 @@ class HarnessRun:
             for record in session_input.read(path)[applied:]:
                 applied = int(record["seq"])
                 kind, text = str(record["kind"]), str(record.get("text") or "")
+                if kind == "park":
+                    self.park_requested = True
+                    session_input.mark_applied(self.run_dir, applied)
+                    continue
                 if kind == "answer":  # delivered as a message; the question no longer holds the session
                     asked = self.open_questions.pop(str(record.get("question_id", "")), "")
                     kind, text = "message", (f"Answer to your question ({asked}):\n" if asked else "Answer:\n") + text
@@ -138,6 +171,12 @@ class HarnessRun:
             if not (repo_dir / ".git").exists():
                 workspace.prepare(repo_dir, self.spec["repo"], self.spec["branch"], token)
             return repo_dir, False
+        if h.get("resume_branch") and not state.exists():  # resuming a parked session: its WIP branch
+            saved = json.loads(h.get("resume_workspace_json") or "{}")
+            self.output.write("system", f"workspace: resuming {h['resume_branch']}\n")
+            workspace.prepare(repo_dir, self.spec["repo"], h["resume_branch"], token)
+            gitspace.detach(repo_dir)
+            state.write_text(json.dumps(saved))
         if state.exists() and (repo_dir / ".git").exists():  # resumed: the workspace is as the run left it
             saved = json.loads(state.read_text())
             self.workspace = gitspace.Workspace(
@@ -188,11 +227,9 @@ class HarnessRun:
                 ended = RunEnded("failed", f"disk_full: {err}", code="disk_full")
             else:
                 ended = RunEnded("failed", f"harness_error: {type(err).__name__}: {err}", code="harness_error")
+        ok = ended.outcome in ("completed", "parked")
         self.output.exit(
-            STATUS.get(ended.outcome, "failed"),
-            0 if ended.outcome == "completed" else 1,
-            ended.code,
-            "" if ended.outcome == "completed" else ended.reason,
+            STATUS.get(ended.outcome, "failed"), 0 if ok else 1, ended.code, "" if ok else ended.reason, **ended.extra
         )
         if not self.spec.get("keep_workspace"):
             workspace.remove(self.ws_dir)
@@ -231,6 +268,8 @@ class HarnessRun:
             ended = await self._watch(harness, int(self.spec.get("timeout_seconds") or 0))
             if ended.outcome == "completed" and self.workspace is not None:
                 ended = await self._publish(gate, ended)
+            elif ended.outcome == "parked":  # the transcript is the state the resuming run goes on from
+                ended = await self.park(ended, "", self.transcript.path.read_bytes())
             return ended
         finally:
             feeding.cancel()
@@ -318,6 +357,10 @@ class HarnessRun:
                 stopped = "cancelled"
             elif deadline is not None and loop.time() >= deadline:
                 stopped = "timeout"
+            elif self.park_requested:  # no outcome in the transcript: the run that resumes it goes on from it
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                return RunEnded("parked", "parked while waiting for answers")
             if stopped:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -327,6 +370,36 @@ class HarnessRun:
                 harness._append("outcome", outcome=ended.outcome, reason=ended.reason, intent={})
                 return ended
         return task.result()
+
+    async def park(self, ended: RunEnded, session_id: str, state: bytes | None) -> RunEnded:
+        """Commit the workspace as WIP on the Task's branch (no ChangeSet) and keep the session's state
+        (secrets redacted, gzip, at most 3 MiB) for the run that resumes it."""
+        parked: dict[str, Any] = {"session_id": session_id}
+        if self.workspace is not None:
+            result = await asyncio.to_thread(
+                self.workspace.publish, self.spec["change_id"], self.spec["task_id"], PARKED
+            )
+            parked.update(
+                branch=result.branch,
+                commit=result.commit,
+                workspace={
+                    "base_commit": result.base_commit,
+                    "start_commit": result.start_commit,
+                    "stacked_on": result.stacked_on,
+                },
+            )
+            self.output.write("system", f"parked: the workspace is {result.commit[:12]} on {result.branch}\n")
+        if state:
+            text = state.decode(errors="replace")
+            for secret in sorted((s for s in self.hidden if len(s) >= 4), key=len, reverse=True):
+                text = text.replace(secret, "***")
+            packed = gzip.compress(text.encode())
+            if len(packed) <= MAX_STATE:
+                ended.extra["state"] = base64.b64encode(packed).decode()
+            else:
+                self.output.write("system", f"parked: the session's state ({len(packed)} bytes) is not kept\n")
+        ended.extra["parked"] = json.dumps(parked)
+        return ended
 
     async def _publish(self, gate: Gate, ended: RunEnded) -> RunEnded:
         assert self.workspace is not None

@@ -44,6 +44,10 @@ class SessionContext:
     """An open blocking question: a turn that ends with nothing to deliver waits for input instead of
     ending the session."""
 
+    resume_session_id: str = ""
+    """Resume this parked session (its state restored from `resume_state`) instead of starting one."""
+    resume_state: bytes = b""
+
     def mcp_env(self) -> dict[str, str]:
         return {"DROVER_GATEWAY_URL": self.base_url, "DROVER_RUN_TOKEN": self.token}
 
@@ -77,6 +81,12 @@ Emit = Callable[[dict[str, Any]], None]
 
 class Session(Protocol):
     name: str
+    session_id: str
+    """The runtime's own session id, once known (kept when the session is parked)."""
+
+    def state(self, ctx: SessionContext) -> bytes | None:
+        """What resuming the session needs (Claude Code: its transcript); None: it cannot be resumed."""
+        ...
 
     def setup(self, ctx: SessionContext) -> None:
         """Write the runtime's configuration and standing instructions under ctx.home."""

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import re
 from typing import Any
 
 from agentd.runtimes import Emit, Input, SessionContext, SessionResult, clip
@@ -87,12 +88,24 @@ class ClaudeCode:
 
     def __init__(self) -> None:
         self._requests = itertools.count(1)
+        self.session_id = ""
+
+    def state(self, ctx: SessionContext) -> bytes | None:
+        """The session's transcript, ~/.claude/projects/<the workspace>/<session id>.jsonl."""
+        if not self.session_id:
+            return None
+        found = sorted((ctx.home / ".claude" / "projects").glob(f"*/{self.session_id}.jsonl"))
+        return found[0].read_bytes() if found else None
 
     def setup(self, ctx: SessionContext) -> None:
         claude = ctx.home / ".claude"
         claude.mkdir(parents=True, exist_ok=True)
         (claude / "CLAUDE.md").write_text(ctx.instructions)
         (claude / "settings.json").write_text(json.dumps(SETTINGS, indent=2) + "\n")
+        if ctx.resume_session_id and ctx.resume_state:  # where claude --resume looks for the transcript
+            folder = claude / "projects" / re.sub(r"[^A-Za-z0-9]", "-", str(ctx.workspace))
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{ctx.resume_session_id}.jsonl").write_bytes(ctx.resume_state)
         if ctx.mcp_command:  # in $HOME, not on the command line: the run token stays out of `ps`
             command, *args = ctx.mcp_command
             server = {"type": "stdio", "command": command, "args": args, "env": ctx.mcp_env()}
@@ -116,6 +129,8 @@ class ClaudeCode:
             argv += ["--max-turns", str(ctx.max_turns)]
         if ctx.mcp_command:
             argv += ["--mcp-config", str(ctx.home / MCP_CONFIG)]
+        if ctx.resume_session_id and ctx.resume_state:
+            argv += ["--resume", ctx.resume_session_id]
         return argv
 
     def env(self, ctx: SessionContext) -> dict[str, str]:
@@ -165,7 +180,7 @@ class ClaudeCode:
                 if line is None:
                     continue
                 if line.get("type") == "system" and line.get("subtype") == "init":
-                    result.session_id = str(line.get("session_id", ""))
+                    result.session_id = self.session_id = str(line.get("session_id", ""))
                 for event in events_of(line, tools):
                     emit(event)
                 if line.get("type") != "result":

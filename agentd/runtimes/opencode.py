@@ -51,6 +51,12 @@ class Opencode:
 
     name = "opencode"
 
+    def __init__(self) -> None:
+        self.session_id = ""
+
+    def state(self, ctx: SessionContext) -> bytes | None:
+        return None  # a parked opencode session is not resumed: a new one gets the answers in its prompt
+
     def setup(self, ctx: SessionContext) -> None:
         folder = ctx.home / ".config" / "opencode"
         folder.mkdir(parents=True, exist_ok=True)
@@ -89,7 +95,11 @@ class Opencode:
     async def drive(
         self, process: asyncio.subprocess.Process, ctx: SessionContext, emit: Emit, inputs: asyncio.Queue[Input]
     ) -> SessionResult:
-        return await _Run(process, ctx, emit, inputs).run()
+        run = _Run(process, ctx, emit, inputs)
+        try:
+            return await run.run()
+        finally:
+            self.session_id = run.session_id
 
 
 class _Broken(Exception):

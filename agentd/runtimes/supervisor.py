@@ -102,6 +102,7 @@ class RuntimeRun(HarnessRun):
             ask=lambda text, blocking: self.ask_question(gate, text, blocking),
         )
         self.output.hide(gateway.token)
+        self.hidden.append(gateway.token)
         through_socket = sandbox.isolated and not bool(h.get("network"))
         scratch = pathlib.Path(tempfile.mkdtemp(prefix="drover-gw-"))  # short: a socket path has 108 bytes
         try:
@@ -121,7 +122,6 @@ class RuntimeRun(HarnessRun):
                     base_url=base_url,
                     token=gateway.token,
                     instructions=h.get("instructions") or "",
-                    prompt=self.spec["prompt"],
                     mcp_command=(
                         sys.executable,
                         "-I",
@@ -129,15 +129,31 @@ class RuntimeRun(HarnessRun):
                         QUESTIONS_MCP_INSIDE if sandbox.isolated else str(QUESTIONS_MCP),
                     ),
                     held=self.held,
+                    **{"prompt": self.spec["prompt"], **self._resume_parts()},
                 )
                 ended = await self._session(session, ctx, sandbox, scratch if through_socket else None, gateway)
             if ended.outcome == "completed" and self.workspace is not None:
                 ended = await self._publish(gate, ended)
+            elif ended.outcome == "parked":
+                self.event({"kind": "session", "parked": True, "session_id": session.session_id})
+                ended = await self.park(ended, session.session_id, session.state(ctx))
             return ended
         finally:
             await gateway.close()
             await gate.close()
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def _resume_parts(self) -> dict[str, Any]:
+        """A run that resumes a parked session: its id and state, and the answers as the first message (with
+        no state to resume, a new session gets the Task's prompt and the answers)."""
+        h = self.spec["harness"]
+        answers = h.get("resume_answers") or ""
+        if not answers:
+            return {}
+        state = self.resume_state()
+        if h.get("resume_session_id") and state:
+            return {"resume_session_id": h["resume_session_id"], "resume_state": state, "prompt": answers}
+        return {"prompt": f"{self.spec['prompt']}\n\n{answers}\n"}
 
     async def _reserve(self, gate: Any, key: str, model: str, max_output_tokens: int, estimate: int) -> str:
         try:
@@ -238,6 +254,8 @@ class RuntimeRun(HarnessRun):
             stop = ""
             if self.cancel_file.exists() or self.output.full:
                 stop = "cancelled"
+            elif self.park_requested:
+                stop = "parked"
             elif deadline is not None and now >= deadline:
                 stop = "timeout"
             elif refused_at is not None and now - refused_at > REFUSAL_GRACE_SECONDS:
@@ -249,6 +267,8 @@ class RuntimeRun(HarnessRun):
                 await asyncio.gather(driving, return_exceptions=True)
                 if stop == "refused" and gateway.refused is not None:
                     return RunEnded("spend_limited", str(gateway.refused), code=gateway.refused.code)
+                if stop == "parked":
+                    return RunEnded("parked", "parked while waiting for answers")
                 return RunEnded(stop, "cancelled by request" if stop == "cancelled" else f"timed out after {timeout} s")
         return None
 

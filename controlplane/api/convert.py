@@ -215,7 +215,15 @@ def run_message(msg: agent_pb2.RunMessage) -> run_lifecycle.RunMessage:
         return dataclasses.replace(base, input_seq=msg.input_received.input_seq)
     if body == "finished":
         f = msg.finished
-        return dataclasses.replace(base, status=f.status, exit_code=f.exit_code, reason=f.reason, error=f.error)
+        return dataclasses.replace(
+            base,
+            status=f.status,
+            exit_code=f.exit_code,
+            reason=f.reason,
+            error=f.error,
+            parked=f.parked,
+            session_state=f.session_state,
+        )
     return base
 
 

@@ -234,4 +234,5 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         )
         self.agents.tell_inputs(await self.store.read(run_input.pending_for, agent, [run_id]))
         self.notifier.notify()
+        self.wake()  # a parked session's last answer queued the run that resumes it
         return answered

@@ -246,6 +246,8 @@ RULES: dict[str, Rule] = {
     "drover.v1.RunFinished.exit_code": Rule(minimum=-(2**31)),
     "drover.v1.RunFinished.reason": Rule(max_len=1 * KiB),
     "drover.v1.RunFinished.error": Rule(max_len=64 * KiB),
+    "drover.v1.RunFinished.parked": Rule(max_len=16 * KiB),
+    "drover.v1.RunFinished.session_state": Rule(max_len=3 * MiB),
     "drover.v1.InputReceived.input_seq": Rule(minimum=1, maximum=2**62),
     "drover.v1.AskQuestionRequest.run_id": Rule(pattern=ID, optional=False, explain="a run id"),
     "drover.v1.AskQuestionRequest.key": Rule(pattern=ID, optional=False, max_len=64, explain="a question key"),

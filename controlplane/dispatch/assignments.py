@@ -14,6 +14,7 @@ from controlplane.config import HarnessConfig
 from controlplane.dispatch.quota import credential
 from controlplane.domain import graph, packet, tiers
 from controlplane.domain.members import Member
+from controlplane.services import questions
 from controlplane.services.projects import git_token
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.models import Change, Project, Run, Task
@@ -64,6 +65,11 @@ class HarnessSpec:
     max_attempts: int
     instructions: str = ""
     billing: str = ""
+    resume_branch: str = ""
+    resume_workspace_json: str = ""
+    resume_session_id: str = ""
+    resume_state: bytes = b""
+    resume_answers: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +112,11 @@ def build(
     assert change is not None
     token = git_token(project)
     stack: tuple[Stacked, ...] = ()
-    if project.repo and task.depends_on and (run.driver == "command" or workspace_mode(task.kind, project) == "write"):
+    if run.resume_of:
+        pass  # the parked run's branch has its stack merged already
+    elif (
+        project.repo and task.depends_on and (run.driver == "command" or workspace_mode(task.kind, project) == "write")
+    ):
         stack = tuple(_stack(s, change, task))
     base = Assignment(
         run_id=run.id,
@@ -126,7 +136,28 @@ def build(
     )
     if run.driver == "command":
         return dataclasses.replace(base, command=CommandSpec(tuple(task.command), dict(task.env), project.network))
-    return _for_harness(base, run, task, project, change, harness, objects)
+    built = _for_harness(base, run, task, project, change, harness, objects)
+    if run.resume_of and built.harness is not None:
+        built = dataclasses.replace(built, harness=_resumed(s, built.harness, run.resume_of, objects))
+    return built
+
+
+def _resumed(s: Session, spec: HarnessSpec, parked_run_id: str, objects: DirectoryStore) -> HarnessSpec:
+    """What a run that resumes a parked session needs: its branch, workspace, session and the answers."""
+    parked = s.get(Run, parked_run_id)
+    assert parked is not None
+    kept = dict(parked.parked or {})
+    state = b""
+    if kept.get("state_key") and objects.exists(kept["state_key"]):
+        state = objects.get(kept["state_key"])
+    return dataclasses.replace(
+        spec,
+        resume_branch=str(kept.get("branch", "")),
+        resume_workspace_json=json.dumps(kept.get("workspace") or {}),
+        resume_session_id=str(kept.get("session_id", "")),
+        resume_state=state,
+        resume_answers=questions.answers_of(s, parked.id),
+    )
 
 
 def _for_harness(

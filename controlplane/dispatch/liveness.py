@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import ServerConfig
 from controlplane.domain import run_states
-from controlplane.services import agent_presence, claims, model_calls
+from controlplane.services import agent_presence, claims, model_calls, questions, run_input
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.models import Run, utcnow
@@ -29,6 +29,8 @@ class Agents(Protocol):
     def connected(self) -> list[str]: ...
 
     async def close_revoked(self) -> None: ...
+
+    def tell_inputs(self, pending: list[run_input.Pending]) -> None: ...
 
 
 class Liveness:
@@ -65,6 +67,10 @@ class Liveness:
             self.config.lifecycle,
         )
         await self.store.run(model_calls.settle_expired, RESERVATION_TTL)
+        parking = await self.store.run(questions.park_overdue, now)
+        if parking:
+            log.info("parking %d sessions held past their answer window", len(parking))
+            self.agents.tell_inputs(parking)
         await self.store.run(renew_claims, self.agents.connected(), now)
         if failed:
             log.warning("failed %d runs of lost agents", len(failed))

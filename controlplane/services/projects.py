@@ -24,6 +24,7 @@ def add_project(
     network: bool = False,
     git_token_file: str = "",
     monthly_budget_usd: float = 0.0,
+    answer_window_minutes: float = 15.0,
 ) -> Project:
     """Create a project, or update the repository, branch and pool of an existing one."""
     if not NAME.fullmatch(name):
@@ -49,6 +50,9 @@ def add_project(
     if monthly_budget_usd < 0:
         raise InvalidArgument("must not be negative", field="monthly_budget_usd")
     project.monthly_budget_usd = monthly_budget_usd
+    if not 0 <= answer_window_minutes <= 7 * 24 * 60:
+        raise InvalidArgument("must be 0 (never park) to 10080 minutes", field="answer_window_minutes")
+    project.answer_window_minutes = answer_window_minutes
     add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch, pool=pool)
     return project
 

@@ -16,7 +16,7 @@ from controlplane.store.events import new_id, run_event
 from controlplane.store.models import Run, RunInput, utcnow
 from drover.errors import FailedPrecondition, InvalidArgument
 
-KINDS = ("message", "interrupt", "answer")
+KINDS = ("message", "interrupt", "answer", "park")
 MAX_TEXT = 64 * 1024
 
 
@@ -39,7 +39,7 @@ def send_input(
     """Store one input for a running session; FAILED_PRECONDITION when there is no session to take it."""
     if kind not in KINDS:
         raise InvalidArgument(f"must be one of {', '.join(KINDS)}", field="kind")
-    if kind != "interrupt" and not text.strip():
+    if kind in ("message", "answer") and not text.strip():
         raise InvalidArgument(f"{'an answer' if kind == 'answer' else 'a message'} needs text", field="text")
     run = visible_run(s, run_id, scope)
     if run.state in run_states.TERMINAL or run.cancel_requested:
@@ -77,6 +77,17 @@ def pending_for(s: Session, agent: str, run_ids: list[str] | None = None) -> lis
     )
     if run_ids is not None:
         q = q.where(RunInput.run_id.in_(run_ids))
+    return [Pending(a, i.run_id, i.seq, i.kind, i.text, i.id, i.question_id) for i, a in s.execute(q)]
+
+
+def pending_for_runs(s: Session, run_ids: list[str]) -> list[Pending]:
+    """Inputs not yet received for these runs (whatever their agents), in seq order."""
+    q = (
+        select(RunInput, Run.agent)
+        .join(Run, Run.id == RunInput.run_id)
+        .where(RunInput.run_id.in_(run_ids), RunInput.state == "sent")
+        .order_by(RunInput.run_id, RunInput.seq)
+    )
     return [Pending(a, i.run_id, i.seq, i.kind, i.text, i.id, i.question_id) for i, a in s.execute(q)]
 
 

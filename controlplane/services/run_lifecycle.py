@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from typing import Any
 
 from sqlalchemy import select
@@ -25,7 +26,7 @@ from controlplane.store.changes import tasks_of
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event, run_event
 from controlplane.store.models import Change, DecisionReceipt, Run, RunLog, Task, utcnow
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import DirectoryStore, session_key
 from drover.errors import FailedPrecondition
 
 DROPPED_LINE = "output limit of {limit} bytes reached: later output of this run is dropped\n"
@@ -82,7 +83,10 @@ def finish_run(
     change = s.get(Change, run.change_id, with_for_update=True)  # one finisher at a time per Change
     assert task is not None and change is not None
     if task.status in ("ready", "running"):
-        if status == "succeeded":
+        if status == "succeeded" and reason == "parked":
+            task.status, task.reason = "parked", "waiting for answers"  # answering resumes it in a new run
+            add_event(s, "task.parked", change_id=change.id, task_id=task.id, key=task.key, run_id=run.id)
+        elif status == "succeeded":
             task.status, task.reason = "succeeded", ""
             add_event(s, "task.succeeded", change_id=change.id, task_id=task.id, key=task.key)
         elif run.driver in graph.RUNTIMES and status == "failed" and _next_attempt(s, change, task, run, policy):
@@ -232,6 +236,8 @@ class RunMessage:
     reason: str = ""
     error: str = ""
     input_seq: int = 0
+    parked: str = ""  # finished, reason parked: the session, JSON
+    session_state: bytes = b""
 
 
 def apply_run_message(
@@ -276,10 +282,29 @@ def apply_run_message(
         _append_output(s, run, msg.seq, msg.stream, msg.text, output_limit)
     elif msg.kind == "finished" and run.state in run_states.ACTIVE:
         status = msg.status if msg.status in run_states.TERMINAL else "failed"
+        if status == "succeeded" and msg.reason == "parked":
+            _keep_parked(s, run, msg, objects)
         if status == "succeeded" and run.state == "starting":
             move(s, run, "running")
         finish_run(s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error, policy=policy)
     return run.last_seq
+
+
+def _keep_parked(s: Session, run: Run, msg: RunMessage, objects: DirectoryStore | None) -> None:
+    """What a parked session left: its id, branch and workspace commits, and its state in the object store."""
+    try:
+        parked = json.loads(msg.parked or "{}")
+    except ValueError:
+        parked = {}
+    if not isinstance(parked, dict):
+        parked = {}
+    if msg.session_state and objects is not None:
+        change = s.get(Change, run.change_id)
+        assert change is not None
+        key = session_key(change.project, run.change_id, run.task_id, run.id)
+        objects.put(key, msg.session_state)
+        parked["state_key"] = key
+    run.parked = parked
 
 
 def _append_output(s: Session, run: Run, seq: int, stream: str, text: str, limit: int) -> None:

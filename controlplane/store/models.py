@@ -58,6 +58,7 @@ class Project(Base):
     network: Mapped[bool] = mapped_column(Boolean, default=False)  # may commands use the network
     git_token_file: Mapped[str] = mapped_column(Text, default="")  # where the git token is; never the token
     monthly_budget_usd: Mapped[float] = mapped_column(default=0.0)  # 0: no Project budget
+    answer_window_minutes: Mapped[float] = mapped_column(default=15.0)  # held longer: parked; 0: never parked
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
@@ -110,6 +111,8 @@ class Run(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     driver: Mapped[str] = mapped_column(String(16), default="command")
+    parked: Mapped[dict[str, Any]] = mapped_column(default=dict)  # a parked session: id, state key, workspace
+    resume_of: Mapped[str] = mapped_column(String(40), default="")  # the parked run this run resumes
     tier: Mapped[str] = mapped_column(String(16), default="")
     model: Mapped[str] = mapped_column(String(200), default="")
     member: Mapped[str] = mapped_column(String(200), default="")  # the member's route key

@@ -19,6 +19,11 @@ def tool_log_key(project: str, change_id: str, task_id: str, run_id: str) -> str
     return f"context/{project}/{change_id}/{task_id}/tools-{run_id}.json"
 
 
+def session_key(project: str, change_id: str, task_id: str, run_id: str) -> str:
+    """A parked session's state (gzip), read when the run that resumes it starts."""
+    return f"sessions/{project}/{change_id}/{task_id}/{run_id}.gz"
+
+
 def patch_key(project: str, change_id: str, task_id: str, changeset_id: str) -> str:
     """Where a ChangeSet's patch is kept."""
     return f"changesets/{project}/{change_id}/{task_id}/{changeset_id}.patch"

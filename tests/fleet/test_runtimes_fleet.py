@@ -7,11 +7,12 @@ import json
 import pathlib
 import time
 
+import pygit2
 import pytest
 
 from drover import Client
 from drover.errors import FailedPrecondition, NotFound, PermissionDenied
-from drover.models import Question
+from drover.models import Question, Run
 from drover.testing import fake_anthropic as fake
 from drover.testing import runtimes
 from tests.conftest import API_KEY, Fleet, wait_for
@@ -327,3 +328,110 @@ def test_an_opencode_question_through_its_mcp_server_holds_the_session_until_ans
         "Answer to your question (Which database?):\nPostgreSQL."
     ]
     assert seen[-1]["turns"] == 2 and seen[-1]["summary"] == "PostgreSQL; done."
+
+
+def parked_run(client: Client, change_id: str, timeout: float = 60) -> Run:
+    def parked() -> Run | None:
+        task = client.get_change(change_id).tasks[0]
+        return client.get_run(task.latest_run_id) if task.status == "parked" else None
+
+    return wait_for(parked, timeout, what="the held session to be parked")
+
+
+def start_parking(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *agent_args: str) -> None:
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane()
+    fleet.plane.cli("project", "add", "calc", "--repo", str(repo), "--answer-window-minutes", "0.02")  # 1.2 s
+    fleet.agent("worker", extra=agent_args)
+
+
+def test_a_claude_code_session_held_too_long_is_parked_and_its_answer_resumes_the_same_session(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, claude: str
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("Bash", {"command": "echo draft > draft.txt", "description": "draft"}),
+            fake.tool_use("mcp__drover__ask_question", {"question": "Which name?"}),
+            fake.text("Waiting for the answer."),
+            fake.tool_use("Bash", {"command": "echo final > final.txt", "description": "final"}),
+            fake.text("Named it; done."),
+        ]
+    )
+    start_parking(fleet, model, calc_repo, "--claude-command", claude)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "a name", [task("name")])
+        first = parked_run(client, change.id)
+        parked_events = events(client, first.id)
+        asked = client.list_questions(change_id=change.id)[0]
+        client.answer_question(asked.id, "Call it drover.")
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        second = client.get_run(final.tasks[0].latest_run_id)
+        resumed_events = events(client, second.id)
+        files = client.list_changesets(change.id)[0].own_files
+    assert (first.state, first.reason) == ("succeeded", "parked")
+    assert final.status == "succeeded" and second.id != first.id, final
+    assert sorted(files) == ["draft.txt", "final.txt"]  # the parked WIP and the resumed work, one ChangeSet
+    origin = pygit2.Repository(str(calc_repo))
+    branch = origin.branches[f"drover/{change.id}/{final.tasks[0].id}"]
+    messages = [c.message.strip() for c in origin.walk(branch.target)][:2]
+    assert messages[1] == "WIP: parked while waiting for answers"
+    # The resumed run went on with the parked session (same id, its transcript restored).
+    parked_session = next(e for e in parked_events if e["kind"] == "session")
+    assert parked_session["parked"] and parked_session["session_id"]
+    assert next(e["session_id"] for e in resumed_events if e["kind"] == "session") == parked_session["session_id"]
+    assert "Which name?" in json.dumps(model.requests[3].body["messages"])
+    assert "A: Call it drover." in json.dumps(model.requests[3].body["messages"][-1])
+    assert resumed_events[-1]["summary"] == "Named it; done."
+
+
+def test_a_harness_run_held_too_long_is_parked_and_resumed_from_its_transcript(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("write_file", {"path": "draft.txt", "content": "draft\n"}),
+            fake.tool_use("ask_question", {"question": "Keep the draft?"}),
+            fake.text("Waiting for the answer."),
+            fake.tool_use("complete_task", {"summary": "kept the draft"}),
+        ]
+    )
+    start_parking(fleet, model, calc_repo)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "a draft", [task("draft", runtime="harness")])
+        first = parked_run(client, change.id)
+        asked = client.list_questions(change_id=change.id)[0]
+        client.answer_question(asked.id, "Yes.")
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        files = client.list_changesets(change.id)[0].own_files
+    assert (first.state, first.reason) == ("succeeded", "parked")
+    assert final.status == "succeeded", final
+    assert list(files) == ["draft.txt"]
+    resumed = json.dumps(model.requests[3].body["messages"])
+    assert "Keep the draft?" in resumed and "A: Yes." in resumed  # the transcript, then the answers
+
+
+def test_a_parked_opencode_session_is_resumed_as_a_new_session_with_the_answers_in_its_prompt(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("bash", {"command": "echo draft > draft.txt", "description": "draft"}),
+            fake.tool_use("drover_ask_question", {"question": "Keep it short?"}),
+            fake.text("Waiting for the answer."),
+            fake.text("Kept it short; done."),
+        ]
+    )
+    start_parking(fleet, model, calc_repo, "--opencode-command", runtimes.executable("opencode"))
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "short", [task("short", runtime="opencode")])
+        first = parked_run(client, change.id)
+        client.answer_question(client.list_questions(change_id=change.id)[0].id, "Yes, short.")
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        files = client.list_changesets(change.id)[0].own_files
+    assert first.reason == "parked" and final.status == "succeeded", final
+    assert list(files) == ["draft.txt"]  # the parked WIP carried into the new session's workspace
+    prompt = json.dumps(model.requests[3].body["messages"][0])
+    assert "do short" in prompt and "Q: Keep it short?" in prompt and "A: Yes, short." in prompt

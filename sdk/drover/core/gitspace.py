@@ -281,6 +281,14 @@ def _merge(repo: pygit2.Repository, item: StackItem, theirs: pygit2.Oid, sig: py
     repo.reset(repo.create_commit(None, sig, sig, message, tree, [ours, theirs]), ResetMode.HARD)
 
 
+def detach(path: pathlib.Path) -> None:
+    """Leave the clone at `path` on its commit, detached: its branch (a parked Task's) is then published
+    like any other, force-updated to the new commit."""
+    repo = pygit2.Repository(str(path))
+    if not repo.head_is_unborn and not repo.head_is_detached:
+        repo.set_head(repo.head.target)
+
+
 def _push(repo: pygit2.Repository, branch: str, commit: pygit2.Commit, token: str) -> None:
     """Force-update `branch` locally and in origin (pushing the same commit again is a no-op)."""
     ref = f"refs/heads/{branch}"

@@ -95,16 +95,20 @@ class LogBatch(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class RunFinished(_message.Message):
-    __slots__ = ("status", "exit_code", "reason", "error")
+    __slots__ = ("status", "exit_code", "reason", "error", "parked", "session_state")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PARKED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_STATE_FIELD_NUMBER: _ClassVar[int]
     status: str
     exit_code: int
     reason: str
     error: str
-    def __init__(self, status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    parked: str
+    session_state: bytes
+    def __init__(self, status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., parked: _Optional[str] = ..., session_state: _Optional[bytes] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
     __slots__ = ("welcome", "assign", "cancel", "ack", "drain", "input")
@@ -218,7 +222,7 @@ class RunAssignment(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., kind: _Optional[str] = ..., driver: _Optional[str] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., workspace: _Optional[_Union[WorkspaceSpec, _Mapping]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., context_hash: _Optional[str] = ..., limits: _Optional[_Mapping[str, int]] = ..., harness: _Optional[_Union[HarnessSpec, _Mapping]] = ..., resume: _Optional[bool] = ...) -> None: ...
 
 class HarnessSpec(_message.Message):
-    __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts", "instructions", "billing")
+    __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts", "instructions", "billing", "resume_branch", "resume_workspace_json", "resume_session_id", "resume_state", "resume_answers")
     WORKSPACE_MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_CALLS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -233,6 +237,11 @@ class HarnessSpec(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     BILLING_FIELD_NUMBER: _ClassVar[int]
+    RESUME_BRANCH_FIELD_NUMBER: _ClassVar[int]
+    RESUME_WORKSPACE_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESUME_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUME_STATE_FIELD_NUMBER: _ClassVar[int]
+    RESUME_ANSWERS_FIELD_NUMBER: _ClassVar[int]
     workspace_mode: str
     max_calls: int
     max_output_tokens: int
@@ -247,7 +256,12 @@ class HarnessSpec(_message.Message):
     max_attempts: int
     instructions: str
     billing: str
-    def __init__(self, workspace_mode: _Optional[str] = ..., max_calls: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., thinking_json: _Optional[str] = ..., prompt: _Optional[str] = ..., command_rules: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., context_window_tokens: _Optional[float] = ..., fold_fraction: _Optional[float] = ..., fold_model: _Optional[str] = ..., stall_timeout_seconds: _Optional[int] = ..., max_attempts: _Optional[int] = ..., instructions: _Optional[str] = ..., billing: _Optional[str] = ...) -> None: ...
+    resume_branch: str
+    resume_workspace_json: str
+    resume_session_id: str
+    resume_state: bytes
+    resume_answers: str
+    def __init__(self, workspace_mode: _Optional[str] = ..., max_calls: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., thinking_json: _Optional[str] = ..., prompt: _Optional[str] = ..., command_rules: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., context_window_tokens: _Optional[float] = ..., fold_fraction: _Optional[float] = ..., fold_model: _Optional[str] = ..., stall_timeout_seconds: _Optional[int] = ..., max_attempts: _Optional[int] = ..., instructions: _Optional[str] = ..., billing: _Optional[str] = ..., resume_branch: _Optional[str] = ..., resume_workspace_json: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., resume_state: _Optional[bytes] = ..., resume_answers: _Optional[str] = ...) -> None: ...
 
 class StackedChangeSet(_message.Message):
     __slots__ = ("changeset_id", "task_id", "branch", "commit", "created_at")
