@@ -69,8 +69,11 @@ def notices(s: Session, change: Change) -> list[str]:
         scheduling.AgentSlot(a.name, {}, a.capacity, frozenset(a.drivers), a.draining, a.pool or "")
         for a in s.scalars(select(Agent).where(Agent.connected.is_(True)))
     ]
-    notice = scheduling.pool_notice(project.pool if project else "", connected)
-    return [notice] if notice else []
+    pool = project.pool if project else ""
+    found = [scheduling.pool_notice(pool, connected)]
+    drivers = s.scalars(select(Run.driver).where(Run.change_id == change.id, Run.state == "queued").distinct())
+    found += [scheduling.driver_notice(pool, driver, connected) for driver in sorted(drivers)]
+    return [n for n in found if n]
 
 
 def list_changes(

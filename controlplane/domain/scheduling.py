@@ -62,3 +62,17 @@ def pool_notice(pool: str, agents: Sequence[AgentSlot]) -> str:
             "(drover undrain NAME) or another connects"
         )
     return ""
+
+
+RUNTIME_FLAGS = {"claude-code": "--claude-command", "opencode": "--opencode-command"}
+
+
+def driver_notice(pool: str, driver: str, agents: Sequence[AgentSlot]) -> str:
+    """Why queued runs of `driver` in `pool` cannot be assigned: no connected agent of the pool offers it
+    ("" when one does, or when the pool itself is the reason, which pool_notice says)."""
+    serving = [a for a in agents if a.pool == pool and not a.draining]
+    if not serving or any(driver in a.drivers for a in serving):
+        return ""
+    name = repr(pool) if pool else "default"
+    how = f" (agentd {RUNTIME_FLAGS[driver]})" if driver in RUNTIME_FLAGS else ""
+    return f"no connected agent of pool {name} offers runtime {driver}{how}: its runs wait until one does"

@@ -435,3 +435,23 @@ def test_a_parked_opencode_session_is_resumed_as_a_new_session_with_the_answers_
     assert list(files) == ["draft.txt"]  # the parked WIP carried into the new session's workspace
     prompt = json.dumps(model.requests[3].body["messages"][0])
     assert "do short" in prompt and "Q: Keep it short?" in prompt and "A: Yes, short." in prompt
+
+
+def test_a_task_whose_runtime_no_agent_offers_waits_and_says_why(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane()
+    fleet.plane.add_project("calc", str(calc_repo))
+    fleet.agent("worker", extra=("--claude-command", "/nonexistent/claude"))  # offers command and harness only
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "waits", [task("waits")])
+        notices = wait_for(lambda: client.get_change(change.id).notices, 30, what="a notice")
+        agents = client.list_agents()
+        run = client.get_run(client.get_change(change.id).tasks[0].latest_run_id)
+    assert run.state == "queued" and model.requests == []
+    assert sorted(agents[0].drivers) == ["command", "harness"]
+    assert notices == [
+        "no connected agent of pool default offers runtime claude-code (agentd --claude-command): "
+        "its runs wait until one does"
+    ]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments, pool_notice
+from controlplane.domain.scheduling import AgentSlot, QueuedRun, driver_notice, plan_assignments, pool_notice
 
 BOTH = frozenset({"command", "harness"})
 
@@ -115,4 +117,24 @@ def test_plan_assignments(runs: list[QueuedRun], agents: list[AgentSlot], plan: 
 )
 def test_pool_notice_says_what_holds_a_pool_up(pool: str, agents: list[AgentSlot], says: str) -> None:
     notice = pool_notice(pool, agents)
+    assert (says in notice) if says else notice == ""
+
+
+HARNESS_ONLY = AgentSlot("a", {}, 1, frozenset({"command", "harness"}))
+WITH_CLAUDE = AgentSlot("b", {}, 1, frozenset({"command", "harness", "claude-code"}))
+
+
+@pytest.mark.parametrize(
+    ("driver", "agents", "says"),
+    [
+        ("claude-code", [HARNESS_ONLY], "no connected agent of pool default offers runtime claude-code"),
+        ("claude-code", [HARNESS_ONLY, WITH_CLAUDE], ""),
+        ("opencode", [WITH_CLAUDE], "(agentd --opencode-command)"),
+        ("harness", [HARNESS_ONLY], ""),
+        ("claude-code", [], ""),  # no agent at all: pool_notice says so
+        ("claude-code", [dataclasses.replace(WITH_CLAUDE, draining=True), HARNESS_ONLY], "offers runtime claude-code"),
+    ],
+)
+def test_driver_notice_says_when_no_agent_offers_a_runtime(driver: str, agents: list[AgentSlot], says: str) -> None:
+    notice = driver_notice("", driver, agents)
     assert (says in notice) if says else notice == ""
