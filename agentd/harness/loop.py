@@ -119,6 +119,7 @@ class Harness:
         await asyncio.sleep(0)  # input already waiting goes with the first request
         try:
             await self._finish_open_tools()
+            await self._resume_between_turns()
             while True:
                 try:
                     await self.step()
@@ -211,15 +212,28 @@ class Harness:
         )
         uses = [b for b in reply.content if b.get("type") == "tool_use"]
         if not uses:
-            await asyncio.sleep(0)  # input that came with the reply is in
-            while self.held() and not (self.messages or self._interrupted.is_set()):
-                self._arrived.clear()  # held: wait for the answer (or any message, or an interrupt)
-                await self._arrived.wait()
-            if self.messages or self._interrupted.is_set():
-                return  # the next step delivers it: a person answered the model
-            raise RunEnded("no_outcome", "the model ended its turn without complete_task or fail_task")
+            await self._turn_ended()
+            return
         for use in uses:
             await self._run_tool(use)
+
+    async def _turn_ended(self) -> None:
+        """The model ended its turn without a tool call: held by an open blocking question, wait for input;
+        with input waiting, the next step delivers it; else the run ends as no_outcome."""
+        await asyncio.sleep(0)  # input that came with the reply is in
+        while self.held() and not (self.messages or self._interrupted.is_set()):
+            self._arrived.clear()  # held: wait for the answer (or any message, or an interrupt)
+            await self._arrived.wait()
+        if self.messages or self._interrupted.is_set():
+            return  # the next step delivers it: a person answered the model
+        raise RunEnded("no_outcome", "the model ended its turn without complete_task or fail_task")
+
+    async def _resume_between_turns(self) -> None:
+        """After a restart: a last reply without a tool call, with nothing said since, was a turn that ended
+        (held, or about to end the run); go on from there instead of asking the model again."""
+        exchanges = self.transcript.exchanges()
+        if exchanges and not exchanges[-1].tool_uses and not exchanges[-1].said:
+            await self._turn_ended()
 
     async def _run_tool(self, use: dict[str, Any]) -> None:
         self._append("tool_started", id=use["id"], name=use["name"], input=use.get("input", {}))

@@ -70,6 +70,8 @@ class HarnessRun:
         resumed = self._restore_transcript(run_dir / "transcript.jsonl")
         self.transcript = Transcript(run_dir / "transcript.jsonl")
         if resumed:  # the parked session goes on with the answers as its next message
+            for question_id in self.transcript.open_questions:
+                self.transcript.append("answered", id=question_id)
             answers = self.spec["harness"].get("resume_answers") or ""
             self.transcript.append("user", text=answers, input_seq=0, resumed=True)
         counter = run_dir / "incarnation"
@@ -79,7 +81,8 @@ class HarnessRun:
         self.ws_dir = pathlib.Path(self.spec["workspace_dir"])
         self.workspace: gitspace.Workspace | None = None
         self.inputs: asyncio.Queue[Input] = asyncio.Queue()
-        self.open_questions: dict[str, str] = {}  # blocking questions not answered yet: id -> text
+        # blocking questions not answered yet: id -> text (kept in the transcript: a restart is still held)
+        self.open_questions: dict[str, str] = self.transcript.open_questions
         self.asked = 0
         self.park_requested = False  # the control plane said: held too long, park
 
@@ -109,6 +112,7 @@ class HarnessRun:
         """Ask people through the control plane; the session is held until a blocking one is answered."""
         self.asked += 1
         question_id = await gate.ask(f"q{self.incarnation}-{self.asked}", text, blocking)
+        self.transcript.append("question", id=question_id, text=text, blocking=blocking)
         if blocking:
             self.open_questions[question_id] = text
         self.output.write(
@@ -128,7 +132,10 @@ class HarnessRun:
                     session_input.mark_applied(self.run_dir, applied)
                     continue
                 if kind == "answer":  # delivered as a message; the question no longer holds the session
-                    asked = self.open_questions.pop(str(record.get("question_id", "")), "")
+                    question_id = str(record.get("question_id", ""))
+                    asked = self.open_questions.pop(question_id, "")
+                    if asked:
+                        self.transcript.append("answered", id=question_id)
                     kind, text = "message", (f"Answer to your question ({asked}):\n" if asked else "Answer:\n") + text
                 self.inputs.put_nowait(Input(kind, text, str(record["id"]), applied))
                 session_input.mark_applied(self.run_dir, applied)

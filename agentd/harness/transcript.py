@@ -12,6 +12,8 @@ Entries (one JSON object per line, in order):
   {"kind": "fold", "summary", "through"}          replies up to index `through` are summarised
   {"kind": "user", "text", "input_seq"}           a person's message, sent with the next request
   {"kind": "interrupted", "text", "input_seq"}    a person stopped the step under way
+  {"kind": "question", "id", "text", "blocking"}  the run asked people (a blocking one holds it)
+  {"kind": "answered", "id"}                      its answer came (and goes to the model as a message)
   {"kind": "outcome", "outcome", "reason", "intent"}
 """
 
@@ -93,6 +95,17 @@ class Transcript:
         return max(
             (int(e.get("input_seq", 0)) for e in self.entries if e["kind"] in ("user", "interrupted")), default=0
         )
+
+    @property
+    def open_questions(self) -> dict[str, str]:
+        """Blocking questions asked and not answered yet: id -> text."""
+        found: dict[str, str] = {}
+        for entry in self.entries:
+            if entry["kind"] == "question" and entry.get("blocking"):
+                found[entry["id"]] = entry["text"]
+            elif entry["kind"] == "answered":
+                found.pop(entry["id"], None)
+        return found
 
     @property
     def opening_said(self) -> list[str]:

@@ -455,3 +455,33 @@ def test_a_task_whose_runtime_no_agent_offers_waits_and_says_why(
         "no connected agent of pool default offers runtime claude-code (agentd --claude-command): "
         "its runs wait until one does"
     ]
+
+
+def test_a_held_harness_run_stays_held_after_agentd_and_its_supervisor_are_killed(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, claude: str
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("ask_question", {"question": "Which port?"}),
+            fake.text("Waiting for the answer."),
+            fake.tool_use("complete_task", {"summary": "port set"}),
+        ]
+    )
+    start(fleet, model, calc_repo, claude)
+    agent = fleet.agents[0]
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "a port", [task("port", runtime="harness")])
+        asked = open_question(client, change.id)
+        wait_for(lambda: len(model.requests) == 2, 30, what="the turn after the question")
+        agent.kill9()
+        fleet.stop_supervisors()  # the machine went down while the run waited for its answer
+        agent.start()
+        wait_for(lambda: "resuming its harness" in agent.log(), 30, what="the harness to resume")
+        time.sleep(3)
+        calls_while_held = len(model.requests)
+        client.answer_question(asked.id, "8080")
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+    assert calls_while_held == 2  # resumed held: no model call until the answer
+    assert final.status == "succeeded", final
+    assert model.requests[2].body["messages"][-1]["content"][-1]["text"].endswith("(Which port?):\n8080")
