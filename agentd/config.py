@@ -66,6 +66,10 @@ class AgentConfig:
     opencode_command: str = "opencode"
     """The opencode executable (TOML: [drivers] opencode_command); likewise for the opencode runtime."""
 
+    def drivers(self) -> list[str]:
+        """What this agent runs: commands, the harness, and the external runtimes installed here."""
+        return ["command", "harness", *self.runtime_commands()]
+
     def runtime_commands(self) -> dict[str, str]:
         """The external runtimes this agent offers, each with its executable's full path."""
         found = {"claude-code": shutil.which(self.claude_command), "opencode": shutil.which(self.opencode_command)}

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 
-from agentd import __version__, metrics
+from agentd import __version__, metrics, session_input
 from agentd.config import AgentConfig
 from agentd.connection import Connection, to_wire
 from agentd.outbox import Outbox
@@ -29,7 +29,7 @@ class Agent:
             name=self.config.name,
             labels=dict(self.config.labels),
             capacity=self.config.capacity,
-            drivers=self.runs.drivers(),
+            drivers=self.config.drivers(),
             version=__version__,
             active_runs=self.runs.active_ids(),
             undelivered_runs=self.runs.undelivered_ids(),
@@ -58,7 +58,9 @@ class Agent:
         elif body == "cancel":
             self.runs.cancel(message.cancel.run_id)
         elif body == "input":
-            self.runs.deliver_input(message.input)
+            slot = self.runs.slots.get(message.input.run_id)
+            if slot is not None and slot.live and slot.driver != "command":  # else the run has ended
+                session_input.deliver(slot.dir, slot.box, message.input)
         elif body == "drain" and message.drain.undrain:
             self.draining = False
             log.warning("undrained: taking new runs again")

@@ -15,7 +15,7 @@ import subprocess
 import time
 from typing import Any
 
-from agentd import processes, session_input
+from agentd import processes
 from agentd.config import AgentConfig
 from agentd.connection import ChannelSettings
 from agentd.logbatch import LogBatcher
@@ -142,7 +142,7 @@ class Runs:
             if assignment.resume and existing.awaiting_resume:
                 self._resume(existing, assignment)
             return  # otherwise a duplicate assignment after a reconnect
-        if assignment.driver not in SUPERVISORS or assignment.driver not in self.drivers():
+        if assignment.driver not in SUPERVISORS or assignment.driver not in self.config.drivers():
             raise Refused(f"no_driver: this agent has no {assignment.driver!r} driver")
         if self.busy >= self.config.capacity:
             raise Refused("at_capacity")
@@ -166,10 +166,6 @@ class Runs:
             log.error("run %s: cannot store it in the spool: %s", assignment.run_id, err)
             raise Refused("disk_full" if is_full(err) else f"spool_error: {err.strerror}") from err
         self._add(slot)
-
-    def drivers(self) -> list[str]:
-        """What this agent runs: commands, the harness, and the external runtimes installed here."""
-        return ["command", "harness", *self.config.runtime_commands()]
 
     def spool_free_bytes(self) -> int:
         """Free space on the spool's filesystem (for an unprivileged user)."""
@@ -228,24 +224,6 @@ class Runs:
             return
         self._stop(slot)
         log.info("run %s: cancel requested", run_id)
-
-    def deliver_input(self, given: Any) -> None:
-        """Keep a person's input (a drover.v1.SessionInput) on disk for the run's supervisor, each
-        input_seq once and in order, and report it received through the run's outbox."""
-        slot = self.slots.get(given.run_id)
-        if slot is None or not slot.live or slot.driver == "command":
-            return  # the control plane stops sending once the run has ended
-        path = slot.dir / session_input.FILE
-        through = session_input.stored_through(path)
-        if given.input_seq != through + 1:
-            return  # had (and reported) already, or out of order: the next reconnect sends it again
-        try:
-            session_input.store(path, given.input_seq, given.kind, given.text, given.input_id, given.question_id)
-            slot.box.append("input_received", input_seq=given.input_seq)
-        except OSError as err:
-            log.error("run %s: cannot keep input %d: %s", slot.run_id, given.input_seq, err)
-            return
-        log.info("run %s: input %d (%s) received", slot.run_id, given.input_seq, given.kind)
 
     def _stop(self, slot: RunSlot) -> None:
         try:

@@ -6,9 +6,14 @@ it got in RUN_DIR/inputs.applied."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 from typing import Any
+
+from agentd.outbox import RunOutbox
+
+log = logging.getLogger("agentd.runs")
 
 FILE = "inputs.jsonl"
 APPLIED = "inputs.applied"
@@ -76,3 +81,18 @@ def mark_applied(run_dir: pathlib.Path, seq: int) -> None:
     tmp = run_dir / (APPLIED + ".tmp")
     tmp.write_text(str(seq))
     os.replace(tmp, run_dir / APPLIED)
+
+
+def deliver(run_dir: pathlib.Path, box: RunOutbox, given: Any) -> None:
+    """Keep a person's input (a drover.v1.SessionInput) on disk for the run's supervisor, each input_seq
+    once and in order, and report it received through the run's outbox."""
+    path = run_dir / FILE
+    if given.input_seq != stored_through(path) + 1:
+        return  # had (and reported) already, or out of order: the next reconnect sends it again
+    try:
+        store(path, given.input_seq, given.kind, given.text, given.input_id, given.question_id)
+        box.append("input_received", input_seq=given.input_seq)
+    except OSError as err:
+        log.error("run %s: cannot keep input %d: %s", run_dir.name, given.input_seq, err)
+        return
+    log.info("run %s: input %d (%s) received", run_dir.name, given.input_seq, given.kind)

@@ -10,8 +10,6 @@ record. Started again on the same RUN_DIR it resumes from the transcript."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import gzip
 import json
 import os
 import pathlib
@@ -20,10 +18,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from agentd import session_input
 from agentd.connection import ChannelSettings
 from agentd.harness.gate import Gate
 from agentd.harness.loop import Harness, Limits, RunEnded, as_json_line, events_for
+from agentd.harness.talk import Talk
 from agentd.harness.tools import TaskTools
 from agentd.harness.transcript import Transcript
 from agentd.outbox import is_full
@@ -37,9 +35,6 @@ from drover.core.retry import RetryPolicy
 from drover.v1 import agent_pb2
 
 STATUS = {"completed": "succeeded", "cancelled": "cancelled", "parked": "succeeded"}
-PARKED = "WIP: parked while waiting for answers"
-MAX_STATE = 3 << 20
-"""A parked session's state (gzip) is kept up to this size, else not at all."""
 
 
 def emitted_through(path: pathlib.Path) -> int:
@@ -56,7 +51,7 @@ def emitted_through(path: pathlib.Path) -> int:
     return last
 
 
-class HarnessRun:
+class HarnessRun(Talk):
     def __init__(self, run_dir: pathlib.Path, secrets: dict[str, Any]) -> None:
         self.run_dir = run_dir
         self.spec = json.loads((run_dir / "assignment.json").read_text())
@@ -85,61 +80,6 @@ class HarnessRun:
         self.open_questions: dict[str, str] = self.transcript.open_questions
         self.asked = 0
         self.park_requested = False  # the control plane said: held too long, park
-
-    def resume_state(self) -> bytes:
-        """A parked session's state (gunzipped) when this run resumes one, else b""."""
-        packed = self.spec.get("harness", {}).get("resume_state") or ""
-        try:
-            return gzip.decompress(base64.b64decode(packed)) if packed else b""
-        except (ValueError, OSError):
-            return b""
-
-    def _restore_transcript(self, path: pathlib.Path) -> bool:
-        """A harness run that resumes a parked one starts from its transcript (once: a restart finds it)."""
-        if self.spec.get("driver") != "harness" or path.exists():
-            return False
-        state = self.resume_state()
-        if not state:
-            return False
-        path.write_bytes(state)
-        return True
-
-    def held(self) -> bool:
-        """A session with an open blocking question waits after its turn instead of ending."""
-        return bool(self.open_questions)
-
-    async def ask_question(self, gate: Gate, text: str, blocking: bool) -> str:
-        """Ask people through the control plane; the session is held until a blocking one is answered."""
-        self.asked += 1
-        question_id = await gate.ask(f"q{self.incarnation}-{self.asked}", text, blocking)
-        self.transcript.append("question", id=question_id, text=text, blocking=blocking)
-        if blocking:
-            self.open_questions[question_id] = text
-        self.output.write(
-            "event", as_json_line({"kind": "question", "id": question_id, "text": text, "blocking": blocking})
-        )
-        return question_id
-
-    async def feed_inputs(self, applied: int) -> None:
-        """Hand each input agentd stored (RUN_DIR/inputs.jsonl) after seq `applied` to the run once, in order."""
-        path = self.run_dir / session_input.FILE
-        while True:
-            for record in session_input.read(path)[applied:]:
-                applied = int(record["seq"])
-                kind, text = str(record["kind"]), str(record.get("text") or "")
-                if kind == "park":
-                    self.park_requested = True
-                    session_input.mark_applied(self.run_dir, applied)
-                    continue
-                if kind == "answer":  # delivered as a message; the question no longer holds the session
-                    question_id = str(record.get("question_id", ""))
-                    asked = self.open_questions.pop(question_id, "")
-                    if asked:
-                        self.transcript.append("answered", id=question_id)
-                    kind, text = "message", (f"Answer to your question ({asked}):\n" if asked else "Answer:\n") + text
-                self.inputs.put_nowait(Input(kind, text, str(record["id"]), applied))
-                session_input.mark_applied(self.run_dir, applied)
-            await asyncio.sleep(0.1)
 
     def emit(self, index: int, entry: dict[str, Any]) -> None:
         if index <= self.already:
@@ -377,36 +317,6 @@ class HarnessRun:
                 harness._append("outcome", outcome=ended.outcome, reason=ended.reason, intent={})
                 return ended
         return task.result()
-
-    async def park(self, ended: RunEnded, session_id: str, state: bytes | None) -> RunEnded:
-        """Commit the workspace as WIP on the Task's branch (no ChangeSet) and keep the session's state
-        (secrets redacted, gzip, at most 3 MiB) for the run that resumes it."""
-        parked: dict[str, Any] = {"session_id": session_id}
-        if self.workspace is not None:
-            result = await asyncio.to_thread(
-                self.workspace.publish, self.spec["change_id"], self.spec["task_id"], PARKED
-            )
-            parked.update(
-                branch=result.branch,
-                commit=result.commit,
-                workspace={
-                    "base_commit": result.base_commit,
-                    "start_commit": result.start_commit,
-                    "stacked_on": result.stacked_on,
-                },
-            )
-            self.output.write("system", f"parked: the workspace is {result.commit[:12]} on {result.branch}\n")
-        if state:
-            text = state.decode(errors="replace")
-            for secret in sorted((s for s in self.hidden if len(s) >= 4), key=len, reverse=True):
-                text = text.replace(secret, "***")
-            packed = gzip.compress(text.encode())
-            if len(packed) <= MAX_STATE:
-                ended.extra["state"] = base64.b64encode(packed).decode()
-            else:
-                self.output.write("system", f"parked: the session's state ({len(packed)} bytes) is not kept\n")
-        ended.extra["parked"] = json.dumps(parked)
-        return ended
 
     async def _publish(self, gate: Gate, ended: RunEnded) -> RunEnded:
         assert self.workspace is not None

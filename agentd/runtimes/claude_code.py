@@ -79,6 +79,19 @@ def _text(content: Any) -> str:
     return ""
 
 
+def turn_result(line: dict[str, Any], turns: int, ending: bool, session_id: str) -> SessionResult:
+    """The session's result as of a `result` line (an interrupt without text fails it)."""
+    failed = bool(line.get("is_error")) or line.get("subtype") != "success"
+    return SessionResult(
+        success=not failed and not ending,
+        summary=str(line.get("result") or ""),
+        turns=turns,
+        cost_usd=float(line.get("total_cost_usd") or 0.0),
+        error="interrupted" if ending else (str(line.get("subtype")) if failed else ""),
+        session_id=str(line.get("session_id") or session_id),
+    )
+
+
 def user_line(text: str) -> bytes:
     return (json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n").encode()
 
@@ -145,7 +158,6 @@ class ClaudeCode:
         waiting: list[Input] = []  # messages that arrived during a turn, delivered in order after it
         idle = False  # between turns, held by an open blocking question
         ending = False  # an interrupt without text: the session ends after the stopped turn
-        turns = 0
         if not await self._send(process, user_line(ctx.prompt)):
             return await self._ended(process, result, "the session did not take its prompt")
         reading = asyncio.ensure_future(process.stdout.readline())
@@ -160,18 +172,10 @@ class ClaudeCode:
                             result.success, result.error = False, "interrupted"
                             return await self._ended(process, result, "")
                         idle = False
-                        emit({"kind": "user", "text": item.text})
-                        if not await self._send(process, user_line(item.text)):
+                        if not await self._deliver(process, item, emit):
                             return await self._ended(process, result, "the session did not take the next message")
                         continue
-                    if item.kind != "interrupt":
-                        waiting.append(item)
-                        continue
-                    await self._send(process, self._interrupt_line())
-                    if item.text:  # its text is the next message, before any other
-                        waiting.insert(0, Input("message", item.text, item.id))
-                    else:
-                        ending = True
+                    ending = await self._during_turn(process, item, waiting) or ending
                     continue
                 raw, reading = reading.result(), asyncio.ensure_future(process.stdout.readline())
                 if not raw:  # the program exited (or closed its output) before its turn ended
@@ -185,16 +189,7 @@ class ClaudeCode:
                     emit(event)
                 if line.get("type") != "result":
                     continue
-                turns += 1
-                failed = bool(line.get("is_error")) or line.get("subtype") != "success"
-                result = SessionResult(
-                    success=not failed and not ending,
-                    summary=str(line.get("result") or ""),
-                    turns=turns,
-                    cost_usd=float(line.get("total_cost_usd") or 0.0),
-                    error="interrupted" if ending else (str(line.get("subtype")) if failed else ""),
-                    session_id=str(line.get("session_id") or result.session_id),
-                )
+                result = turn_result(line, result.turns + 1, ending, result.session_id)
                 await asyncio.sleep(0)  # input sent at the same moment is in
                 if getting.done():
                     item, getting = getting.result(), asyncio.ensure_future(inputs.get())
@@ -207,15 +202,29 @@ class ClaudeCode:
                     continue
                 if ending or not waiting:
                     return await self._ended(process, result, "")
-                following = waiting.pop(0)
-                emit({"kind": "user", "text": following.text})
-                if not await self._send(process, user_line(following.text)):
+                if not await self._deliver(process, waiting.pop(0), emit):
                     return await self._ended(process, result, "the session did not take the next message")
         finally:
             for future in (reading, getting):
                 future.cancel()
             for item in waiting:  # not delivered: back in the queue, for whoever looks next
                 inputs.put_nowait(item)
+
+    async def _deliver(self, process: asyncio.subprocess.Process, item: Input, emit: Emit) -> bool:
+        """A person's message starts the next turn (a user event)."""
+        emit({"kind": "user", "text": item.text})
+        return await self._send(process, user_line(item.text))
+
+    async def _during_turn(self, process: asyncio.subprocess.Process, item: Input, waiting: list[Input]) -> bool:
+        """Input while a turn runs: a message waits for its end; an interrupt is sent now and its text is the
+        next message. Answers whether the session ends after this turn (an interrupt without text)."""
+        if item.kind != "interrupt":
+            waiting.append(item)
+            return False
+        await self._send(process, self._interrupt_line())
+        if item.text:  # its text is the next message, before any other
+            waiting.insert(0, Input("message", item.text, item.id))
+        return not item.text
 
     def _interrupt_line(self) -> bytes:
         request = {

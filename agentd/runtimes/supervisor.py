@@ -26,6 +26,7 @@ from typing import Any
 
 from agentd import session_input
 from agentd.gateway import Gateway, Refused, Upstream
+from agentd.harness.gate import Gate
 from agentd.harness.loop import RunEnded, as_json_line
 from agentd.harness.supervisor import HarnessRun
 from agentd.runtimes import Session, SessionContext, SessionResult
@@ -86,23 +87,7 @@ class RuntimeRun(HarnessRun):
         if not sandbox.isolated:
             self.output.write("system", f"WARNING: {UNSANDBOXED}\n")
         gate = self._gate(self.spec["model"], int(h["max_output_tokens"]), lambda: 0)
-        gateway = Gateway(
-            token=tokens.token_urlsafe(32),
-            model=self.spec["model"],
-            max_output_tokens=int(h["max_output_tokens"]),
-            upstream=Upstream(
-                self.spec["base_url"],
-                self.secret_env.get("ANTHROPIC_API_KEY", ""),
-                h.get("billing") or "PayPerApi",
-                float(h.get("stall_timeout_seconds") or 120),
-            ),
-            reserve=lambda key, model, out, estimate: self._reserve(gate, key, model, out, estimate),
-            settle=gate.settle_call,
-            key_prefix=f"gw:{self.incarnation}",
-            ask=lambda text, blocking: self.ask_question(gate, text, blocking),
-        )
-        self.output.hide(gateway.token)
-        self.hidden.append(gateway.token)
+        gateway = self._gateway(gate)
         through_socket = sandbox.isolated and not bool(h.get("network"))
         scratch = pathlib.Path(tempfile.mkdtemp(prefix="drover-gw-"))  # short: a socket path has 108 bytes
         try:
@@ -142,6 +127,29 @@ class RuntimeRun(HarnessRun):
             await gateway.close()
             await gate.close()
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def _gateway(self, gate: Gate) -> Gateway:
+        """The run's model gateway: a fresh token in (redacted from everything the run writes), the
+        member's credential out, every call through the budget gate."""
+        h = self.spec["harness"]
+        gateway = Gateway(
+            token=tokens.token_urlsafe(32),
+            model=self.spec["model"],
+            max_output_tokens=int(h["max_output_tokens"]),
+            upstream=Upstream(
+                self.spec["base_url"],
+                self.secret_env.get("ANTHROPIC_API_KEY", ""),
+                h.get("billing") or "PayPerApi",
+                float(h.get("stall_timeout_seconds") or 120),
+            ),
+            reserve=lambda key, model, out, estimate: self._reserve(gate, key, model, out, estimate),
+            settle=gate.settle_call,
+            key_prefix=f"gw:{self.incarnation}",
+            ask=lambda text, blocking: self.ask_question(gate, text, blocking),
+        )
+        self.output.hide(gateway.token)
+        self.hidden.append(gateway.token)
+        return gateway
 
     def _resume_parts(self) -> dict[str, Any]:
         """A run that resumes a parked session: its id and state, and the answers as the first message (with
@@ -213,7 +221,11 @@ class RuntimeRun(HarnessRun):
         await asyncio.gather(stderr, return_exceptions=True)
         if stopped:
             return stopped
-        self.result = result = driving.result()
+        return self._ended(driving.result(), gateway)
+
+    def _ended(self, result: SessionResult, gateway: Gateway) -> RunEnded:
+        """How a session that ended by itself ends the run (a budget refusal says which limit)."""
+        self.result = result
         self.event(
             {
                 "kind": "session",

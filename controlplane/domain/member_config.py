@@ -221,9 +221,6 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
     tags = spec.get("capabilities", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise ConfigError(f"{where}: capabilities must be a list of strings")
-    runtimes = spec.get("runtimes", list(RUNTIMES))
-    if not isinstance(runtimes, list) or not runtimes or any(r not in RUNTIMES for r in runtimes):
-        raise ConfigError(f"{where}: runtimes must be a non-empty list of {', '.join(RUNTIMES)}")
     max_concurrent = _int(spec, "max_concurrent", where)
     if max_concurrent < 0:
         raise ConfigError(f"{where}: max_concurrent must be >= 0 (0 is unlimited)")
@@ -241,7 +238,7 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
         credential_file=_str(spec, "credential_file", where),
         probe_url=_str(spec, "probe_url", where),
         order=order,
-        runtimes=frozenset(runtimes),
+        runtimes=_runtimes(spec, where),
     )
     if member.credential_env and member.credential_file:
         raise ConfigError(f"{where}: set credential_env or credential_file, not both")
@@ -272,3 +269,10 @@ def _int(spec: Mapping[str, Any], key: str, where: str) -> int:
 
 def _label(mod: TodModifier) -> str:
     return f"'{'/'.join(s for s in (mod.route_key, mod.model) if s)}' {mod.start}-{mod.end}"
+
+
+def _runtimes(spec: Mapping[str, Any], where: str) -> frozenset[str]:
+    runtimes = spec.get("runtimes", list(RUNTIMES))
+    if not isinstance(runtimes, list) or not runtimes or any(r not in RUNTIMES for r in runtimes):
+        raise ConfigError(f"{where}: runtimes must be a non-empty list of {', '.join(RUNTIMES)}")
+    return frozenset(runtimes)
