@@ -66,7 +66,6 @@ class RuntimeRun(HarnessRun):
         super().__init__(run_dir, secrets)
         self.driver: str = self.spec["driver"]
         self.executable: str = self.spec.get("runtime_command") or ""
-        self.result = SessionResult(success=False, error="the session did not start")
 
     def event(self, event: dict[str, Any]) -> None:
         self.output.write("event", as_json_line(event))
@@ -225,7 +224,6 @@ class RuntimeRun(HarnessRun):
 
     def _ended(self, result: SessionResult, gateway: Gateway) -> RunEnded:
         """How a session that ended by itself ends the run (a budget refusal says which limit)."""
-        self.result = result
         self.event(
             {
                 "kind": "session",
