@@ -18,7 +18,8 @@ DRIVER_KEYS = frozenset({"claude_command", "opencode_command"})
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
     control_plane: str = "127.0.0.1:50051"
-    """host:port of the control plane; agentd dials out."""
+    """host:port of the control plane, or several (`a:50051,b:50051`: its replicas, tried in turn); agentd
+    dials out."""
     name: str = dataclasses.field(default_factory=socket.gethostname)
     """Unique among connected agents; keep it stable so a restarted agentd re-attaches to its runs."""
     token_file: pathlib.Path = pathlib.Path(".drover/tokens/agent.token")

@@ -63,7 +63,16 @@ def channel_options(settings: ChannelSettings) -> list[tuple[str, Any]]:
     ]
 
 
-def open_channel(settings: ChannelSettings) -> grpc.aio.Channel:
+def targets(control_plane: str) -> list[str]:
+    """`host:port[,host:port...]`: the control-plane replicas (or one load-balanced name), in the order
+    agentd tries them."""
+    return [t.strip() for t in control_plane.split(",") if t.strip()] or [control_plane]
+
+
+def open_channel(settings: ChannelSettings, index: int = 0) -> grpc.aio.Channel:
+    """A channel to the control plane: the `index`th target (modulo their number)."""
+    listed = targets(settings.control_plane)
+    target = listed[index % len(listed)]
     if settings.tls:
 
         def read(path: str) -> bytes | None:
@@ -72,8 +81,8 @@ def open_channel(settings: ChannelSettings) -> grpc.aio.Channel:
         credentials = grpc.ssl_channel_credentials(
             read(settings.ca_file), read(settings.tls_key), read(settings.tls_cert)
         )
-        return grpc.aio.secure_channel(settings.control_plane, credentials, options=channel_options(settings))
-    return grpc.aio.insecure_channel(settings.control_plane, options=channel_options(settings))
+        return grpc.aio.secure_channel(target, credentials, options=channel_options(settings))
+    return grpc.aio.insecure_channel(target, options=channel_options(settings))
 
 
 def to_wire(run_id: str, message: dict[str, Any]) -> agent_pb2.AgentMessage:
@@ -115,6 +124,8 @@ class Connection:
         self.on_welcome = on_welcome
         self.direct: collections.deque[agent_pb2.AgentMessage] = collections.deque()
         self.connected = asyncio.Event()
+        self.target = 0
+        """Which of the control-plane targets is dialled next; a failed or ended session moves on."""
 
     def send_direct(self, message: agent_pb2.AgentMessage) -> None:
         """A message that is not kept in the outbox (a refusal: the control plane requeues
@@ -129,7 +140,7 @@ class Connection:
                 wait=tenacity.wait_exponential_jitter(initial=0.5, exp_base=2, max=30, jitter=0.5),
                 before_sleep=lambda state: log.warning(
                     "control plane %s unreachable (%s); retrying in %.1f s",
-                    self.config.control_plane,
+                    self._target_name(),
                     state.outcome.exception() if state.outcome else "",
                     state.upcoming_sleep,
                 ),
@@ -137,15 +148,23 @@ class Connection:
             )
             async for attempt in retrying:
                 with attempt:
-                    await self._session()
+                    try:
+                        await self._session()
+                    except SessionLost:
+                        self.target += 1  # the next replica, if there are several
+                        raise
             # A session that was up and then ended: dial again at once, backoff starting afresh.
+
+    def _target_name(self) -> str:
+        listed = targets(self.config.control_plane)
+        return listed[self.target % len(listed)]
 
     async def _session(self) -> None:
         try:
             token = self.config.token_file.read_text().strip()
         except OSError as err:
             raise SessionLost(f"cannot read the token file {self.config.token_file}: {err.strerror}") from err
-        channel = open_channel(ChannelSettings.of(self.config))
+        channel = open_channel(ChannelSettings.of(self.config), self.target)
         established = False
         try:
             stub = agent_pb2_grpc.AgentServiceStub(channel)
@@ -157,7 +176,7 @@ class Connection:
             established = True
             self.on_welcome(first.welcome)
             self.connected.set()
-            log.info("connected to %s as %s", self.config.control_plane, first.welcome.agent)
+            log.info("connected to %s as %s", self._target_name(), first.welcome.agent)
             sender = asyncio.create_task(self._send(call), name="outbox-sender")
             try:
                 while True:
@@ -174,6 +193,7 @@ class Connection:
             if not established:
                 raise SessionLost(f"{err.code().name}: {err.details()}") from err
             log.warning("stream to the control plane ended: %s %s", err.code().name, err.details())
+            self.target += 1  # it may have died: try the next replica first
         finally:
             self.connected.clear()
             await channel.close()

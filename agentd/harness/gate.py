@@ -46,21 +46,31 @@ class Gate:
     calls_cap: int = 0
 
     def __post_init__(self) -> None:
-        self._channel = open_channel(self.channel)
+        self._target = 0
+        self._channel = open_channel(self.channel, self._target)
         self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {self.token}"),)
         self._reservations: dict[int, str] = {}
 
-    async def _call(self, method: Any, request: Any) -> Any:
+    async def _next_target(self, _state: Any = None) -> None:
+        """The control plane answered UNAVAILABLE (a replica died or restarts): ask the next one. Every
+        call is idempotent (a reservation by its key), so asking again anywhere is safe."""
+        await self._channel.close()
+        self._target += 1
+        self._channel = open_channel(self.channel, self._target)
+        self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
+
+    async def _call(self, method_name: str, request: Any) -> Any:
         """One unary call; while the control plane is unreachable (restarting), keep asking for ten minutes."""
         async for attempt in tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(_unavailable),
             reraise=True,
-            wait=tenacity.wait_exponential_jitter(initial=0.5, max=30),
+            wait=tenacity.wait_exponential_jitter(initial=0.2, max=30),
             stop=tenacity.stop_after_delay(600),
+            before_sleep=self._next_target,
         ):
             with attempt:
-                return await method(request, metadata=self._metadata)
+                return await getattr(self._stub, method_name)(request, metadata=self._metadata)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -81,7 +91,7 @@ class Gate:
             max_output_tokens=max_output_tokens,
             estimated_input_tokens=estimated_input_tokens,
         )
-        answer = await self._call(self._stub.ReserveModelCall, request)
+        answer = await self._call("ReserveModelCall", request)
         if answer.calls_cap:
             self.calls_used, self.calls_cap = answer.calls_used, answer.calls_cap
         if not answer.granted:
@@ -111,13 +121,13 @@ class Gate:
                 cache_read_input_tokens=u.cache_read_input_tokens,
             ),
         )
-        await self._call(self._stub.SettleModelCall, request)
+        await self._call("SettleModelCall", request)
 
     async def ask(self, key: str, text: str, blocking: bool) -> str:
         """Ask people a question (idempotent by key); answers its id."""
         request = agent_pb2.AskQuestionRequest(run_id=self.run_id, key=key, text=text, blocking=blocking)
-        asked = await self._call(self._stub.AskQuestion, request)
+        asked = await self._call("AskQuestion", request)
         return str(asked.id)
 
     async def publish(self, request: agent_pb2.PublishChangeSetRequest) -> agent_pb2.ChangeSetRef:
-        return await self._call(self._stub.PublishChangeSet, request)
+        return await self._call("PublishChangeSet", request)

@@ -17,7 +17,7 @@ from controlplane.services import changesets, claims, model_calls, questions, te
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.models import utcnow
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import ObjectStore
 from drover.core.usage import Usage
 from drover.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 
@@ -27,7 +27,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         self,
         store: Store,
         notifier: Notifier,
-        objects: DirectoryStore,
+        objects: ObjectStore,
         sessions: AgentSessions,
         router: Router,
         settings: Callable[[], ServerConfig],

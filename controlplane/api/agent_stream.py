@@ -12,6 +12,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from sqlalchemy.orm import Session
@@ -24,7 +25,7 @@ from controlplane.services import agent_presence, run_input, run_lifecycle, toke
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.models import utcnow
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import ObjectStore
 from drover.errors import AlreadyExists, DroverError, InvalidArgument, PermissionDenied
 from drover.v1 import agent_pb2
 
@@ -58,12 +59,16 @@ class AgentSession:
 class AgentSessions:
     """The agents connected to this control plane."""
 
-    def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, objects: DirectoryStore) -> None:
+    def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, objects: ObjectStore) -> None:
         self.store, self.config, self.notifier, self.objects = store, config, notifier, objects
         self.sessions: dict[str, AgentSession] = {}
         self.on_change: Callable[[], None] = lambda: None
         """Called when an agent connects or a run ends or is refused: dispatch may have work."""
         self.on_refused: Callable[[str, str], None] = lambda run_id, agent: None
+        self.replica = ""
+        """This replica's id, written on the agents whose streams it holds."""
+        self.tell_others: Callable[[dict[str, Any]], None] = lambda note: None
+        """Tells the other replicas (LISTEN/NOTIFY) what only the holder of an agent's stream can send."""
         self._stopping = False
         self._cleanups: set[asyncio.Task[None]] = set()
 
@@ -80,22 +85,46 @@ class AgentSessions:
     def tell_cancel(self, runs: list[tuple[str, str]], reason: str) -> None:
         """Send cancel to the agents of (run_id, agent) pairs that are connected here; the others
         hear it when they reconnect (their hello lists the run and the run is marked)."""
+        elsewhere = []
         for run_id, agent in runs:
             session = self.sessions.get(agent)
             if session is not None:
                 session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason=reason)))
+            else:
+                elsewhere.append([run_id, agent])
+        if elsewhere:
+            self.tell_others({"kind": "cancel", "runs": elsewhere, "reason": reason})
 
     def tell_inputs(self, pending: list[run_input.Pending]) -> None:
         """Send inputs to their agents if connected here; the others get them when they reconnect."""
+        elsewhere = set()
         for p in pending:
             session = self.sessions.get(p.agent)
             if session is not None:
                 session.send(agent_pb2.ControlMessage(input=_session_input(p)))
+            else:
+                elsewhere.add(p.agent)
+        for agent in sorted(elsewhere):  # the holder reads the inputs themselves from the database
+            self.tell_others({"kind": "inputs", "agent": agent})
 
     def tell_drain(self, agent: str, undrain: bool = False) -> None:
         session = self.sessions.get(agent)
         if session is not None:
             session.send(agent_pb2.ControlMessage(drain=agent_pb2.Drain(undrain=undrain)))
+        else:
+            self.tell_others({"kind": "drain", "agent": agent, "undrain": undrain})
+
+    async def on_note(self, note: dict[str, Any]) -> None:
+        """What another replica told this one: act on it if the agent's stream is here."""
+        kind = note.get("kind")
+        if kind == "cancel":
+            for run_id, agent in note.get("runs", []):
+                if agent in self.sessions:
+                    self.tell_cancel([(str(run_id), str(agent))], str(note.get("reason", "cancelled")))
+        elif kind == "inputs" and note.get("agent") in self.sessions:
+            self.tell_inputs(await self.store.read(run_input.pending_for, str(note["agent"])))
+        elif kind == "drain" and note.get("agent") in self.sessions:
+            self.tell_drain(str(note["agent"]), bool(note.get("undrain")))
 
     async def close_revoked(self) -> None:
         """An agent whose token was revoked (or expired) loses its stream."""
@@ -190,6 +219,8 @@ class AgentSessions:
                 who.token_id,
                 who.pool,
                 self.config.lifecycle,
+                self.replica,
+                dt.timedelta(seconds=self.config.agent_silence_seconds),
             )
         except DroverError as err:  # the name belongs to another agent token
             await status.abort(context, err)
@@ -254,7 +285,7 @@ class AgentSessions:
 
     async def _disconnected(self, name: str, last_heard_at: dt.datetime) -> None:
         try:
-            await self.store.run(agent_presence.agent_disconnected, name, last_heard_at)
+            await self.store.run(agent_presence.agent_disconnected, name, last_heard_at, self.replica)
         except Exception:  # the store may be closing at shutdown
             log.exception("recording the disconnect of %s", name)
         log.info("agent %s disconnected", name)

@@ -16,7 +16,7 @@ from controlplane.domain import graph
 from controlplane.services import change_lifecycle, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import ObjectStore
 from drover.errors import FailedPrecondition, Unauthenticated
 from drover.v1 import change_pb2, change_pb2_grpc, types_pb2
 
@@ -34,7 +34,7 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         self,
         store: Store,
         notifier: Notifier,
-        objects: DirectoryStore,
+        objects: ObjectStore,
         agents: AgentSessions,
         wake: Callable[[], None],
         limits: validation.Limits = validation.Limits(),

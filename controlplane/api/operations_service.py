@@ -15,7 +15,7 @@ from controlplane.domain import run_states
 from controlplane.services import agent_presence, run_input, run_lifecycle
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import ObjectStore
 from drover.v1 import operations_pb2, operations_pb2_grpc, types_pb2
 
 TAIL_POLL_SECONDS = 1.0
@@ -23,7 +23,7 @@ TAIL_POLL_SECONDS = 1.0
 
 class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
     def __init__(
-        self, store: Store, notifier: Notifier, objects: DirectoryStore, agents: AgentSessions, wake: Callable[[], None]
+        self, store: Store, notifier: Notifier, objects: ObjectStore, agents: AgentSessions, wake: Callable[[], None]
     ) -> None:
         self.store, self.notifier, self.objects, self.agents, self.wake = store, notifier, objects, agents, wake
 

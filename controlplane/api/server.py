@@ -22,6 +22,7 @@ from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.auth import AuthInterceptor, Permission
 from controlplane.api.change_service import ChangeService
 from controlplane.api.operations_service import OperationsService
+from controlplane.api.replica import Replica
 from controlplane.config import ServerConfig, load_harness
 from controlplane.context.recall import Recall
 from controlplane.dispatch import quota
@@ -31,9 +32,10 @@ from controlplane.dispatch.liveness import Liveness
 from controlplane.dispatch.router import Router
 from controlplane.services import agent_presence, tokens
 from controlplane.services.notify import Notifier
+from controlplane.store import coordination
 from controlplane.store.engine import Store, sqlite_url
 from controlplane.store.models import Token
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import DatabaseStore, DirectoryStore, ObjectStore
 from drover.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -105,6 +107,14 @@ def open_store(config: ServerConfig) -> Store:
     return store
 
 
+def object_store(config: ServerConfig, store: Store) -> ObjectStore:
+    """A directory when one is configured or the database is SQLite; else the database (PostgreSQL),
+    which every replica reads."""
+    if config.object_store_dir is None and coordination.shared(store.url):
+        return DatabaseStore(store.engine)
+    return DirectoryStore(config.objects)
+
+
 def lock_data_dir(data_dir: pathlib.Path) -> int:
     """Hold the data directory for this process's life: a second control plane on the same directory
     (the same SQLite database, tokens and objects) refuses to start instead of serving beside it."""
@@ -172,16 +182,24 @@ class ControlPlane:
         self.notifier = Notifier()
         for warning in config.harness.warnings:
             log.warning("%s", warning)
-        self.objects = DirectoryStore(config.objects)
+        self.replica = Replica(store.url)
+        self.objects = object_store(config, store)
         self.recall = Recall(store, config.data_dir, config.memory)
         self.router = Router(
             store, config.harness, self.notifier, self.objects, config.data_dir / "mirrors", self.recall
         )
         self.agents = AgentSessions(store, config, self.notifier, self.objects)
-        self.dispatcher = Dispatcher(store, config, self.notifier, self.objects, self.router, self.agents)
+        self.agents.replica, self.agents.tell_others = self.replica.id, self.replica.tell
+        leading = self.replica.leading
+        self.dispatcher = Dispatcher(
+            store, config, self.notifier, self.objects, self.router, self.agents, leading, self.replica.tell
+        )
         self.agents.on_change, self.agents.on_refused = self.dispatcher.wake, self.dispatcher.refused
-        self.liveness = Liveness(store, config, self.notifier, self.agents, self.dispatcher.wake)
-        self.composer = Composer(store, self.notifier, config.data_dir / "compose")
+        self.liveness = Liveness(
+            store, config, self.notifier, self.agents, self.dispatcher.wake, leading=leading, replica=self.replica.id
+        )
+        self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading)
+        self.replica.handlers += [self._on_note, self.agents.on_note]
         self.auth = AuthInterceptor(
             PERMISSIONS,
             lambda digest: store.read(tokens.lookup, digest),
@@ -244,8 +262,15 @@ class ControlPlane:
             )
         return self.server.add_insecure_port(config.listen)
 
+    async def _on_note(self, note: dict[str, object]) -> None:
+        """Another replica changed something: dispatch may have work, and watchers here may see it."""
+        self.dispatcher.wake_here()
+        self.notifier.notify()
+
     async def start(self) -> None:
-        await self.store.run(agent_presence.disconnect_all)  # none is connected to this process yet
+        if not self.replica.shared:  # a single node: none is connected to this process yet
+            await self.store.run(agent_presence.disconnect_all)
+        self.replica.start()
         self._loops = [
             asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
             asyncio.create_task(self.liveness.run_forever(), name="liveness"),
@@ -278,6 +303,7 @@ class ControlPlane:
         await asyncio.gather(*self._loops, return_exceptions=True)
         await self.agents.stop()
         await self.server.stop(self.config.grace_seconds)
+        self.replica.stop()
         self.store.close()
 
 

@@ -9,7 +9,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
@@ -27,7 +28,7 @@ from controlplane.services.notify import Notifier
 from controlplane.store import events
 from controlplane.store.engine import Store
 from controlplane.store.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import ObjectStore
 from drover.errors import DroverError
 
 log = logging.getLogger("drover.dispatch")
@@ -55,17 +56,27 @@ class Dispatcher:
         store: Store,
         config: ServerConfig,
         notifier: Notifier,
-        objects: DirectoryStore,
+        objects: ObjectStore,
         router: Router,
         agents: Agents,
+        leading: Callable[[], Awaitable[bool]] | None = None,
+        tell_others: Callable[[dict[str, Any]], None] = lambda note: None,
     ) -> None:
         self.store, self.config, self.notifier, self.objects = store, config, notifier, objects
         self.router, self.agents = router, agents
+        self.leading, self.tell_others = leading or _always, tell_others
+        """Only the leading replica routes; every replica dispatches to the agents connected to it."""
         self._wake = asyncio.Event()
         # run id -> {agent: monotonic time until which it is not offered the run again}
         self._refusals: dict[str, dict[str, float]] = {}
 
     def wake(self) -> None:
+        """There may be work: here, and on the other replicas (routing is the leader's, and their agents
+        may be free)."""
+        self._wake.set()
+        self.tell_others({"kind": "wake"})
+
+    def wake_here(self) -> None:
         self._wake.set()
 
     def refused(self, run_id: str, agent: str) -> None:
@@ -78,9 +89,10 @@ class Dispatcher:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.config.dispatch_interval)
             self._wake.clear()
             try:
-                if await self.router.route_pending():
-                    self._wake.set()  # routed runs can be dispatched at once
-                await self.dispatch_once()
+                if await self.leading() and await self.router.route_pending():
+                    self.wake()  # routed runs can be dispatched at once, here and on the other replicas
+                if await self.dispatch_once():
+                    self.tell_others({"kind": "wake"})  # what this replica could not take, another may
             except Exception:
                 log.exception("dispatch failed; retrying")
                 await asyncio.sleep(1)
@@ -114,7 +126,7 @@ def assign_queued(
     connected: list[str],
     avoid: dict[str, frozenset[str]],
     harness: HarnessConfig,
-    objects: DirectoryStore,
+    objects: ObjectStore,
     output_limit: int = 0,
 ) -> Dispatched:
     """In one transaction: plan and record the assignment of queued runs to connected agents, each
@@ -131,8 +143,10 @@ def assign_queued(
         AgentSlot(a.name, a.labels, a.capacity - active.get(a.name, 0), frozenset(a.drivers), a.draining, a.pool or "")
         for a in agents
     ]
-    if all(slot.free <= 0 or slot.draining for slot in slots):
+    free = [slot for slot in slots if slot.free > 0 and not slot.draining]
+    if not free:
         return Dispatched([], [])
+    drivers = set().union(*(slot.drivers for slot in free))
     rows = s.execute(
         select(Run, Task, Project)
         .join(Task, Run.task_id == Task.id)
@@ -141,8 +155,11 @@ def assign_queued(
         .where(Run.state == "queued")
         .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
         .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
+        .where(Project.pool.in_({slot.pool for slot in free}), Run.driver.in_(drivers))
         .order_by(Run.created_at, Run.id)
-        .limit(500)
+        .limit(min(500, max(20, 2 * sum(slot.free for slot in free))))
+        # Several replicas: each takes the queued runs no other replica is assigning right now.
+        .with_for_update(of=Run, skip_locked=True)
     ).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
     plan = plan_assignments(
@@ -171,7 +188,7 @@ def _assign_one(
     project: Project,
     agent: str,
     harness: HarnessConfig,
-    objects: DirectoryStore,
+    objects: ObjectStore,
     output_limit: int,
 ) -> Assignment | None:
     if run_lifecycle.assign(s, run.id, agent) is None:
@@ -196,7 +213,7 @@ def _unassignable(run_id: str, err: Exception) -> str:
 
 
 def resume_assignments(
-    s: Session, agent: str, run_ids: list[str], harness: HarnessConfig, objects: DirectoryStore, output_limit: int = 0
+    s: Session, agent: str, run_ids: list[str], harness: HarnessConfig, objects: ObjectStore, output_limit: int = 0
 ) -> list[Assignment]:
     """Assignments sent again (secrets included) so harness runs whose supervisor died resume."""
     out = []
@@ -213,3 +230,7 @@ def resume_assignments(
         events.add_event(s, "run.resumed", change_id=run.change_id, task_id=run.task_id, run_id=run.id, agent=agent)
         out.append(dataclasses.replace(assignment, resume=True))
     return out
+
+
+async def _always() -> bool:
+    return True

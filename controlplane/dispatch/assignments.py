@@ -18,7 +18,7 @@ from controlplane.services import questions
 from controlplane.services.projects import git_token
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.models import Change, Project, Run, Task
-from controlplane.store.objects import DirectoryStore, packet_key
+from controlplane.store.objects import ObjectStore, packet_key
 
 WRITE_KINDS = frozenset({"implement", "migrate", "test"})
 
@@ -105,7 +105,7 @@ def build(
     task: Task,
     project: Project,
     harness: HarnessConfig,
-    objects: DirectoryStore,
+    objects: ObjectStore,
     output_limit_bytes: int = 0,
 ) -> Assignment:
     change = s.get(Change, run.change_id)
@@ -142,7 +142,7 @@ def build(
     return built
 
 
-def _resumed(s: Session, spec: HarnessSpec, parked_run_id: str, objects: DirectoryStore) -> HarnessSpec:
+def _resumed(s: Session, spec: HarnessSpec, parked_run_id: str, objects: ObjectStore) -> HarnessSpec:
     """What a run that resumes a parked session needs: its branch, workspace, session and the answers."""
     parked = s.get(Run, parked_run_id)
     assert parked is not None
@@ -167,7 +167,7 @@ def _for_harness(
     project: Project,
     change: Change,
     harness: HarnessConfig,
-    objects: DirectoryStore,
+    objects: ObjectStore,
 ) -> Assignment:
     """A runtime's part: its tier's caps, its member's endpoint and credential, the prompt (and an
     external runtime's standing instructions)."""

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import pathlib
 import tempfile
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -48,8 +49,15 @@ def inputs(s: Session, change_id: str) -> tuple[str, str, list[gitspace.StackIte
 
 
 class Composer:
-    def __init__(self, store: Store, notifier: Notifier, work_dir: pathlib.Path | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        notifier: Notifier,
+        work_dir: pathlib.Path | None = None,
+        leading: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
         self.store, self.notifier = store, notifier
+        self.leading = leading  # with several replicas, only the leader composes
         self.work_dir = work_dir or pathlib.Path(tempfile.gettempdir()) / "drover-compose"
 
     async def compose(self, change_id: str) -> None:
@@ -76,6 +84,8 @@ class Composer:
         while True:
             await self.notifier.wait(2.0)  # woken by every write; a finished run may complete a Change
             try:
+                if self.leading is not None and not await self.leading():
+                    continue
                 for change_id in await self.store.run(pending):
                     await self.compose(change_id)
             except Exception:

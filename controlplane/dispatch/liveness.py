@@ -43,23 +43,44 @@ class Liveness:
         wake: Callable[[], None],
         clock: Callable[[], dt.datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        leading: Callable[[], Awaitable[bool]] | None = None,
+        replica: str = "",
     ) -> None:
         self.store, self.config, self.notifier, self.agents = store, config, notifier, agents
         self.wake, self.clock, self.sleep = wake, clock, sleep
+        self.leading = leading or _always
+        self.replica = replica
 
     async def run_forever(self) -> None:
-        every = max(0.2, min(5.0, self.config.agent_lost_seconds / 4))
         while True:
-            await self.sleep(every)
+            await self.sleep(self.every)
             try:
                 await self.sweep()
             except Exception:
                 log.exception("liveness sweep failed")
 
+    @property
+    def every(self) -> float:
+        return max(0.2, min(5.0, self.config.agent_lost_seconds / 4))
+
+    @property
+    def lease(self) -> dt.timedelta:
+        """How long an agent counts as connected after its replica last renewed it."""
+        return dt.timedelta(seconds=max(self.config.agent_silence_seconds, 3 * self.every))
+
     async def sweep(self) -> list[str]:
-        """One pass; answers the runs it failed."""
+        """One pass; answers the runs it failed. Every replica renews the leases of its agents and their
+        claims; the leading replica alone expires leases and fails, settles and parks (one sweeper)."""
         await self.agents.close_revoked()
         now = self.clock()
+        connected = self.agents.connected()
+        await self.store.run(agent_presence.renew_leases, self.replica, connected, now + self.lease)
+        await self.store.run(renew_claims, connected, now)
+        if not await self.leading():
+            return []
+        expired = await self.store.run(agent_presence.expire_leases, now, self.lease)
+        if expired:
+            log.warning("the leases of %d agents expired (their replica is gone): %s", len(expired), expired)
         failed = await self.store.run(
             agent_presence.fail_lost_runs,
             dt.timedelta(seconds=self.config.agent_lost_seconds),
@@ -71,7 +92,6 @@ class Liveness:
         if parking:
             log.info("parking %d sessions held past their answer window", len(parking))
             self.agents.tell_inputs(parking)
-        await self.store.run(renew_claims, self.agents.connected(), now)
         if failed:
             log.warning("failed %d runs of lost agents", len(failed))
             self.notifier.notify()
@@ -83,3 +103,7 @@ def renew_claims(s: Session, connected: list[str], now: dt.datetime) -> None:
     """The claims of live runs on connected agents are renewed at half-life."""
     for run_id in s.scalars(select(Run.id).where(Run.agent.in_(connected), Run.state.in_(run_states.ACTIVE))):
         claims.renew_due(s, run_id, now)
+
+
+async def _always() -> bool:
+    return True

@@ -27,7 +27,7 @@ from controlplane.store import events
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.engine import Store, aware
 from controlplane.store.models import Change, ChangeSet, Project, Run, RunLog, Task
-from controlplane.store.objects import DirectoryStore, packet_key
+from controlplane.store.objects import ObjectStore, packet_key
 from drover.core.tool_specs import DEFINITIONS, TERMINAL
 
 FAILURE_LOG_CHARS = 400_000  # read at most this much of a failed run's log
@@ -281,7 +281,7 @@ async def compact_failures(g: Gathered, compact: Compactor | None) -> Gathered:
 
 async def prepare(
     store: Store,
-    objects: DirectoryStore,
+    objects: ObjectStore,
     mirrors: pathlib.Path,
     run_id: str,
     recall: Any = None,
@@ -310,5 +310,5 @@ async def prepare(
     return compiled.sha256
 
 
-def load(objects: DirectoryStore, project: str, change_id: str, task_id: str, context_hash: str) -> dict[str, Any]:
+def load(objects: ObjectStore, project: str, change_id: str, task_id: str, context_hash: str) -> dict[str, Any]:
     return json.loads(objects.get(packet_key(project, change_id, task_id, context_hash)))

@@ -24,7 +24,7 @@ from controlplane.services.notify import Notifier
 from controlplane.store import events, meters
 from controlplane.store.engine import Store
 from controlplane.store.models import Conflict, DecisionReceipt, Run, Task, utcnow
-from controlplane.store.objects import DirectoryStore
+from controlplane.store.objects import ObjectStore
 from drover.core.model import AnthropicModel, ModelError
 from drover.core.retry import RetryPolicy
 from drover.core.usage import Usage
@@ -212,7 +212,7 @@ class Router:
         store: Store,
         harness: HarnessConfig,
         notifier: Notifier,
-        objects: DirectoryStore,
+        objects: ObjectStore,
         mirrors: pathlib.Path,
         recall: Recall | None = None,
     ) -> None:

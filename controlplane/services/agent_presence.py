@@ -36,6 +36,8 @@ def agent_connected(
     token_id: int = 0,
     pool: str = "",
     policy: escalation.Policy | None = None,
+    replica: str = "",
+    lease: dt.timedelta = dt.timedelta(seconds=30),
 ) -> HelloResult:
     """Record a connected agent. A name is bound to the agent token that first registered it: another
     token may take it only once that one is revoked or expired, and only for the same pool."""
@@ -56,6 +58,7 @@ def agent_connected(
         agent.token_id, agent.pool = token_id, pool
     agent.labels, agent.capacity, agent.drivers, agent.version = labels, capacity, drivers, version
     agent.connected, agent.connected_at, agent.disconnected_at = True, utcnow(), None
+    agent.replica, agent.lease_until = replica, utcnow() + lease
     agent.draining = draining  # a drain lasts as long as the agentd process that was told
     add_event(s, "agent.connected", agent=name, capacity=capacity, labels=labels)
     applied: dict[str, int] = {}
@@ -91,11 +94,14 @@ def _expired(token: Token) -> bool:
     return expires is not None and utcnow() >= expires
 
 
-def agent_disconnected(s: Session, name: str, last_heard_at: dt.datetime | None = None) -> None:
+def agent_disconnected(
+    s: Session, name: str, last_heard_at: dt.datetime | None = None, replica: str | None = None
+) -> None:
     """The agent's stream ended; it counts as gone since it was last heard (a hung agent is silent long
-    before its stream is closed), so its runs fail as agent_lost that long after it fell silent."""
-    agent = s.get(Agent, name)
-    if agent is None or not agent.connected:
+    before its stream is closed), so its runs fail as agent_lost that long after it fell silent. With
+    `replica`: only if that replica still holds it (the agent may have reconnected to another)."""
+    agent = s.get(Agent, name, with_for_update=True)
+    if agent is None or not agent.connected or (replica is not None and agent.replica != replica):
         return
     now = utcnow()
     agent.connected, agent.disconnected_at = False, min(last_heard_at or now, now)
@@ -103,8 +109,32 @@ def agent_disconnected(s: Session, name: str, last_heard_at: dt.datetime | None 
 
 
 def disconnect_all(s: Session) -> None:
-    """At start-up no agent is connected to this process yet; their lost-window starts now."""
+    """At start-up of a single node no agent is connected to this process yet; their lost-window starts now."""
     s.execute(update(Agent).where(Agent.connected.is_(True)).values(connected=False, disconnected_at=utcnow()))
+
+
+def renew_leases(s: Session, replica: str, names: list[str], until: dt.datetime) -> None:
+    """The agents whose streams `replica` holds stay connected until `until` unless renewed again."""
+    if names:
+        s.execute(
+            update(Agent)
+            .where(Agent.name.in_(names), Agent.replica == replica, Agent.connected.is_(True))
+            .values(lease_until=until)
+        )
+
+
+def expire_leases(s: Session, now: dt.datetime, lease: dt.timedelta) -> list[str]:
+    """Agents still marked connected whose replica stopped renewing their lease (it died): gone since
+    the lease was last renewed, so their lost window runs from about when they were last heard."""
+    gone = []
+    for agent in s.scalars(
+        select(Agent).where(Agent.connected.is_(True), Agent.lease_until < now).with_for_update(skip_locked=True)
+    ):
+        since = min(now, (aware(agent.lease_until) or now) - lease)
+        agent.connected, agent.disconnected_at = False, since
+        add_event(s, "agent.disconnected", agent=agent.name, last_heard_at=since.isoformat(), replica=agent.replica)
+        gone.append(agent.name)
+    return gone
 
 
 def fail_lost_runs(

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from controlplane.services import claims
 from controlplane.store.events import add_event, new_id
 from controlplane.store.models import Change, ChangeSet, Run, utcnow
-from controlplane.store.objects import DirectoryStore, patch_key
+from controlplane.store.objects import ObjectStore, patch_key
 from drover.errors import FailedPrecondition, InvalidArgument, NotFound
 
 
@@ -30,7 +30,7 @@ class Published:
     intent: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def publish(s: Session, objects: DirectoryStore, p: Published) -> ChangeSet:
+def publish(s: Session, objects: ObjectStore, p: Published) -> ChangeSet:
     """Idempotent by run: publishing again answers the ChangeSet recorded the first time."""
     existing = s.scalar(select(ChangeSet).where(ChangeSet.run_id == p.run_id))
     if existing is not None:

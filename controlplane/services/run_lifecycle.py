@@ -26,7 +26,7 @@ from controlplane.store.changes import tasks_of
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event, run_event
 from controlplane.store.models import Change, DecisionReceipt, Run, RunLog, Task, utcnow
-from controlplane.store.objects import DirectoryStore, session_key
+from controlplane.store.objects import ObjectStore, session_key
 from drover.errors import FailedPrecondition
 
 DROPPED_LINE = "output limit of {limit} bytes reached: later output of this run is dropped\n"
@@ -245,7 +245,7 @@ def apply_run_message(
     agent: str,
     msg: RunMessage,
     output_limit: int,
-    objects: DirectoryStore | None = None,
+    objects: ObjectStore | None = None,
     policy: escalation.Policy | None = None,
 ) -> int:
     """Apply one message exactly once; answers the seq to ack (the run's highest applied seq)."""
@@ -290,7 +290,7 @@ def apply_run_message(
     return run.last_seq
 
 
-def _keep_parked(s: Session, run: Run, msg: RunMessage, objects: DirectoryStore | None) -> None:
+def _keep_parked(s: Session, run: Run, msg: RunMessage, objects: ObjectStore | None) -> None:
     """What a parked session left: its id, branch and workspace commits, and its state in the object store."""
     try:
         parked = json.loads(msg.parked or "{}")

@@ -10,12 +10,12 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from controlplane.store.models import Change, Run
-from controlplane.store.objects import DirectoryStore, tool_log_key
+from controlplane.store.objects import ObjectStore, tool_log_key
 
 log = logging.getLogger("drover.toollog")
 
 
-def record(s: Session, objects: DirectoryStore, run: Run, seq: int, text: str) -> None:
+def record(s: Session, objects: ObjectStore, run: Run, seq: int, text: str) -> None:
     """Merge tool-call records (JSON lines, each with an "id") into the run's file.
 
     A large record reaches the control plane in pieces over several messages, so the text of each

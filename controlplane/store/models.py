@@ -13,6 +13,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -186,6 +187,17 @@ class Agent(Base):
     disconnected_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the token this name is bound to
     pool: Mapped[str] = mapped_column(String(200), default="")  # its token's pool, whatever its labels say
+    replica: Mapped[str] = mapped_column(String(100), default="")  # the control-plane replica holding its stream
+    lease_until: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    """Renewed by that replica while the stream is up; past it, the agent counts as gone (the replica died)."""
+
+
+class StoredObject(Base):
+    """The object store in the database (PostgreSQL), so every replica reads what any one wrote."""
+
+    __tablename__ = "objects"
+    key: Mapped[str] = mapped_column(String(1000), primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class Event(Base):

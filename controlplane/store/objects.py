@@ -1,12 +1,27 @@
-"""The object store: a directory by default, behind a small interface (put, get)."""
+"""The object store, behind a small interface (put, get, exists): a directory for a single node on
+SQLite, the database itself when it is PostgreSQL, so every replica reads what any replica wrote."""
 
 from __future__ import annotations
 
 import os
 import pathlib
 import tempfile
+from typing import Protocol
 
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Engine
+
+from controlplane.store.models import StoredObject
 from drover.errors import NotFound
+
+
+class ObjectStore(Protocol):
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def exists(self, key: str) -> bool: ...
 
 
 def packet_key(project: str, change_id: str, task_id: str, context_hash: str) -> str:
@@ -39,10 +54,8 @@ class DirectoryStore:
         os.chmod(root, 0o700)
 
     def _path(self, key: str) -> pathlib.Path:
-        parts = pathlib.PurePosixPath(key).parts
-        if not parts or key.startswith("/") or ".." in parts:
-            raise ValueError(f"bad object key {key!r}")
-        return self.root.joinpath(*parts)
+        _check(key)
+        return self.root.joinpath(*pathlib.PurePosixPath(key).parts)
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -60,3 +73,34 @@ class DirectoryStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).exists()
+
+
+class DatabaseStore:
+    """Objects as rows of the `objects` table, each written in a transaction of its own (an object is
+    written before the state change that refers to it commits, as with the directory)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def put(self, key: str, data: bytes) -> None:
+        _check(key)
+        upsert = postgresql.insert(StoredObject).values(key=key, data=data)
+        with self.engine.begin() as conn:
+            conn.execute(upsert.on_conflict_do_update(index_elements=["key"], set_={"data": data}))
+
+    def get(self, key: str) -> bytes:
+        with self.engine.connect() as conn:
+            data = conn.scalar(select(StoredObject.data).where(StoredObject.key == key))
+        if data is None:
+            raise NotFound(f"no object {key!r}", field="key")
+        return bytes(data)
+
+    def exists(self, key: str) -> bool:
+        with self.engine.connect() as conn:
+            return conn.scalar(select(StoredObject.key).where(StoredObject.key == key)) is not None
+
+
+def _check(key: str) -> None:
+    parts = pathlib.PurePosixPath(key).parts
+    if not parts or key.startswith("/") or ".." in parts:
+        raise ValueError(f"bad object key {key!r}")
