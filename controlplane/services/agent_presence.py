@@ -61,6 +61,11 @@ def agent_connected(
     agent.replica, agent.lease_until = replica, utcnow() + lease
     agent.draining = draining  # a drain lasts as long as the agentd process that was told
     add_event(s, "agent.connected", agent=name, capacity=capacity, labels=labels)
+    return _reconcile(s, name, listed, policy)
+
+
+def _reconcile(s: Session, name: str, listed: set[str], policy: escalation.Policy | None) -> HelloResult:
+    """The agent's active runs against those its hello listed: what it must resume, cancel or forget."""
     applied: dict[str, int] = {}
     to_cancel: list[str] = []
     for run in s.scalars(select(Run).where(Run.agent == name, Run.state.in_(run_states.ACTIVE))):
