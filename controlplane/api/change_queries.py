@@ -175,7 +175,7 @@ def spend(s: Session, change_id: str, scope: Scope = None) -> change_pb2.Spend:
         .order_by(Run.tier, Run.member, ModelCall.model)
     ).all()
     lines = [
-        change_pb2.SpendLine(tier=tier, member=member, model=model, calls=calls, cost_micros=cost)
+        change_pb2.SpendLine(tier=tier, member=member, model=model, calls=calls, cost_micros=int(cost))
         for tier, member, model, calls, cost in rows
     ]
     return change_pb2.Spend(

@@ -43,7 +43,7 @@ def _run_rows(s: Session, q) -> list[types_pb2.Run]:  # type: ignore[no-untyped-
     ).all()
     ids = [run.id for run, _, _ in rows]
     usage = {
-        run_id: (calls, cost)
+        run_id: (int(calls), int(cost))  # PostgreSQL sums bigints as numeric (Decimal)
         for run_id, calls, cost in s.execute(
             select(ModelCall.run_id, func.count(), func.coalesce(func.sum(ModelCall.cost_micros), 0))
             .where(ModelCall.run_id.in_(ids), ModelCall.purpose == "agent")

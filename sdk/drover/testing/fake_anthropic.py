@@ -46,7 +46,7 @@ import signal
 import sys
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -88,8 +88,12 @@ class FakeAnthropic:
         api_key: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        responder: Callable[[Any], Step] | None = None,
     ) -> None:
         self.api_key = api_key
+        self.responder = responder
+        """Answers a request (its JSON body) once the script is used up: for many concurrent
+        conversations, each answered from its own messages."""
         self._steps: list[Step] = list(script or [])
         self._requests: list[Request] = []
         self._lock = threading.Lock()
@@ -158,10 +162,12 @@ class FakeAnthropic:
         with self._lock:
             self._requests.append(request)
 
-    def _next_step(self) -> Step:
+    def _next_step(self, body: Any = None) -> Step:
         with self._lock:
             if self._steps:
                 return self._steps.pop(0)
+        if self.responder is not None:
+            return self.responder(body)
         return Error(500, "api_error", "script exhausted")
 
 
@@ -190,7 +196,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_error(Error(400, "invalid_request_error", "body must be a JSON object"))
         if not self._authorized():
             return self._send_error(Error(401, "authentication_error", "invalid x-api-key"))
-        step = self.owner._next_step()
+        step = self.owner._next_step(body)
         stream = bool(body.get("stream"))
         model = str(body.get("model", "claude-fake"))
         if isinstance(step, Stall):
