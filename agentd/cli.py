@@ -20,7 +20,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"agentd {__version__}")
     p.add_argument("--log-format", choices=logs.FORMATS, help="text (default) or json lines; env DROVER_LOG_FORMAT")
     p.add_argument("--config", help="TOML file with the settings below (env DROVER_AGENTD_* overrides it)")
-    p.add_argument("--control-plane", dest="control_plane", help="host:port, or host:port,host:port,... for several replicas (default 127.0.0.1:50051)")
+    p.add_argument(
+        "--control-plane",
+        dest="control_plane",
+        help="host:port, or host:port,host:port,... of several replicas (default 127.0.0.1:50051)",
+    )
     p.add_argument("--name", help="unique agent name (default: the host name)")
     p.add_argument("--token-file", dest="token_file", help="default .drover/tokens/agent.token")
     p.add_argument("--capacity", type=int, help="concurrent runs (default 1)")
