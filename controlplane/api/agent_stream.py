@@ -24,6 +24,7 @@ from controlplane.dispatch.assignments import Assignment
 from controlplane.services import agent_presence, run_input, run_lifecycle, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
+from controlplane.store.group_commit import GroupCommit
 from controlplane.store.models import utcnow
 from controlplane.store.objects import ObjectStore
 from drover.errors import AlreadyExists, DroverError, InvalidArgument, PermissionDenied
@@ -62,6 +63,8 @@ class AgentSessions:
     def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, objects: ObjectStore) -> None:
         self.store, self.config, self.notifier, self.objects = store, config, notifier, objects
         self.sessions: dict[str, AgentSession] = {}
+        self.messages = GroupCommit(store, run_lifecycle.apply_run_message)
+        """Every stream's run messages, applied in group commits and acked after them."""
         self.on_change: Callable[[], None] = lambda: None
         """Called when an agent connects or a run ends or is refused: dispatch may have work."""
         self.on_refused: Callable[[str, str], None] = lambda run_id, agent: None
@@ -309,8 +312,7 @@ class AgentSessions:
                 # Before the run is requeued: a dispatch pass between the commit and this note would
                 # hand the run straight back to the agent that refused it.
                 self.on_refused(decoded.run_id, session.name)
-            seq = await self.store.run(
-                run_lifecycle.apply_run_message,
+            seq = await self.messages.apply(
                 session.name,
                 decoded,
                 self.config.output_limit_bytes,

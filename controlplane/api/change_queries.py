@@ -60,19 +60,29 @@ def get_change(s: Session, change_id: str, scope: Scope = None) -> types_pb2.Cha
 
 
 def notices(s: Session, change: Change) -> list[str]:
-    """What holds the Change's queued runs up, when it is not the queue itself."""
+    """What holds the Change's queued runs up, when it is not the queue itself. A fleet has thousands of
+    agents: the usual answer (an agent of the pool serves every queued driver) reads one row per driver."""
     queued = s.scalar(select(func.count()).select_from(Run).where(Run.change_id == change.id, Run.state == "queued"))
     if not queued:
         return []
     project = s.get(Project, change.project)
-    connected = [
-        scheduling.AgentSlot(a.name, {}, a.capacity, frozenset(a.drivers), a.draining, a.pool or "")
-        for a in s.scalars(select(Agent).where(Agent.connected.is_(True)))
-    ]
     pool = project.pool if project else ""
+    of_pool = (Agent.connected.is_(True), func.coalesce(Agent.pool, "") == pool)
+    drivers = sorted(s.scalars(select(Run.driver).where(Run.change_id == change.id, Run.state == "queued").distinct()))
+    serving = s.execute(select(Agent.drivers).where(*of_pool, Agent.draining.is_(False)))
+    missing = set(drivers)
+    for (offered,) in serving:
+        missing -= set(offered or ())
+        if not missing:
+            return []
+    connected = [
+        scheduling.AgentSlot(name, {}, capacity, frozenset(offered or ()), draining, pool)
+        for name, capacity, offered, draining in s.execute(
+            select(Agent.name, Agent.capacity, Agent.drivers, Agent.draining).where(*of_pool)
+        )
+    ]
     found = [scheduling.pool_notice(pool, connected)]
-    drivers = s.scalars(select(Run.driver).where(Run.change_id == change.id, Run.state == "queued").distinct())
-    found += [scheduling.driver_notice(pool, driver, connected) for driver in sorted(drivers)]
+    found += [scheduling.driver_notice(pool, driver, connected) for driver in drivers]
     return [n for n in found if n]
 
 

@@ -13,7 +13,7 @@ import signal
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from controlplane.api import fleet_metrics, validation
@@ -33,7 +33,7 @@ from controlplane.dispatch.router import Router
 from controlplane.services import agent_presence, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store import coordination
-from controlplane.store.engine import Store, sqlite_url
+from controlplane.store.engine import SCHEMA_LOCK, Store, sqlite_url
 from controlplane.store.models import Token
 from controlplane.store.objects import DatabaseStore, DirectoryStore, ObjectStore
 from drover.v1 import (
@@ -138,6 +138,8 @@ def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path) -> list[pathlib.Pat
     """On first start (no token stored yet) write an admin and an agent token, mode 0600."""
 
     def create(s: Session) -> dict[str, str]:
+        if s.get_bind().dialect.name == "postgresql":  # replicas starting together: one makes them
+            s.execute(text(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"))
         if s.scalar(select(func.count()).select_from(Token)):
             return {}
         return {

@@ -4,6 +4,9 @@ one transaction and appends its Events there."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -13,22 +16,39 @@ from controlplane.store.events import add_event, new_id, run_event
 from controlplane.store.models import Change, ChangeSet, Run, Task, utcnow
 
 
+@dataclasses.dataclass
+class TaskState:
+    """What moving a Change on reads of each Task: a row, not an ORM object (a Change may have hundreds
+    of Tasks, and every run that ends reads them all)."""
+
+    id: str
+    key: str
+    status: str
+    reason: str
+    depends_on: list[str]
+
+
+def task_states(s: Session, change_id: str) -> list[TaskState]:
+    q = select(Task.id, Task.key, Task.status, Task.reason, Task.depends_on).where(Task.change_id == change_id)
+    return [TaskState(*row) for row in s.execute(q.order_by(Task.position))]
+
+
 def advance(s: Session, change: Change) -> None:
     """Make ready what can run, then settle the Change's status."""
-    tasks = tasks_of(s, change.id)
+    tasks = task_states(s, change.id)
     by_key = {t.key: t for t in tasks}
-    statuses = {t.key: t.status for t in tasks}
-    deps = {t.key: t.depends_on for t in tasks}
     if not change.cancel_requested:
-        for key in graph.ready_tasks(statuses, deps):
-            task = by_key[key]
-            task.status = "ready"
+        statuses = {t.key: t.status for t in tasks}
+        for key in graph.ready_tasks(statuses, {t.key: t.depends_on for t in tasks}):
+            task = s.get(Task, by_key[key].id)
+            assert task is not None
+            task.status = by_key[key].status = "ready"
             add_event(s, "task.ready", change_id=change.id, task_id=task.id, key=key)
             queue_run(s, task, attempt=1)
     settle_change(s, change, tasks)
 
 
-def settle_change(s: Session, change: Change, tasks: list[Task]) -> None:
+def settle_change(s: Session, change: Change, tasks: Sequence[Task | TaskState]) -> None:
     if change.status in graph.TERMINAL_CHANGE:
         return
     active = s.scalar(select(Run.id).where(Run.change_id == change.id, Run.state.in_(run_states.ACTIVE)).limit(1))

@@ -22,6 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 T = TypeVar("T")
 MIGRATIONS = pathlib.Path(__file__).parent / "migrations"
+SCHEMA_LOCK = 0x44524F57
+"""The advisory lock held (PostgreSQL) while the schema is migrated and the first tokens are made."""
 
 
 def aware(value: dt.datetime | None) -> dt.datetime | None:
@@ -60,6 +62,8 @@ def migrate(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":  # replicas starting together migrate one after another
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 

@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""The control plane under a simulated fleet, beside a Celery + durable RabbitMQ baseline.
+
+    python benchmarks/fleet.py [--agents 1000] [--procs 4] [--database sqlite|postgresql|both]
+                               [--low 50] [--runs 2000] [--output-runs 100 --lines 2000 --line-bytes 200]
+                               [--budget-runs 50 --pairs 40] [--idle-seconds 10] [--celery on|off]
+
+For each database: `controlplane serve` (SQLite in a temporary data dir, or a fresh PostgreSQL
+database on 127.0.0.1:5432), a project without repository, and --agents simulated agents of capacity 1
+in --procs processes (benchmarks/fleetsim/agents.py: real Connect streams, the real agent protocol,
+each assignment "run" at once: started, output, model-call reserve+settle pairs, finished, acked).
+
+  idle            every agent connected, nothing to do, for --idle-seconds: control-plane RSS and CPU
+  low load        --low single-Task Changes one after another: submit -> assignment received p50/p99
+  saturation      --runs no-op runs in Changes of 100: submit -> assignment p50/p99, assignments/s
+                  (first submit -> last assignment), runs/s (first submit -> last finished acked)
+  output          --output-runs runs of --lines lines of --line-bytes bytes: MB/s and lines/s ingested
+                  (first assignment -> last finished acked; the finished ack follows every line's commit)
+  budget          --budget-runs concurrent runs each making --pairs reserve+settle pairs: pairs/s
+
+Then Celery 5 with a durable RabbitMQ broker (acks late, publisher confirms, prefork, 2 processes;
+benchmarks/fleetsim/celery_baseline.py): apply_async -> task start p50/p99 at low load and in a burst,
+and tasks/s; each Drover figure is printed with its ratio to Celery's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import sys
+import tempfile
+import time
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "sdk"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO))
+
+from dispatch import Deadline, Proc, cpu_seconds, log_tail, pct, postgres_database, wait_for
+
+from drover import Client
+
+PER_CHANGE = 100
+
+
+@dataclasses.dataclass
+class Phase:
+    name: str
+    submitted: dict[str, float] = dataclasses.field(default_factory=dict)  # change id -> submit wall time
+    runs: int = 0
+
+
+@dataclasses.dataclass
+class Figures:
+    database: str
+    rows: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, database: str, tmp: pathlib.Path, deadline: Deadline) -> None:
+        self.args, self.database, self.tmp, self.deadline = args, database, tmp, deadline
+        self.sims: list[Proc] = []
+        self.phases: list[Phase] = []
+
+    def start_plane(self, url: str) -> tuple[Proc, str]:
+        env = dict(os.environ, DROVER_LOG_LEVEL="WARNING")
+        env.pop("DROVER_DATABASE_URL", None)
+        if url:
+            env["DROVER_DATABASE_URL"] = url
+        self.env = env
+        data = self.tmp / "cp"
+        config = self.tmp / "controlplane.toml"  # the budget phase's calls stay within every meter
+        config.write_text("[budgets]\nprovider_month_usd = 1000000.0\nagent_calls_per_day = 0\n")
+        argv = [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)]
+        argv += ["--config", str(config)]
+        plane = Proc("controlplane", argv, self.tmp / "controlplane.log", env).start()
+
+        def listening() -> int:
+            if not plane.alive():
+                raise RuntimeError(f"control plane exited:\n{log_tail(plane.log)}")
+            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", plane.log.read_text(errors="replace"))
+            return int(found.group(1)) if found else 0
+
+        port = wait_for(listening, self.deadline, 60, "the control plane to listen")
+        cli = [sys.executable, "-m", "controlplane.cli", "project", "add", "--data-dir", str(data), "sim"]
+        Proc("project", cli, self.tmp / "project.log", env).start().proc.wait(60)  # type: ignore[union-attr]
+        return plane, f"127.0.0.1:{port}"
+
+    def start_sims(self, target: str) -> None:
+        token = self.tmp / "cp" / "tokens" / "agent.token"
+        per = [
+            self.args.agents // self.args.procs + (i < self.args.agents % self.args.procs)
+            for i in range(self.args.procs)
+        ]
+        for i, n in enumerate(per):
+            out = self.tmp / f"sim{i}.json"
+            argv = [sys.executable, "-m", "benchmarks.fleetsim.agents", "--target", target, "--token-file", str(token)]
+            argv += ["--agents", str(n), "--prefix", f"p{i}", "--out", str(out)]
+            self.sims.append(Proc(f"sim{i}", argv, self.tmp / f"sim{i}.log", self.env).start())
+
+    def progress(self) -> tuple[int, int]:
+        """(runs done, agent streams open) over the simulator processes."""
+        done = streams = 0
+        for i in range(len(self.sims)):
+            with contextlib.suppress(OSError, ValueError):
+                a, b = (self.tmp / f"sim{i}.json.progress").read_text().split()
+                done, streams = done + int(a), streams + int(b)
+        return done, streams
+
+    def wait_done(self, target: int, what: str) -> None:
+        wait_for(lambda: self.progress()[0] >= target, self.deadline, self.deadline.left(), what, interval=0.005)
+
+    def submit(self, client: Client, phase: Phase, n: int, command: list[str]) -> None:
+        for first in range(0, n, PER_CHANGE):
+            tasks = [
+                {"key": f"t{k}", "kind": "test", "objective": "sim", "command": command}
+                for k in range(first, min(n, first + PER_CHANGE))
+            ]
+            sent = time.time()
+            change = client.submit_change("sim", phase.name, tasks)
+            phase.submitted[change.id] = sent
+        phase.runs += n
+        self.phases.append(phase) if phase not in self.phases else None
+
+
+def run_phases(bench: Bench, client: Client, plane: Proc, figures: Figures) -> None:
+    args = bench.args
+    wait_for(lambda: bench.progress()[1] >= args.agents, bench.deadline, 300, "every simulated agent")
+    wait_for(
+        lambda: sum(a.connected for a in client.list_agents()) >= args.agents, bench.deadline, 300, "agents listed"
+    )
+    pid = plane.proc.pid  # type: ignore[union-attr]
+    cpu0, t0 = cpu_seconds(pid)[0], time.monotonic()
+    time.sleep(args.idle_seconds)
+    figures.rows["idle cpu %"] = 100 * (cpu_seconds(pid)[0] - cpu0) / (time.monotonic() - t0)
+    figures.rows["idle rss MiB"] = rss_mib(pid)
+    figures.rows["connected agents"] = bench.progress()[1]
+    done = 0
+    low = Phase("low")
+    for _ in range(args.low):
+        bench.submit(client, low, 1, ["sim"])
+        done += 1
+        bench.wait_done(done, "a low-load run")
+    for name, n, command in (
+        ("saturation", args.runs, ["sim"]),
+        ("output", args.output_runs, ["sim", f"lines={args.lines}", f"bytes={args.line_bytes}"]),
+        ("budget", args.budget_runs, ["sim", f"pairs={args.pairs}"]),
+    ):
+        phase = Phase(name)
+        cpu0 = cpu_seconds(pid)[0]
+        began = time.monotonic()
+        bench.submit(client, phase, n, command)
+        done += n
+        bench.wait_done(done, f"the {name} runs")
+        figures.rows[f"{name} cpu s"] = cpu_seconds(pid)[0] - cpu0
+        figures.rows[f"{name} wall s"] = time.monotonic() - began
+    figures.rows["rss after MiB"] = rss_mib(pid)
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def collect(bench: Bench, figures: Figures) -> None:
+    """Per phase, from the simulators' records: when each run's assignment arrived and it was done."""
+    assigned: dict[str, list[Any]] = {}
+    done: dict[str, float] = {}
+    pairs = 0
+    for i, sim in enumerate(bench.sims):
+        sim.stop()
+        record = json.loads((bench.tmp / f"sim{i}.json").read_text())
+        assigned.update(record["assigned"])
+        done.update(record["done"])
+        pairs += record["pairs"]
+        for error in record["errors"]:
+            print(f"  ! {sim.name}: {error}", file=sys.stderr)
+    by_change: dict[str, list[str]] = {}
+    for run_id, (_, change_id) in assigned.items():
+        by_change.setdefault(change_id, []).append(run_id)
+    for phase in bench.phases:
+        runs = [r for c in phase.submitted for r in by_change.get(c, [])]
+        waits = [1000 * (assigned[r][0] - phase.submitted[assigned[r][1]]) for r in runs]
+        first_submit = min(phase.submitted.values())
+        first_assigned = min(assigned[r][0] for r in runs)
+        last_assigned = max(assigned[r][0] for r in runs)
+        last_done = max(done.get(r, float("nan")) for r in runs)
+        f = figures.rows
+        f[f"{phase.name} runs"] = len(runs)
+        f[f"{phase.name} submit->assign p50 ms"] = pct(waits, 50)
+        f[f"{phase.name} submit->assign p99 ms"] = pct(waits, 99)
+        f[f"{phase.name} assignments/s"] = len(runs) / max(last_assigned - first_submit, 1e-9)
+        f[f"{phase.name} runs/s"] = len(runs) / max(last_done - first_submit, 1e-9)
+        f[f"{phase.name} busy s"] = last_done - first_assigned
+    if "output busy s" in figures.rows:
+        total = bench.args.output_runs * bench.args.lines
+        figures.rows["output MB/s"] = total * bench.args.line_bytes / 1e6 / figures.rows["output busy s"]
+        figures.rows["output lines/s"] = total / figures.rows["output busy s"]
+    if "budget busy s" in figures.rows:
+        figures.rows["budget pairs/s"] = pairs / figures.rows["budget busy s"]
+
+
+def bench_database(args: argparse.Namespace, database: str, deadline: Deadline) -> Figures:
+    figures = Figures(database)
+    with tempfile.TemporaryDirectory(prefix="drover-fleet-") as tmp, contextlib.ExitStack() as stack:
+        url = stack.enter_context(postgres_database()) if database == "postgresql" else ""
+        bench = Bench(args, database, pathlib.Path(tmp), deadline)
+        plane, target = bench.start_plane(url)
+        stack.callback(plane.stop)
+        stack.callback(lambda: [s.stop() for s in bench.sims])
+        token = (bench.tmp / "cp" / "tokens" / "admin.token").read_text().strip()
+        bench.start_sims(target)
+        print(f"[{database}] control plane pid {plane.proc.pid} on {target}; {args.agents} simulated agents")  # type: ignore[union-attr]
+        with Client(target, token=token) as client:
+            run_phases(bench, client, plane, figures)
+        collect(bench, figures)
+    return figures
+
+
+def celery_figures(args: argparse.Namespace) -> dict[str, float]:
+    if args.celery == "off":
+        return {}
+    try:
+        from benchmarks.fleetsim import celery_baseline
+    except ImportError as err:
+        print(f"celery baseline skipped: {err} (pip install -e '.[bench]')", file=sys.stderr)
+        return {}
+    return celery_baseline.measure(low_tasks=args.low, burst_tasks=args.runs)
+
+
+def report(results: list[Figures], celery: dict[str, float]) -> str:
+    keys = sorted({k for r in results for k in r.rows}, key=_order)
+    ratios = {
+        "low submit->assign p50 ms": celery.get("low_p50_ms"),
+        "low submit->assign p99 ms": celery.get("low_p99_ms"),
+        "saturation submit->assign p50 ms": celery.get("burst_p50_ms"),
+        "saturation submit->assign p99 ms": celery.get("burst_p99_ms"),
+        "saturation assignments/s": celery.get("tasks_per_s"),
+        "saturation runs/s": celery.get("tasks_per_s"),
+    }
+    head = f"{'':36}" + "".join(f"{r.database:>24}" for r in results) + (f"{'celery':>12}" if celery else "")
+    lines = [head]
+    for key in keys:
+        cells = []
+        for r in results:
+            value = r.rows.get(key, float("nan"))
+            base = ratios.get(key)
+            ratio = f" ({value / base:5.2f}x)" if base else ""
+            cells.append(f"{value:>14.1f}{ratio:>10}")
+        lines.append(f"{key:36}" + "".join(cells) + (f"{ratios[key]:>12.1f}" if ratios.get(key) else ""))
+    return "\n".join(lines)
+
+
+def _order(key: str) -> tuple[int, str]:
+    prefixes = ["connected", "idle", "low", "saturation", "output", "budget", "rss"]
+    return next((i for i, p in enumerate(prefixes) if key.startswith(p)), 99), key
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--agents", type=int, default=1000)
+    p.add_argument("--procs", type=int, default=4)
+    p.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
+    p.add_argument("--low", type=int, default=50)
+    p.add_argument("--runs", type=int, default=2000)
+    p.add_argument("--output-runs", type=int, default=100)
+    p.add_argument("--lines", type=int, default=2000)
+    p.add_argument("--line-bytes", type=int, default=200)
+    p.add_argument("--budget-runs", type=int, default=50)
+    p.add_argument("--pairs", type=int, default=40)
+    p.add_argument("--idle-seconds", type=float, default=10)
+    p.add_argument("--celery", choices=["on", "off"], default="on")
+    p.add_argument("--timeout", type=float, default=1800)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    deadline = Deadline(args.timeout)
+    databases = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
+    results = [bench_database(args, db, deadline) for db in databases]
+    celery = celery_figures(args)
+    print(f"\nfleet: {args.agents} simulated agents in {args.procs} processes, {os.cpu_count()} cores")
+    if celery:
+        print(
+            f"celery+rabbitmq (durable, acks late, confirms): apply->start p50 {celery['low_p50_ms']:.1f} ms"
+            f" (low load), {celery['burst_p50_ms']:.1f} ms (burst), {celery['tasks_per_s']:.0f} tasks/s"
+        )
+    print(report(results, celery))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

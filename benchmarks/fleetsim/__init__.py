@@ -1,0 +1,1 @@
+"""Helpers of benchmarks/fleet.py: simulated agents and the Celery baseline."""

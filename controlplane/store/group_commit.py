@@ -1,0 +1,66 @@
+"""Group commit: the units of work that arrive while a transaction is being applied wait and go
+together in the next one, each in a savepoint of its own, and every caller is answered only after
+the transaction that holds its work has committed (an agent's message is acked once it is durable).
+
+At low load a unit goes alone at once (no timer adds latency); under load one transaction carries
+the messages of many agent streams, so its fixed cost (BEGIN IMMEDIATE, commit, the session) is
+paid once per batch instead of once per message. A unit that fails rolls back its savepoint only and
+answers its caller with the error; the others commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from controlplane.store.engine import Store
+
+MAX_BATCH = 256
+
+
+class GroupCommit:
+    def __init__(self, store: Store, fn: Callable[..., Any], max_batch: int = MAX_BATCH) -> None:
+        self.store, self.fn, self.max_batch = store, fn, max_batch
+        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._draining: asyncio.Task[None] | None = None
+        self.batches = 0
+        self.units = 0
+
+    async def apply(self, *args: Any) -> Any:
+        """fn(session, *args) in the next transaction; its answer once that has committed."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((args, future))
+        if self._draining is None or self._draining.done():
+            self._draining = asyncio.create_task(self._drain(), name="group-commit")
+        return await future
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            try:
+                results = await self.store.run(self._apply_all, [args for args, _ in batch])
+            except Exception as err:  # the transaction itself failed: nothing of the batch is kept
+                results = [err] * len(batch)
+            self.batches, self.units = self.batches + 1, self.units + len(batch)
+            for (_, future), result in zip(batch, results, strict=True):
+                if future.done():  # its caller went away (the stream ended); the work stays done
+                    continue
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+    def _apply_all(self, s: Session, batch: list[tuple[Any, ...]]) -> list[Any]:
+        if len(batch) == 1:  # alone: no savepoint needed, an error rolls the whole transaction back
+            return [self.fn(s, *batch[0])]
+        results: list[Any] = []
+        for args in batch:
+            try:
+                with s.begin_nested():
+                    results.append(self.fn(s, *args))
+            except Exception as err:
+                results.append(err)
+        return results
