@@ -133,22 +133,7 @@ def assign_queued(
     run in a savepoint of its own."""
     if s.scalar(select(Run.id).where(Run.state == "queued").limit(1)) is None:
         return Dispatched([], [])  # the common case on a busy fleet: cheap, whatever its size
-    agents = s.execute(
-        select(Agent.name, Agent.labels, Agent.capacity, Agent.drivers, Agent.draining, Agent.pool)
-        .where(Agent.name.in_(connected))
-        .order_by(Agent.name)
-    ).all()
-    active = dict(
-        s.execute(
-            select(Run.agent, func.count())
-            .where(Run.agent.in_(connected), Run.state.in_(run_states.ACTIVE))
-            .group_by(Run.agent)
-        ).all()
-    )
-    slots = [
-        AgentSlot(name, labels, capacity - active.get(name, 0), frozenset(drivers or ()), draining, pool or "")
-        for name, labels, capacity, drivers, draining, pool in agents
-    ]
+    slots = agent_slots(s, connected)
     free = [slot for slot in slots if slot.free > 0 and not slot.draining]
     if not free:
         return Dispatched([], [])
@@ -185,6 +170,26 @@ def assign_queued(
         if assignment is not None:
             out.append((agent, assignment))
     return Dispatched(out, failed)
+
+
+def agent_slots(s: Session, connected: list[str]) -> list[AgentSlot]:
+    """The connected agents with their free capacity, read as rows (a fleet has thousands)."""
+    agents = s.execute(
+        select(Agent.name, Agent.labels, Agent.capacity, Agent.drivers, Agent.draining, Agent.pool)
+        .where(Agent.name.in_(connected))
+        .order_by(Agent.name)
+    ).all()
+    active = dict(
+        s.execute(
+            select(Run.agent, func.count())
+            .where(Run.agent.in_(connected), Run.state.in_(run_states.ACTIVE))
+            .group_by(Run.agent)
+        ).all()
+    )
+    return [
+        AgentSlot(name, labels, capacity - active.get(name, 0), frozenset(drivers or ()), draining, pool or "")
+        for name, labels, capacity, drivers, draining, pool in agents
+    ]
 
 
 def _assign_one(
