@@ -76,7 +76,10 @@ class Bench:
         self.env = env
         data = self.tmp / "cp"
         config = self.tmp / "controlplane.toml"  # the budget phase's calls stay within every meter
-        config.write_text("[budgets]\nprovider_month_usd = 1000000.0\nagent_calls_per_day = 0\n")
+        config.write_text(
+            "[budgets]\nprovider_month_usd = 1000000.0\nagent_calls_per_day = 0\n"
+            "[tiers.sonnet]\nmax_calls = 1000000\n"  # a simulated run makes --pairs calls
+        )
         argv = [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)]
         argv += ["--config", str(config)]
         plane = Proc("controlplane", argv, self.tmp / "controlplane.log", env).start()

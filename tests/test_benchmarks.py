@@ -21,6 +21,11 @@ SMALLEST = {
         ["--runs", "6", "--agents", "1", "--capacity", "3", "--database", "sqlite", "--warmup", "0"],
         ["6 succeeded", "runs/s"],
     ),
+    "fleet.py": (
+        ["--agents", "4", "--procs", "1", "--low", "2", "--runs", "4", "--output-runs", "2", "--lines", "10"]
+        + ["--budget-runs", "2", "--pairs", "2", "--idle-seconds", "0.5", "--database", "sqlite", "--celery", "off"],
+        ["connected agents", "saturation runs/s", "output MB/s", "budget pairs/s"],
+    ),
     "gateway.py": (["--calls", "3", "--warmup", "1"], ["gateway overhead json", "gateway overhead stream"]),
     "harness.py": (
         ["--round-trips", "3", "--command-round-trips", "1", "--runs", "1"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from sqlalchemy.orm import Session
@@ -16,6 +17,7 @@ from controlplane.dispatch.router import Router
 from controlplane.services import changesets, claims, model_calls, questions, tenancy
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
+from controlplane.store.group_commit import GroupCommit
 from controlplane.store.models import utcnow
 from controlplane.store.objects import ObjectStore
 from drover.core.usage import Usage
@@ -34,6 +36,9 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     ) -> None:
         self.store, self.notifier, self.objects = store, notifier, objects
         self.sessions, self.router, self.settings = sessions, router, settings
+        self.calls = GroupCommit(store, _call)
+        """Reservations and settlements, many to a transaction: the hot meter rows (provider month, daily
+        calls) are locked once per batch, not once per call, and each call is answered after its commit."""
 
     @property
     def harness(self) -> HarnessConfig:
@@ -46,10 +51,11 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     async def ReserveModelCall(
         self, request: agent_pb2.ReserveModelCallRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.ReserveModelCallResponse:
-        await self.store.read(tenancy.agent_run, request.run_id, auth.current().token_id)
-        h = self.harness
-        r = await self.store.run(
-            lambda s: model_calls.reserve(
+        h, token_id = self.harness, auth.current().token_id
+
+        def reserve(s: Session) -> model_calls.Reservation:
+            tenancy.agent_run(s, request.run_id, token_id)
+            r = model_calls.reserve(
                 s,
                 h,
                 request.run_id,
@@ -59,9 +65,11 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
                 request.max_output_tokens,
                 request.estimated_input_tokens,
             )
-        )
-        if r.granted:  # each model call renews the run's claims at half-life
-            await self.store.run(lambda s: claims.renew_due(s, request.run_id, utcnow()))
+            if r.granted:  # each model call renews the run's claims at half-life
+                claims.renew_due(s, request.run_id, utcnow())
+            return r
+
+        r = await self.calls.apply(reserve)
         self.notifier.notify()
         return agent_pb2.ReserveModelCallResponse(
             reservation_id=r.reservation_id,
@@ -76,12 +84,15 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     async def SettleModelCall(
         self, request: agent_pb2.SettleModelCallRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.SettleModelCallResponse:
-        await self.store.read(tenancy.agent_reservation, request.reservation_id, auth.current().token_id)
+        h, token_id = self.harness, auth.current().token_id
         u = request.usage
         usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
-        cost, run_cost = await self.store.run(
-            model_calls.settle, self.harness, request.reservation_id, usage, request.error
-        )
+
+        def settle(s: Session) -> tuple[int, int]:
+            tenancy.agent_reservation(s, request.reservation_id, token_id)
+            return model_calls.settle(s, h, request.reservation_id, usage, request.error)
+
+        cost, run_cost = await self.calls.apply(settle)
         if request.error:  # a 429 or quota error blocks the member while its quota is unknown
             self.router.observe(await self.store.run(model_calls.member_of, request.reservation_id), request.error)
         return agent_pb2.SettleModelCallResponse(cost_micros=cost, run_cost_micros=run_cost)
@@ -122,3 +133,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         asked = await self.store.run(ask)
         self.notifier.notify()
         return asked
+
+
+def _call(s: Session, unit: Callable[[Session], Any]) -> Any:
+    return unit(s)

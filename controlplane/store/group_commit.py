@@ -14,11 +14,14 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from controlplane.store.engine import Store
 
 MAX_BATCH = 256
+RETRIES = 3
+RETRYABLE = frozenset({"40P01", "40001"})  # PostgreSQL: deadlock detected, serialization failure
 
 
 class GroupCommit:
@@ -40,10 +43,7 @@ class GroupCommit:
     async def _drain(self) -> None:
         while self._pending:
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            try:
-                results = await self.store.run(self._apply_all, [args for args, _ in batch])
-            except Exception as err:  # the transaction itself failed: nothing of the batch is kept
-                results = [err] * len(batch)
+            results = await self._commit([args for args, _ in batch])
             self.batches, self.units = self.batches + 1, self.units + len(batch)
             for (_, future), result in zip(batch, results, strict=True):
                 if future.done():  # its caller went away (the stream ended); the work stays done
@@ -52,6 +52,20 @@ class GroupCommit:
                     future.set_exception(result)
                 else:
                     future.set_result(result)
+
+    async def _commit(self, batch: list[tuple[Any, ...]]) -> list[Any]:
+        """The batch in one transaction. A deadlock or serialization failure (two replicas' batches
+        locking meter rows) rolled everything back: the batch is applied again, up to 3 times (every
+        unit is idempotent). Any other failure of the transaction answers each unit with it."""
+        for attempt in range(RETRIES + 1):
+            try:
+                return await self.store.run(self._apply_all, batch)
+            except OperationalError as err:
+                if attempt == RETRIES or getattr(err.orig, "sqlstate", "") not in RETRYABLE:
+                    return [err] * len(batch)
+            except Exception as err:
+                return [err] * len(batch)
+        raise AssertionError("unreachable")
 
     def _apply_all(self, s: Session, batch: list[tuple[Any, ...]]) -> list[Any]:
         if len(batch) == 1:  # alone: no savepoint needed, an error rolls the whole transaction back

@@ -1,0 +1,74 @@
+"""Group commit on a real store: concurrent units share transactions, each answered after its commit;
+a unit that fails takes nothing of the others with it. On SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane.store.engine import Store, sqlite_url
+from controlplane.store.events import add_event
+from controlplane.store.group_commit import GroupCommit
+from controlplane.store.models import Event
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Store]:
+    url = sqlite_url(tmp_path) if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    s = Store(url)
+    s.migrate()
+    yield s
+    s.close()
+
+
+def record(s: Session, n: int) -> int:
+    add_event(s, "test.unit", agent=f"u{n}")
+    if n % 7 == 3:
+        raise ValueError(f"unit {n} fails after writing")
+    return n * 10
+
+
+def kept(store: Store) -> set[str]:
+    return set(store.transaction(lambda s: list(s.scalars(select(Event.agent).where(Event.kind == "test.unit")))))
+
+
+def test_concurrent_units_share_transactions_and_a_failure_stays_its_own(store: Store) -> None:
+    commits = GroupCommit(store, record)
+
+    async def main() -> list[object]:
+        return await asyncio.gather(*(commits.apply(n) for n in range(60)), return_exceptions=True)
+
+    answers = asyncio.run(main())
+    failing = {n for n in range(60) if n % 7 == 3}
+    for n, answer in enumerate(answers):
+        if n in failing:
+            assert isinstance(answer, ValueError) and f"unit {n} fails" in str(answer)
+        else:
+            assert answer == n * 10
+    assert kept(store) == {f"u{n}" for n in range(60) if n not in failing}  # committed, the failures not
+    assert commits.units == 60 and commits.batches < 60  # units shared transactions
+
+
+def test_a_unit_alone_is_answered_after_its_commit(store: Store) -> None:
+    commits = GroupCommit(store, record)
+
+    async def one() -> int:
+        answer: int = await commits.apply(1)
+        return answer
+
+    assert asyncio.run(one()) == 10
+    assert kept(store) == {"u1"}  # visible to another transaction once answered
+    with pytest.raises(ValueError):
+        asyncio.run(one_failing(commits))
+    assert (
+        store.transaction(lambda s: s.scalar(select(func.count()).select_from(Event).where(Event.agent == "u3"))) == 0
+    )
+
+
+async def one_failing(commits: GroupCommit) -> None:
+    await commits.apply(3)
