@@ -45,6 +45,8 @@ class AgentSession:
     """When the agent last sent anything (a heartbeat included), monotonic."""
     last_heard_at: dt.datetime = dataclasses.field(default_factory=utcnow)
     """The same moment as a wall-clock time: a lost agent counts as gone since then."""
+    applying: bool = False
+    """One of its messages is being applied: the stream is not read meanwhile, so it is not silent."""
 
     def send(self, message: agent_pb2.ControlMessage) -> None:
         self.outbound.put_nowait(message)
@@ -281,6 +283,8 @@ class AgentSessions:
         agent (SIGSTOP, a frozen VM) keeps its TCP connection open but says nothing."""
         limit = self.config.agent_silence_seconds
         while True:
+            if session.applying:
+                session.heard()
             quiet = time.monotonic() - session.last_heard
             if quiet >= limit:
                 return
@@ -312,13 +316,18 @@ class AgentSessions:
                 # Before the run is requeued: a dispatch pass between the commit and this note would
                 # hand the run straight back to the agent that refused it.
                 self.on_refused(decoded.run_id, session.name)
-            seq = await self.messages.apply(
-                session.name,
-                decoded,
-                self.config.output_limit_bytes,
-                self.objects,
-                self.config.lifecycle,
-            )
+            session.applying = True  # the wait is the control plane's, not the agent's silence
+            try:
+                seq = await self.messages.apply(
+                    session.name,
+                    decoded,
+                    self.config.output_limit_bytes,
+                    self.objects,
+                    self.config.lifecycle,
+                )
+            finally:
+                session.applying = False
+                session.heard()
             session.send(agent_pb2.ControlMessage(ack=agent_pb2.Ack(run_id=decoded.run_id, seq=seq)))
             self.notifier.notify()
             if decoded.kind in ("refused", "finished"):

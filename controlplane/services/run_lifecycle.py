@@ -20,9 +20,9 @@ from controlplane.services.progress import (
     block_dependents,
     queue_run,
     settle_change,
+    task_states,
 )
 from controlplane.services.tenancy import Scope, visible_run
-from controlplane.store.changes import tasks_of
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event, run_event
 from controlplane.store.models import Change, DecisionReceipt, Run, RunLog, Task, utcnow
@@ -272,7 +272,7 @@ def apply_run_message(
             run_event(s, "run.started", run)
             change = s.get(Change, run.change_id, with_for_update=True)
             assert change is not None
-            settle_change(s, change, tasks_of(s, change.id))
+            settle_change(s, change, task_states(s, change.id))
     elif msg.kind == "input_received":
         run_input.received(s, run, msg.input_seq)
     elif msg.kind == "log" and msg.stream == "tool":

@@ -25,10 +25,12 @@ RETRYABLE = frozenset({"40P01", "40001"})  # PostgreSQL: deadlock detected, seri
 
 
 class GroupCommit:
-    def __init__(self, store: Store, fn: Callable[..., Any], max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, store: Store, fn: Callable[..., Any], max_batch: int = MAX_BATCH, lanes: int = 0) -> None:
         self.store, self.fn, self.max_batch = store, fn, max_batch
+        self.lanes = lanes or (1 if store.url.startswith("sqlite") else 4)
+        """Batches in flight at once: SQLite has one writer; PostgreSQL overlaps their round trips."""
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self._draining: asyncio.Task[None] | None = None
+        self._draining: set[asyncio.Task[None]] = set()
         self.batches = 0
         self.units = 0
 
@@ -36,8 +38,10 @@ class GroupCommit:
         """fn(session, *args) in the next transaction; its answer once that has committed."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((args, future))
-        if self._draining is None or self._draining.done():
-            self._draining = asyncio.create_task(self._drain(), name="group-commit")
+        if len(self._draining) < self.lanes:
+            lane = asyncio.create_task(self._drain(), name="group-commit")
+            self._draining.add(lane)
+            lane.add_done_callback(self._draining.discard)
         return await future
 
     async def _drain(self) -> None:
