@@ -16,7 +16,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("agents", schema=None) as batch_op:
         batch_op.add_column(sa.Column("replica", sa.String(length=100), nullable=False, server_default=""))
-        batch_op.add_column(sa.Column("lease_until", sa.DateTime(), nullable=True))
+        batch_op.add_column(sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True))
     op.create_table(
         "objects",
         sa.Column("key", sa.String(length=1000), primary_key=True),
