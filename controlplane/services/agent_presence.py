@@ -118,14 +118,10 @@ def disconnect_all(s: Session) -> None:
     s.execute(update(Agent).where(Agent.connected.is_(True)).values(connected=False, disconnected_at=utcnow()))
 
 
-def renew_leases(s: Session, replica: str, names: list[str], until: dt.datetime) -> None:
-    """The agents whose streams `replica` holds stay connected until `until` unless renewed again."""
-    if names:
-        s.execute(
-            update(Agent)
-            .where(Agent.name.in_(names), Agent.replica == replica, Agent.connected.is_(True))
-            .values(lease_until=until)
-        )
+def renew_leases(s: Session, replica: str, until: dt.datetime) -> None:
+    """The agents whose streams `replica` holds stay connected until `until` unless renewed again. An
+    agent that reconnected to another replica carries that one's id and is not renewed here."""
+    s.execute(update(Agent).where(Agent.replica == replica, Agent.connected.is_(True)).values(lease_until=until))
 
 
 def expire_leases(s: Session, now: dt.datetime, lease: dt.timedelta) -> list[str]:
