@@ -21,6 +21,7 @@ import contextlib
 import json
 import pathlib
 import signal
+import sys
 import time
 from typing import Any
 
@@ -78,6 +79,8 @@ class Sim:
         except grpc.aio.AioRpcError as err:
             if err.code() != grpc.StatusCode.CANCELLED:
                 self.errors.append(f"{name}: {err.code().name} {err.details()}")
+                if len(self.errors) <= 20:  # the simulator's log says why streams ended, as they end
+                    print(self.errors[-1], file=sys.stderr, flush=True)
         finally:
             heartbeat.cancel()
 
@@ -133,6 +136,15 @@ async def main_async(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     agents = [asyncio.create_task(sim.agent(i, f"{args.prefix}-{i:05d}")) for i in range(args.agents)]
+    ended: list[str] = []
+
+    def report(task: asyncio.Task[None]) -> None:  # an agent's stream ended before the benchmark did
+        if not stop.is_set() and len(ended) < 20:
+            ended.append(repr(task.exception()) if not task.cancelled() else "cancelled")
+            print(f"agent stream ended: {ended[-1]}", file=sys.stderr, flush=True)
+
+    for task in agents:
+        task.add_done_callback(report)
     progress = pathlib.Path(args.out + ".progress")
     while not stop.is_set():
         progress.write_text(f"{len(sim.done)} {sum(not t.done() for t in agents)}")
