@@ -86,7 +86,7 @@ class Composer:
             try:
                 if self.leading is not None and not await self.leading():
                     continue
-                for change_id in await self.store.run(pending):
+                for change_id in await self.store.read(pending):  # a read, after every write
                     await self.compose(change_id)
             except Exception:
                 log.exception("composing candidates failed; retrying")

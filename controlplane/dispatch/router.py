@@ -285,7 +285,7 @@ class Router:
             self.observed.record(member, utcnow())
 
     async def route_pending(self) -> int:
-        pending = await self.store.run(unrouted)
+        pending = await self.store.read(unrouted)  # a read: never waits behind the writer
         for item in pending:
             try:
                 await self.route(item)
