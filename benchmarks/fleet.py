@@ -129,7 +129,8 @@ class Bench:
             change = client.submit_change("sim", phase.name, tasks)
             phase.submitted[change.id] = sent
         phase.runs += n
-        self.phases.append(phase) if phase not in self.phases else None
+        if phase not in self.phases:
+            self.phases.append(phase)
 
 
 def run_phases(bench: Bench, client: Client, plane: Proc, figures: Figures) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
 import time
 from typing import Any
 
@@ -107,8 +108,6 @@ def test_killing_a_replica_loses_no_run_line_or_dollar(tmp_path: pathlib.Path, p
         for plane in replicas:
             plane.stop()
         model.stop()
-        import subprocess
-
         subprocess.run(["pkill", "-9", "-f", f"supervisor {tmp_path}"], check=False)
 
 
