@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
+from controlplane.store import escrow
 from controlplane.store.engine import Store
 from controlplane.store.models import Agent, Change, Claim, Meter, Project, Run
 
@@ -56,9 +57,16 @@ def read_state(s: Session, now: dt.datetime) -> FleetState:
     held = s.scalar(select(func.count()).select_from(Claim).where(Claim.released_at.is_(None))) or 0
     periods = (now.strftime("%Y-%m"), now.strftime("%Y-%m-%d"))
     meters: dict[tuple[str, str], tuple[int, int, int]] = {}
-    for m in s.scalars(select(Meter).where(Meter.kind.in_(FLEET_METERS), Meter.period.in_(periods))):
+    rows = list(s.scalars(select(Meter).where(Meter.kind.in_(FLEET_METERS), Meter.period.in_(periods))))
+    slices = escrow.adjustments(s, [m.key for m in rows])
+    for m in rows:
         used, reserved, limit = meters.get((m.kind, m.unit), (0, 0, 0))
-        meters[(m.kind, m.unit)] = (used + m.used, reserved + m.reserved, limit + m.limit_amount)
+        extra_used, extra_reserved = slices.get(m.key, (0, 0))
+        meters[(m.kind, m.unit)] = (
+            used + m.used + extra_used,
+            reserved + m.reserved + extra_reserved,
+            limit + m.limit_amount,
+        )
     return FleetState(runs, queued, agents, runs.get("starting", 0) + runs.get("running", 0), held, meters)
 
 

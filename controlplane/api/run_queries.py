@@ -19,6 +19,7 @@ from controlplane.services.tenancy import (
     Scope,
     visible_run,
 )
+from controlplane.store import escrow
 from controlplane.store.models import (
     Agent,
     Change,
@@ -177,14 +178,26 @@ def usage(
         )
         q = q.where(or_(*own))
     rows = [(i, m) for i, m in enumerate(s.scalars(q), start + 1)]
+    slices = escrow.adjustments(s, [m.key for _, m in rows])
     return paging.take(
-        rows, size, lambda row: _meter(row[1]), lambda m: m.ByteSize(), lambda row: paging.encode(row[0])
+        rows,
+        size,
+        lambda row: _meter(row[1], slices.get(row[1].key, (0, 0))),
+        lambda m: m.ByteSize(),
+        lambda row: paging.encode(row[0]),
     )
 
 
-def _meter(m: Meter) -> types_pb2.MeterUsage:
+def _meter(m: Meter, slices: tuple[int, int]) -> types_pb2.MeterUsage:
+    """A meter as its calls used and hold it (escrow slices' counts in, their unused grants out)."""
     return types_pb2.MeterUsage(
-        key=m.key, kind=m.kind, period=m.period, unit=m.unit, limit=m.limit_amount, used=m.used, reserved=m.reserved
+        key=m.key,
+        kind=m.kind,
+        period=m.period,
+        unit=m.unit,
+        limit=m.limit_amount,
+        used=m.used + slices[0],
+        reserved=m.reserved + slices[1],
     )
 
 

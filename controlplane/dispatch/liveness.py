@@ -17,11 +17,14 @@ from controlplane.config import ServerConfig
 from controlplane.domain import run_states
 from controlplane.services import agent_presence, claims, model_calls, questions, run_input
 from controlplane.services.notify import Notifier
+from controlplane.store import escrow
 from controlplane.store.engine import Store
 from controlplane.store.models import Run, utcnow
 
 log = logging.getLogger("drover.liveness")
 RESERVATION_TTL = dt.timedelta(minutes=15)
+SLICE_IDLE = dt.timedelta(seconds=30)
+"""An escrow slice untouched this long goes back to its meter (its holder stopped, or went quiet)."""
 """Longer than any model call attempt (10 min ceiling): a reservation older than this was never settled."""
 
 
@@ -70,7 +73,8 @@ class Liveness:
 
     async def sweep(self) -> list[str]:
         """One pass; answers the runs it failed. Every replica renews the leases of its agents and their
-        claims; the leading replica alone expires leases and fails, settles and parks (one sweeper)."""
+        claims; the leading replica alone expires leases and fails, settles, parks and returns idle escrow slices
+        (one sweeper)."""
         await self.agents.close_revoked()
         now = self.clock()
         connected = self.agents.connected()
@@ -88,6 +92,8 @@ class Liveness:
             self.config.lifecycle,
         )
         await self.store.run(model_calls.settle_expired, RESERVATION_TTL)
+        for key in await self.store.read(escrow.idle_meters, SLICE_IDLE):
+            await self.store.run(escrow.return_idle, key, SLICE_IDLE)
         parking = await self.store.run(questions.park_overdue, now)
         if parking:
             log.info("parking %d sessions held past their answer window", len(parking))

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any
+from typing import cast
 
-from sqlalchemy import func, select
+from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
@@ -18,10 +19,11 @@ from controlplane.config import HarnessConfig
 from controlplane.domain import pricing
 from controlplane.store import meters
 from controlplane.store.events import new_id, run_event
-from controlplane.store.models import Change, ModelCall, Run, Task, utcnow
+from controlplane.store.models import Change, ModelCall, Project, Run, Task, Token, utcnow
 from drover.core.usage import Usage
 from drover.errors import InvalidArgument, NotFound
 
+CALLS = cast(Table, ModelCall.__table__)
 CLOSED_TASK = ("succeeded", "failed", "cancelled", "blocked")
 
 
@@ -81,10 +83,10 @@ def open_tasks(s: Session, change_id: str) -> int:
     )
 
 
-def run_share(s: Session, change: Change, run_id: str) -> int:
+def run_share(s: Session, change_id: str, budget_usd: float, run_id: str) -> int:
     """The run's share of the Change budget: what the other runs left, split over the open Tasks."""
-    left = meters.usd_micros(change.budget_usd) - change_spent(s, change.id, except_run=run_id)
-    return left // max(open_tasks(s, change.id), 1)
+    left = meters.usd_micros(budget_usd) - change_spent(s, change_id, except_run=run_id)
+    return left // max(open_tasks(s, change_id), 1)
 
 
 def reserve(
@@ -103,99 +105,216 @@ def reserve(
         raise InvalidArgument("must not be empty", field="key")
     if purpose not in ("agent", "fold"):
         raise InvalidArgument("must be agent or fold", field="purpose")
-    run = s.get(Run, run_id)
-    if run is None:
+    facts = _facts(s, run_id, key)
+    if facts is None:
         raise NotFound(f"no run {run_id!r}", field="run_id")
-    cap = (config.tiers.get(run.tier) or config.tiers[config.default_tier]).max_calls
-    used = run_calls(s, run_id)
-    if (call := _existing(s, run_id, key)) is not None:
-        return Reservation(call.id, True, "", used, cap, call.estimate_micros)
-    if run.state not in ("starting", "running"):
+    cap = (config.tiers.get(facts.tier) or config.tiers[config.default_tier]).max_calls
+    used = facts.calls
+    if facts.existing:
+        return Reservation(facts.existing, True, "", used, cap, facts.existing_estimate)
+    if facts.state not in ("starting", "running"):
         return Reservation("", False, "run_not_running", used, cap, 0)
     if purpose == "agent" and used >= cap:
-        run_event(s, "run.call_cap", run, calls=used, cap=cap)
+        run_event(s, "run.call_cap", _run(s, run_id), calls=used, cap=cap)
         return Reservation("", False, "run_call_cap", used, cap, 0)
     estimate = pricing.estimate_micros(
         max(estimated_input_tokens, 0), max(max_output_tokens, 0), pricing.price_for(model, config.prices)
     )
-    change = s.get(Change, run.change_id)
-    assert change is not None
-    # Read before the meters are locked, to keep that lock short; the share is a per-run cap only,
-    # the Change meter holds the Change to its budget.
-    share = run_share(s, change, run_id) if change.budget_usd > 0 else 0
-    spent = run_cost(s, run_id)
-    states = meters.lock_meters(s, meters.change_meters(s, change, utcnow(), config.budgets))
-    if (call := _existing(s, run_id, key)) is not None:  # the same attempt, reserved while this one waited
-        return Reservation(call.id, True, "", used, cap, call.estimate_micros)
-    amounts = meters.amounts_for([spec for spec, _, _ in states], estimate)
-    refused = meters.admit(states, amounts)
-    if refused is not None:
-        return _spend_limited(s, run, states, amounts, refused, used, cap, estimate)
-    if change.budget_usd > 0 and spent + estimate > share:
-        run_event(s, "run.cost_cap", run, share=share, run_cost=spent, estimate=estimate)
-        return Reservation("", False, "run_cost_cap", used, cap, estimate, "", share)
-    call = ModelCall(
-        id=new_id("mc"),
-        run_id=run_id,
-        key=key,
-        model=model,
-        purpose=purpose,
-        estimate_micros=estimate,
-        created_at=utcnow(),
+    call_id = new_id("mc")
+    # The call first: a concurrent reservation of the same key (another writer) waits for this one
+    # and then finds it, so a key is held once without locking the run.
+    if not _insert_call(s, call_id, run_id, key, model, purpose, estimate):
+        existing, held = s.execute(
+            select(ModelCall.id, ModelCall.estimate_micros).where(ModelCall.run_id == run_id, ModelCall.key == key)
+        ).one()
+        return Reservation(existing, True, "", used, cap, held)
+    refusal = _hold(s, facts, run_id, call_id, estimate, config.budgets, used, cap)
+    if refusal is not None:
+        s.execute(delete(CALLS).where(CALLS.c.id == call_id))
+        return refusal
+    return Reservation(call_id, True, "", used + (purpose == "agent"), cap, estimate)
+
+
+def _insert_call(s: Session, call_id: str, run_id: str, key: str, model: str, purpose: str, estimate: int) -> bool:
+    """Record the reservation; False when the run already has one with this key."""
+    upsert = postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
+    inserted = s.execute(
+        upsert(CALLS)
+        .values(
+            id=call_id,
+            run_id=run_id,
+            key=key,
+            model=model,
+            purpose=purpose,
+            estimate_micros=estimate,
+            created_at=utcnow(),
+        )
+        .on_conflict_do_nothing(index_elements=["run_id", "key"])
+        .returning(CALLS.c.id)
     )
-    s.add(call)
-    meters.hold(s, call.id, states, amounts)
-    return Reservation(call.id, True, "", used + (purpose == "agent"), cap, estimate)
+    return inserted.first() is not None
 
 
-def _existing(s: Session, run_id: str, key: str) -> ModelCall | None:
-    return s.scalar(select(ModelCall).where(ModelCall.run_id == run_id, ModelCall.key == key))
+def _hold(
+    s: Session,
+    facts: _Facts,
+    run_id: str,
+    call_id: str,
+    estimate: int,
+    budgets: meters.BudgetConfig,
+    used: int,
+    cap: int,
+) -> Reservation | None:
+    """Hold the estimate on every meter of the call; None, or the refusal (nothing held then)."""
+    specs = facts.meters(utcnow(), budgets)
+    amounts = meters.amounts_for(specs, estimate)
+    # A budgeted Change: the meters first (a meter's refusal names the budget), then the run's share,
+    # which undoes the meters' hold when it refuses.
+    held = s.begin_nested() if facts.budget_usd > 0 else None
+    refused = meters.take(s, call_id, specs, amounts)
+    if refused is not None:
+        if held is not None:
+            held.commit()  # nothing was held (a slice may have been returned to its meter)
+        return _spend_limited(s, _run(s, run_id), refused, amounts, used, cap, estimate)
+    if held is not None:
+        share = run_share(s, facts.change_id, facts.budget_usd, run_id)
+        if (spent := run_cost(s, run_id)) + estimate > share:
+            held.rollback()
+            run_event(s, "run.cost_cap", _run(s, run_id), share=share, run_cost=spent, estimate=estimate)
+            return Reservation("", False, "run_cost_cap", used, cap, estimate, "", share)
+        held.commit()
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Facts:
+    """What a reservation needs to know of its run, Change, Project and user, read in one query."""
+
+    state: str
+    tier: str
+    change_id: str
+    budget_usd: float
+    project: str
+    user: str
+    project_budget_usd: float
+    user_budget_usd: float
+    calls: int
+    existing: str
+    existing_estimate: int
+
+    def meters(self, now: dt.datetime, budgets: meters.BudgetConfig) -> list[meters.MeterSpec]:
+        return meters.meters_for(
+            now,
+            self.change_id,
+            meters.usd_micros(self.budget_usd),
+            self.project,
+            meters.usd_micros(self.project_budget_usd),
+            self.user,
+            meters.usd_micros(self.user_budget_usd),
+            meters.usd_micros(budgets.provider_month_usd),
+            budgets.agent_calls_per_day,
+        )
+
+
+def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
+    same = (ModelCall.run_id == Run.id, ModelCall.key == key)
+    row = s.execute(
+        select(
+            Run.state,
+            Run.tier,
+            Run.change_id,
+            Change.budget_usd,
+            Change.project,
+            Change.submitted_by,
+            func.coalesce(Project.monthly_budget_usd, 0.0),
+            select(Token.monthly_budget_usd)
+            .where(Token.name == Change.submitted_by)
+            .order_by(Token.id)
+            .limit(1)
+            .scalar_subquery(),
+            select(func.count()).where(ModelCall.run_id == Run.id, ModelCall.purpose == "agent").scalar_subquery(),
+            select(ModelCall.id).where(*same).scalar_subquery(),
+            select(ModelCall.estimate_micros).where(*same).scalar_subquery(),
+        )
+        .join(Change, Change.id == Run.change_id)
+        .outerjoin(Project, Project.name == Change.project)
+        .where(Run.id == run_id)
+    ).first()
+    if row is None:
+        return None
+    state, tier, change_id, budget, project, user, project_budget, user_budget, calls, existing, estimate = row
+    return _Facts(
+        state,
+        tier,
+        change_id,
+        budget,
+        project,
+        user,
+        project_budget,
+        (user_budget or 0.0) if user else 0.0,
+        calls or 0,
+        existing or "",
+        estimate or 0,
+    )
+
+
+def _run(s: Session, run_id: str) -> Run:
+    run = s.get(Run, run_id)
+    assert run is not None
+    return run
 
 
 def _spend_limited(
-    s: Session,
-    run: Run,
-    states: list[Any],
-    amounts: dict[str, int],
-    refused: str,
-    used: int,
-    cap: int,
-    estimate: int,
+    s: Session, run: Run, refused: meters.MeterState, amounts: dict[str, int], used: int, cap: int, estimate: int
 ) -> Reservation:
     """A meter refused the reservation: a budget stop whose reason is the exact limit."""
-    spec, meter_used, meter_reserved = next(state for state in states if state[0].key == refused)
+    spec, meter_used, meter_reserved = refused
     refusal = meters.REFUSALS[spec.kind]
     run_event(
         s,
         "run.spend_limited",
         run,
         refusal=refusal,
-        meter=refused,
+        meter=spec.key,
         limit=spec.limit,
         used=meter_used,
         reserved=meter_reserved,
-        amount=amounts[refused],
+        amount=amounts[spec.key],
     )
-    return Reservation("", False, refusal, used, cap, estimate, refused, spec.limit)
+    return Reservation("", False, refusal, used, cap, estimate, spec.key, spec.limit)
 
 
 def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage, error: str) -> tuple[int, int]:
     """Settle to the exact cost of the usage; answers (cost of this call, cost of the run so far).
     Settling twice changes nothing (the first settle stands)."""
-    call = s.get(ModelCall, reservation_id, with_for_update=True)  # one settle at a time
+    call = s.execute(
+        select(ModelCall.model, ModelCall.run_id, ModelCall.state, ModelCall.cost_micros, Run.tier, Run.member)
+        .join(Run, Run.id == ModelCall.run_id)
+        .where(ModelCall.id == reservation_id)
+        .with_for_update(of=ModelCall)  # one settle at a time
+    ).first()
     if call is None:
         raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
-    if call.state != "settled":
-        call.cost_micros = pricing.cost_micros(usage, pricing.price_for(call.model, config.prices))
-        call.input_tokens, call.output_tokens = usage.input_tokens, usage.output_tokens
-        call.cache_write_tokens = usage.cache_creation_input_tokens
-        call.cache_read_tokens = usage.cache_read_input_tokens
-        call.error, call.state, call.settled_at = error[:64], "settled", utcnow()
-        meters.settle_on_meters(s, call.id, meters.exact_for(call.cost_micros))
-        s.flush()
-        run = s.get(Run, call.run_id)
-        metrics.on_settled(s, run.tier if run else "", run.member if run else "", call.cost_micros)
-    return call.cost_micros, run_cost(s, call.run_id)
+    model, run_id, state, cost, tier, member = call
+    if state != "settled":
+        cost = pricing.cost_micros(usage, pricing.price_for(model, config.prices))
+        s.execute(
+            update(CALLS)
+            .where(CALLS.c.id == reservation_id)
+            .values(
+                cost_micros=cost,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_write_tokens=usage.cache_creation_input_tokens,
+                cache_read_tokens=usage.cache_read_input_tokens,
+                error=error[:64],
+                state="settled",
+                settled_at=utcnow(),
+            )
+        )
+        meters.settle_on_meters(s, reservation_id, meters.exact_for(cost))
+        metrics.on_settled(s, tier, member, cost)
+    return cost, run_cost(s, run_id)
 
 
 def settle_expired(s: Session, older_than: dt.timedelta) -> int:

@@ -11,6 +11,8 @@ import asyncio
 import concurrent.futures
 import datetime as dt
 import pathlib
+import threading
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -81,12 +83,16 @@ class Store:
         self._read_engine = make_engine(url, read_only=True) if url.startswith("sqlite") else self.engine
         self._reads = sessionmaker(self._read_engine, expire_on_commit=False)
         self._read_executor = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="store-read")
+        self.holder = uuid.uuid4().hex[:12]
+        """This process's name among the holders of meter escrow slices (one per writer thread)."""
 
     def migrate(self) -> None:
         migrate(self.engine)
 
     def transaction(self, fn: Callable[..., T], *args: Any) -> T:
         with self.sessions.begin() as session:
+            # Two transactions of one thread never overlap: a thread's escrow slices are its own.
+            session.info["holder"] = f"{self.holder}.{threading.get_ident()}"
             return fn(session, *args)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:

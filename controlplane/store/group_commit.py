@@ -74,11 +74,18 @@ class GroupCommit:
     def _apply_all(self, s: Session, batch: list[tuple[Any, ...]]) -> list[Any]:
         if len(batch) == 1:  # alone: no savepoint needed, an error rolls the whole transaction back
             return [self.fn(s, *batch[0])]
-        results: list[Any] = []
-        for args in batch:
+        return [self._apply_one(s, args) for args in batch]
+
+    def _apply_one(self, s: Session, args: tuple[Any, ...]) -> Any:
+        """One unit in its savepoint. A deadlock victim is applied again in a fresh savepoint (rolling
+        back to the savepoint released the locks the unit took, so the other side goes on)."""
+        for attempt in range(RETRIES + 1):
             try:
                 with s.begin_nested():
-                    results.append(self.fn(s, *args))
+                    return self.fn(s, *args)
+            except OperationalError as err:
+                if attempt == RETRIES or getattr(err.orig, "sqlstate", "") not in RETRYABLE:
+                    return err
             except Exception as err:
-                results.append(err)
-        return results
+                return err
+        raise AssertionError("unreachable")

@@ -1,11 +1,11 @@
 """Budgets and meters (DESIGN.md "Budgets and meters"): which meters a model call draws on, whether
 they admit it, and holding and settling its shares in the store.
 
-`meters_for`, `daily_calls_meter` and `admit` are pure. The rest take a Session and do their work
-inside the caller's one transaction (`Store.transaction`). A reservation holds its amount on
-every meter or on none: meter rows are locked in key order (PostgreSQL `FOR UPDATE`; SQLite's
-`BEGIN IMMEDIATE` already serialises writers), checked, then all changed. Every writer locks in
-one order, a model call, then its shares, then meters by key, so none waits on another in a cycle.
+`meters_for`, `daily_calls_meter` and `amounts_for` are pure. The rest take a Session and do their
+work inside the caller's one transaction (`Store.transaction`). A reservation holds its amount on
+every meter or on none, admitted against the writer's escrow slice of each meter; a slice takes
+more of a meter's headroom under that meter's row lock (`controlplane.store.escrow`, which states
+the invariant that keeps every meter within its limit).
 
 Limits: a Change, Project or user meter follows its budget column (the spec built from it);
 a provider-month or daily-call meter keeps the limit it was created with, from the
@@ -19,10 +19,11 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from controlplane.store import escrow
 from controlplane.store.models import Change, Meter, MeterReservation, Project, Token
 from drover.errors import InvalidArgument, NotFound
 
@@ -146,14 +147,6 @@ def exact_for(cost_micros: int) -> dict[str, int]:
     return dict.fromkeys(USD_KINDS, cost_micros)
 
 
-def admit(meters: Sequence[MeterState], amounts: Mapping[str, int]) -> str | None:
-    """The key of the first meter that `amounts` would take past its limit, or None to admit."""
-    for spec, used, reserved in meters:
-        if spec.limit and used + reserved + amounts.get(spec.key, 0) > spec.limit:
-            return spec.key
-    return None
-
-
 # --- the store ------------------------------------------------------------------------------------
 
 
@@ -183,45 +176,19 @@ def _create_missing(s: Session, specs: Sequence[MeterSpec]) -> None:
     s.flush()
 
 
-def _locked(s: Session, keys: Sequence[str]) -> dict[str, Meter]:
-    # One order for every locker, so two reservations never wait on each other's rows.
-    rows = s.scalars(
-        select(Meter)
-        .where(Meter.key.in_(sorted(set(keys))))
-        .order_by(Meter.key)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    return {row.key: row for row in rows}
-
-
-def lock_meters(s: Session, specs: Sequence[MeterSpec]) -> list[MeterState]:
-    """Create the missing meters, lock them all, and read them in the order of `specs`."""
-    _create_missing(s, specs)
-    rows = _locked(s, [p.key for p in specs])
-    states = []
-    for spec in specs:
-        row = rows[spec.key]
-        if spec.kind in LIMIT_FROM_SPEC and row.limit_amount != spec.limit:
-            row.limit_amount = spec.limit
-        states.append((dataclasses.replace(spec, limit=row.limit_amount), row.used, row.reserved))
-    return states
-
-
-def hold(s: Session, reservation_id: str, states: Sequence[MeterState], amounts: Mapping[str, int]) -> None:
-    """Add each amount to its meter (locked by `lock_meters`, admitting) and record the reservation's shares."""
-    if not states:
-        return
-    rows = _locked(s, [spec.key for spec, _, _ in states])  # locked already: this only reads them back
-    for spec, _, _ in states:
-        rows[spec.key].reserved += amounts[spec.key]
-    s.execute(
-        insert(MeterReservation),
-        [
-            {"reservation_id": reservation_id, "meter_key": spec.key, "amount": amounts[spec.key], "settled": False}
-            for spec, _, _ in states
-        ],
-    )
+def take(s: Session, reservation_id: str, specs: Sequence[MeterSpec], amounts: Mapping[str, int]) -> MeterState | None:
+    """Hold `amounts` on every meter of `specs` or on none, through this writer's escrow slices
+    (`controlplane.store.escrow`); None, or the refusing meter as read (its limit in force, used, reserved)."""
+    by_key = {spec.key: spec for spec in specs}
+    wants = [
+        escrow.Want(spec.key, amounts[spec.key], spec.limit if spec.kind in LIMIT_FROM_SPEC else None) for spec in specs
+    ]
+    refused = escrow.take(s, reservation_id, wants, lambda keys: _create_missing(s, [by_key[k] for k in keys]))
+    if refused is None:
+        return None
+    key, limit = refused
+    [row] = usage(s, key, exact=True)
+    return dataclasses.replace(by_key[key], limit=limit), row["used"], row["reserved"]
 
 
 def reserve_on_meters(
@@ -232,50 +199,36 @@ def reserve_on_meters(
     missing = [p.key for p in specs if p.key not in amounts]
     if missing:
         raise InvalidArgument(f"no amount for {missing}", field="amounts")
-    states = lock_meters(s, specs)
     if s.scalar(select(MeterReservation.id).where(MeterReservation.reservation_id == reservation_id).limit(1)):
         return None
-    refused = admit(states, amounts)
-    if refused is None:
-        hold(s, reservation_id, states, amounts)
-    return refused
+    refused = take(s, reservation_id, specs, amounts)
+    return None if refused is None else refused[0].key
+
+
+def kind_of(key: str) -> str:
+    return _PREFIXES.get(key.partition(":")[0], ("", ""))[0]
 
 
 def settle_on_meters(s: Session, reservation_id: str, exact: Mapping[str, int]) -> int:
     """Move each unsettled share of the reservation from reserved to used at `exact[kind]`, or at
     the reserved amount for a kind not given. Settling again changes nothing; answers the shares settled."""
-    shares = list(
-        s.scalars(
-            select(MeterReservation)
-            .where(MeterReservation.reservation_id == reservation_id, MeterReservation.settled.is_(False))
-            .order_by(MeterReservation.id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        )
-    )
-    if not shares:
-        return 0
-    rows = _locked(s, [share.meter_key for share in shares])
-    for share in shares:
-        meter = rows[share.meter_key]
-        meter.reserved -= share.amount
-        meter.used += exact.get(meter.kind, share.amount)
-        share.settled = True
-    s.flush()
-    return len(shares)
+    return escrow.settle(s, reservation_id, lambda key, amount: exact.get(kind_of(key), amount))
 
 
-def usage(s: Session, prefix: str = "") -> list[dict[str, Any]]:
-    """Every meter whose key starts with `prefix`, by key: used (settled), reserved, limit (0: none)."""
-    rows = s.scalars(select(Meter).where(Meter.key.startswith(prefix, autoescape=True)).order_by(Meter.key))
+def usage(s: Session, prefix: str = "", exact: bool = False) -> list[dict[str, Any]]:
+    """Every meter whose key starts with `prefix` (is `prefix`, when exact), by key: used (settled),
+    reserved (admitted, not settled; escrow slices' unused grants are not counted), limit (0: none)."""
+    where = Meter.key == prefix if exact else Meter.key.startswith(prefix, autoescape=True)
+    rows = list(s.scalars(select(Meter).where(where).order_by(Meter.key)))
+    extra = escrow.adjustments(s, [m.key for m in rows])
     return [
         {
             "key": m.key,
             "kind": m.kind,
             "period": m.period,
             "unit": m.unit,
-            "used": m.used,
-            "reserved": m.reserved,
+            "used": m.used + extra.get(m.key, (0, 0))[0],
+            "reserved": m.reserved + extra.get(m.key, (0, 0))[1],
             "limit": m.limit_amount,
         }
         for m in rows
@@ -300,7 +253,8 @@ def raise_limit(s: Session, key: str, new_limit: int) -> None:
     spec = spec_of_key(key, new_limit)
     if spec.kind in LIMIT_FROM_SPEC and not _set_budget(s, spec, new_limit / 1_000_000):
         raise NotFound(f"nothing owns meter {key!r}", field="key")
-    row = _locked(s, [key]).get(key)
+    escrow.fold_all(s, key)  # no slice keeps a grant made under the old limit
+    row = s.get(Meter, key, populate_existing=True)
     if row is not None:
         row.limit_amount = new_limit
     elif spec.kind not in LIMIT_FROM_SPEC:

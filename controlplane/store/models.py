@@ -17,7 +17,9 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
+from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -279,6 +281,35 @@ class MeterReservation(Base):
     meter_key: Mapped[str] = mapped_column(ForeignKey("meters.key"))
     amount: Mapped[int] = mapped_column(BigInteger)
     settled: Mapped[bool] = mapped_column(Boolean, default=False)
+    holder: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    """The escrow slice the share was admitted into ("": held on the meter row itself)."""
+    used_amount: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """What the share settled at (a slice share, until the slice counts it)."""
+    reconciled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
+    """A settled slice share its slice has counted (`controlplane.store.escrow`)."""
+    __table_args__ = (
+        Index(
+            "ix_meter_reservations_unreconciled",
+            "holder",
+            "meter_key",
+            postgresql_where=text("settled AND NOT reconciled"),
+            sqlite_where=text("settled AND NOT reconciled"),
+        ),
+    )
+
+
+class MeterSlice(Base):
+    """One holder's escrow slice of a meter's headroom (`controlplane.store.escrow`)."""
+
+    __tablename__ = "meter_slices"
+    meter_key: Mapped[str] = mapped_column(ForeignKey("meters.key"), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64), primary_key=True)  # a writer thread of one process
+    granted: Mapped[int] = mapped_column(BigInteger, default=0)  # counted in the meter's reserved (bounded)
+    reserved: Mapped[int] = mapped_column(BigInteger, default=0)  # admitted into the slice, not yet counted settled
+    used: Mapped[int] = mapped_column(BigInteger, default=0)  # settled and counted by the slice
+    unbounded: Mapped[bool] = mapped_column(Boolean, default=False)  # the meter has no limit: nothing granted
+    limit_seen: Mapped[int] = mapped_column(BigInteger, default=-1)  # the meter's limit when last granted
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 
 class DecisionReceipt(Base):

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 import sqlalchemy
 
+from controlplane.store import escrow
+from controlplane.store.engine import Store
+from controlplane.store.meters import usage
 from drover import Client
 from drover.testing import fake_anthropic as fake
 from tests.conftest import API_KEY, AgentD, ControlPlane, make_repo, wait_for
@@ -123,14 +126,14 @@ def _assert_spend_is_exact(url: str, change_id: str) -> None:
                     " FROM model_calls"
                 )
             ).one()
-            meters = {
-                key: (used, reserved, limit)
-                for key, used, reserved, limit in conn.execute(
-                    sqlalchemy.text("SELECT key, used, reserved, limit_amount FROM meters")
-                )
-            }
     finally:
         engine.dispose()
+    store = Store(url)
+    try:  # as `drover usage` reads them: the escrow slices' counts in, their unused grants out
+        meters = {m["key"]: (m["used"], m["reserved"], m["limit"]) for m in store.transaction(usage)}
+        assert store.transaction(escrow.violations) == []
+    finally:
+        store.close()
     assert open_ == 0 and calls >= RUNS * (CALLS + 1)
     change = meters[f"change-usd:{change_id}"]
     assert change[0] == settled and change[1] == 0 and change[0] <= change[2], (change, settled)

@@ -1,9 +1,12 @@
 """No interleaving of concurrent reservers pushes a meter past its limit (DESIGN.md "Budgets and
-meters"): 50 real processes, each with its own Store on one database, reserve and settle model
-calls against one Change budget until refused, on SQLite and on PostgreSQL."""
+meters"): 50 real processes, each with its own Store on one database (each a holder of escrow
+slices, as each control-plane replica's writers are), reserve and settle model calls against one
+Change budget until refused, on SQLite and on PostgreSQL; and the same with half of them killed
+with SIGKILL mid-run, their slices and open reservations left behind for the sweep."""
 
 from __future__ import annotations
 
+import datetime as dt
 import multiprocessing
 import queue
 import random
@@ -19,9 +22,9 @@ from controlplane.config import HarnessConfig, Tier
 from controlplane.domain import graph, pricing
 from controlplane.services import change_lifecycle, model_calls, run_lifecycle
 from controlplane.services.projects import add_project
-from controlplane.store import events, meters
+from controlplane.store import escrow, events, meters
 from controlplane.store.engine import Store
-from controlplane.store.models import Change, Meter, ModelCall, Run
+from controlplane.store.models import Change, Meter, MeterSlice, ModelCall, Run
 
 RESERVERS = 50
 MODEL = "claude-sonnet-5-5"
@@ -64,18 +67,18 @@ def reserver(url: str, run_id: str, seed: int, start: Any, out: Any) -> None:
         out.put((run_id, granted, refusal, error))
 
 
-def setup_change(store: Store) -> tuple[str, list[str]]:
-    """A Change with one Task and RESERVERS running runs of it."""
+def setup_change(store: Store, n: int = RESERVERS, budget_micros: int = BUDGET_MICROS) -> tuple[str, list[str]]:
+    """A Change with one Task and n running runs of it."""
 
     def make(s) -> tuple[str, list[str]]:
         add_project(s, "p", "")
         change_id = change_lifecycle.submit_change(
             s,
-            graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),), budget_usd=BUDGET_MICROS / 1_000_000),
+            graph.ChangeSpec("p", "g", (graph.TaskSpec("t", "implement", "o"),), budget_usd=budget_micros / 1_000_000),
             "tester",
         )
         first = s.scalars(select(Run).where(Run.change_id == change_id)).one()
-        for attempt in range(2, RESERVERS + 1):
+        for attempt in range(2, n + 1):
             s.add(
                 Run(
                     id=events.new_id("run"),
@@ -115,6 +118,7 @@ def test_fifty_processes_never_push_the_change_meter_past_its_limit(url: str) ->
         for seed, run_id in enumerate(run_ids)
     ]
     seen: list[tuple[int, int, int]] = []
+    broken: list[str] = []
     done = threading.Event()
 
     def watch() -> None:
@@ -123,6 +127,7 @@ def test_fifty_processes_never_push_the_change_meter_past_its_limit(url: str) ->
             row = store.transaction(lambda s: s.get(Meter, key))
             if row is not None:
                 seen.append((row.used, row.reserved, row.limit_amount))
+            broken.extend(store.transaction(escrow.violations))
             time.sleep(0.02)
 
     try:
@@ -181,3 +186,70 @@ def test_fifty_processes_never_push_the_change_meter_past_its_limit(url: str) ->
     # The last refusal came with nothing else held: the budget was used to within one estimate.
     assert change_meter["used"] > BUDGET_MICROS - ESTIMATE
     assert seen and all(used + reserved <= limit for used, reserved, limit in seen)
+    assert broken == []  # no meter row and no escrow slice ever held more than it had
+
+
+KILLED_RESERVERS = 16
+KILLED_BUDGET = 600 * ESTIMATE
+
+
+@pytest.mark.timeout(150)
+def test_reservers_killed_mid_run_leave_nothing_overspent_and_the_sweep_returns_their_slices(url: str) -> None:
+    store = Store(url)
+    store.migrate()
+    _, run_ids = setup_change(store, KILLED_RESERVERS, KILLED_BUDGET)
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Barrier(KILLED_RESERVERS + 1), ctx.Queue()
+    procs = [
+        ctx.Process(target=reserver, args=(url, run_id, seed, start, out), daemon=True)
+        for seed, run_id in enumerate(run_ids)
+    ]
+    broken: list[str] = []
+    try:
+        for proc in procs:
+            proc.start()
+        start.wait(120)
+        time.sleep(1.0)  # a quarter to a half of the budget is spent by now
+        victims = procs[::2]
+        for proc in victims:
+            proc.kill()  # SIGKILL: mid-transaction, holding slices and an open reservation or two
+        # The survivors spend the rest, taking back the dead holders' unused grants.
+        broken.extend(store.transaction(escrow.violations))
+        results = [out.get(timeout=90) for _ in procs[1::2]]
+        for proc in procs:
+            proc.join(10)
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+    assert [r for r in results if r[3]] == []
+    assert {r[2] for r in results} == {"change_budget"}
+    assert all(victim.exitcode == -9 for victim in victims)
+    broken.extend(store.transaction(escrow.violations))
+
+    # The sweep: the dead processes' open reservations settle at their estimates; every slice is
+    # folded back into its meter and dropped.
+    store.transaction(model_calls.settle_expired, dt.timedelta(0))
+    for key in store.transaction(escrow.idle_meters, dt.timedelta(0)):
+        store.transaction(escrow.return_idle, key, dt.timedelta(0))
+    state = store.transaction(
+        lambda s: {
+            "meters": {m["kind"]: m for m in meters.usage(s)},
+            "rows": {m.kind: (m.used, m.reserved) for m in s.scalars(select(Meter))},
+            "costs": s.scalar(select(func.sum(ModelCall.cost_micros))),
+            "calls": s.scalar(select(func.count()).select_from(ModelCall)),
+            "open": s.scalar(select(func.count()).select_from(ModelCall).where(ModelCall.state != "settled")),
+            "slices": s.scalar(select(func.count()).select_from(MeterSlice)),
+        }
+    )
+    broken.extend(store.transaction(escrow.violations))
+    store.close()
+    change_meter = state["meters"]["change"]
+    assert broken == []
+    assert state["open"] == 0 and state["slices"] == 0
+    assert change_meter["reserved"] == 0 and change_meter["used"] <= KILLED_BUDGET
+    assert int(state["costs"]) == change_meter["used"] == state["meters"]["provider_month"]["used"]
+    assert state["calls"] == state["meters"]["agent_calls_day"]["used"]
+    # With every slice folded back the rows themselves read the same: nothing is left in escrow.
+    assert state["rows"]["change"] == (change_meter["used"], 0)
+    assert change_meter["used"] > KILLED_BUDGET - 2 * ESTIMATE  # the survivors spent what the dead left

@@ -11,8 +11,9 @@ import pytest
 from controlplane.domain import graph
 from controlplane.services import change_lifecycle
 from controlplane.services.projects import add_project
-from controlplane.store import meters
+from controlplane.store import escrow, meters
 from controlplane.store.engine import Store
+from controlplane.store.escrow import Slice, Want, fits, grant_size
 from controlplane.store.meters import MeterSpec
 from controlplane.store.models import Change, Meter, MeterReservation, Project
 from drover.errors import InvalidArgument, NotFound
@@ -62,22 +63,35 @@ FREE = MeterSpec("f", "project", "m", "usd", 0)
 
 
 @pytest.mark.parametrize(
-    "states, amounts, refused",
+    "sl, want, admitted",
     [
-        ([(USD, 0, 0)], {"u": 100}, None),  # exactly at the limit is admitted
-        ([(USD, 0, 0)], {"u": 101}, "u"),
-        ([(USD, 60, 30)], {"u": 10}, None),  # reserved counts like used
-        ([(USD, 60, 30)], {"u": 11}, "u"),
-        ([(USD, 150, 0)], {"u": 0}, "u"),  # already past: even nothing is refused
-        ([(FREE, 10**15, 10**15)], {"f": 10**15}, None),  # limit 0: no limit
-        ([(CALLS, 2, 0), (USD, 0, 0)], {"c": 1, "u": 200}, "u"),
-        ([(CALLS, 2, 1), (USD, 0, 0)], {"c": 1, "u": 200}, "c"),  # the first refusing meter is named
-        ([(USD, 0, 0)], {}, None),  # no amount: nothing taken
-        ([], {"u": 10**9}, None),
+        (Slice("u", granted=100, limit_seen=100), Want("u", 100, 100), True),  # exactly the grant is admitted
+        (Slice("u", granted=100, limit_seen=100), Want("u", 101, 100), False),
+        (Slice("u", granted=100, reserved=60, used=30, limit_seen=100), Want("u", 10, 100), True),
+        (Slice("u", granted=100, reserved=60, used=30, limit_seen=100), Want("u", 11, 100), False),  # used counts
+        (Slice("u", granted=100, limit_seen=100), Want("u", 10, 90), False),  # the budget moved: ask the meter
+        (Slice("u", granted=100, limit_seen=100), Want("u", 10, None), True),  # a fleet meter keeps its own limit
+        (Slice("u", granted=100), Want("u", 1, None), False),  # never granted (or folded): ask the meter
+        (Slice("f", reserved=10**15, unbounded=True, limit_seen=0), Want("f", 10**15, 0), True),  # no limit
+        (Slice("f", unbounded=True, limit_seen=0), Want("f", 1, 5), False),  # the meter gained a limit
     ],
 )
-def test_admit(states: list[meters.MeterState], amounts: dict[str, int], refused: str | None) -> None:
-    assert meters.admit(states, amounts) == refused
+def test_a_slice_admits_what_its_grant_holds(sl: Slice, want: Want, admitted: bool) -> None:
+    assert fits(sl, want) is admitted
+
+
+@pytest.mark.parametrize(
+    "headroom, lacking, grant",
+    [
+        (800, 1, 100),  # an eighth of the headroom: fewer trips to the meter row
+        (800, 300, 300),  # what the call lacks, when that is more
+        (50, 80, 50),  # never more than the headroom (the caller refuses first)
+        (7, 1, 1),
+        (0, 0, 0),
+    ],
+)
+def test_grant_size(headroom: int, lacking: int, grant: int) -> None:
+    assert grant_size(headroom, lacking) == grant
 
 
 @pytest.mark.parametrize(
@@ -199,8 +213,11 @@ def test_classifier_calls_share_a_daily_cap(store: Store) -> None:
     spec = meters.daily_calls_meter(meters.CLASSIFIER_CALLS_DAY, NOW, 3)
     taken = [store.transaction(meters.take_call, spec, f"cls_{i}") for i in range(5)]
     assert taken == [True, True, True, False, False]
-    row = store.transaction(lambda s: s.get(Meter, "classifier-calls:2026-11-30"))
-    assert (row.used, row.reserved, row.limit_amount) == (3, 0, 3)
+    [row] = store.transaction(meters.usage, "classifier-calls:2026-11-30")
+    assert (row["used"], row["reserved"], row["limit"]) == (3, 0, 3)
+    # The meter row itself holds the writer's slice: all three calls, counted in its slice.
+    meter = store.transaction(lambda s: s.get(Meter, "classifier-calls:2026-11-30"))
+    assert (meter.used, meter.reserved) == (0, 3) and store.transaction(escrow.violations) == []
 
 
 def test_memory_queries_count_per_utc_day_and_an_operator_can_raise_the_cap(store: Store) -> None:
