@@ -60,7 +60,7 @@ class AgentConfig:
     metrics_listen: str = ""
     """host:port of a Prometheus /metrics endpoint; empty: none."""
     batch_interval: float = 0.2
-    batch_bytes: int = 16 * 1024
+    batch_bytes: int = 256 * 1024
     claude_command: str = "claude"
     """The Claude Code executable (TOML: [drivers] claude_command); the claude-code runtime is offered
     only when it is found."""

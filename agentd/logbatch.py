@@ -1,9 +1,11 @@
-"""Output batching: per stream, sent every 200 ms, at a stream change, or at 16 KiB.
+"""Output batching: per stream, sent every 200 ms, at a stream change, or at 256 KiB.
 
 The batcher sees records and a clock and calls `send(stream, text, end)`; it never
 sees gRPC or the outbox (STYLE.md row 7). Records are never split (the supervisor
 writes records of at most RECORD_BYTES), so every batch ends on a record boundary
-and `end` says exactly which output it covers."""
+and `end` says exactly which output it covers. Quiet output goes out within 200 ms; a flood goes
+in 256 KiB messages, so the control plane pays its per-message cost (a transaction unit, an
+ack) once per 256 KiB rather than per line."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ RECORD_BYTES = 8 * 1024
 
 
 class LogBatcher:
-    def __init__(self, send: Send, *, interval: float = 0.2, max_bytes: int = 16 * 1024) -> None:
+    def __init__(self, send: Send, *, interval: float = 0.2, max_bytes: int = 256 * 1024) -> None:
         self._send = send
         self.interval = interval
         self.max_bytes = max_bytes

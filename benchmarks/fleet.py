@@ -2,7 +2,7 @@
 """The control plane under a simulated fleet, beside a Celery + durable RabbitMQ baseline.
 
     python benchmarks/fleet.py [--agents 1000] [--procs 4] [--database sqlite|postgresql|both]
-                               [--low 50] [--runs 2000] [--output-runs 100 --lines 2000 --line-bytes 200]
+                               [--low 50] [--runs 2000] [--output-runs 100 --lines 20000 --line-bytes 200]
                                [--budget-runs 50 --pairs 40] [--idle-seconds 10] [--celery on|off]
 
 For each database: `controlplane serve` (SQLite in a temporary data dir, or a fresh PostgreSQL
@@ -276,7 +276,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--low", type=int, default=50)
     p.add_argument("--runs", type=int, default=2000)
     p.add_argument("--output-runs", type=int, default=100)
-    p.add_argument("--lines", type=int, default=2000)
+    p.add_argument("--lines", type=int, default=20000)
     p.add_argument("--line-bytes", type=int, default=200)
     p.add_argument("--budget-runs", type=int, default=50)
     p.add_argument("--pairs", type=int, default=40)

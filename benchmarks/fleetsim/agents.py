@@ -4,7 +4,7 @@ speaking the real agent protocol over real gRPC, as agentd does, but "running" e
     python -m benchmarks.fleetsim.agents --target HOST:PORT --token-file F --agents N --prefix P --out FILE
 
 A run's command says what to do: `sim lines=K bytes=B pairs=C` sends started, K output lines of B
-bytes in 16 KiB LogBatch messages (agentd's batch size), C ReserveModelCall+SettleModelCall pairs,
+bytes in 256 KiB LogBatch messages (agentd's batch size), C ReserveModelCall+SettleModelCall pairs,
 then finished, each run message acked by the control plane before the run counts as done (acks
 mean the message is durable). Until SIGTERM; then the timings are written to FILE as JSON:
   assigned  {run_id: [wall time the assignment arrived, change_id]}
@@ -30,7 +30,7 @@ import grpc
 from drover.v1 import agent_pb2, agent_pb2_grpc
 
 STREAMS_PER_CHANNEL = 100
-BATCH_BYTES = 16 * 1024
+BATCH_BYTES = 256 * 1024
 
 
 class Sim:
@@ -60,7 +60,13 @@ class Sim:
         stub = agent_pb2_grpc.AgentServiceStub(self.channel(i))
         call = stub.Connect(metadata=self.metadata)
         hello = agent_pb2.Hello(name=name, capacity=1, drivers=["command"], version="fleetsim")
-        await call.write(agent_pb2.AgentMessage(hello=hello))
+        try:
+            await call.write(agent_pb2.AgentMessage(hello=hello))
+        except grpc.aio.AioRpcError as err:
+            # A write to a stream the server already ended fails as INTERNAL "execute_batch" (grpc
+            # issue 36066): the server's own status is the call's.
+            code, details = await call.code(), await call.details()
+            raise RuntimeError(f"hello not sent ({err.code().name}): the stream ended {code.name} {details}") from None
         acked: dict[tuple[str, int], asyncio.Event] = {}
         lock = asyncio.Lock()
         runs: set[asyncio.Task[None]] = set()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
@@ -30,6 +30,8 @@ from controlplane.store.objects import ObjectStore, session_key
 from drover.errors import FailedPrecondition
 
 DROPPED_LINE = "output limit of {limit} bytes reached: later output of this run is dropped\n"
+
+RUN_LOGS = cast(Table, RunLog.__table__)
 
 
 def move(s: Session, run: Run, target: str) -> None:
@@ -324,6 +326,7 @@ def _append_output(s: Session, run: Run, seq: int, stream: str, text: str, limit
         run.output_truncated = True
         run_event(s, "run.output_truncated", run, limit=limit)
         return
-    s.add(RunLog(run_id=run.id, seq=seq, stream=stream, text=text, created_at=utcnow()))
+    # A Core insert: output is the bulk of what agents send, and no one reads the row back here.
+    s.execute(insert(RUN_LOGS).values(run_id=run.id, seq=seq, stream=stream, text=text, created_at=utcnow()))
     run.output_bytes += size
     metrics.on_output(s, size)
