@@ -136,9 +136,16 @@ class Bench:
 def run_phases(bench: Bench, client: Client, plane: Proc, figures: Figures) -> None:
     args = bench.args
     wait_for(lambda: bench.progress()[1] >= args.agents, bench.deadline, 300, "every simulated agent")
-    wait_for(
-        lambda: sum(a.connected for a in client.list_agents()) >= args.agents, bench.deadline, 300, "agents listed"
-    )
+    listed: list[int] = [0]
+
+    def all_listed() -> bool:
+        listed[0] = sum(a.connected for a in client.list_agents())
+        return listed[0] >= args.agents
+
+    try:
+        wait_for(all_listed, bench.deadline, 300, "agents listed")
+    except TimeoutError as err:
+        raise TimeoutError(f"{err}: {listed[0]} of {args.agents} listed as connected") from None
     pid = plane.proc.pid  # type: ignore[union-attr]
     cpu0, t0 = cpu_seconds(pid)[0], time.monotonic()
     time.sleep(args.idle_seconds)

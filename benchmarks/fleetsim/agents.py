@@ -48,6 +48,10 @@ class Sim:
                 grpc.aio.insecure_channel(
                     self.target,
                     options=[
+                        # Its own connection: channels with the same target and options otherwise
+                        # share one (the global subchannel pool), and a few thousand streams on one
+                        # HTTP/2 connection fail at their first write. agentd has one per process.
+                        ("grpc.use_local_subchannel_pool", 1),
                         ("grpc.keepalive_time_ms", 10_000),
                         ("grpc.keepalive_permit_without_calls", 1),
                         ("grpc.http2.max_pings_without_data", 0),

@@ -288,7 +288,9 @@ class AgentSessions:
             quiet = time.monotonic() - session.last_heard
             if quiet >= limit:
                 return
-            await asyncio.sleep(max(0.05, min(1.0, limit - quiet)))
+            # Wake when the silence could first expire: once a second per stream was 5,000 wake-ups a
+            # second, most of an idle fleet's CPU.
+            await asyncio.sleep(max(0.05, limit - quiet))
 
     async def _disconnected(self, name: str, last_heard_at: dt.datetime) -> None:
         try:

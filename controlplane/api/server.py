@@ -170,6 +170,12 @@ def grpc_server(config: ServerConfig, auth: AuthInterceptor) -> grpc.aio.Server:
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.keepalive_timeout_ms", 10_000),
+            # Calls that arrived but that the server has not taken up yet: past 1,000 gRPC refuses a
+            # growing share of new ones and past 3,000 all (random early detection), so thousands of
+            # agents connecting at once (a replica's agents failing over) had streams refused at
+            # their first write with INTERNAL. Room for a fleet's burst.
+            ("grpc.server.max_pending_requests", 10_000),
+            ("grpc.server.max_pending_requests_hard_limit", 20_000),
         ],
     )
 
