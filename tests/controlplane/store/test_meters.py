@@ -230,3 +230,21 @@ def test_memory_queries_count_per_utc_day_and_an_operator_can_raise_the_cap(stor
     store.transaction(meters.raise_limit, spec.key, 3)
     assert store.transaction(meters.take_call, spec, "mq_raised") is True
     assert store.transaction(meters.take_call, spec, "mq_over") is False
+
+
+def test_a_lowered_limit_takes_back_every_slice_s_unused_grant(store: Store) -> None:
+    change_id = submitted(store, 1.0)
+    key = f"change-usd:{change_id}"
+    spec = MeterSpec(key, "change", "", "usd", 1_000_000)
+    assert store.transaction(meters.reserve_on_meters, "r1", [spec], {key: 100_000}) is None
+    # The writer's slice took an eighth of the headroom, more than the call needed.
+    assert store.transaction(lambda s: s.get(Meter, key).reserved) == 1_000_000 // 8
+    store.transaction(meters.raise_limit, key, 150_000)
+    assert used_reserved(store)[key] == (0, 100_000)  # what the call holds, nothing more
+    assert store.transaction(lambda s: s.get(Meter, key).reserved) == 100_000  # the rest went back
+    lowered = meters.spec_of_key(key, 150_000)
+    assert store.transaction(meters.reserve_on_meters, "r2", [lowered], {key: 60_000}) == key
+    assert store.transaction(meters.reserve_on_meters, "r3", [lowered], {key: 50_000}) is None
+    store.transaction(meters.settle_on_meters, "r1", meters.exact_for(70_000))
+    assert used_reserved(store)[key] == (70_000, 50_000)
+    assert store.transaction(escrow.violations) == []
