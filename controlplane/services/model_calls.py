@@ -41,15 +41,6 @@ class Reservation:
     """The limit that refused: the meter's, or the run's share of the Change budget (micro-dollars)."""
 
 
-def run_calls(s: Session, run_id: str) -> int:
-    return (
-        s.scalar(
-            select(func.count()).select_from(ModelCall).where(ModelCall.run_id == run_id, ModelCall.purpose == "agent")
-        )
-        or 0
-    )
-
-
 def run_cost(s: Session, run_id: str) -> int:
     # int(): PostgreSQL sums a bigint as numeric, which would come back as a Decimal.
     return int(

@@ -140,20 +140,23 @@ def settle(s: Session, reservation_id: str, exact: Callable[[str, int], int]) ->
     return len(marked.all())
 
 
-def _reconcile_meter(s: Session, key: str) -> None:
-    """Count the settled shares held on the meter row itself (the row is locked by the caller)."""
+def _count_settled(s: Session, holder: str, key: str) -> tuple[int, int]:
+    """Mark the settled, not yet counted shares of a slice ("": of the meter row itself) counted;
+    answers what they had reserved and what they used."""
     counted = s.execute(
         update(R)
-        .where(R.c.holder == "", R.c.meter_key == key, R.c.settled.is_(True), R.c.reconciled.is_(False))
+        .where(R.c.holder == holder, R.c.meter_key == key, R.c.settled.is_(True), R.c.reconciled.is_(False))
         .values(reconciled=True)
         .returning(R.c.amount, R.c.used_amount)
     ).all()
-    if counted:
-        s.execute(
-            update(M)
-            .where(M.c.key == key)
-            .values(reserved=M.c.reserved - sum(a for a, _ in counted), used=M.c.used + sum(u for _, u in counted))
-        )
+    return sum(a for a, _ in counted), sum(u for _, u in counted)
+
+
+def _reconcile_meter(s: Session, key: str) -> None:
+    """Count the settled shares held on the meter row itself (the row is locked by the caller)."""
+    reserved, used = _count_settled(s, "", key)
+    if reserved or used:
+        s.execute(update(M).where(M.c.key == key).values(reserved=M.c.reserved - reserved, used=M.c.used + used))
 
 
 # --- slices ------------------------------------------------------------------------------------------
@@ -255,17 +258,12 @@ def _refill(s: Session, h: str, need: Sequence[Want], own: dict[str, Slice]) -> 
 
 def _reconcile(s: Session, h: str, key: str) -> Slice:
     """Count the slice's settled shares in the slice (the slice is locked by the caller)."""
-    counted = s.execute(
-        update(R)
-        .where(R.c.holder == h, R.c.meter_key == key, R.c.settled.is_(True), R.c.reconciled.is_(False))
-        .values(reconciled=True)
-        .returning(R.c.amount, R.c.used_amount)
-    ).all()
-    if counted:
+    reserved, used = _count_settled(s, h, key)
+    if reserved or used:
         s.execute(
             update(S)
             .where(S.c.meter_key == key, S.c.holder == h)
-            .values(reserved=S.c.reserved - sum(a for a, _ in counted), used=S.c.used + sum(u for _, u in counted))
+            .values(reserved=S.c.reserved - reserved, used=S.c.used + used)
         )
     row = s.execute(
         select(S.c.meter_key, S.c.granted, S.c.reserved, S.c.used, S.c.unbounded, S.c.limit_seen).where(

@@ -281,23 +281,6 @@ def _user_token(s: Session, name: str) -> Token | None:
     return s.scalar(select(Token).where(Token.name == name).order_by(Token.id).limit(1))
 
 
-def change_meters(s: Session, change: Change, now: dt.datetime, budgets: BudgetConfig) -> list[MeterSpec]:
-    """The meters of one model call of `change`, with the budgets in force now."""
-    project = s.get(Project, change.project)
-    token = _user_token(s, change.submitted_by) if change.submitted_by else None
-    return meters_for(
-        now,
-        change.id,
-        usd_micros(change.budget_usd),
-        change.project,
-        usd_micros(project.monthly_budget_usd if project else 0.0),
-        change.submitted_by,
-        usd_micros(token.monthly_budget_usd if token else 0.0),
-        usd_micros(budgets.provider_month_usd),
-        budgets.agent_calls_per_day,
-    )
-
-
 def take_call(s: Session, spec: MeterSpec, reservation_id: str) -> bool:
     """Count one call on a daily calls meter; False (and nothing counted) at its cap."""
     if reserve_on_meters(s, reservation_id, [spec], {spec.key: 1}) is not None:
