@@ -472,7 +472,18 @@ def test_a_held_harness_run_stays_held_after_agentd_and_its_supervisor_are_kille
     with fleet.plane.client() as client:
         change = client.submit_change("calc", "a port", [task("port", runtime="harness")])
         asked = open_question(client, change.id)
-        wait_for(lambda: len(model.requests) == 2, 30, what="the turn after the question")
+        # Held once the reply that ends the turn is in the transcript (its event follows the write): a
+        # kill between the model's answer and that write would lose the reply, and the resumed harness
+        # would rightly ask the model again.
+        wait_for(
+            lambda: any(
+                "Waiting for the answer." in line.text
+                for line in client.run_logs(asked.run_id)
+                if line.stream == "event"
+            ),
+            30,
+            what="the turn after the question, in the transcript",
+        )
         agent.kill9()
         fleet.stop_supervisors()  # the machine went down while the run waited for its answer
         agent.start()
