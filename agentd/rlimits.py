@@ -9,6 +9,7 @@ hard limit cannot be raised again without privilege. Dropping to the user here, 
 bubblewrap, is what lets bubblewrap run as root without a user namespace: the process keeps only
 CAP_SETUID and CAP_SETGID until setuid() clears them. It imports only the standard library and is
 started with `-I -S`: nothing from the workspace (or the environment) can change what it loads.
+It parses its own few options (argparse alone would add 20 ms to every run's start).
 
 With --ready-fd (a Unix socket) it sends its PID namespace's name ("pid:[N]", a newline) and a
 descriptor of the namespace just before it execs: the supervisor learns that the sandbox is up and
@@ -17,10 +18,9 @@ which processes are the run's (agentd/confined.py).
 
 from __future__ import annotations
 
-import argparse
+import _socket  # not `socket`: the launcher starts on every run, and `socket` costs ~7 ms of imports
 import os
 import resource
-import socket
 import sys
 
 LIMITS = {
@@ -72,46 +72,80 @@ def report_ready(fd: int) -> None:
         name, pinned = os.readlink("/proc/self/ns/pid"), [os.open("/proc/self/ns/pid", os.O_RDONLY)]
     except OSError:
         name, pinned = "unknown", []
-    with socket.socket(fileno=fd) as channel:
-        socket.send_fds(channel, [f"{name}\n".encode()], pinned)
+    channel = _socket.socket(fileno=fd)
+    try:
+        rights = b"".join(d.to_bytes(4, sys.byteorder) for d in pinned)  # C ints, as SCM_RIGHTS takes them
+        channel.sendmsg([f"{name}\n".encode()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)] if pinned else [])
+    finally:
+        channel.close()
     for descriptor in pinned:
         os.close(descriptor)
 
 
+def execvpe(command: list[str], env: dict[str, str]) -> None:
+    """os.execvpe without its lazy `import warnings`: the launcher loads nothing past the frozen modules,
+    which the session user can always read (the stdlib directory it may not)."""
+    if "/" in command[0]:
+        os.execve(command[0], command, env)
+    first: OSError | None = None
+    for directory in env.get("PATH", os.defpath).split(os.pathsep):
+        try:
+            os.execve(os.path.join(directory or ".", command[0]), command, env)
+        except OSError as err:  # like execvp: go on, report the first error that is not "not here"
+            if first is None and not isinstance(err, (FileNotFoundError, NotADirectoryError)):
+                first = err
+    raise first or FileNotFoundError(2, "No such file or directory", command[0])
+
+
+OPTIONS = (*LIMITS, "uid", "gid", "chdir", "ready-fd")
+USAGE = (
+    "rlimits: usage: rlimits.py [--as N --cpu N --fsize N --nproc N --uid N --gid N --chdir DIR --ready-fd FD]"
+    " -- COMMAND [ARG...]"
+)
+
+
+def parse(options: list[str]) -> dict[str, str]:
+    """`--name value` pairs, each name one of OPTIONS. ValueError says what is wrong."""
+    parsed: dict[str, str] = {}
+    for i in range(0, len(options), 2):
+        name = options[i][2:] if options[i].startswith("--") else ""
+        if name not in OPTIONS:
+            raise ValueError(f"unknown option {options[i]!r}")
+        if i + 1 == len(options):
+            raise ValueError(f"{options[i]} needs a value")
+        if name != "chdir" and not options[i + 1].lstrip("-").isdigit():
+            raise ValueError(f"{options[i]} takes a number, not {options[i + 1]!r}")
+        parsed[name] = options[i + 1]
+    return parsed
+
+
 def main(args: list[str]) -> None:
     if "--" not in args:
-        sys.exit(
-            "rlimits: usage: rlimits.py [--as N --cpu N --fsize N --nproc N "
-            "--uid N --gid N --chdir DIR --ready-fd FD] -- COMMAND [ARG...]"
-        )
+        sys.exit(USAGE)
     split = args.index("--")
-    parser = argparse.ArgumentParser(prog="rlimits")
-    for name in LIMITS:
-        parser.add_argument(f"--{name}", type=int)
-    parser.add_argument("--uid", type=int)
-    parser.add_argument("--gid", type=int)
-    parser.add_argument("--chdir")
-    parser.add_argument("--ready-fd", dest="ready_fd", type=int)
-    opts = parser.parse_args(args[:split])
+    try:
+        opts = parse(args[:split])
+    except ValueError as err:
+        sys.exit(f"rlimits: {err}\n{USAGE}")
     command = args[split + 1 :]
     if not command:
         sys.exit("rlimits: no command")
     env = original_environ()
     try:
         for name, which in LIMITS.items():
-            if getattr(opts, name) is not None:
-                set_limit(which, getattr(opts, name))
-        if opts.uid is not None:
-            become(opts.uid, opts.gid if opts.gid is not None else opts.uid)
-        if opts.chdir:
-            os.chdir(opts.chdir)
-        if opts.ready_fd is not None:
-            report_ready(opts.ready_fd)
+            if name in opts:
+                set_limit(which, int(opts[name]))
+        if "uid" in opts:
+            become(int(opts["uid"]), int(opts.get("gid", opts["uid"])))
+        if opts.get("chdir"):
+            os.chdir(opts["chdir"])
+        if "ready-fd" in opts:
+            report_ready(int(opts["ready-fd"]))
     except OSError as err:
         print(f"rlimits: cannot prepare the command: {err}", file=sys.stderr)
         sys.exit(126)
     try:
-        os.execvpe(command[0], command, env)
+        execvpe(command, env)
     except OSError as err:
         print(f"rlimits: cannot start {command[0]}: {err.strerror}", file=sys.stderr)
         sys.exit(127)
