@@ -32,6 +32,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", dest="work_dir", help="parent of run workspaces")
     p.add_argument("--spool-dir", dest="spool_dir", help="run directories and outbox")
     p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
+    p.add_argument(
+        "--no-prefork",
+        dest="prefork",
+        action="store_false",
+        default=None,
+        help="start each run's supervisor as a fresh interpreter instead of forking it from a template",
+    )
     p.add_argument("--default-timeout-seconds", dest="default_timeout_seconds", type=int)
     p.add_argument("--kill-grace-seconds", dest="kill_grace_seconds", type=float)
     p.add_argument("--metrics-listen", dest="metrics_listen", help="host:port of a Prometheus /metrics endpoint")

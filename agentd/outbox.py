@@ -29,6 +29,17 @@ class SpoolFull(OSError):
     """The spool's filesystem has no room left (ENOSPC or EDQUOT); nothing was written."""
 
 
+def free_bytes(path: pathlib.Path) -> int:
+    """Free space on the filesystem of `path` (or of its nearest existing parent), for an unprivileged user."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
+
+
 def is_full(err: BaseException) -> bool:
     """A write failed because the disk or the quota is full."""
     return isinstance(err, OSError) and err.errno in FULL

@@ -19,7 +19,7 @@ from agentd import processes
 from agentd.config import AgentConfig
 from agentd.connection import ChannelSettings
 from agentd.logbatch import LogBatcher
-from agentd.outbox import Outbox, RunOutbox, is_full
+from agentd.outbox import Outbox, RunOutbox, free_bytes, is_full
 from agentd.output import read_records
 from agentd.run_spec import run_spec
 
@@ -67,6 +67,7 @@ class Runs:
         self.slots: dict[str, RunSlot] = {}
         self.secrets: dict[str, dict[str, str]] = {}
         self.removals: set[asyncio.Task[None]] = set()  # run dirs kept until their stopped supervisor exits
+        self.template = processes.Template(self.config.spool) if config.prefork else None
 
     # --- what hello says ------------------------------------------------------------------------
 
@@ -94,6 +95,8 @@ class Runs:
         except OSError as err:  # e.g. a full disk: new runs are refused until there is room
             log.error("cannot read the spool %s (%s): no runs to re-attach", self.root, err)
             return
+        if self.template is not None:
+            self.template.start()
         for run_dir in run_dirs:
             try:
                 self._recover(run_dir)
@@ -148,7 +151,7 @@ class Runs:
             raise Refused("at_capacity")
         if assignment.driver == "command" and not assignment.command.argv:
             raise Refused("no_command")
-        if self.spool_free_bytes() < self.config.min_free_spool_bytes:
+        if free_bytes(self.root) < self.config.min_free_spool_bytes:
             raise Refused("disk_full")
         run_dir = self.root / assignment.run_id
         spec = run_spec(assignment, self.config)
@@ -166,17 +169,6 @@ class Runs:
             log.error("run %s: cannot store it in the spool: %s", assignment.run_id, err)
             raise Refused("disk_full" if is_full(err) else f"spool_error: {err.strerror}") from err
         self._add(slot)
-
-    def spool_free_bytes(self) -> int:
-        """Free space on the spool's filesystem (for an unprivileged user)."""
-        path = self.root
-        while not path.exists() and path != path.parent:
-            path = path.parent
-        try:
-            st = os.statvfs(path)
-        except OSError:
-            return 0
-        return st.f_bavail * st.f_frsize
 
     def _launch(self, slot: RunSlot, secret_env: dict[str, str]) -> None:
         """Start the run's supervisor. A full spool raises (the caller refuses or fails the run);
@@ -212,10 +204,13 @@ class Runs:
         except (OSError, ValueError):
             return 1
 
-    def _spawn(self, run_dir: pathlib.Path, module: str, secrets: dict[str, Any]) -> subprocess.Popen[bytes]:
+    def _spawn(self, run_dir: pathlib.Path, module: str, secrets: dict[str, Any]) -> subprocess.Popen[bytes] | None:
+        """The run's supervisor forked from the template (None: followed by its pid file), or spawned."""
         self.config.work_dir.mkdir(parents=True, exist_ok=True)
         # Listed by agentd alone; the session user may pass through to its own run (unsandboxed mode).
         os.chmod(self.config.work_dir, 0o711)
+        if self.template is not None and self.template.fork(run_dir, module, secrets) is not None:
+            return None
         return processes.spawn(run_dir, module, secrets)
 
     def cancel(self, run_id: str) -> None:
@@ -361,7 +356,7 @@ class Runs:
             else:
                 slot.awaiting_resume = True  # the control plane sends the secrets again
             return False
-        if self.spool_free_bytes() < self.config.min_free_spool_bytes:
+        if free_bytes(self.root) < self.config.min_free_spool_bytes:
             self._fail(slot, "disk_full", "the run's supervisor died while the spool was full")
         else:
             self.outbox.append(
@@ -396,3 +391,5 @@ class Runs:
         await asyncio.gather(
             *(s.tracker for s in self.slots.values() if s.tracker), *self.removals, return_exceptions=True
         )
+        if self.template is not None:
+            self.template.close()

@@ -267,11 +267,15 @@ def sandbox_for(spec: dict[str, Any], network: bool, **limits: int) -> Sandbox:
     return for_mode(spec.get("sandbox", "bubblewrap"), policy, spec.get("bwrap") or BWRAP)
 
 
+def serve(run_dir: str, secret_env: dict[str, str]) -> None:
+    """Supervise the run in `run_dir` (also what agentd/prefork.py calls in a forked supervisor)."""
+    Supervisor(pathlib.Path(run_dir), secret_env).run()
+
+
 def main() -> None:
-    run_dir = pathlib.Path(sys.argv[1])
     secret_env = json.loads(sys.stdin.read() or "{}")
     sys.stdin.close()
-    Supervisor(run_dir, secret_env).run()
+    serve(sys.argv[1], secret_env)
 
 
 if __name__ == "__main__":

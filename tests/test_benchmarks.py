@@ -31,6 +31,7 @@ SMALLEST = {
         ["--round-trips", "3", "--command-round-trips", "1", "--runs", "1"],
         ["cheap round trips", "submit->change.finished"],
     ),
+    "runstart.py": (["--runs", "2", "--warmup", "1"], ["a->exec", "a->started"]),
     "packets.py": (
         ["--files", "200", "--runs", "2", "--memory-files", "10", "--queries", "2"],
         ["compile     ms", "query ms"],

@@ -354,11 +354,15 @@ def _fold_system() -> str:
     return FOLD_SYSTEM
 
 
+def serve(run_dir: str, secrets: dict[str, Any]) -> None:
+    """Supervise the harness run in `run_dir` (also what agentd/prefork.py calls in a forked supervisor)."""
+    asyncio.run(HarnessRun(pathlib.Path(run_dir), secrets).run())
+
+
 def main() -> None:
-    run_dir = pathlib.Path(sys.argv[1])
     secrets = json.loads(sys.stdin.read() or "{}")
     sys.stdin.close()
-    asyncio.run(HarnessRun(run_dir, secrets).run())
+    serve(sys.argv[1], secrets)
 
 
 if __name__ == "__main__":

@@ -288,11 +288,15 @@ class RuntimeRun(HarnessRun):
             self.output.write("stderr", line.decode(errors="replace"))
 
 
+def serve(run_dir: str, secrets: dict[str, Any]) -> None:
+    """Supervise the runtime's run in `run_dir` (also what agentd/prefork.py calls in a forked supervisor)."""
+    asyncio.run(RuntimeRun(pathlib.Path(run_dir), secrets).run())
+
+
 def main() -> None:
-    run_dir = pathlib.Path(sys.argv[1])
     secrets = json.loads(sys.stdin.read() or "{}")
     sys.stdin.close()
-    asyncio.run(RuntimeRun(run_dir, secrets).run())
+    serve(sys.argv[1], secrets)
 
 
 if __name__ == "__main__":

@@ -379,6 +379,7 @@ print(json.dumps(found))
     for daemon in (
         "agentd.cli",
         "agentd.supervisor",
+        "agentd.prefork",
         "controlplane.cli",
         str(fleet.plane.data_dir),
         str(fleet.agents[0].spool),
