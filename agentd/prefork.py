@@ -19,7 +19,7 @@ supervisor):
    `ok PID` on the descriptor, or `error ERRNO MESSAGE` if any step failed (and exits);
 5. runs the module's `serve(run_dir, secrets)`, exactly what its `python -m` entry point runs.
 
-The template ignores SIGCHLD, so the kernel reaps its children; a child puts SIGCHLD back before it
+The template reaps its children when SIGCHLD says they exited; a child puts SIGCHLD back before it
 does anything. It exits when agentd's end of its socket closes; the supervisors it forked go on.
 Single-threaded throughout: forking a process with threads is not safe.
 """
@@ -142,6 +142,14 @@ def _serve(module: str, run_dir: str, secrets: dict[str, Any]) -> int:
     return code
 
 
+def _reap(_signum: int, _frame: Any) -> None:
+    """Wait for every supervisor that has exited: no zombies, and their CPU counts as this process's
+    children's (an ignored SIGCHLD would reap them too, but lose that)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
 def main() -> None:
     if len(sys.argv) < 3 or sys.argv[1] != "supervisor":
         sys.exit("usage: python -m agentd.prefork supervisor SPOOL MODULE [MODULE...]")
@@ -149,7 +157,7 @@ def main() -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the supervisors
+    signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to agentd's terminal stops agentd, then this
     for module in sys.argv[3:]:
         importlib.import_module(module)

@@ -138,7 +138,23 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
         return 0.0, 0.0
     fields = stat[stat.rindex(")") + 2 :].split()
     tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+    own, children = (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+    return own, children + sum(sum(cpu_seconds(t)) for t in templates(pid))
+
+
+def templates(agentd: int) -> list[int]:
+    """agentd's supervisor template (agentd/prefork.py): the run supervisors it forks are its
+    children, not agentd's, so their CPU is in its own reaped children's figure."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or b"agentd.prefork" not in (entry / "cmdline").read_bytes():
+                continue
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == agentd:
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
 
 
 def kill_leftovers(root: pathlib.Path) -> int:
