@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import NamedTuple
 
 import tenacity
 
@@ -34,8 +35,16 @@ from controlplane.domain.members import (
 
 log = logging.getLogger("drover.quota")
 
-Fetch = Callable[[Member], Awaitable[float]]
-"""Asks a member's quota endpoint for its available percentage (0-100); raises on failure."""
+
+class Reading(NamedTuple):
+    """A quota endpoint's answer: the available percentage (0-100) and, if it said, when the window resets."""
+
+    available_pct: float
+    resets_at: dt.datetime | None = None
+
+
+Fetch = Callable[[Member], Awaitable["float | Reading"]]
+"""Asks a member's quota endpoint for its available percentage (a bare float) or a Reading; raises on failure."""
 
 
 class ProbeFailed(Exception):
@@ -85,13 +94,29 @@ NO_MODEL_KEY = (
 
 def parse_available_pct(body: bytes) -> float:
     """The percentage in a JSON body {"available_pct": N} with N in 0-100."""
+    return parse_reading(body).available_pct
+
+
+def parse_reading(body: bytes) -> Reading:
+    """{"available_pct": N, "resets_at": "2030-01-01T00:20:00Z"}: N in 0-100; resets_at, optional, an ISO
+    8601 instant with a zone (the seed's "live probe reset")."""
     try:
-        value = json.loads(body)["available_pct"]
+        answer = json.loads(body)
+        value = answer["available_pct"]
     except (ValueError, KeyError, TypeError) as err:
         raise ProbeFailed("unrecognised quota response", transient=False) from err
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
         raise ProbeFailed(f"available_pct {value!r} is not a number in 0-100", transient=False)
-    return float(value)
+    resets = answer.get("resets_at")
+    if resets is None:
+        return Reading(float(value))
+    try:
+        at = dt.datetime.fromisoformat(resets) if isinstance(resets, str) else None
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise ProbeFailed(f"resets_at {resets!r} is not an ISO 8601 instant with a zone", transient=False)
+    return Reading(float(value), at)
 
 
 class HttpQuotaFetch:
@@ -101,10 +126,10 @@ class HttpQuotaFetch:
         self.env = env
         self.timeout = timeout
 
-    async def __call__(self, member: Member) -> float:
+    async def __call__(self, member: Member) -> Reading:
         return await asyncio.to_thread(self._get, member)
 
-    def _get(self, member: Member) -> float:
+    def _get(self, member: Member) -> Reading:
         token = credential(member, self.env)
         if not token:
             raise ProbeFailed(f"{member.route_key}: no credential configured", transient=False)
@@ -117,7 +142,7 @@ class HttpQuotaFetch:
         except urllib.error.HTTPError as err:
             err.close()
             raise ProbeFailed(f"HTTP {err.code}", transient=err.code >= 500) from err
-        return parse_available_pct(body)
+        return parse_reading(body)
 
 
 @dataclasses.dataclass
@@ -172,7 +197,7 @@ class QuotaProbe:
 
     async def _probe(self, member: Member, state: _State) -> QuotaSnapshot:
         try:
-            pct = await self._fetch(member)
+            reading = await self._fetch(member)
         except Exception as err:  # any failure of the endpoint means "unknown", never a crash of routing
             state.failures += 1
             good, now = state.last_good, self._clock()
@@ -185,10 +210,11 @@ class QuotaProbe:
                 return good
             return QuotaSnapshot(UNKNOWN, now)
         state.failures = 0
-        state.last_good = QuotaSnapshot(pct, self._clock())
+        pct, resets_at = (reading, None) if isinstance(reading, (int, float)) else reading
+        state.last_good = QuotaSnapshot(pct, self._clock(), resets_at)
         return state.last_good
 
-    async def _fetch(self, member: Member) -> float:
+    async def _fetch(self, member: Member) -> float | Reading:
         """The probe's answer; a transient failure is tried again `probe_max_retries` times, backing off."""
         async for attempt in tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(is_transient),

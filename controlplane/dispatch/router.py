@@ -201,6 +201,15 @@ def _record_probes(s: Session, run_id: str, cls: members.TierClass, snapshots: d
             )
 
 
+def previous_member(s: Session, run_id: str) -> str:
+    """The route key the Task's latest earlier run went to ("" on a first run): Sticky keeps a work item there."""
+    run = s.get(Run, run_id)
+    if run is None:
+        return ""
+    earlier = select(Run.member).where(Run.task_id == run.task_id, Run.id != run.id, Run.member != "")
+    return s.scalars(earlier.order_by(Run.attempt.desc(), Run.created_at.desc()).limit(1)).first() or ""
+
+
 def _routed(s: Session, run_id: str) -> bool:
     run = s.get(Run, run_id)
     return run is not None and bool(run.member)
@@ -220,7 +229,7 @@ class Router:
         self.objects, self.mirrors = objects, mirrors
         self.recall = recall
         self.probe = QuotaProbe(policy=harness.quota)
-        self.observed = ObservedFailures()
+        self.observed = ObservedFailures(dt.timedelta(minutes=harness.quota.observed_failure_retention_minutes))
         self.rr: dict[str, int] = {}
         self.failures: dict[str, int] = {}  # run id -> routing passes that failed in a row
         self.classifier = self._haiku(harness)
@@ -265,6 +274,7 @@ class Router:
     def reconfigure(self, harness: HarnessConfig) -> None:
         self.harness = harness
         self.probe.policy = harness.quota
+        self.observed.retention = dt.timedelta(minutes=harness.quota.observed_failure_retention_minutes)
         self.rr.clear()
         self.classifier = self._haiku(harness)
 
@@ -343,6 +353,7 @@ class Router:
         window = dt.timedelta(minutes=h.quota.observed_failure_window_minutes)
         observed = {m.route_key: self.observed.recent(m.route_key, window, now) for m in cls.members}
         active = await self.store.run(active_by_member)
+        sticky = await self.store.run(previous_member, item.run_id) if h.quota.intra_kind_policy == "Sticky" else ""
         selection = members.select(
             cls,
             item.traits.required_capabilities,
@@ -352,6 +363,7 @@ class Router:
             active,
             h.quota,
             now,
+            sticky=sticky,
             rr_counters=self.rr,
             runtime=item.runtime,
         )

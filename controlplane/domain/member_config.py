@@ -5,6 +5,7 @@ keeps the running config)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +25,7 @@ from controlplane.domain.members import (
     TodModifier,
     tag_set,
 )
+from controlplane.domain.quota_deadline import ExpectedResets, FloorOverride
 from drover.errors import DroverError
 
 _MEMBER_KEYS = frozenset(
@@ -136,27 +138,81 @@ def parse_modifiers(data: Mapping[str, Any]) -> tuple[TodModifier, ...]:
 
 def parse_quota_router(data: Mapping[str, Any]) -> QuotaPolicy:
     """The [quota_router] table; raises ConfigError."""
-    spec = data.get("quota_router", {})
+    spec = dict(data.get("quota_router", {}))
     fields = {f.name: f for f in dataclasses.fields(QuotaPolicy)}
     _no_unknown_keys(spec, set(fields), "quota_router")
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {
+        "floor_by_agent": _per_agent(spec.pop("floor_by_agent", {}), "floor_by_agent", _floor_override),
+        "expected_resets": _per_agent(spec.pop("expected_resets", {}), "expected_resets", _expected_resets),
+    }
     for name, value in spec.items():
-        kind = fields[name].type
-        if kind == "str":
-            if not isinstance(value, str):
-                raise ConfigError(f"quota_router.{name}: expected a string")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(f"quota_router.{name}: expected a number >= 0")
-        elif kind == "int" and not isinstance(value, int):
-            raise ConfigError(f"quota_router.{name}: expected an integer")
-        values[name] = value
+        values[name] = _scalar(f"quota_router.{name}", value, fields[name].type)
     policy = QuotaPolicy(**values)
     for name, allowed in (("unknown_policy", UNKNOWN_POLICIES), ("intra_kind_policy", INTRA_KIND_POLICIES)):
         if getattr(policy, name) not in allowed:
             raise ConfigError(f"quota_router.{name}: {getattr(policy, name)!r} is not one of {allowed}")
-    if policy.min_quota_pct > 100:
-        raise ConfigError("quota_router.min_quota_pct: expected 0-100")
+    for name in ("min_quota_pct", "start_floor_pct", "end_floor_pct"):
+        if getattr(policy, name) > 100:
+            raise ConfigError(f"quota_router.{name}: expected 0-100")
+    if policy.drain_aggressiveness <= 0:
+        raise ConfigError("quota_router.drain_aggressiveness: expected a number > 0")
     return policy
+
+
+def _scalar(where: str, value: Any, kind: Any) -> Any:
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string")
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{where}: expected a number >= 0")
+    elif kind == "int" and not isinstance(value, int):
+        raise ConfigError(f"{where}: expected an integer")
+    return value
+
+
+def _per_agent(spec: Any, name: str, parse: Any) -> dict[str, Any]:
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"quota_router.{name}: expected a table of agent kinds")
+    return {agent: parse(f"quota_router.{name}.{agent}", entry) for agent, entry in spec.items()}
+
+
+def _floor_override(where: str, spec: Any) -> FloorOverride:
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: expected a table")
+    names = {f.name for f in dataclasses.fields(FloorOverride)}
+    _no_unknown_keys(spec, names, where)
+    values = {name: float(_scalar(f"{where}.{name}", value, "float")) for name, value in spec.items()}
+    for name, value in values.items():
+        if name.endswith("_pct") and value > 100:
+            raise ConfigError(f"{where}.{name}: expected 0-100")
+    return FloorOverride(**values)
+
+
+def _expected_resets(where: str, spec: Any) -> ExpectedResets:
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: expected a table")
+    _no_unknown_keys(spec, {"timestamps", "cadence_seconds", "cadence_anchor"}, where)
+    stamps = spec.get("timestamps", [])
+    if not isinstance(stamps, list):
+        raise ConfigError(f"{where}.timestamps: expected a list of instants")
+    cadence = float(_scalar(f"{where}.cadence_seconds", spec.get("cadence_seconds", 0), "float"))
+    anchor = _instant(f"{where}.cadence_anchor", spec["cadence_anchor"]) if "cadence_anchor" in spec else None
+    if cadence > 0 and anchor is None:
+        raise ConfigError(f"{where}.cadence_anchor: required with cadence_seconds")
+    timestamps = tuple(_instant(f"{where}.timestamps[{i}]", t) for i, t in enumerate(stamps))
+    return ExpectedResets(timestamps=timestamps, cadence_seconds=cadence, cadence_anchor=anchor)
+
+
+def _instant(where: str, value: Any) -> dt.datetime:
+    """A zone-aware instant: a TOML offset date-time or an ISO 8601 string with a zone (Z or +hh:mm)."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise ConfigError(f"{where}: {value!r} is not an ISO 8601 instant") from None
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise ConfigError(f"{where}: expected an instant with a zone, like 2030-01-01T00:20:00Z")
+    return value
 
 
 def _parse_class(spec: Any, index: int) -> TierClass:

@@ -13,17 +13,20 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any, NamedTuple
 
+from controlplane.domain import quota_deadline
 from controlplane.domain.graph import RUNTIMES
+from controlplane.domain.quota_deadline import INTRA_KIND_POLICIES as INTRA_KIND_POLICIES
+from controlplane.domain.quota_deadline import UNKNOWN as UNKNOWN
+from controlplane.domain.quota_deadline import UNKNOWN_POLICIES as UNKNOWN_POLICIES
+from controlplane.domain.quota_deadline import QuotaPolicy as QuotaPolicy
+from controlplane.domain.quota_deadline import QuotaSnapshot as QuotaSnapshot
+from controlplane.domain.quota_deadline import member_deadline, member_floors
 
 SUBSCRIPTION, PAY_PER_API = "Subscription", "PayPerApi"
 BILLINGS = (SUBSCRIPTION, PAY_PER_API)
-UNKNOWN_POLICIES = ("UseObservedFailures", "FailCautious", "FailOpen")
-INTRA_KIND_POLICIES = ("MostQuotaFirst", "RoundRobin", "Sticky")
 MIN_SCORE, MAX_SCORE = 0, 200
 MAX_MODIFIER = 5
 """Time-of-day modifiers break ties; a bigger delta would gate, so start-up rejects it."""
-UNKNOWN = -1.0
-"""`QuotaSnapshot.available_pct` when the probe could not tell."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -103,48 +106,6 @@ class TodModifier:
         utc = now.astimezone(dt.UTC) if now.tzinfo else now
         minute, start, end = utc.hour * 60 + utc.minute, _minutes(self.start), _minutes(self.end)
         return start <= minute < end if start < end else minute >= start or minute < end
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class QuotaPolicy:
-    """The [quota_router] table."""
-
-    min_quota_pct: float = 10.0
-    """A Subscription member with less available quota than this is skipped."""
-    recheck_interval_seconds: float = 300.0
-    """When every Subscription member is exhausted, the Task is re-routed after this long."""
-    cache_ttl_seconds: float = 60.0
-    """A probe answer is reused this long."""
-    unknown_policy: str = "UseObservedFailures"
-    """Unknown quota: UseObservedFailures (blocked only after a recent quota failure), FailCautious, FailOpen."""
-    intra_kind_policy: str = "MostQuotaFirst"
-    """Order of same-kind siblings at equal score: MostQuotaFirst, RoundRobin or Sticky."""
-    observed_failure_window_minutes: float = 10.0
-    """A 429 or quota failure blocks a member of unknown quota this long."""
-    observed_failure_retention_minutes: float = 30.0
-    """Observed failures are kept this long."""
-    probe_max_retries: int = 2
-    """Further attempts after a transient probe failure (network, timeout, 5xx)."""
-    probe_retry_initial_delay_ms: int = 250
-    """Backoff before the first retry; it doubles for each one after."""
-    probe_max_consecutive_failures: int = 3
-    """Failed probes in a row that may still answer with the last good snapshot."""
-    probe_max_staleness_seconds: float = 300.0
-    """Oldest last good snapshot a failed probe may answer with; older is unknown."""
-
-
-@dataclasses.dataclass(frozen=True)
-class QuotaSnapshot:
-    """What a probe said about one route key."""
-
-    available_pct: float = UNKNOWN
-    """0-100, or -1 when unknown."""
-    fetched_at: float = 0.0
-    """When the answer was fetched, on the probe's clock (monotonic seconds)."""
-
-    @property
-    def known(self) -> bool:
-        return self.available_pct >= 0
 
 
 class Ranked(NamedTuple):
@@ -227,9 +188,16 @@ def quota_allows(
     if member.billing == PAY_PER_API:
         return True, "PayPerApi"
     if snapshot.known:
-        if snapshot.available_pct >= policy.min_quota_pct:
+        floors, reset = member_floors(policy, member.agent), member_deadline(policy, member.agent, snapshot, now)
+        floor = quota_deadline.floor_pct(floors, reset, now)
+        if snapshot.available_pct >= floor:
             return True, f"quota {snapshot.available_pct:g}%"
-        return False, f"quota {snapshot.available_pct:g}% below min_quota_pct {policy.min_quota_pct:g}%"
+        if reset is None:
+            return False, f"quota {snapshot.available_pct:g}% below min_quota_pct {floor:g}%"
+        return False, (
+            f"quota {snapshot.available_pct:g}% below the floor {floor:.3g}% "
+            f"(ramping to {floors.end_floor_pct:g}% at the reset {reset.isoformat()})"
+        )
     if policy.unknown_policy == "FailOpen":
         return True, "quota unknown (FailOpen)"
     if policy.unknown_policy == "FailCautious":
@@ -241,18 +209,35 @@ def quota_allows(
     return True, f"quota unknown; no quota failure in the last {window:g} min"
 
 
+def drain_scores(
+    ranked: Sequence[Ranked], snapshots: Mapping[str, QuotaSnapshot], policy: QuotaPolicy, now: dt.datetime
+) -> dict[str, float | None]:
+    """DeadlineAwareDrain's headroom at risk by route key (None: quota or deadline unknown)."""
+    scores: dict[str, float | None] = {}
+    for r in ranked:
+        snapshot = snapshots.get(r.member.route_key, QuotaSnapshot())
+        reset = member_deadline(policy, r.member.agent, snapshot, now)
+        window = member_floors(policy, r.member.agent).ramp_window_seconds
+        scores[r.member.route_key] = quota_deadline.at_risk(
+            snapshot.available_pct, reset, now, window, policy.drain_aggressiveness
+        )
+    return scores
+
+
 def intra_kind_order(
     ranked: Sequence[Ranked],
     policy: str,
     snapshots: Mapping[str, QuotaSnapshot],
     rr_counters: Mapping[str, int],
     sticky_route_key: str = "",
+    drain: Mapping[str, float | None] | None = None,
 ) -> list[Ranked]:
     """Reorder same-kind siblings that tie on effective score and billing, in the places they hold.
 
     MostQuotaFirst: most available quota first, unknown last. RoundRobin: rotated
     by the kind's counter. Sticky: `sticky_route_key` first; if it turns out
-    unusable, the quota gate moves on to the next sibling.
+    unusable, the quota gate moves on to the next sibling. DeadlineAwareDrain: most
+    headroom at risk first (`drain`, from `drain_scores`), unknown after, as they were.
     """
     out = list(ranked)
     groups: dict[tuple[int, str, str], list[int]] = {}
@@ -269,6 +254,9 @@ def intra_kind_order(
             siblings = siblings[shift:] + siblings[:shift]
         elif policy == "Sticky":
             siblings.sort(key=lambda r: r.member.route_key != sticky_route_key)
+        elif policy == "DeadlineAwareDrain":
+            risk = drain or {}
+            siblings.sort(key=lambda r: (risk.get(r.member.route_key) is None, -(risk.get(r.member.route_key) or 0.0)))
         for index, r in zip(slots, siblings, strict=True):
             out[index] = r
     return out
@@ -306,7 +294,8 @@ def select(
             + (f" and serves runtime {runtime}" if runtime != "harness" else ""),
         )
     counters = rr_counters if rr_counters is not None else {}
-    ordered = intra_kind_order(ranked, policy.intra_kind_policy, snapshots, counters, sticky)
+    drain = drain_scores(ranked, snapshots, policy, now) if policy.intra_kind_policy == "DeadlineAwareDrain" else None
+    ordered = intra_kind_order(ranked, policy.intra_kind_policy, snapshots, counters, sticky, drain)
     chosen, candidates, quota_blocked = _first_allowed(ordered, snapshots, observed, active_counts, policy, now)
     candidates += lost
     if chosen is not None:

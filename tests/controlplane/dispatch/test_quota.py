@@ -5,18 +5,21 @@ from __future__ import annotations
 import datetime as dt
 import http.server
 import json
+import pathlib
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 
+from controlplane.config import HarnessConfig
 from controlplane.dispatch.quota import (
     ObservedFailures,
     ProbeFailed,
     QuotaProbe,
     parse_available_pct,
 )
+from controlplane.dispatch.router import Router
 from controlplane.domain.members import (
     Member,
     QuotaPolicy,
@@ -24,6 +27,9 @@ from controlplane.domain.members import (
     TierClass,
     select,
 )
+from controlplane.services.notify import Notifier
+from controlplane.store.engine import Store
+from controlplane.store.objects import DirectoryStore
 
 ENV = {"TOKEN_A": "tok-a", "TOKEN_B": "tok-b"}
 
@@ -284,3 +290,29 @@ def test_observed_failures_are_kept_only_for_the_retention() -> None:
     observed.record("k", T0 - dt.timedelta(minutes=40))
     observed.record("k", T0)
     assert observed.recent("k", dt.timedelta(hours=2), T0) == [T0]
+
+
+@pytest.mark.parametrize("retention, kept", [(30, 2), (15, 1)])
+def test_observed_failure_retention_minutes_is_the_routers_and_reloads(
+    tmp_path: pathlib.Path, retention: int, kept: int
+) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'drover.db'}")
+    store.migrate()
+    try:
+        router = Router(store, HarnessConfig(), Notifier(), DirectoryStore(tmp_path / "objects"), tmp_path / "mirrors")
+        router.reconfigure(HarnessConfig(quota=QuotaPolicy(observed_failure_retention_minutes=retention)))
+        now = dt.datetime(2030, 1, 1, 12, tzinfo=dt.UTC)
+        for minutes_ago in (20, 0):
+            router.observed.record("anthropic/acct-a", now - dt.timedelta(minutes=minutes_ago))
+        assert len(router.observed.recent("anthropic/acct-a", dt.timedelta(hours=1), now)) == kept
+    finally:
+        store.close()
+
+
+async def test_the_probes_reset_reaches_the_snapshot(server: QuotaServer) -> None:
+    url = server.answer("/r", (200, {"available_pct": 42, "resets_at": "2030-01-08T00:20:00+00:00"}))
+    snapshot = await probe(Clock(), Sleeps()).snapshot(sub(url))
+    assert snapshot.available_pct == 42.0
+    assert snapshot.resets_at == dt.datetime(2030, 1, 8, 0, 20, tzinfo=dt.UTC)
+    bad = server.answer("/bad", (200, {"available_pct": 42, "resets_at": "next week"}))
+    assert not (await probe(Clock(), Sleeps()).snapshot(sub(bad, "acct-b"))).known  # refused whole, unknown

@@ -615,7 +615,29 @@ DUPLICATE = (
             "modifier 1: start and end are equal",
         ),
         ({"quota_router": {"unknown_policy": "Maybe"}}, "quota_router.unknown_policy: 'Maybe' is not one of"),
-        ({"quota_router": {"intra_kind_policy": "DeadlineAwareDrain"}}, "quota_router.intra_kind_policy"),
+        ({"quota_router": {"intra_kind_policy": "Fastest"}}, "quota_router.intra_kind_policy: 'Fastest' is not"),
+        ({"quota_router": {"drain_aggressiveness": 0}}, "quota_router.drain_aggressiveness: expected a number > 0"),
+        ({"quota_router": {"start_floor_pct": 120}}, "quota_router.start_floor_pct: expected 0-100"),
+        (
+            {"quota_router": {"floor_by_agent": {"codex": {"start_floor": 1}}}},
+            "quota_router.floor_by_agent.codex: unknown keys ['start_floor']",
+        ),
+        (
+            {"quota_router": {"floor_by_agent": {"codex": {"end_floor_pct": 101}}}},
+            "quota_router.floor_by_agent.codex.end_floor_pct: expected 0-100",
+        ),
+        (
+            {"quota_router": {"expected_resets": {"codex": {"cadence_seconds": 604800}}}},
+            "quota_router.expected_resets.codex.cadence_anchor: required with cadence_seconds",
+        ),
+        (
+            {"quota_router": {"expected_resets": {"codex": {"timestamps": ["2030-01-01T00:20:00"]}}}},
+            "quota_router.expected_resets.codex.timestamps[0]: expected an instant with a zone",
+        ),
+        (
+            {"quota_router": {"expected_resets": {"codex": {"timestamps": ["soon"]}}}},
+            "quota_router.expected_resets.codex.timestamps[0]: 'soon' is not an ISO 8601 instant",
+        ),
         ({"quota_router": {"min_quota_pct": 120}}, "quota_router.min_quota_pct: expected 0-100"),
         ({"quota_router": {"probe_max_retries": 1.5}}, "quota_router.probe_max_retries: expected an integer"),
         ({"quota_router": {"cache_ttl": 60}}, "quota_router: unknown keys ['cache_ttl']"),
