@@ -31,6 +31,7 @@ SMALLEST = {
         ["--round-trips", "3", "--command-round-trips", "1", "--runs", "1"],
         ["cheap round trips", "submit->change.finished"],
     ),
+    "routing_economics.py": (["--tasks", "50"], ["always sonnet", "rules + classifier", "shipped vs always-sonnet:"]),
     "runstart.py": (["--runs", "2", "--warmup", "1"], ["a->exec", "a->started"]),
     "packets.py": (
         ["--files", "200", "--runs", "2", "--memory-files", "10", "--queries", "2"],
