@@ -3,6 +3,7 @@ zero exit. The figures themselves are measured by running the benchmarks, not he
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -57,3 +58,17 @@ def test_the_benchmark_runs_and_prints_its_figures(name: str) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for figure in expected:
         assert figure in done.stdout, (figure, done.stdout[-3000:])
+
+
+def test_packets_on_a_real_repository_prints_its_line() -> None:
+    """`--repo`: this checkout itself, read through GitTree as runs read a canonical commit."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "packets.py"), "--repo", str(ROOT), "--runs", "3"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    line = re.search(r"^packet first_ms=[\d.]+ warm_p50_ms=[\d.]+ files=(\d+) mb=[\d.]+$", done.stdout, re.M)
+    assert line is not None and int(line.group(1)) > 100, done.stdout[-3000:]

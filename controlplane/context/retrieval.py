@@ -8,16 +8,16 @@ base (`PRIORITY`) and items of one source count up from it in the order they wer
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pygit2
 
+from controlplane.context import blob_cache, import_graph
 from controlplane.domain.packet import CONVENTION, Item
 from drover.core.filewindow import file_window
 
@@ -77,7 +77,9 @@ class GitTree:
 
     def read(self, path: str) -> str | None:
         oid = self._ids.get(path)
-        return None if oid is None else _text(self._repo.read(oid)[1])  # raw read: no object wrapper
+        if oid is None:
+            return None
+        return blob_cache.TEXTS.get(str(oid), lambda: _text(self._repo.read(oid)[1]))  # raw read: no wrapper
 
     def blob_id(self, path: str) -> str:
         return str(self._ids[path])
@@ -120,56 +122,26 @@ def python_imports(path: str, text: str, files: Collection[str], roots: Sequence
     package); `from a import b` is module a.b when that exists, else a; a missing module falls
     back to its deepest existing package. Modules outside `files` are ignored; a syntax error
     gives no imports."""
-    try:
-        tree = ast.parse(text, filename=path)
-    except (SyntaxError, ValueError):
-        return set()
     fileset = files if isinstance(files, (set, frozenset)) else frozenset(files)
-    package = path.split("/")[:-1]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                found.update(_resolve(alias.name.split("."), 1, fileset, roots))
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module.split(".") if node.module else []
-            bases: Sequence[str]
-            if node.level:
-                if node.level - 1 > len(package):
-                    continue  # climbs above the repository
-                base = package[: len(package) - (node.level - 1)]
-                parts, floor, bases = base + module, max(len(base), 1), ("",)
-            else:
-                parts, floor, bases = module, 1, roots
-            for alias in node.names:
-                hit = _resolve(parts + [alias.name], len(parts) + 1, fileset, bases) if alias.name != "*" else []
-                found.update(hit or _resolve(parts, floor, fileset, bases))
-    found.discard(path)
-    return found
+    return import_graph.resolve(path, import_graph.parse_statements(path, text), fileset, roots)
 
 
-def _resolve(parts: list[str], floor: int, files: Collection[str], roots: Sequence[str]) -> list[str]:
-    """The deepest existing module among parts[:k] for k >= floor, under every root."""
-    out = []
-    for root in roots:
-        for k in range(len(parts), floor - 1, -1):
-            stem = root + "/".join(parts[:k])
-            hit = next((p for p in (stem + ".py", stem + "/__init__.py") if p in files), None)
-            if hit:
-                out.append(hit)
-                break
-    return out
-
-
-def dependency_neighbours(tree: Tree, declared: Iterable[str]) -> list[str]:
+def dependency_neighbours(
+    tree: Tree, declared: Iterable[str], graph: import_graph.ImportGraph | None = None
+) -> list[str]:
     """The files the declared Python files import (per declared file, in path order), then the
-    files that import a declared file (in path order). Declared files themselves are left out."""
+    files that import a declared file (in path order). Declared files themselves are left out.
+    With the commit's import `graph`, only the files it says import a declared file are read; the
+    answer is the same."""
     files = tree.files()
     fileset = frozenset(files)
     declared = list(dict.fromkeys(declared))
     skip = set(declared)
     out: dict[str, None] = {}
     for path in declared:
+        if graph is not None:
+            out.update((p, None) for p in sorted(graph.imports(path)) if p not in skip)
+            continue
         text = tree.read(path) if path.endswith(".py") else None
         if text:
             out.update((p, None) for p in sorted(python_imports(path, text, fileset)) if p not in skip)
@@ -177,16 +149,19 @@ def dependency_neighbours(tree: Tree, declared: Iterable[str]) -> list[str]:
     if not targets:
         return list(out)
     keep = {t.path for t in targets}
+    importers = graph.importers(keep) if graph is not None else None
     named = re.compile("|".join(sorted({re.escape(t.name) for t in targets})))  # one pass in C per file
     packages = tuple(t.package for t in targets if t.package)
-    for path in files:
+    for path in files if importers is None else sorted(importers):
         if path in skip or path in out or not path.endswith(".py"):
             continue
         text = tree.read(path)
         if not text or not (named.search(text) or path.startswith(packages)):
             continue
         relative = _RELATIVE.search(text) is not None
-        if any(t.may_be_imported(path, text, relative) for t in targets) and python_imports(path, text, fileset) & keep:
+        if not any(t.may_be_imported(path, text, relative) for t in targets):
+            continue  # the same checks with or without a graph: the same answer, byte for byte
+        if importers is not None or python_imports(path, text, fileset) & keep:
             out[path] = None
     return list(out)
 
@@ -242,8 +217,7 @@ def file_items(
         except KeyError:
             version, body = "absent", "(not in the repository at the canonical commit: a new file)"
         else:
-            text = tree.read(path)
-            body = file_window(text, 1, max_chars) if text is not None else "(binary or not UTF-8: not shown)"
+            body = blob_cache.WINDOWS.get((version, max_chars), _windower(tree, path, max_chars))
         items.append(
             Item(
                 item_id=f"file:{path}@{version}",
@@ -256,6 +230,14 @@ def file_items(
             )
         )
     return items
+
+
+def _windower(tree: Tree, path: str, max_chars: int) -> Callable[[], str]:
+    def window() -> str:
+        text = tree.read(path)
+        return file_window(text, 1, max_chars) if text is not None else "(binary or not UTF-8: not shown)"
+
+    return window
 
 
 def declared_items(tree: Tree, paths: Iterable[str], captured_at: str) -> list[Item]:

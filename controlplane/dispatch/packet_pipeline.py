@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
-from controlplane.context import retrieval
+from controlplane.context import import_graph, retrieval
 from controlplane.context.canonical_tree import open_canonical
 from controlplane.dispatch.assignments import workspace_mode
 from controlplane.domain import packet
@@ -32,6 +32,8 @@ from drover.core.tool_specs import DEFINITIONS, TERMINAL
 
 FAILURE_LOG_CHARS = 400_000  # read at most this much of a failed run's log
 COMPACT_ABOVE_TOKENS = 6_000  # longer failure logs are compacted by a metered haiku call
+GRAPHS = import_graph.Graphs(retrieval.GitTree)
+"""This process's import graphs of canonical commits (each replica builds its own, in memory)."""
 COMPACT_SYSTEM = (
     "You compact the log of a coding agent's failed attempt at a Task so the next attempt can "
     "learn from it. Keep what was tried, what failed and why (errors, failing tests, refused "
@@ -213,9 +215,14 @@ def locate(g: Gathered, mirrors: pathlib.Path) -> Located | None:
 
 
 def compile_for(
-    g: Gathered, where: Located | None, semantic: tuple[packet.Item, ...] = (), semantic_note: str = ""
+    g: Gathered,
+    where: Located | None,
+    semantic: tuple[packet.Item, ...] = (),
+    semantic_note: str = "",
+    graph: import_graph.ImportGraph | None = None,
 ) -> packet.CompiledPacket:
-    """Read the canonical tree and compile. Runs in a thread: git I/O, no transaction."""
+    """Read the canonical tree and compile. Runs in a thread: git I/O, no transaction. With the commit's
+    import `graph` the neighbours are a lookup; without, a scan; the bytes are the same."""
     items: list[packet.Item] = []
     conventions: list[packet.Item] = []
     files: tuple[str, ...] = ()
@@ -226,7 +233,8 @@ def compile_for(
         files = tuple(tree.files())
         conventions = retrieval.conventions(tree, captured)
         items += retrieval.declared_items(tree, g.declared, captured)
-        items += retrieval.neighbour_items(tree, retrieval.dependency_neighbours(tree, g.declared), captured)
+        neighbours = retrieval.dependency_neighbours(tree, g.declared, graph)
+        items += retrieval.neighbour_items(tree, neighbours, captured)
     items += retrieval.resource_owner_items(g.owners, captured)
     items += retrieval.intent_items(list(g.intents), captured)
     items += [dataclasses.replace(i, captured_at=captured) for i in semantic]
@@ -250,7 +258,7 @@ def compile_for(
     )
 
 
-def record(s: Session, run_id: str, context_hash: str, dropped: list[str]) -> None:
+def record(s: Session, run_id: str, context_hash: str, dropped: list[str], neighbours: str = "scan") -> None:
     run = s.get(Run, run_id)
     if run is None or run.state != "queued":
         return
@@ -263,6 +271,7 @@ def record(s: Session, run_id: str, context_hash: str, dropped: list[str]) -> No
         run_id=run.id,
         context_hash=context_hash,
         dropped=dropped,
+        neighbours=neighbours,  # "graph": from the commit's import graph; "scan": it was not built yet
     )
 
 
@@ -300,13 +309,15 @@ async def prepare(
         semantic, note = await recall.items(
             g.project, where.repo_path, where.commit, f"{g.change['goal']}\n{g.task['objective']}", files
         )
+    # The commit's import graph, or None while a thread builds it (this packet scans instead).
+    graph = GRAPHS.ready(where.repo_path, where.commit) if where is not None and where.commit else None
     began = time.perf_counter()
-    compiled = await asyncio.to_thread(compile_for, g, where, semantic, note)
+    compiled = await asyncio.to_thread(compile_for, g, where, semantic, note, graph)
     metrics.PACKET_COMPILE.observe(time.perf_counter() - began)
     objects.put(
         packet_key(g.project, g.change_id, g.task_id, compiled.sha256), compiled.data
     )  # before the row names it
-    await store.run(record, run_id, compiled.sha256, list(compiled.dropped))
+    await store.run(record, run_id, compiled.sha256, list(compiled.dropped), "graph" if graph else "scan")
     return compiled.sha256
 
 

@@ -59,7 +59,13 @@ def test_a_dependent_task_gets_its_dependency_s_intent_and_files_and_the_prompt_
         docs_packet = client.get_packet(runs["docs"].id)
         fix_packet = client.get_packet(runs["fix"].id)
         claimed = client.list_events(change_id=change.id, kind="claim.")
+        compiled = {e.run_id: e.data for e in client.list_events(change_id=change.id, kind="packet.compiled")}
     assert final.status == "succeeded"
+    # The first packet on the commit scanned the tree while its import graph was built; the second
+    # used the graph. Same commit, same neighbours either way.
+    assert compiled[runs["fix"].id]["neighbours"] == "scan"
+    assert compiled[runs["docs"].id]["neighbours"] == "graph"
+    assert runs["fix"].context_hash == compiled[runs["fix"].id]["context_hash"]
     # The packet is stored by the hash of its canonical bytes, which the run keeps.
     stored = (
         fleet.plane.data_dir
