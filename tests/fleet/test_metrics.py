@@ -57,8 +57,12 @@ def test_both_endpoints_move_during_a_real_run(fleet: Fleet) -> None:
     with plane.client() as client:
         change = client.submit_change("metered", "m", [task("slow", python_command(code))])
         wait_for(lambda: value(scrape(agent_url), "drover_agent_busy_slots") == 1, 30, what="the agent busy")
-        during = scrape(plane_url)
-        assert value(during, "drover_runs", state="running") == 1
+        # agentd counts the slot when it starts the run; the control plane when its "started" arrives.
+        during = wait_for(
+            lambda: (s := scrape(plane_url)) and value(s, "drover_runs", state="running") == 1 and s,
+            30,
+            what="the control plane to count the run as running",
+        )
         assert value(during, "drover_agent_free_slots") == 1
         list(client.watch(change.id))
         assert client.get_change(change.id).status == "succeeded"
