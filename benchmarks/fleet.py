@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "sdk"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
-from dispatch import Deadline, Proc, cpu_seconds, log_tail, pct, postgres_database, wait_for
+from dispatch import BenchTimeout, Deadline, Proc, cpu_seconds, log_tail, pct, postgres_database, wait_for
 
 from drover import Client
 
@@ -231,9 +231,37 @@ def bench_database(args: argparse.Namespace, database: str, deadline: Deadline) 
         bench.start_sims(target)
         print(f"[{database}] control plane pid {plane.proc.pid} on {target}; {args.agents} simulated agents")  # type: ignore[union-attr]
         with Client(target, token=token) as client:
-            run_phases(bench, client, plane, figures)
+            try:
+                run_phases(bench, client, plane, figures)
+            except (TimeoutError, BenchTimeout):
+                print_logs(bench, plane, client)
+                raise
         collect(bench, figures)
     return figures
+
+
+def print_logs(bench: Bench, plane: Proc, client: Client) -> None:
+    """What the control plane and the simulators said, when a wait timed out: the test shows stderr."""
+    print(f"progress (runs done, streams open): {bench.progress()}", file=sys.stderr)
+    for sim in bench.sims:
+        sim.stop()  # it writes what it was assigned and finished
+    seen: dict[str, Any] = {}
+    for i in range(len(bench.sims)):
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads((bench.tmp / f"sim{i}.json").read_text())
+            seen.update({r: ("assigned", r in record["done"]) for r in record["assigned"]})
+    for phase in bench.phases:
+        for change_id in phase.submitted:
+            for run in client.list_runs(change_id=change_id):
+                if run.state != "succeeded":
+                    print(
+                        f"run {run.id} of {phase.name}: {run.state} on {run.agent!r}; simulator: {seen.get(run.id)}",
+                        file=sys.stderr,
+                    )
+                    for event in client.list_events(run_id=run.id):
+                        print(f"  event {event}", file=sys.stderr)
+    for proc in (plane, *bench.sims):
+        print(f"--- {proc.name} log:\n{log_tail(proc.log)}", file=sys.stderr)
 
 
 def celery_figures(args: argparse.Namespace) -> dict[str, float]:

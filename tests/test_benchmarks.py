@@ -24,7 +24,8 @@ SMALLEST = {
     ),
     "fleet.py": (
         ["--agents", "4", "--procs", "1", "--low", "2", "--runs", "4", "--output-runs", "2", "--lines", "10"]
-        + ["--budget-runs", "2", "--pairs", "2", "--idle-seconds", "0.5", "--database", "sqlite", "--celery", "off"],
+        + ["--budget-runs", "2", "--pairs", "2", "--idle-seconds", "0.5", "--database", "sqlite", "--celery", "off"]
+        + ["--timeout", "200"],  # under the test's own timeout: a stuck wait prints what it waited for
         ["connected agents", "saturation runs/s", "output MB/s", "budget pairs/s"],
     ),
     "gateway.py": (["--calls", "3", "--warmup", "1"], ["gateway overhead json", "gateway overhead stream"]),

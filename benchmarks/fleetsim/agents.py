@@ -86,6 +86,7 @@ class Sim:
                     task = asyncio.create_task(self._run(stub, call, lock, acked, a))
                     runs.add(task)
                     task.add_done_callback(runs.discard)
+                    task.add_done_callback(self._report)
         except grpc.aio.AioRpcError as err:
             if err.code() != grpc.StatusCode.CANCELLED:
                 self.errors.append(f"{name}: {err.code().name} {err.details()}")
@@ -93,6 +94,12 @@ class Sim:
                     print(self.errors[-1], file=sys.stderr, flush=True)
         finally:
             heartbeat.cancel()
+
+    def _report(self, task: asyncio.Task[None]) -> None:
+        """A run that raised never counts as done: say why, as it happens."""
+        if not task.cancelled() and task.exception() is not None:
+            self.errors.append(f"a run failed: {task.exception()!r}")
+            print(self.errors[-1], file=sys.stderr, flush=True)
 
     async def _heartbeat(self, call: Any, lock: asyncio.Lock) -> None:
         while True:

@@ -31,6 +31,9 @@ class GroupCommit:
         """Batches in flight at once: SQLite has one writer; PostgreSQL overlaps their round trips."""
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._draining: set[asyncio.Task[None]] = set()
+        self._running = 0
+        """Lanes that will look at `_pending` again: counted down by the lane itself as it stops looking,
+        not by its done callback (which runs later: a unit added in between would wait for nobody)."""
         self.batches = 0
         self.units = 0
 
@@ -38,24 +41,28 @@ class GroupCommit:
         """fn(session, *args) in the next transaction; its answer once that has committed."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((args, future))
-        if len(self._draining) < self.lanes:
+        if self._running < self.lanes:
+            self._running += 1
             lane = asyncio.create_task(self._drain(), name="group-commit")
             self._draining.add(lane)
             lane.add_done_callback(self._draining.discard)
         return await future
 
     async def _drain(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            results = await self._commit([args for args, _ in batch])
-            self.batches, self.units = self.batches + 1, self.units + len(batch)
-            for (_, future), result in zip(batch, results, strict=True):
-                if future.done():  # its caller went away (the stream ended); the work stays done
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
+        try:
+            while self._pending:
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+                results = await self._commit([args for args, _ in batch])
+                self.batches, self.units = self.batches + 1, self.units + len(batch)
+                for (_, future), result in zip(batch, results, strict=True):
+                    if future.done():  # its caller went away (the stream ended); the work stays done
+                        continue
+                    if isinstance(result, BaseException):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+        finally:
+            self._running -= 1  # no await since `_pending` was seen empty: nothing came in between
 
     async def _commit(self, batch: list[tuple[Any, ...]]) -> list[Any]:
         """The batch in one transaction. A deadlock or serialization failure (two replicas' batches

@@ -72,3 +72,19 @@ def test_a_unit_alone_is_answered_after_its_commit(store: Store) -> None:
 
 async def one_failing(commits: GroupCommit) -> None:
     await commits.apply(3)
+
+
+def test_a_unit_that_comes_while_the_last_batch_is_being_answered_is_not_left_waiting(store: Store) -> None:
+    # One caller's answer wakes it before the lane that answered it has quite ended: its next unit
+    # (an agent's settle right after its reserve) must still be drained, not wait for a lane that is
+    # going away. Every unit here comes in that window.
+    commits = GroupCommit(store, record, lanes=1)
+
+    async def caller(first: int) -> list[int]:
+        return [await commits.apply(n) for n in range(first, first + 20) if n % 7 != 3]
+
+    async def main() -> list[list[int]]:
+        return await asyncio.wait_for(asyncio.gather(caller(0), caller(100)), 60)
+
+    answers = asyncio.run(main())
+    assert answers == [[n * 10 for n in range(f, f + 20) if n % 7 != 3] for f in (0, 100)]
