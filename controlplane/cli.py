@@ -10,6 +10,7 @@ import logging
 import os
 import pathlib
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -100,8 +101,16 @@ def cmd_index_build(store: Store, config: ServerConfig, args: argparse.Namespace
     if not commit:
         raise InvalidArgument(f"branch {project.branch} has no commit", field="project")
 
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:  # a line at most every 2 s, and the last
+        if done == total or time.monotonic() - last[0] >= 2:
+            last[0] = time.monotonic()
+            print(f"indexing {name}: {done}/{total} files", file=sys.stderr, flush=True)
+
     async def build() -> Any:
-        return await Recall(store, config.data_dir, load_memory(file, os.environ)).build(name, repo.path, commit)
+        memory = Recall(store, config.data_dir, load_memory(file, os.environ))
+        return await memory.build(name, repo.path, commit, progress)
 
     print(f"indexed {name} at {commit[:12]}: {asyncio.run(build())}")
 

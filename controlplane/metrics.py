@@ -61,6 +61,19 @@ MEMORY_INDEX_ITEMS = Gauge(
     ["project"],
     registry=REGISTRY,
 )
+IMPORT_GRAPH_BUILD = Histogram(
+    "drover_import_graph_build_seconds",
+    "Time to build the import graph of a commit (off every run's path); its count is the graphs built.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+MEMORY_INDEX_FILES = Gauge(
+    "drover_memory_index_files",
+    "Files a project's semantic memory build embeds (state=total) and has embedded so far (state=done); "
+    "equal when no build runs.",
+    ["project", "state"],
+    registry=REGISTRY,
+)
 
 _PENDING = "drover_metrics_pending"
 _CODE = re.compile(r"[a-z][a-z0-9_]{0,39}")

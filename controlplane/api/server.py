@@ -25,7 +25,8 @@ from controlplane.api.operations_service import OperationsService
 from controlplane.api.replica import Replica
 from controlplane.config import ServerConfig, load_harness
 from controlplane.context.recall import Recall
-from controlplane.dispatch import quota
+from controlplane.context.warmer import Warmer
+from controlplane.dispatch import packet_pipeline, quota
 from controlplane.dispatch.assign import Dispatcher
 from controlplane.dispatch.composer import Composer
 from controlplane.dispatch.liveness import Liveness
@@ -207,6 +208,7 @@ class ControlPlane:
             store, config, self.notifier, self.agents, self.dispatcher.wake, leading=leading, replica=self.replica.id
         )
         self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading)
+        self.warmer = Warmer(store, config.data_dir / "mirrors", packet_pipeline.GRAPHS, self.recall, leading)
         self.replica.handlers += [self._on_note, self.agents.on_note]
         self.auth = AuthInterceptor(
             PERMISSIONS,
@@ -283,6 +285,7 @@ class ControlPlane:
             asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
             asyncio.create_task(self.liveness.run_forever(), name="liveness"),
             asyncio.create_task(self.composer.run_forever(), name="composer"),
+            asyncio.create_task(self.warmer.run_forever(), name="context-warmer"),
         ]
         await self.server.start()
         for name in ("", *SERVICE_NAMES):

@@ -22,7 +22,7 @@ import hashlib
 import re
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from chromadb.config import Settings
 from controlplane.context.embedding import OnnxEmbedder, find_model
 
 CHUNK_LINES = 20
-ADD_BATCH = 256
+ADD_BATCH = 256  # chunks embedded and added at a time
 """Chunks embedded and added per chroma call."""
 STALE_BUILD_SECONDS = 3600.0
 """A `building` marker older than this is a build that died: nobody waits for it."""
@@ -77,6 +77,17 @@ class IndexState:
     building: str = ""
     """The tree a running build is indexing; "" when none runs."""
     building_since: float = 0.0
+
+
+def files_done_after(wanted: Sequence[Chunk]) -> list[int]:
+    """For each chunk (a file's chunks are adjacent), the files whose every chunk is at or before it."""
+    out, done = [], 0
+    for i, chunk in enumerate(wanted):
+        path = chunk.metadata["path"] if chunk.metadata["kind"] == FILE else None
+        if path is None or i + 1 == len(wanted) or wanted[i + 1].metadata["path"] != path:
+            done += path is not None
+        out.append(done)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,13 +202,15 @@ class Memory:
         tree_id: str,
         files: Mapping[str, tuple[str, str]],
         intents: Iterable[Mapping[str, Any]] = (),
+        progress: Callable[[int, int], None] | None = None,
     ) -> BuildReport:
         """Index `tree_id`: `files` maps every path of the tree to (blob id, text); `intents` are
         {changeset_id, text, files} of the ChangeSets composed so far.
 
         Embeds only chunks whose ids (path and blob) are not indexed yet and intents not indexed yet,
         deletes the chunks of files that changed or left the tree, then records `tree_id` as indexed.
-        A tree already indexed is not looked at again.
+        A tree already indexed is not looked at again. `progress(files done, files to embed)` is told
+        after each batch.
         """
         started = time.monotonic()
         collection = self._collection(project)
@@ -213,6 +226,9 @@ class Memory:
             wanted = [c for c in candidates if c.id not in indexed and (c.metadata["kind"] != INTENT or c.text.strip())]
             # Intents stay after their files leave the tree; a query skips those whose files all left.
             stale = [i for i in indexed if i not in keep and i.startswith("file:")]
+            done_at = files_done_after(wanted)
+            if progress is not None:
+                progress(0, done_at[-1] if done_at else 0)
             for start in range(0, len(wanted), ADD_BATCH):
                 batch = wanted[start : start + ADD_BATCH]
                 collection.add(
@@ -221,6 +237,8 @@ class Memory:
                     metadatas=[c.metadata for c in batch],
                     embeddings=self.embedder([c.text for c in batch]),
                 )
+                if progress is not None:
+                    progress(done_at[start + len(batch) - 1], done_at[-1])
             for start in range(0, len(stale), ADD_BATCH * 8):
                 collection.delete(ids=stale[start : start + ADD_BATCH * 8])
         except BaseException:

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import logging
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import pygit2
@@ -98,16 +99,35 @@ class Recall:
                 log.warning("%s", self._unavailable)
         return self._memory
 
-    async def build(self, project: str, repo_path: str, commit: str) -> Any:
-        """Index the project's tree at `commit` (incremental by blob id); one build per project at a time."""
+    async def build(
+        self, project: str, repo_path: str, commit: str, progress: Callable[[int, int], None] | None = None
+    ) -> Any:
+        """Index the project's tree at `commit` (incremental by blob id); one build per project at a time.
+        Its progress (files embedded, files to embed) goes to the metric and to `progress`."""
         memory = await self.memory()
         if memory is None:
             raise RuntimeError(self._unavailable)
         tree_id, files = await asyncio.to_thread(tree_files, repo_path, commit)
         intents = await self.store.run(intents_of, project)
-        report = await asyncio.to_thread(memory.build, project, tree_id, files, intents)
+
+        def told(done: int, total: int) -> None:
+            metrics.MEMORY_INDEX_FILES.labels(project, "done").set(done)
+            metrics.MEMORY_INDEX_FILES.labels(project, "total").set(total)
+            if progress is not None:
+                progress(done, total)
+
+        report = await asyncio.to_thread(memory.build, project, tree_id, files, intents, told)
         metrics.MEMORY_INDEX_ITEMS.labels(project).set(report.items)
         return report
+
+    async def warm(self, project: str, repo_path: str, commit: str) -> None:
+        """Start the index build of `commit` unless memory is off or the index is on its tree already."""
+        memory = await self.memory()
+        if memory is None:
+            return
+        tree_id = await asyncio.to_thread(lambda: str(pygit2.Repository(repo_path)[commit].peel(pygit2.Commit).tree_id))
+        if (await asyncio.to_thread(memory.state, project)).tree != tree_id:
+            self._ensure_build(project, repo_path, commit)
 
     def _ensure_build(self, project: str, repo_path: str, commit: str) -> None:
         running = self._builds.get(project)

@@ -9,6 +9,7 @@ base (`PRIORITY`) and items of one source count up from it in the order they wer
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 
 import pygit2
 
-from controlplane.context import blob_cache, import_graph
+from controlplane.context import blob_cache, import_graph, import_statements
 from controlplane.domain.packet import CONVENTION, Item
 from drover.core.filewindow import file_window
 
@@ -123,7 +124,7 @@ def python_imports(path: str, text: str, files: Collection[str], roots: Sequence
     back to its deepest existing package. Modules outside `files` are ignored; a syntax error
     gives no imports."""
     fileset = files if isinstance(files, (set, frozenset)) else frozenset(files)
-    return import_graph.resolve(path, import_graph.parse_statements(path, text), fileset, roots)
+    return import_graph.resolve(path, import_statements.parse_statements(path, text), fileset, roots)
 
 
 def dependency_neighbours(
@@ -131,28 +132,28 @@ def dependency_neighbours(
 ) -> list[str]:
     """The files the declared Python files import (per declared file, in path order), then the
     files that import a declared file (in path order). Declared files themselves are left out.
-    With the commit's import `graph`, only the files it says import a declared file are read; the
-    answer is the same."""
+    With the commit's import `graph`, only the files it says may import a declared file are read, and
+    every parse is kept by blob id; the answer is the same."""
     files = tree.files()
     fileset = frozenset(files)
     declared = list(dict.fromkeys(declared))
     skip = set(declared)
     out: dict[str, None] = {}
     for path in declared:
-        if graph is not None:
-            out.update((p, None) for p in sorted(graph.imports(path)) if p not in skip)
-            continue
         text = tree.read(path) if path.endswith(".py") else None
         if text:
-            out.update((p, None) for p in sorted(python_imports(path, text, fileset)) if p not in skip)
+            imported = graph.exact_imports(tree, path, fileset) if graph else python_imports(path, text, fileset)
+            out.update((p, None) for p in sorted(imported) if p not in skip)
     targets = [_Target.of(p) for p in declared if p in fileset and p.endswith(".py")]
     if not targets:
         return list(out)
     keep = {t.path for t in targets}
-    importers = graph.importers(keep) if graph is not None else None
+    if graph is not None:
+        out.update((p, None) for p in _graph_importers(tree, graph, targets, skip | set(out), fileset))
+        return list(out)
     named = re.compile("|".join(sorted({re.escape(t.name) for t in targets})))  # one pass in C per file
     packages = tuple(t.package for t in targets if t.package)
-    for path in files if importers is None else sorted(importers):
+    for path in files:
         if path in skip or path in out or not path.endswith(".py"):
             continue
         text = tree.read(path)
@@ -160,13 +161,37 @@ def dependency_neighbours(
             continue
         relative = _RELATIVE.search(text) is not None
         if not any(t.may_be_imported(path, text, relative) for t in targets):
-            continue  # the same checks with or without a graph: the same answer, byte for byte
-        if importers is not None or python_imports(path, text, fileset) & keep:
+            continue
+        if python_imports(path, text, fileset) & keep:
             out[path] = None
     return list(out)
 
 
+def _graph_importers(
+    tree: Tree, graph: import_graph.ImportGraph, targets: list[_Target], skip: set[str], files: frozenset[str]
+) -> list[str]:
+    """The scan's importers, found from the graph: the same two conditions (a parse finds the import, and
+    the text checks pass), tested in the other order (the parse is kept by blob id, and each text check by
+    file and target), so a packet on a commit whose graph is ready reads next to nothing."""
+    keep = {t.path for t in targets}
+    packages = tuple(t.package for t in targets if t.package)
+    out = []
+    for path in sorted(graph.importers(keep)):
+        if path in skip or not path.endswith(".py") or not graph.exact_imports(tree, path, files) & keep:
+            continue
+        text = tree.read(path) or ""
+        relative = graph.remember((path, "relative"), functools.partial(_has_relative, text))
+        checks = [graph.remember((path, t.path), functools.partial(t.checks, path, text, relative)) for t in targets]
+        if (any(named for named, _ in checks) or path.startswith(packages)) and any(may for _, may in checks):
+            out.append(path)
+    return out
+
+
 _RELATIVE = re.compile(r"\bfrom[\s\\]*\.")  # a backslash continuation may split `from .`
+
+
+def _has_relative(text: str) -> bool:
+    return _RELATIVE.search(text) is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +219,10 @@ class _Target:
         )
         top = parts[0] + "/" if len(parts) > 1 or is_init else ""
         return cls(path, absolute, parts[-1], top, stem + "/" if is_init else None)
+
+    def checks(self, path: str, text: str, relative: bool) -> tuple[bool, bool]:
+        """(the text names this target's module, `may_be_imported`): the scan's text checks, per target."""
+        return self.name in text, self.may_be_imported(path, text, relative)
 
     def may_be_imported(self, path: str, text: str, relative: bool) -> bool:
         if any(all(part in text for part in parts) for parts in self.absolute):

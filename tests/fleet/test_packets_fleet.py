@@ -61,9 +61,10 @@ def test_a_dependent_task_gets_its_dependency_s_intent_and_files_and_the_prompt_
         claimed = client.list_events(change_id=change.id, kind="claim.")
         compiled = {e.run_id: e.data for e in client.list_events(change_id=change.id, kind="packet.compiled")}
     assert final.status == "succeeded"
-    # The first packet on the commit scanned the tree while its import graph was built; the second
-    # used the graph. Same commit, same neighbours either way.
-    assert compiled[runs["fix"].id]["neighbours"] == "scan"
+    # The first packet on the commit scanned the tree if the import graph the control plane started
+    # building when the project was added was not ready yet; the second used the graph. Same commit,
+    # same neighbours either way.
+    assert compiled[runs["fix"].id]["neighbours"] in ("scan", "graph")
     assert compiled[runs["docs"].id]["neighbours"] == "graph"
     assert runs["fix"].context_hash == compiled[runs["fix"].id]["context_hash"]
     # The packet is stored by the hash of its canonical bytes, which the run keeps.
@@ -169,14 +170,25 @@ NET = (
 )
 
 
-def test_semantic_memory_indexes_the_tree_at_run_start_and_adds_related_files(
+def test_the_index_and_the_import_graph_are_built_when_the_project_is_added_and_runs_use_them(
     fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path
 ) -> None:
     from tests.conftest import make_repo
 
-    repo = make_repo(tmp_path / "net", {"net.py": NET, "colors.py": "RED = '#ff0000'\nBLUE = '#0000ff'\n"})
+    files = {"net.py": NET, "colors.py": "RED = '#ff0000'\nBLUE = '#0000ff'\n", "app.py": "import net\n"}
+    repo = make_repo(tmp_path / "net", files)
     model.extend([fake.tool_use("complete_task", {"summary": "ok"})])
     start(fleet, model, repo, 1, "--metrics-listen", "127.0.0.1:0")
+    url = wait_for(lambda: endpoint(plane_log(fleet.plane)), 30, what="the control plane's metrics endpoint")
+
+    def warmed() -> dict[str, float] | None:  # before any run: the project was only added
+        samples = scrape(url)
+        done = value(samples, "drover_memory_index_files", project="calc", state="done")
+        total = value(samples, "drover_memory_index_files", project="calc", state="total")
+        graphs = value(samples, "drover_import_graph_build_seconds_count")
+        return {"done": done, "total": total, "graphs": graphs} if done == total >= 3 and graphs >= 1 else None
+
+    assert wait_for(warmed, 60, what="the index and the import graph") == {"done": 3, "total": 3, "graphs": 1}
     with fleet.plane.client() as client:
         change = client.submit_change(
             "calc",
@@ -196,6 +208,9 @@ def test_semantic_memory_indexes_the_tree_at_run_start_and_adds_related_files(
     semantic = [i for i in found["items"] if i["source"] == "semantic"]
     assert [i["item_id"].split("@")[0] for i in semantic] == ["semantic:net.py"], found.get("semantic_note")
     assert semantic[0]["score"] >= 0.6 and "fetch_with_retry" in semantic[0]["text"]
-    # The index's size is a metric: at least one chunk for each of the two files.
-    url = wait_for(lambda: endpoint(plane_log(fleet.plane)), 30, what="the control plane's metrics endpoint")
-    assert value(scrape(url), "drover_memory_index_items", project="calc") >= 2
+    # The index's size is a metric: at least one chunk for each of the three files.
+    assert value(scrape(url), "drover_memory_index_items", project="calc") >= 3
+    # The first packet found its neighbours in the graph built before the run.
+    with fleet.plane.client() as client:
+        compiled = client.list_events(run_id=run_id, kind="packet.compiled")
+    assert compiled[0].data["neighbours"] == "graph"

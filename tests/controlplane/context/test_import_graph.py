@@ -10,7 +10,7 @@ import pygit2
 import pytest
 
 from controlplane.context.import_graph import Graphs, ImportGraph, Statements
-from controlplane.context.retrieval import DictTree, GitTree, dependency_neighbours, neighbour_items
+from controlplane.context.retrieval import DictTree, GitTree, dependency_neighbours, neighbour_items, python_imports
 from controlplane.domain.packet import PacketInputs, compile_packet
 from tests.controlplane.context.test_retrieval import TRICKY, commit
 
@@ -129,3 +129,37 @@ def test_graphs_are_built_off_the_callers_path_and_kept(tmp_path: pathlib.Path) 
     graphs.build_now(str(tmp_path / "repo.git"), second)
     assert graphs.ready(str(tmp_path / "repo.git"), second) is not None
     assert graphs.wait(first, timeout=0) is None  # keep=1: the older graph went
+
+
+def test_a_commit_built_from_the_latest_graph_keeps_only_what_still_holds() -> None:
+    first = generated(300, 4)
+    trees = {"c1": DictTree(first)}
+    graphs = Graphs(lambda repo, commit: trees[commit])
+    graphs.build_now("r", "c1")
+    target = "p1/m1.py"
+    files = frozenset(first)
+    importers = [p for p in sorted(first) if p.endswith(".py") and target in python_imports(p, first[p], files)]
+    assert importers and importers[0] != target
+    for declared in ([target], ["p2/m2.py"]):  # the graph learns facts of these files' importers
+        assert dependency_neighbours(trees["c1"], declared, graphs.build_now("r", "c1")) == dependency_neighbours(
+            trees["c1"], declared
+        )
+    # c2 changes an importer so that it no longer imports the target, and one file to import it now.
+    second = dict(first)
+    second[importers[0]] = "X = 1\n"
+    imported = python_imports(target, first[target], files)
+    newcomer = next(p for p in sorted(first) if p.endswith("0.py") and p not in {*importers, *imported, target})
+    second[newcomer] = first[newcomer] + "import p1.m1\n"
+    trees["c2"] = DictTree(second)
+    scanned = graphs.scanned.parsed
+    graph = graphs.build_now("r", "c2")
+    assert graphs.scanned.parsed == scanned + 2  # only the changed blobs were read
+    assert dependency_neighbours(trees["c2"], [target], graph) == dependency_neighbours(trees["c2"], [target])
+    assert importers[0] not in dependency_neighbours(trees["c2"], [target], graph)
+    assert newcomer in dependency_neighbours(trees["c2"], [target], graph)
+    # c3 adds a file: other paths, so every file is resolved again (from the blobs already read).
+    trees["c3"] = DictTree(second | {"p1/m1/__init__.py": ""})
+    graph = graphs.build_now("r", "c3")
+    assert graphs.scanned.parsed == scanned + 2  # the new file is empty, like every __init__.py: one blob
+    for declared in ([target], ["p1/m1/__init__.py"], ["p2/m2.py"]):
+        assert dependency_neighbours(trees["c3"], declared, graph) == dependency_neighbours(trees["c3"], declared)

@@ -207,6 +207,20 @@ def test_a_rebuild_embeds_only_changed_files_and_drops_deleted_ones(client: Any,
     assert {"intent:cs1", "intent:cs2"} <= set(ids)
 
 
+def test_a_build_reports_files_embedded_of_files_to_embed(client: Any, embedder: OnnxEmbedder) -> None:
+    memory = Memory(client, embedder)
+    long_file = "".join(f"x_{i} = {i}\n" for i in range(CHUNK_LINES * 2 + 5))  # three chunks, one file
+    many = {f"m{i}.py": f"def f{i}():\n    return {i}\n" for i in range(300)}
+    told: list[tuple[int, int]] = []
+    memory.build("p", "t1", tree({**many, "consts.py": long_file, "empty.py": ""}), progress=lambda *a: told.append(a))
+    assert told[0] == (0, 301) and told[-1] == (301, 301)  # the empty file has nothing to embed
+    assert len(told) == 3 and [d for d, _ in told] == sorted(d for d, _ in told)
+    told.clear()
+    changed = tree({**many, "consts.py": long_file, "empty.py": ""}) | {"m3.py": ("m3.py-2", "X = 3\n")}
+    memory.build("p", "t2", changed, progress=lambda *a: told.append(a))
+    assert told == [(0, 1), (1, 1)]  # incremental: only the changed file
+
+
 def test_deleted_files_and_files_outside_the_runs_tree_are_never_returned(client: Any, embedder: OnnxEmbedder) -> None:
     memory = Memory(client, embedder)
     memory.build("p", "t1", tree(RELATED))
