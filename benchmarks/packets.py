@@ -3,17 +3,20 @@
 
     python benchmarks/packets.py [--files N] [--runs R] [--git] [--section compile|memory|all]
                                  [--memory-files M] [--queries Q] [--memory-url URL] [--model-dir DIR]
+    python benchmarks/packets.py --repo PATH [--declared a.py,b.py] [--runs R]
 
-compile: a generated Python repository of N files (default 10,000: packages pkg000, pkg001, ...
-of 100 files each, an __init__.py and modules of ~40 lines that import three other modules, one
-in two by absolute import, the rest by relative import within the package, plus a README and a
-CONTRIBUTING). It is held as a DictTree in memory and, with --git, also written into a bare git
-repository in a temporary directory (packed, as a clone is) and read as a GitTree (pygit2, straight from the object
-database). For a Task with 5 declared files, R times: `dependency_neighbours` (what the declared
-files import and every file that imports them: a scan of the whole tree), the items (declared,
-neighbours, conventions) and `compile_packet` at the 12,000-token limit. Reported in ms: p50 and
-p99 of the whole and of each part, and the packet's size. The generated repository is the same
-on every run (a seeded random.Random). Nothing is asserted; figures are printed.
+compile: a generated Python repository of N files (default 10,000: packages pkg000, pkg001, ... of
+100 files each, an __init__.py and modules whose sizes and import counts follow real Python files, see
+`generate_repo`, plus a README and a CONTRIBUTING), held as a DictTree in memory and, with --git, also
+written into a bare git repository (packed, as a clone is) and read as a GitTree. For a Task with 5
+declared files: the first packet on the commit (its import graph built first, no blob text cached), R
+later packets with the graph (p50 and p99 of finding the neighbours, the items, `compile_packet` and
+the whole, in ms), one packet by scan (no graph; the same bytes, asserted), and the graph and first
+packet of a next commit that changes 10 Python files. The generated repository is the same on every
+run (a seeded random.Random).
+
+--repo PATH: the same on a real git repository (bare or not; the 5 largest Python files declared
+unless --declared names them), and one line `packet first_ms=... warm_p50_ms=... files=... mb=...`.
 
 memory: semantic memory with the real offline model (`[memory] model_dir`, else the packaged int8
 all-MiniLM-L6-v2) on the first M files (default 1,000) of the same generated repository, in a
@@ -41,6 +44,7 @@ sys.path.insert(0, str(REPO))
 
 import pygit2
 
+from controlplane.context import blob_cache
 from controlplane.context.import_graph import Graphs, ImportGraph
 from controlplane.context.retrieval import (
     DictTree,
@@ -55,10 +59,15 @@ from controlplane.domain.packet import CompiledPacket, PacketInputs, compile_pac
 
 AT = "2025-01-01T00:00:00+00:00"
 PER_PACKAGE = 100
+SIZE_MU, SIZE_SIGMA = 8.28, 1.71  # ln(characters) of real Python files: see generate_repo
 
 
 def generate_repo(n_files: int, seed: int = 7) -> dict[str, str]:
-    """Path -> text of a Python repository of `n_files` files (two of them docs)."""
+    """Path -> text of a Python repository of `n_files` files (two of them docs). Module sizes follow the
+    log-normal fitted to 24,243 real files (the stdlib, this project's site-packages and sympy: median
+    3.9 KB, mean 15 KB, capped at 1 MB here), with about 1.2 * size ** 0.25 imports each (2 at 100 B,
+    6 at 1 KB, 12 at 10 KB, 21 at 100 KB, as in those files); half are absolute imports that favour
+    a few hub modules (a cubed uniform index), half relative ones within the package."""
     rnd = random.Random(seed)
     n_packages = max(1, (n_files - 2 + PER_PACKAGE - 1) // PER_PACKAGE)
     modules = [(p, m) for p in range(n_packages) for m in range(1, PER_PACKAGE)][: max(0, n_files - 2 - n_packages)]
@@ -68,23 +77,23 @@ def generate_repo(n_files: int, seed: int = 7) -> dict[str, str]:
     }
     files |= {f"pkg{p:03d}/__init__.py": f'"""Package {p}."""\n' for p in range(n_packages)}
     for p, m in modules:
+        size = min(1_000_000, int(rnd.lognormvariate(SIZE_MU, SIZE_SIGMA)))
         lines = [f'"""Module {m} of package {p}."""', "", "from __future__ import annotations", ""]
-        for _ in range(3):
-            op, om = rnd.choice(modules)
+        for _ in range(max(1, round(1.2 * size**0.25))):
             if rnd.random() < 0.5:
+                op, om = modules[int(len(modules) * rnd.random() ** 3)]
                 lines.append(f"from pkg{op:03d} import mod{om:03d}")
             else:
                 lines.append(f"from . import mod{rnd.randrange(1, PER_PACKAGE):03d}")
         lines.append("")
-        for f in range(8):
-            lines += [
-                f"def function_{f}(value: int) -> int:",
-                f'    """Function {f}."""',
-                f"    return value * {rnd.randrange(100)} + {f}",
-                "",
-                "",
-            ]
-        files[f"pkg{p:03d}/mod{m:03d}.py"] = "\n".join(lines)
+        text = "\n".join(lines)
+        blocks = [text]
+        for f in range(max(1, (size - len(text)) // 120)):  # a function is about 120 characters
+            blocks.append(
+                f'\ndef function_{f}(value: int) -> int:\n    """Function {f}."""\n'
+                f"    return value * {rnd.randrange(100)} + {f}\n\n"
+            )
+        files[f"pkg{p:03d}/mod{m:03d}.py"] = "".join(blocks)
     return files
 
 
@@ -155,7 +164,7 @@ def packet_for(
 
 
 def bench_compile(args: argparse.Namespace) -> None:
-    """Section: dependency_neighbours + items + compile_packet on an N-file repository."""
+    """Section: packets on an N-file generated repository, as a DictTree and (--git) as a GitTree."""
     files, t_gen = timed(lambda: generate_repo(args.files))
     assert isinstance(files, dict)
     declared = [p for p in sorted(files) if p.endswith(".py") and "__init__" not in p][:: len(files) // 5][:5]
@@ -164,45 +173,65 @@ def bench_compile(args: argparse.Namespace) -> None:
         f"{args.runs} runs, declared: {', '.join(declared)} (generated in {t_gen:.0f} ms)"
     )
     tmp = tempfile.TemporaryDirectory(prefix="drover-packets-")
-    commit = "0" * 40
-    if args.git:
-        written, t_write = timed(lambda: write_git_repo(files, pathlib.Path(tmp.name) / "repo.git"))
-        commit = str(written)
-        print(f"   git repository written in {t_write:.0f} ms (same commit id for both trees: same packet)")
-    trees: list[tuple[str, Callable[[], tuple[Tree, str]]]] = [("DictTree", lambda: (DictTree(files), commit))]
-    if args.git:
-        trees.append(("GitTree", lambda: (lambda t: (t, t.commit))(GitTree(pathlib.Path(tmp.name) / "repo.git"))))
     try:
-        for name, make in trees:
-            opened, t_open = timed(make)
-            assert isinstance(opened, tuple)
-            tree, commit = opened
-            samples: dict[str, list[float]] = {}
-            compiled = None
-            for _ in range(args.runs):
-                compiled, parts = packet_for(tree, commit, declared)
-                for part, ms in parts.items():
-                    samples.setdefault(part, []).append(ms)
-            assert compiled is not None
-            packet = compiled.packet
-            kinds = [i["source"] for i in packet["items"]]
-            print(f"-- {name} (opened in {t_open:.1f} ms)")
-            for part in ("neighbours", "items", "compile", "total"):
-                print(f"   {part:<11} ms  {percentiles(samples[part])}")
-            print(
-                f"   packet: {len(compiled.data)} bytes, {compiled.tokens} tokens, "
-                f"{kinds.count('declared_file')} declared + {kinds.count('dependency_neighbour')} neighbour items, "
-                f"{len(compiled.dropped)} dropped, file list {len(packet['file_list']['paths'])} of "
-                f"{packet['file_list']['total']}, sha256 {compiled.sha256[:16]}"
-            )
+        measure("DictTree", DictTree(files), "0" * 40, declared, args.runs)
+        if args.git:
+            _, t_write = timed(lambda: write_git_repo(files, pathlib.Path(tmp.name) / "repo.git"))
+            print(f"   git repository written in {t_write:.0f} ms")
+            tree = GitTree(pathlib.Path(tmp.name) / "repo.git")
+            measure("GitTree", tree, tree.commit, declared, args.runs)
     finally:
         tmp.cleanup()
 
 
-class Overlay:
-    """A tree with some files' texts replaced: a next commit of a real repository without writing to it."""
+def measure(label: str, tree: Tree, commit: str, declared: list[str], runs: int) -> dict[str, float]:
+    """The first packet on a commit (its import graph built first), `runs` later ones (the graph ready),
+    one by scan (no graph: the same bytes), and the first on a next commit that changes 10 Python files.
+    Figures in ms."""
+    graphs = Graphs(lambda repo, at: tree)
+    blob_cache.TEXTS.clear()  # as a control plane that has not read this repository yet
+    blob_cache.WINDOWS.clear()
+    first, t_first = timed(lambda: packet_for(tree, commit, declared, graphs.build_now("repo", commit)))
+    graph = graphs.build_now("repo", commit)
+    samples: dict[str, list[float]] = {}
+    for _ in range(runs):
+        compiled, parts = packet_for(tree, commit, declared, graph)
+        for part, ms in parts.items():
+            samples.setdefault(part, []).append(ms)
+    scan, t_scan = timed(lambda: packet_for(tree, commit, declared))
+    assert isinstance(scan, tuple) and isinstance(first, tuple) and scan[0].data == first[0].data  # same bytes
+    python = sorted(p for p in tree.files() if p.endswith(".py") and p not in declared)
+    changed = {p: (tree.read(p) or "") + "\n# changed\n" for p in python[:: max(1, len(python) // 10)][:10]}
+    next_tree = Overlay(tree, changed)
+    before = graphs.scanned.parsed
+    built, t_graph = timed(
+        lambda: ImportGraph.build(next_tree, next_tree.commit, graphs.scanned, graphs.exact, base=graph)
+    )
+    assert isinstance(built, ImportGraph)
+    _, t_next = timed(lambda: packet_for(next_tree, next_tree.commit, declared, built))  # type: ignore[arg-type]
+    packet = compiled.packet
+    kinds = [i["source"] for i in packet["items"]]
+    print(f"-- {label}: graph built in {graph.seconds * 1000:.0f} ms")
+    for part in ("neighbours", "items", "compile", "total"):
+        print(f"   {part:<11} ms  {percentiles(samples[part])}   (graph ready, {runs} runs)")
+    print(f"   first       ms  {t_first:8.1f}   (graph built first)    scan (no graph) {t_scan:8.1f}")
+    print(
+        f"   next commit ms  {t_graph + t_next:8.1f}   ({len(changed)} files changed: graph {t_graph:.1f} ms, "
+        f"{graphs.scanned.parsed - before} blobs read)"
+    )
+    print(
+        f"   packet: {len(compiled.data)} bytes, {compiled.tokens} tokens, "
+        f"{kinds.count('declared_file')} declared + {kinds.count('dependency_neighbour')} neighbour items, "
+        f"{len(compiled.dropped)} dropped, file list {len(packet['file_list']['paths'])} of "
+        f"{packet['file_list']['total']}, sha256 {compiled.sha256[:16]}"
+    )
+    return {"first": t_first, "warm": statistics.median(samples["total"]), "next": t_graph + t_next}
 
-    def __init__(self, base: GitTree, changed: dict[str, str]) -> None:
+
+class Overlay:
+    """A tree with some files' texts replaced: a next commit of a repository without writing to it."""
+
+    def __init__(self, base: Tree, changed: dict[str, str]) -> None:
         self.base, self.changed, self.commit = base, changed, "1" * 40
         self._ids = {p: DictTree({p: t}).blob_id(p) for p, t in changed.items()}
 
@@ -217,37 +246,17 @@ class Overlay:
 
 
 def bench_repo(args: argparse.Namespace) -> None:
-    """Section compile on a real repository (--repo): the first packet on a commit (its import graph built
-    first), later packets (the graph ready), and a next commit that changes 10 Python files."""
+    """Section compile on a real repository (--repo)."""
     tree = GitTree(args.repo)
     python = sorted((p for p in tree.files() if p.endswith(".py")), key=lambda p: (-len(tree.read(p) or ""), p))
     declared = args.declared.split(",") if args.declared else python[:5]
     mb = sum(len(tree.read(p) or "") for p in python) / 1e6
     print(f"== compile on {args.repo}: {len(tree.files())} files, {len(python)} Python ({mb:.1f} MB of source)")
     print(f"   declared: {', '.join(declared)}; commit {tree.commit[:12]}")
-    graphs = Graphs(GitTree)  # first, while no blob of the repository has been read
-    first, t_first = timed(lambda: packet_for(tree, tree.commit, declared, graphs.build_now(args.repo, tree.commit)))
-    graph = graphs.build_now(args.repo, tree.commit)
-    scan, t_scan = timed(lambda: packet_for(tree, tree.commit, declared))
-    warm = [packet_for(tree, tree.commit, declared, graph)[1]["total"] for _ in range(args.runs)]
-    assert isinstance(scan, tuple) and isinstance(first, tuple) and scan[0].data == first[0].data  # same bytes
-    print(f"   scan (no graph)      {t_scan:8.1f} ms   graph build {graph.seconds * 1000:.0f} ms")
-    print(f"   first (graph built)  {t_first:8.1f} ms   warm {percentiles(warm)} ({args.runs} runs)")
-    spread = sorted(python[5:])[:: max(1, (len(python) - 5) // 10)][:10]  # 10 files across the tree
-    changed = {p: (tree.read(p) or "") + "\n# changed\n" for p in spread}
-    next_tree = Overlay(tree, changed)
-    before = graphs.scanned.parsed
-    built, t_graph = timed(
-        lambda: ImportGraph.build(next_tree, next_tree.commit, graphs.scanned, graphs.exact, base=graph)
-    )
-    assert isinstance(built, ImportGraph)
-    _, t_next = timed(lambda: packet_for(next_tree, next_tree.commit, declared, built))  # type: ignore[arg-type]
+    figures = measure("GitTree", tree, tree.commit, declared, args.runs)
     print(
-        f"   next commit, {len(changed)} files changed: graph {t_graph:.1f} ms "
-        f"({graphs.scanned.parsed - before} blobs read), first packet {t_graph + t_next:.1f} ms"
-    )
-    print(
-        f"packet first_ms={t_first:.1f} warm_p50_ms={statistics.median(warm):.1f} files={len(tree.files())} mb={mb:.1f}"
+        f"packet first_ms={figures['first']:.1f} warm_p50_ms={figures['warm']:.1f} "
+        f"files={len(tree.files())} mb={mb:.1f}"
     )
 
 

@@ -39,6 +39,11 @@ class Lru(Generic[V]):
                     self._size -= self.size_of(old)
         return value
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._size = 0
+
 
 TEXTS: Lru[str | None] = Lru(256 * 1024 * 1024, lambda text: 64 + len(text or ""))
 """Blob id -> its text (None: binary or not UTF-8)."""

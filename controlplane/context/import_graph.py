@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from controlplane import metrics
 from controlplane.context.import_statements import (
@@ -202,6 +202,14 @@ class ImportGraph:
         if found is _MISSING:
             found = self._memo[key] = make()  # a race computes it twice: the same value
         return found  # type: ignore[return-value]
+
+    def known(self, key: tuple[str, str]) -> Any:
+        """A fact `remember`ed or `learn`t, or None."""
+        return self._memo.get(key)
+
+    def learn(self, key: tuple[str, str], value: T) -> T:
+        self._memo[key] = value
+        return value
 
 
 class Graphs:

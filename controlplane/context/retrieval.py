@@ -9,7 +9,6 @@ base (`PRIORITY`) and items of one source count up from it in the order they wer
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import os
 import re
@@ -179,19 +178,20 @@ def _graph_importers(
     for path in sorted(graph.importers(keep)):
         if path in skip or not path.endswith(".py") or not graph.exact_imports(tree, path, files) & keep:
             continue
-        text = tree.read(path) or ""
-        relative = graph.remember((path, "relative"), functools.partial(_has_relative, text))
-        checks = [graph.remember((path, t.path), functools.partial(t.checks, path, text, relative)) for t in targets]
+        checks = [graph.known((path, t.path)) for t in targets]
+        if None in checks:  # the text is read only for what the graph has not learnt yet
+            text = tree.read(path) or ""
+            relative = _RELATIVE.search(text) is not None
+            checks = [
+                c or graph.learn((path, t.path), t.checks(path, text, relative))
+                for c, t in zip(checks, targets, strict=True)
+            ]
         if (any(named for named, _ in checks) or path.startswith(packages)) and any(may for _, may in checks):
             out.append(path)
     return out
 
 
 _RELATIVE = re.compile(r"\bfrom[\s\\]*\.")  # a backslash continuation may split `from .`
-
-
-def _has_relative(text: str) -> bool:
-    return _RELATIVE.search(text) is not None
 
 
 @dataclasses.dataclass(frozen=True)
