@@ -87,13 +87,23 @@ def notices(s: Session, change: Change) -> list[str]:
 
 
 def list_changes(
-    s: Session, project: str, size: int, token: str = "", scope: Scope = None
+    s: Session,
+    project: str,
+    size: int,
+    token: str = "",
+    scope: Scope = None,
+    status: str = "",
+    submitted_by: str = "",
 ) -> paging.Page[types_pb2.Change]:
     """Newest first."""
     size = page_size(size, 50, 500)
     q = select(Change.id, Change.created_at).order_by(Change.created_at.desc(), Change.id.desc()).limit(size + 1)
     if project:
         q = q.where(Change.project == project)
+    if status:
+        q = q.where(Change.status == status)
+    if submitted_by:
+        q = q.where(Change.submitted_by == submitted_by)
     if scope is not None:
         q = q.where(Change.project.in_(sorted(scope)))
     if token:

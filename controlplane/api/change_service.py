@@ -73,6 +73,8 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
             request.page_size or request.limit,
             request.page_token,
             auth.current().projects,
+            request.status,
+            request.submitted_by,
         )
         return change_pb2.ListChangesResponse(changes=page.items, next_page_token=page.next_token)
 

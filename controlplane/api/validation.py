@@ -48,6 +48,7 @@ MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
 
 
 RUN_STATES = ("", "queued", "starting", "running", "succeeded", "failed", "cancelled")
+CHANGE_STATUSES = ("", "open", "running", "succeeded", "failed", "cancelled", "budget_blocked")
 SIZES = ("", "small", "medium", "large")
 LEVELS = ("", "low", "medium", "high")
 FLAGS = frozenset({"destructive_migration", "billing", "authorization", "authorization_trivial", "design_conflict"})
@@ -145,6 +146,8 @@ RULES: dict[str, Rule] = {
     "drover.v1.ListChangesRequest.limit": _page(500),
     "drover.v1.ListChangesRequest.page_size": _page(500),
     "drover.v1.ListChangesRequest.page_token": TOKEN,
+    "drover.v1.ListChangesRequest.status": Rule(choices=CHANGE_STATUSES),
+    "drover.v1.ListChangesRequest.submitted_by": Rule(max_len=200),
     "drover.v1.WatchChangeRequest.change_id": ID_REQUIRED,
     "drover.v1.CancelChangeRequest.change_id": ID_REQUIRED,
     "drover.v1.ListChangeSetsRequest.change_id": ID_REQUIRED,

@@ -159,10 +159,12 @@ class Client:
         return from_proto(answer, Change)
 
     @_mapped
-    def list_changes(self, project: str = "", limit: int = 50) -> list[Change]:
-        answer = self._changes.ListChanges(
-            change_pb2.ListChangesRequest(project=project, limit=limit), metadata=self._metadata
-        )
+    def list_changes(
+        self, project: str = "", limit: int = 50, *, status: str = "", submitted_by: str = ""
+    ) -> list[Change]:
+        """Newest first; each filter left empty matches everything."""
+        request = change_pb2.ListChangesRequest(project=project, limit=limit, status=status, submitted_by=submitted_by)
+        answer = self._changes.ListChanges(request, metadata=self._metadata)
         return [from_proto(c, Change) for c in answer.changes]
 
     def watch(self, change_id: str, after_event_id: int = 0) -> Iterator[Event]:

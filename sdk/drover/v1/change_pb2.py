@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from drover.v1 import types_pb2 as drover_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64rover/v1/change.proto\x12\tdrover.v1\x1a\x15\x64rover/v1/types.proto\"\x8e\x01\n\x13SubmitChangeRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\x0c\n\x04goal\x18\x02 \x01(\t\x12\x10\n\x08\x63riteria\x18\x03 \x03(\t\x12\x12\n\ninvariants\x18\x04 \x03(\t\x12\x12\n\nbudget_usd\x18\x05 \x01(\x01\x12\x1e\n\x05tasks\x18\x06 \x03(\x0b\x32\x0f.drover.v1.Task\"%\n\x10GetChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"[\n\x12ListChangesRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"R\n\x13ListChangesResponse\x12\"\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x11.drover.v1.Change\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"?\n\x12WatchChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\x03\"(\n\x13\x43\x61ncelChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"Q\n\x15ListChangeSetsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"[\n\x16ListChangeSetsResponse\x12(\n\nchangesets\x18\x01 \x03(\x0b\x32\x14.drover.v1.ChangeSet\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x0fGetPatchRequest\x12\x14\n\x0c\x63hangeset_id\x18\x01 \x01(\t\"+\n\x05Patch\x12\x14\n\x0c\x63hangeset_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\";\n\x12RaiseBudgetRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x12\n\nbudget_usd\x18\x02 \x01(\x01\"$\n\x0fGetSpendRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"\\\n\tSpendLine\x12\x0c\n\x04tier\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x04 \x01(\x05\x12\x13\n\x0b\x63ost_micros\x18\x05 \x01(\x03\"\x9a\x01\n\x05Spend\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x15\n\rbudget_micros\x18\x02 \x01(\x03\x12\x14\n\x0cspent_micros\x18\x03 \x01(\x03\x12#\n\x05lines\x18\x04 \x03(\x0b\x32\x14.drover.v1.SpendLine\x12,\n\x08receipts\x18\x05 \x03(\x0b\x32\x1a.drover.v1.DecisionReceipt2\xee\x04\n\rChangeService\x12\x41\n\x0cSubmitChange\x12\x1e.drover.v1.SubmitChangeRequest\x1a\x11.drover.v1.Change\x12;\n\tGetChange\x12\x1b.drover.v1.GetChangeRequest\x1a\x11.drover.v1.Change\x12L\n\x0bListChanges\x12\x1d.drover.v1.ListChangesRequest\x1a\x1e.drover.v1.ListChangesResponse\x12@\n\x0bWatchChange\x12\x1d.drover.v1.WatchChangeRequest\x1a\x10.drover.v1.Event0\x01\x12\x41\n\x0c\x43\x61ncelChange\x12\x1e.drover.v1.CancelChangeRequest\x1a\x11.drover.v1.Change\x12U\n\x0eListChangeSets\x12 .drover.v1.ListChangeSetsRequest\x1a!.drover.v1.ListChangeSetsResponse\x12\x38\n\x08GetPatch\x12\x1a.drover.v1.GetPatchRequest\x1a\x10.drover.v1.Patch\x12?\n\x0bRaiseBudget\x12\x1d.drover.v1.RaiseBudgetRequest\x1a\x11.drover.v1.Change\x12\x38\n\x08GetSpend\x12\x1a.drover.v1.GetSpendRequest\x1a\x10.drover.v1.Spendb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64rover/v1/change.proto\x12\tdrover.v1\x1a\x15\x64rover/v1/types.proto\"\x8e\x01\n\x13SubmitChangeRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\x0c\n\x04goal\x18\x02 \x01(\t\x12\x10\n\x08\x63riteria\x18\x03 \x03(\t\x12\x12\n\ninvariants\x18\x04 \x03(\t\x12\x12\n\nbudget_usd\x18\x05 \x01(\x01\x12\x1e\n\x05tasks\x18\x06 \x03(\x0b\x32\x0f.drover.v1.Task\"%\n\x10GetChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"\x81\x01\n\x12ListChangesRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x14\n\x0csubmitted_by\x18\x06 \x01(\t\"R\n\x13ListChangesResponse\x12\"\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x11.drover.v1.Change\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"?\n\x12WatchChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\x03\"(\n\x13\x43\x61ncelChangeRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"Q\n\x15ListChangeSetsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"[\n\x16ListChangeSetsResponse\x12(\n\nchangesets\x18\x01 \x03(\x0b\x32\x14.drover.v1.ChangeSet\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x0fGetPatchRequest\x12\x14\n\x0c\x63hangeset_id\x18\x01 \x01(\t\"+\n\x05Patch\x12\x14\n\x0c\x63hangeset_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\";\n\x12RaiseBudgetRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x12\n\nbudget_usd\x18\x02 \x01(\x01\"$\n\x0fGetSpendRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\"\\\n\tSpendLine\x12\x0c\n\x04tier\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x04 \x01(\x05\x12\x13\n\x0b\x63ost_micros\x18\x05 \x01(\x03\"\x9a\x01\n\x05Spend\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x15\n\rbudget_micros\x18\x02 \x01(\x03\x12\x14\n\x0cspent_micros\x18\x03 \x01(\x03\x12#\n\x05lines\x18\x04 \x03(\x0b\x32\x14.drover.v1.SpendLine\x12,\n\x08receipts\x18\x05 \x03(\x0b\x32\x1a.drover.v1.DecisionReceipt2\xee\x04\n\rChangeService\x12\x41\n\x0cSubmitChange\x12\x1e.drover.v1.SubmitChangeRequest\x1a\x11.drover.v1.Change\x12;\n\tGetChange\x12\x1b.drover.v1.GetChangeRequest\x1a\x11.drover.v1.Change\x12L\n\x0bListChanges\x12\x1d.drover.v1.ListChangesRequest\x1a\x1e.drover.v1.ListChangesResponse\x12@\n\x0bWatchChange\x12\x1d.drover.v1.WatchChangeRequest\x1a\x10.drover.v1.Event0\x01\x12\x41\n\x0c\x43\x61ncelChange\x12\x1e.drover.v1.CancelChangeRequest\x1a\x11.drover.v1.Change\x12U\n\x0eListChangeSets\x12 .drover.v1.ListChangeSetsRequest\x1a!.drover.v1.ListChangeSetsResponse\x12\x38\n\x08GetPatch\x12\x1a.drover.v1.GetPatchRequest\x1a\x10.drover.v1.Patch\x12?\n\x0bRaiseBudget\x12\x1d.drover.v1.RaiseBudgetRequest\x1a\x11.drover.v1.Change\x12\x38\n\x08GetSpend\x12\x1a.drover.v1.GetSpendRequest\x1a\x10.drover.v1.Spendb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,30 +36,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBMITCHANGEREQUEST']._serialized_end=203
   _globals['_GETCHANGEREQUEST']._serialized_start=205
   _globals['_GETCHANGEREQUEST']._serialized_end=242
-  _globals['_LISTCHANGESREQUEST']._serialized_start=244
-  _globals['_LISTCHANGESREQUEST']._serialized_end=335
-  _globals['_LISTCHANGESRESPONSE']._serialized_start=337
-  _globals['_LISTCHANGESRESPONSE']._serialized_end=419
-  _globals['_WATCHCHANGEREQUEST']._serialized_start=421
-  _globals['_WATCHCHANGEREQUEST']._serialized_end=484
-  _globals['_CANCELCHANGEREQUEST']._serialized_start=486
-  _globals['_CANCELCHANGEREQUEST']._serialized_end=526
-  _globals['_LISTCHANGESETSREQUEST']._serialized_start=528
-  _globals['_LISTCHANGESETSREQUEST']._serialized_end=609
-  _globals['_LISTCHANGESETSRESPONSE']._serialized_start=611
-  _globals['_LISTCHANGESETSRESPONSE']._serialized_end=702
-  _globals['_GETPATCHREQUEST']._serialized_start=704
-  _globals['_GETPATCHREQUEST']._serialized_end=743
-  _globals['_PATCH']._serialized_start=745
-  _globals['_PATCH']._serialized_end=788
-  _globals['_RAISEBUDGETREQUEST']._serialized_start=790
-  _globals['_RAISEBUDGETREQUEST']._serialized_end=849
-  _globals['_GETSPENDREQUEST']._serialized_start=851
-  _globals['_GETSPENDREQUEST']._serialized_end=887
-  _globals['_SPENDLINE']._serialized_start=889
-  _globals['_SPENDLINE']._serialized_end=981
-  _globals['_SPEND']._serialized_start=984
-  _globals['_SPEND']._serialized_end=1138
-  _globals['_CHANGESERVICE']._serialized_start=1141
-  _globals['_CHANGESERVICE']._serialized_end=1763
+  _globals['_LISTCHANGESREQUEST']._serialized_start=245
+  _globals['_LISTCHANGESREQUEST']._serialized_end=374
+  _globals['_LISTCHANGESRESPONSE']._serialized_start=376
+  _globals['_LISTCHANGESRESPONSE']._serialized_end=458
+  _globals['_WATCHCHANGEREQUEST']._serialized_start=460
+  _globals['_WATCHCHANGEREQUEST']._serialized_end=523
+  _globals['_CANCELCHANGEREQUEST']._serialized_start=525
+  _globals['_CANCELCHANGEREQUEST']._serialized_end=565
+  _globals['_LISTCHANGESETSREQUEST']._serialized_start=567
+  _globals['_LISTCHANGESETSREQUEST']._serialized_end=648
+  _globals['_LISTCHANGESETSRESPONSE']._serialized_start=650
+  _globals['_LISTCHANGESETSRESPONSE']._serialized_end=741
+  _globals['_GETPATCHREQUEST']._serialized_start=743
+  _globals['_GETPATCHREQUEST']._serialized_end=782
+  _globals['_PATCH']._serialized_start=784
+  _globals['_PATCH']._serialized_end=827
+  _globals['_RAISEBUDGETREQUEST']._serialized_start=829
+  _globals['_RAISEBUDGETREQUEST']._serialized_end=888
+  _globals['_GETSPENDREQUEST']._serialized_start=890
+  _globals['_GETSPENDREQUEST']._serialized_end=926
+  _globals['_SPENDLINE']._serialized_start=928
+  _globals['_SPENDLINE']._serialized_end=1020
+  _globals['_SPEND']._serialized_start=1023
+  _globals['_SPEND']._serialized_end=1177
+  _globals['_CHANGESERVICE']._serialized_start=1180
+  _globals['_CHANGESERVICE']._serialized_end=1802
 # @@protoc_insertion_point(module_scope)

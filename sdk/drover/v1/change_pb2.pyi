@@ -30,16 +30,20 @@ class GetChangeRequest(_message.Message):
     def __init__(self, change_id: _Optional[str] = ...) -> None: ...
 
 class ListChangesRequest(_message.Message):
-    __slots__ = ("project", "limit", "page_size", "page_token")
+    __slots__ = ("project", "limit", "page_size", "page_token", "status", "submitted_by")
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     project: str
     limit: int
     page_size: int
     page_token: str
-    def __init__(self, project: _Optional[str] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    status: str
+    submitted_by: str
+    def __init__(self, project: _Optional[str] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., status: _Optional[str] = ..., submitted_by: _Optional[str] = ...) -> None: ...
 
 class ListChangesResponse(_message.Message):
     __slots__ = ("changes", "next_page_token")
