@@ -37,6 +37,7 @@ def cmd_serve(store: Store, config: ServerConfig, args: argparse.Namespace) -> N
     config = ServerConfig(
         listen=args.listen,
         metrics_listen=args.metrics_listen,
+        http_listen=args.http_listen,
         data_dir=config.data_dir,
         database_url=config.database_url,
         agent_lost_seconds=args.agent_lost_seconds,
@@ -166,6 +167,11 @@ def _serve_parser(sub: Any) -> None:
         "--metrics-listen",
         default=env("DROVER_METRICS_LISTEN", ""),
         help="host:port of a Prometheus /metrics endpoint (default none; env DROVER_METRICS_LISTEN)",
+    )
+    s.add_argument(
+        "--http-listen",
+        default=env("DROVER_HTTP_LISTEN", ""),
+        help="host:port of the web console (default none; env DROVER_HTTP_LISTEN); TLS as --tls-cert/--tls-key",
     )
     s.add_argument(
         "--agent-lost-seconds",

@@ -22,6 +22,8 @@ class ServerConfig:
     """host:port the gRPC server binds."""
     metrics_listen: str = ""
     """host:port of the Prometheus endpoint (/metrics); empty: none."""
+    http_listen: str = ""
+    """host:port of the web console; empty: none. TLS and the loopback rule as the gRPC port."""
     data_dir: pathlib.Path = pathlib.Path(".drover")
     """Holds the SQLite database, the tokens and (later) the object store."""
     database_url: str = ""

@@ -41,3 +41,22 @@ def test_buf_lint() -> None:
         pytest.skip("buf lint needs Node.js (npx); .ci/run installs it")
     done = subprocess.run([npx, "--yes", BUF, "lint", "proto"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"buf lint found:\n{done.stdout}{done.stderr}"
+
+
+def test_every_package_and_its_data_ships() -> None:
+    # A package left out of pyproject.toml works in the editable install the tests use and is missing
+    # from a wheel; so are the console's templates unless package-data names them.
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    dirs = {"drover": ROOT / "sdk" / "drover", "controlplane": ROOT / "controlplane", "agentd": ROOT / "agentd"}
+    found = {
+        ".".join((top, *init.parent.relative_to(base).parts))
+        for top, base in dirs.items()
+        for init in base.rglob("__init__.py")
+    }
+    assert found == set(config["packages"])
+    web = ROOT / "controlplane" / "web"
+    patterns = config["package-data"]["controlplane.web"]
+    shipped = {p for pattern in patterns for p in web.glob(pattern)}
+    assert shipped == set((web / "templates").iterdir()) | set((web / "static").iterdir())

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 from controlplane.services.tokens import Principal, hash_token
+from drover.errors import DroverError, PermissionDenied, Unauthenticated
 
 TOUCH_SECONDS = 60.0
 """last_used_at is written at most this often per token."""
@@ -92,23 +93,29 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if needed is None or handler is None:
             return handler  # health, reflection, unknown methods
         who = await self.principal(details.invocation_metadata)
-        if who is None:
-            return _denied(
-                handler,
-                grpc.StatusCode.UNAUTHENTICATED,
-                "missing, unknown, expired or revoked bearer token (metadata 'authorization: Bearer <token>')",
-            )
-        if who.kind != needed.kind:
-            return _denied(
-                handler, grpc.StatusCode.PERMISSION_DENIED, f"{who.kind} tokens cannot call {details.method}"
-            )
-        if needed.role and not who.has_role(needed.role):
-            return _denied(
-                handler,
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"{details.method} needs role {needed.role}; token {who.name!r} has {who.role}",
-            )
+        refused = refusal(who, needed, details.method)
+        if refused is not None:
+            return _denied(handler, getattr(grpc.StatusCode, refused.code), str(refused))
+        assert who is not None
         return _as(handler, who)
+
+
+def refusal(who: Principal | None, needed: Permission, method: str) -> DroverError | None:
+    """Why `who` may not call `method` (None: it may). The web console asks the same question."""
+    if who is None:
+        return Unauthenticated(
+            "missing, unknown, expired or revoked bearer token (metadata 'authorization: Bearer <token>')"
+        )
+    if who.kind != needed.kind:
+        return PermissionDenied(f"{who.kind} tokens cannot call {method}")
+    if needed.role and not who.has_role(needed.role):
+        return PermissionDenied(f"{method} needs role {needed.role}; token {who.name!r} has {who.role}")
+    return None
+
+
+def acting_as(who: Principal) -> None:
+    """Make `who` the current principal of this task (what AuthInterceptor does for a gRPC call)."""
+    _CURRENT.set(who)
 
 
 def _kw(handler: grpc.RpcMethodHandler) -> dict[str, Any]:

@@ -37,6 +37,8 @@ from controlplane.store import coordination
 from controlplane.store.engine import SCHEMA_LOCK, Store, sqlite_url
 from controlplane.store.models import Token
 from controlplane.store.objects import DatabaseStore, DirectoryStore, ObjectStore
+from controlplane.web.gateway import Gateway
+from controlplane.web.serve import Console
 from drover.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -228,27 +230,34 @@ class ControlPlane:
             raise SystemExit(
                 f"controlplane: cannot listen on {config.listen} (is another control plane listening there?)"
             )
+        self.console = self._console(config) if config.http_listen else None
+
+    def _console(self, config: ServerConfig) -> Console:
+        gateway = Gateway(
+            self.auth,
+            PERMISSIONS,
+            {"ChangeService": self.changes, "OperationsService": self.operations},
+            self.limits,
+        )
+        return Console(config.http_listen, gateway, config.tls_cert, config.tls_key, config.allow_plaintext)
 
     def _add_services(self, config: ServerConfig, store: Store) -> None:
         agent_pb2_grpc.add_AgentServiceServicer_to_server(
             AgentService(store, self.notifier, self.objects, self.agents, self.router, lambda: self.config), self.server
         )
-        limits = validation.Limits(config.max_budget_usd)
-        change_pb2_grpc.add_ChangeServiceServicer_to_server(
-            ChangeService(
-                store,
-                self.notifier,
-                self.objects,
-                self.agents,
-                self.dispatcher.wake,
-                limits,
-                lambda: self.config.harness,
-            ),
-            self.server,
+        self.limits = validation.Limits(config.max_budget_usd)
+        self.changes = ChangeService(
+            store,
+            self.notifier,
+            self.objects,
+            self.agents,
+            self.dispatcher.wake,
+            self.limits,
+            lambda: self.config.harness,
         )
-        operations_pb2_grpc.add_OperationsServiceServicer_to_server(
-            OperationsService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake), self.server
-        )
+        change_pb2_grpc.add_ChangeServiceServicer_to_server(self.changes, self.server)
+        self.operations = OperationsService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake)
+        operations_pb2_grpc.add_OperationsServiceServicer_to_server(self.operations, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
 
@@ -288,6 +297,8 @@ class ControlPlane:
             asyncio.create_task(self.warmer.run_forever(), name="context-warmer"),
         ]
         await self.server.start()
+        if self.console is not None:
+            self.console.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -312,6 +323,8 @@ class ControlPlane:
         for loop in self._loops:
             loop.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
+        if self.console is not None:
+            await self.console.stop()
         await self.agents.stop()
         await self.server.stop(self.config.grace_seconds)
         self.replica.stop()
@@ -324,6 +337,8 @@ async def serve(config: ServerConfig, store: Store, config_file: pathlib.Path | 
     host = config.listen.rsplit(":", 1)[0]
     log.info("control plane listening on %s:%d (database %s)", host, plane.port, _safe_url(store.url))
     print(f"drover control plane listening on {host}:{plane.port}", flush=True)
+    if plane.console is not None:
+        print(f"drover console on {plane.console.scheme}://{plane.console.host}:{plane.console.port}/", flush=True)
     if config.metrics_listen:
         port = fleet_metrics.serve_metrics(config.metrics_listen, store)
         log.info("metrics on http://%s:%d/metrics", config.metrics_listen.rpartition(":")[0], port)

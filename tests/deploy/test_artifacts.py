@@ -40,7 +40,8 @@ def test_compose_is_valid_and_production_shaped(tmp_path: pathlib.Path) -> None:
     assert "healthcheck" in services["postgres"] and "healthcheck" in services["controlplane"]
     assert services["controlplane"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     ports = services["controlplane"]["ports"]  # docker-compose 1.29 prints the short form
-    assert [str(p).split(":")[0] for p in ports] == ["127.0.0.1"], ports  # plaintext on loopback only
+    assert [str(p).split(":")[0] for p in ports] == ["127.0.0.1"] * 2, ports  # plaintext on loopback only
+    assert [str(p).split(":")[2].split("/")[0] for p in ports] == ["50051", "8080"]  # gRPC and the console
     assert "ANTHROPIC_API_KEY" in services["controlplane"]["environment"]
     agents = {s: services[s] for s in services if s.startswith("agent-") and s != "agent-token"}
     names = {spec["command"][spec["command"].index("--name") + 1] for spec in agents.values()}
@@ -88,6 +89,12 @@ def test_kubernetes_manifests_validate(tmp_path: pathlib.Path) -> None:
     assert agents["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "spool"
     env = agents["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "DROVER_AGENTD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
+    plane = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "controlplane.yaml").read_text()))
+    container = next(d for d in plane if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("--http-listen") + 1] == "0.0.0.0:8443" and "--tls-cert" in args  # the console, TLS
+    service = next(d for d in plane if d["kind"] == "Service")
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {"grpc": "grpc", "console": "console"}
 
     broken = tmp_path / "broken.yaml"
     broken.write_text(

@@ -1,0 +1,1 @@
+"""The web console (`controlplane serve --http-listen`)."""

@@ -1,0 +1,74 @@
+"""The console's actions: each is one API call as the signed-in user (its role, its projects, the request's
+validation; the service records the event), then back to the page it came from."""
+
+from __future__ import annotations
+
+from starlette.responses import RedirectResponse, Response
+
+from controlplane.web.visit import Handler, Visit
+from drover.errors import InvalidArgument
+from drover.v1 import change_pb2, operations_pb2
+
+
+def _back(to: str) -> Response:
+    return RedirectResponse(to, status_code=303)
+
+
+async def cancel_change(v: Visit) -> Response:
+    change_id = v.request.path_params["change_id"]
+    await v.call("ChangeService/CancelChange", change_pb2.CancelChangeRequest(change_id=change_id))
+    return _back(f"/changes/{change_id}")
+
+
+async def raise_budget(v: Visit) -> Response:
+    change_id = v.request.path_params["change_id"]
+    try:
+        budget = float(v.form.get("budget_usd", ""))
+    except ValueError:
+        raise InvalidArgument("must be a number of dollars", field="budget_usd") from None
+    await v.call("ChangeService/RaiseBudget", change_pb2.RaiseBudgetRequest(change_id=change_id, budget_usd=budget))
+    return _back(f"/changes/{change_id}")
+
+
+async def cancel_run(v: Visit) -> Response:
+    run_id = v.request.path_params["run_id"]
+    reason = v.form.get("reason", "") or f"cancelled in the console by {v.who.name}"
+    await v.call("OperationsService/CancelRun", operations_pb2.CancelRunRequest(run_id=run_id, reason=reason))
+    return _back(f"/runs/{run_id}")
+
+
+async def send_input(v: Visit) -> Response:
+    run_id = v.request.path_params["run_id"]
+    request = operations_pb2.SendInputRequest(run_id=run_id, kind=v.form.get("kind", ""), text=v.form.get("text", ""))
+    await v.call("OperationsService/SendInput", request)
+    return _back(f"/runs/{run_id}")
+
+
+async def answer_question(v: Visit) -> Response:
+    question_id = v.request.path_params["question_id"]
+    request = operations_pb2.AnswerQuestionRequest(question_id=question_id, text=v.form.get("text", ""))
+    await v.call("OperationsService/AnswerQuestion", request)
+    back = v.form.get("back", "")
+    return _back(back if back.startswith("/runs/") else "/fleet")
+
+
+async def drain(v: Visit) -> Response:
+    await v.call("OperationsService/DrainAgent", operations_pb2.DrainAgentRequest(name=v.request.path_params["name"]))
+    return _back("/fleet")
+
+
+async def undrain(v: Visit) -> Response:
+    name = v.request.path_params["name"]
+    await v.call("OperationsService/UndrainAgent", operations_pb2.UndrainAgentRequest(name=name))
+    return _back("/fleet")
+
+
+ACTIONS: dict[str, Handler] = {
+    "/changes/{change_id}/cancel": cancel_change,
+    "/changes/{change_id}/budget": raise_budget,
+    "/runs/{run_id}/cancel": cancel_run,
+    "/runs/{run_id}/input": send_input,
+    "/questions/{question_id}/answer": answer_question,
+    "/agents/{name}/drain": drain,
+    "/agents/{name}/undrain": undrain,
+}

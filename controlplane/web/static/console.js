@@ -1,0 +1,33 @@
+// Drover console: a run's transcript grows as the run prints (server-sent events). Pages work without it.
+"use strict";
+document.addEventListener("DOMContentLoaded", () => {
+  const list = document.getElementById("transcript");
+  if (!list || list.dataset.live !== "yes" || !window.EventSource) return;
+  const source = new EventSource(`/runs/${encodeURIComponent(list.dataset.run)}/stream?after=${list.dataset.after}`);
+  let after = Number(list.dataset.after);
+  source.addEventListener("line", (message) => {
+    for (const entry of JSON.parse(message.data)) {
+      after = Math.max(after, entry.seq);
+      const item = document.createElement("li");
+      item.className = `k-${entry.kind}`;
+      item.dataset.seq = entry.seq;
+      const kind = document.createElement("span");
+      kind.className = "kind";
+      kind.textContent = entry.kind;
+      const text = document.createElement("pre");
+      text.textContent = entry.text;
+      item.append(kind, text);
+      list.append(item);
+    }
+  });
+  source.addEventListener("end", () => {
+    source.close();
+    const note = document.getElementById("live-note");
+    if (note) note.textContent = "(finished: reload for the final state)";
+    setTimeout(() => window.location.reload(), 1500);
+  });
+  source.onerror = () => {  // the browser retries by itself; resume after the last line shown
+    source.close();
+    setTimeout(() => { list.dataset.after = String(after); window.location.reload(); }, 3000);
+  };
+});

@@ -1,0 +1,58 @@
+"""What every console handler gets: the request, the signed-in user, and the gateway into the API; and
+how it renders a page (templates escape everything; strict security headers on every answer)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from controlplane.services.tokens import Principal
+from controlplane.web import filters, session
+from controlplane.web.gateway import Gateway
+
+HERE = pathlib.Path(__file__).parent
+TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+TEMPLATES.filters.update(filters.FILTERS)
+
+
+@dataclasses.dataclass
+class Visit:
+    request: Request
+    who: Principal
+    token: str
+    gateway: Gateway
+    secure: bool
+    form: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    async def call(self, method: str, request: Any) -> Any:
+        return await self.gateway.call(self.who, method, request)
+
+    def may(self, method: str) -> bool:
+        return self.gateway.allowed(self.who, method)
+
+    def render(self, template: str, status: int = 200, **values: Any) -> HTMLResponse:
+        values.setdefault("title", "Drover")
+        page = TEMPLATES.get_template(template).render(
+            who=self.who, csrf=session.csrf_token(self.token), may=self.may, path=self.request.url.path, **values
+        )
+        return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
+
+
+Handler = Callable[[Visit], Awaitable[Response]]
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+    "script-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
