@@ -50,7 +50,7 @@ def signed_in(handler: Handler, gateway: Gateway, secure: bool, action: bool = F
         try:
             return await handler(visit)
         except DroverError as err:
-            field = f" ({err.field})" if err.field else ""
+            field = f" ({err.field})" if err.field and err.field not in str(err) else ""
             return visit.render("error.html", http_status(err), message=f"{err.code}: {err}{field}")
 
     return endpoint
@@ -108,6 +108,7 @@ def console(gateway: Gateway, secure: bool) -> Starlette:
         Route("/", lambda request: RedirectResponse("/fleet", status_code=303)),
         *(Route(path, page(handler)) for path, handler in pages.PAGES.items()),
         Route("/runs/{run_id}/stream", page(pages.run_stream)),
+        Route("/changes/{change_id}/stream", page(pages.change_stream)),
         *(Route(path, act(handler), methods=["POST"]) for path, handler in actions.ACTIONS.items()),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -88,6 +88,8 @@ async def change(v: Visit) -> Response:
         task_graph.Node(t.key, t.status, tuple(t.depends_on), f"/runs/{t.latest_run_id}" if t.latest_run_id else "")
         for t in found.tasks
     ]
+    newest = operations_pb2.ListEventsRequest(change_id=change_id, page_size=1, newest=True)
+    last_event = max((e.id for e in (await v.call("OperationsService/ListEvents", newest)).events), default=0)
     runs_by_task: dict[str, list[Run]] = collections.defaultdict(list)
     for run in sorted(runs, key=lambda r: (r.task_key, r.attempt)):
         runs_by_task[run.task_id].append(run)
@@ -99,8 +101,28 @@ async def change(v: Visit) -> Response:
         changesets=changesets,
         patches=patches,
         claims=claims,
+        watch=f"/changes/{found.id}/stream?after={last_event}" if found.status in ("open", "running") else "",
         title=f"Change {found.id}",
     )
+
+
+async def change_stream(v: Visit) -> Response:
+    """The Change's events as they happen (server-sent events `change`, then `end`): the page reloads."""
+    request = change_pb2.WatchChangeRequest(
+        change_id=v.request.path_params["change_id"], after_event_id=_int(v.request.query_params.get("after"))
+    )
+    return await _sse(v.gateway.stream(v.who, "ChangeService/WatchChange", request), "change", _event_json)
+
+
+def _event_json(event: Any) -> str:
+    return json.dumps({"id": event.id, "kind": event.kind})
+
+
+def _int(text: str | None) -> int:
+    try:
+        return max(0, int(text or "0"))
+    except ValueError:
+        return 0
 
 
 async def run(v: Visit) -> Response:
@@ -146,19 +168,21 @@ async def run(v: Visit) -> Response:
 async def run_stream(v: Visit) -> Response:
     """The run's transcript as it grows: server-sent events `line` (a JSON list of entries), then `end`."""
     run_id = v.request.path_params["run_id"]
-    try:
-        after = int(v.request.query_params.get("after", "0"))
-    except ValueError:
-        after = 0
-    request = operations_pb2.TailRunLogsRequest(run_id=run_id, after_seq=max(0, after), follow=True)
+    request = operations_pb2.TailRunLogsRequest(
+        run_id=run_id, after_seq=_int(v.request.query_params.get("after")), follow=True
+    )
     stream = v.gateway.stream(v.who, "OperationsService/TailRunLogs", request)
-    first = await anext(aiter(stream), None)  # errors (NOT_FOUND, PERMISSION_DENIED) before the 200
+    return await _sse(stream, "line", lambda line: json.dumps(transcript.entries(from_proto(line, LogLine))))
+
+
+async def _sse(stream: AsyncIterator[Any], name: str, data: Any) -> Response:
+    first = await anext(stream, None)  # errors (NOT_FOUND, PERMISSION_DENIED) come before the 200
 
     async def events() -> AsyncIterator[str]:
-        line = first
-        while line is not None:
-            yield f"event: line\ndata: {json.dumps(transcript.entries(from_proto(line, LogLine)))}\n\n"
-            line = await anext(stream, None)
+        item = first
+        while item is not None:
+            yield f"event: {name}\ndata: {data(item)}\n\n"
+            item = await anext(stream, None)
         yield "event: end\ndata: {}\n\n"
 
     headers = {**SECURITY_HEADERS, "X-Accel-Buffering": "no"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -190,6 +191,18 @@ def test_the_stream_sends_lines_as_the_run_prints_them_then_ends(setup: dict[str
                 break
     assert [text for _, text in seen] == [f"line {i}" for i in range(8)]
     assert seen[-1][0] - seen[0][0] > 0.5  # they came as printed, not all at the end
+    # The Change's page follows the Change's events the same way, until it is finished.
+    page = console.get(f"/changes/{change.id}")
+    watch = re.search(r'data-watch="([^"]*)"', page.text)
+    assert watch is not None
+    kinds: list[str] = []
+    with console.http.stream("GET", f"/changes/{change.id}/stream?after=0", timeout=60) as answer:
+        for line in answer.iter_lines():
+            kinds += re.findall(r'"kind": "([\w.]+)"', line)
+            if line == "event: end":
+                break
+    assert kinds[0] == "change.submitted" and kinds[-1] == "change.finished" and "run.started" in kinds
+    assert 'data-watch=""' in console.get(f"/changes/{change.id}").text  # a finished Change is not watched
 
 
 def test_actions_need_the_csrf_field_and_the_role_and_record_their_event(setup: dict[str, Any]) -> None:
@@ -265,7 +278,9 @@ def test_the_console_speaks_tls_with_the_grpc_certificate_and_refuses_plaintext_
     fleet.start_plane("--http-listen", "127.0.0.1:0", *tls)
     url = console_url(fleet)
     assert url.startswith("https://")
-    with httpx.Client(base_url=url, verify=str(pki / "ca.pem"), follow_redirects=False) as http:
+    with httpx.Client(
+        base_url=url, verify=ssl.create_default_context(cafile=pki / "ca.pem"), follow_redirects=False
+    ) as http:
         answer = http.post("/login", data={"token": fleet.plane.admin_token, "next": "/fleet"})
         assert answer.status_code == 303 and "Secure" in answer.headers["set-cookie"]
     with pytest.raises(httpx.HTTPError), httpx.Client(base_url=url.replace("https", "http")) as plain:

@@ -31,3 +31,21 @@ document.addEventListener("DOMContentLoaded", () => {
     setTimeout(() => { list.dataset.after = String(after); window.location.reload(); }, 3000);
   };
 });
+
+// A Change's page reloads when the Change has news (its events, by server-sent events), unless you are
+// typing in one of its forms.
+document.addEventListener("DOMContentLoaded", () => {
+  const head = document.querySelector("[data-watch]");
+  if (!head || !head.dataset.watch || !window.EventSource) return;
+  const source = new EventSource(head.dataset.watch);
+  let pending = null;
+  const reload = () => {
+    const typing = document.activeElement && ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
+    if (typing) { pending = setTimeout(reload, 2000); return; }
+    window.location.reload();
+  };
+  const soon = () => { if (!pending) pending = setTimeout(reload, 800); };
+  source.addEventListener("change", soon);
+  source.addEventListener("end", () => { source.close(); soon(); });
+  source.onerror = () => source.close();
+});
