@@ -27,6 +27,16 @@ from drover.errors import DroverError
 CSRF_REFUSED = "the form's CSRF field is missing or wrong: reload the page and try again"
 
 
+async def bounded_body(request: Request) -> bytes:
+    """The request's body, read no further than a form may be (ValueError beyond)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > session.MAX_FORM_BYTES:
+            raise ValueError(f"a form is at most {session.MAX_FORM_BYTES} bytes")
+    return bytes(body)
+
+
 def signed_in(handler: Handler, gateway: Gateway, secure: bool, action: bool = False) -> Callable[..., Any]:
     @functools.wraps(handler)
     async def endpoint(request: Request) -> Response:
@@ -40,13 +50,11 @@ def signed_in(handler: Handler, gateway: Gateway, secure: bool, action: bool = F
         visit = Visit(request, who, token, gateway, secure)
         if action:
             try:
-                visit.form = session.parse_form(await request.body())
+                visit.form = session.parse_form(await bounded_body(request))
             except ValueError as err:
                 return visit.render("error.html", 413, message=str(err))
             if not session.csrf_ok(token, visit.form.get("csrf", "")):
-                return visit.render(
-                    "error.html", 403, message="the form's CSRF field is missing or wrong: reload the page"
-                )
+                return visit.render("error.html", 403, message=CSRF_REFUSED)
         try:
             return await handler(visit)
         except DroverError as err:
@@ -62,7 +70,7 @@ def login_routes(gateway: Gateway, secure: bool) -> list[Route]:
 
     async def login(request: Request) -> Response:
         try:
-            form = session.parse_form(await request.body())
+            form = session.parse_form(await bounded_body(request))
         except ValueError as err:
             return _login("/", str(err), 413)
         token = form.get("token", "").strip()
@@ -77,11 +85,11 @@ def login_routes(gateway: Gateway, secure: bool) -> list[Route]:
     async def logout(request: Request) -> Response:
         token = urllib.parse.unquote(request.cookies.get(session.COOKIE, ""))
         try:
-            form = session.parse_form(await request.body())
+            form = session.parse_form(await bounded_body(request))
         except ValueError:
             form = {}
         if not session.csrf_ok(token, form.get("csrf", "")):
-            return HTMLResponse("the form's CSRF field is missing or wrong", status_code=403, headers=SECURITY_HEADERS)
+            return HTMLResponse(CSRF_REFUSED, status_code=403, headers=SECURITY_HEADERS)
         return RedirectResponse("/login", status_code=303, headers={"Set-Cookie": session.cookie_header("", secure)})
 
     return [

@@ -88,6 +88,8 @@ async def change(v: Visit) -> Response:
         task_graph.Node(t.key, t.status, tuple(t.depends_on), f"/runs/{t.latest_run_id}" if t.latest_run_id else "")
         for t in found.tasks
     ]
+    contended_request = operations_pb2.ListEventsRequest(change_id=change_id, kind="claim.contended", page_size=100)
+    contended = [from_proto(e, Event) for e in (await v.call("OperationsService/ListEvents", contended_request)).events]
     newest = operations_pb2.ListEventsRequest(change_id=change_id, page_size=1, newest=True)
     last_event = max((e.id for e in (await v.call("OperationsService/ListEvents", newest)).events), default=0)
     runs_by_task: dict[str, list[Run]] = collections.defaultdict(list)
@@ -101,6 +103,7 @@ async def change(v: Visit) -> Response:
         changesets=changesets,
         patches=patches,
         claims=claims,
+        contended=contended,
         watch=f"/changes/{found.id}/stream?after={last_event}" if found.status in ("open", "running") else "",
         title=f"Change {found.id}",
     )

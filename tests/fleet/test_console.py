@@ -84,7 +84,19 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             submitted = client.submit_change("web", "three tasks", tasks)
             list(client.watch(submitted.id))
             graph = client.get_change(submitted.id)
-        yield {"fleet": fleet, "url": console_url(fleet), "tokens": tokens, "graph": graph}
+            both = [
+                {"key": k, "kind": "test", "objective": k, "command": printing(6), "resources": ["module:shared"]}
+                for k in ("left", "right")
+            ]
+            overlapping = client.submit_change("web", "two Tasks on one resource", both)
+            list(client.watch(overlapping.id))
+        yield {
+            "fleet": fleet,
+            "url": console_url(fleet),
+            "tokens": tokens,
+            "graph": graph,
+            "overlapping": overlapping,
+        }
     finally:
         fleet.stop()
 
@@ -285,3 +297,9 @@ def test_the_console_speaks_tls_with_the_grpc_certificate_and_refuses_plaintext_
         assert answer.status_code == 303 and "Secure" in answer.headers["set-cookie"]
     with pytest.raises(httpx.HTTPError), httpx.Client(base_url=url.replace("https", "http")) as plain:
         plain.get("/login")
+
+
+def test_contended_claims_are_shown_on_the_change(setup: dict[str, Any]) -> None:
+    page = signed_in(setup).get(f"/changes/{setup['overlapping'].id}").text
+    assert "module:shared" in page and "<h3>Contended</h3>" in page
+    assert re.search(r"wanted <code>module:shared</code>, held by run <a href=\"/runs/run_\w+\">", page)
