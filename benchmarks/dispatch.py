@@ -82,6 +82,51 @@ def wait_for(check: Callable[[], T], deadline: Deadline, timeout: float, what: s
         time.sleep(interval)
 
 
+def start_plane(
+    data_dir: pathlib.Path, log: pathlib.Path, env: dict[str, str], deadline: Deadline, *extra: str
+) -> tuple[Proc, str]:
+    """A control plane on a free loopback port, and its target once it listens."""
+    argv = [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
+    plane = Proc("controlplane", [*argv, *extra], log, env).start()
+
+    def listening() -> int:
+        if not plane.alive():
+            raise RuntimeError(f"control plane exited:\n{log_tail(plane.log)}")
+        found = re.search(
+            r"drover control plane listening on 127\.0\.0\.1:(\d+)", plane.log.read_text(errors="replace")
+        )
+        return int(found.group(1)) if found else 0
+
+    try:
+        return plane, f"127.0.0.1:{wait_for(listening, deadline, 60, 'the control plane to listen')}"
+    except BaseException:
+        plane.stop()
+        raise
+
+
+def add_project(data_dir: pathlib.Path, env: dict[str, str], name: str, *extra: str, timeout: float = 120) -> None:
+    cli = [sys.executable, "-m", "controlplane.cli", "project", "add", name, *extra, "--data-dir", str(data_dir)]
+    subprocess.run(cli, env=env, cwd=REPO, check=True, capture_output=True, text=True, timeout=timeout)
+
+
+def agentd_argv(
+    target: str, name: str, data_dir: pathlib.Path, root: pathlib.Path, capacity: int, *extra: str
+) -> list[str]:
+    """agentd with the control plane's agent token, its spool and work dirs under `root`."""
+    token = data_dir / "tokens" / "agent.token"
+    argv = [sys.executable, "-m", "agentd.cli", "--control-plane", target, "--name", name, "--token-file", str(token)]
+    return [
+        *argv,
+        "--capacity",
+        str(capacity),
+        "--spool-dir",
+        str(root / "spool"),
+        "--work-dir",
+        str(root / "work"),
+        *extra,
+    ]
+
+
 def log_tail(path: pathlib.Path, n: int = 3000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else "(no log)"
 
@@ -323,67 +368,21 @@ def bench_one(database: str, args: argparse.Namespace, deadline: Deadline, tmp: 
 
         stack.callback(stop_all)
 
-        plane = Proc(
-            "controlplane",
-            [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
-            tmp / "controlplane.log",
-            env,
-        ).start()
+        plane, target = start_plane(data_dir, tmp / "controlplane.log", env, deadline)
         procs.append(plane)
-
-        def listening() -> int:
-            if not plane.alive():
-                raise RuntimeError(f"control plane exited:\n{log_tail(plane.log)}")
-            found = re.search(
-                r"drover control plane listening on 127\.0\.0\.1:(\d+)", plane.log.read_text(errors="replace")
-            )
-            return int(found.group(1)) if found else 0
-
-        port = wait_for(listening, deadline, 60, "the control plane to listen")
-        target = f"127.0.0.1:{port}"
         print(
             f"[{database}] control plane pid {plane.proc.pid} on {target}"  # type: ignore[union-attr]
             f" (data dir {data_dir}{', ' + url.rsplit('/', 1)[1] if url else ''})",
             flush=True,
         )
 
-        subprocess.run(
-            [sys.executable, "-m", "controlplane.cli", "project", "add", "bench", "--data-dir", str(data_dir)],
-            env=env,
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=max(5.0, min(120.0, deadline.left())),
-        )
+        add_project(data_dir, env, "bench", timeout=max(5.0, min(120.0, deadline.left())))
         token = (data_dir / "tokens" / "admin.token").read_text().strip()
-        agent_token = data_dir / "tokens" / "agent.token"
         names = [f"bench-{i}" for i in range(args.agents)]
         for name in names:
             root = tmp / f"agent-{name}"
             procs.append(
-                Proc(
-                    name,
-                    [
-                        sys.executable,
-                        "-m",
-                        "agentd.cli",
-                        "--control-plane",
-                        target,
-                        "--name",
-                        name,
-                        "--token-file",
-                        str(agent_token),
-                        "--capacity",
-                        str(args.capacity),
-                        "--spool-dir",
-                        str(root / "spool"),
-                        "--work-dir",
-                        str(root / "work"),
-                    ],
-                    root / "agentd.log",
-                    env,
-                ).start()
+                Proc(name, agentd_argv(target, name, data_dir, root, args.capacity), root / "agentd.log", env).start()
             )
 
         with Client(target, token=token) as client:

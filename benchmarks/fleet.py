@@ -31,7 +31,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import re
 import sys
 import tempfile
 import time
@@ -42,7 +41,18 @@ sys.path.insert(0, str(REPO / "sdk"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
-from dispatch import BenchTimeout, Deadline, Proc, cpu_seconds, log_tail, pct, postgres_database, wait_for
+from dispatch import (
+    BenchTimeout,
+    Deadline,
+    Proc,
+    add_project,
+    cpu_seconds,
+    log_tail,
+    pct,
+    postgres_database,
+    start_plane,
+    wait_for,
+)
 
 from drover import Client
 
@@ -80,20 +90,9 @@ class Bench:
             "[budgets]\nprovider_month_usd = 1000000.0\nagent_calls_per_day = 0\n"
             "[tiers.sonnet]\nmax_calls = 1000000\n"  # a simulated run makes --pairs calls
         )
-        argv = [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)]
-        argv += ["--config", str(config)]
-        plane = Proc("controlplane", argv, self.tmp / "controlplane.log", env).start()
-
-        def listening() -> int:
-            if not plane.alive():
-                raise RuntimeError(f"control plane exited:\n{log_tail(plane.log)}")
-            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", plane.log.read_text(errors="replace"))
-            return int(found.group(1)) if found else 0
-
-        port = wait_for(listening, self.deadline, 60, "the control plane to listen")
-        cli = [sys.executable, "-m", "controlplane.cli", "project", "add", "--data-dir", str(data), "sim"]
-        Proc("project", cli, self.tmp / "project.log", env).start().proc.wait(60)  # type: ignore[union-attr]
-        return plane, f"127.0.0.1:{port}"
+        plane, target = start_plane(data, self.tmp / "controlplane.log", env, self.deadline, "--config", str(config))
+        add_project(data, env, "sim", timeout=60)
+        return plane, target
 
     def start_sims(self, target: str) -> None:
         token = self.tmp / "cp" / "tokens" / "agent.token"

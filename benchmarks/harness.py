@@ -51,7 +51,6 @@ import contextlib
 import dataclasses
 import os
 import pathlib
-import re
 import shutil
 import signal
 import statistics
@@ -71,7 +70,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import itertools
 
 import pygit2
-from dispatch import BenchTimeout, Deadline, Proc, log_tail, pct, ts, wait_for
+from dispatch import BenchTimeout, Deadline, Proc, add_project, agentd_argv, log_tail, pct, start_plane, ts, wait_for
 
 from agentd.harness.loop import Harness, Limits
 from agentd.harness.supervisor import HarnessRun
@@ -571,70 +570,13 @@ def part_e2e(args: argparse.Namespace, tmp: pathlib.Path, deadline: Deadline) ->
             os.environ, DROVER_LOG_LEVEL=args.log_level, ANTHROPIC_BASE_URL=server.base_url, ANTHROPIC_API_KEY=API_KEY
         )
         env.pop("DROVER_DATABASE_URL", None)
-        plane = Proc(
-            "controlplane",
-            [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
-            tmp / "controlplane.log",
-            env,
-        ).start()
+        plane, target = start_plane(data_dir, tmp / "controlplane.log", env, deadline)
         procs.append(plane)
-
-        def listening() -> int:
-            if not plane.alive():
-                raise RuntimeError(f"control plane exited:\n{log_tail(plane.log)}")
-            found = re.search(
-                r"drover control plane listening on 127\.0\.0\.1:(\d+)", plane.log.read_text(errors="replace")
-            )
-            return int(found.group(1)) if found else 0
-
-        target = f"127.0.0.1:{wait_for(listening, deadline, 60, 'the control plane to listen')}"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "controlplane.cli",
-                "project",
-                "add",
-                "calc",
-                "--repo",
-                str(origin),
-                "--branch",
-                "main",
-                "--data-dir",
-                str(data_dir),
-            ],
-            env=env,
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        add_project(data_dir, env, "calc", "--repo", str(origin), "--branch", "main")
         token = (data_dir / "tokens" / "admin.token").read_text().strip()
         agent_root = tmp / "agent"
-        agent_env = dict(env, PATH=CHILD_PATH)
-        agent = Proc(
-            "agentd",
-            [
-                sys.executable,
-                "-m",
-                "agentd.cli",
-                "--control-plane",
-                target,
-                "--name",
-                "bench-1",
-                "--token-file",
-                str(data_dir / "tokens" / "agent.token"),
-                "--capacity",
-                "1",
-                "--spool-dir",
-                str(agent_root / "spool"),
-                "--work-dir",
-                str(agent_root / "work"),
-            ],
-            agent_root / "agentd.log",
-            agent_env,
-        ).start()
+        argv = agentd_argv(target, "bench-1", data_dir, agent_root, 1)
+        agent = Proc("agentd", argv, agent_root / "agentd.log", dict(env, PATH=CHILD_PATH)).start()
         procs.append(agent)
         with Client(target, token=token) as client:
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +30,7 @@ sys.path.insert(0, str(REPO / "sdk"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
-from dispatch import Deadline, Proc, log_tail, pct, wait_for
+from dispatch import Deadline, Proc, add_project, agentd_argv, pct, start_plane, wait_for
 
 from drover import Client
 
@@ -76,49 +74,13 @@ def main() -> int:
         tmp = pathlib.Path(tmp_name)
         tmp.chmod(0o711)  # the session user (agentd as root: nobody) passes through to its workspace
         data_dir = tmp / "cp"
-        plane = Proc(
-            "controlplane",
-            [sys.executable, "-m", "controlplane.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
-            tmp / "controlplane.log",
-            dict(os.environ),
-        ).start()
+        plane, target = start_plane(data_dir, tmp / "controlplane.log", dict(os.environ), deadline)
         procs = [plane]
         try:
-
-            def listening() -> int:
-                if not plane.alive():
-                    raise RuntimeError(f"control plane exited:\n{log_tail(plane.log)}")
-                found = re.search(r"listening on 127\.0\.0\.1:(\d+)", plane.log.read_text(errors="replace"))
-                return int(found.group(1)) if found else 0
-
-            target = f"127.0.0.1:{wait_for(listening, deadline, 60, 'the control plane to listen')}"
-            cli = [sys.executable, "-m", "controlplane.cli"]
-            subprocess.run(
-                [*cli, "project", "add", "bench", "--data-dir", str(data_dir)], check=True, capture_output=True
-            )
-            agent = Proc(
-                "agentd",
-                [
-                    sys.executable,
-                    "-m",
-                    "agentd.cli",
-                    "--control-plane",
-                    target,
-                    "--name",
-                    "bench",
-                    "--token-file",
-                    str(data_dir / "tokens" / "agent.token"),
-                    "--capacity",
-                    "1",
-                    "--spool-dir",
-                    str(tmp / "spool"),
-                    "--work-dir",
-                    str(tmp / "work"),
-                    *(["--unsafe-no-sandbox"] if args.sandbox == "none" else []),
-                ],
-                tmp / "agentd.log",
-                dict(os.environ),
-            ).start()
+            add_project(data_dir, dict(os.environ), "bench")
+            extra = ["--unsafe-no-sandbox"] if args.sandbox == "none" else []
+            argv = agentd_argv(target, "bench", data_dir, tmp, 1, *extra)
+            agent = Proc("agentd", argv, tmp / "agentd.log", dict(os.environ)).start()
             procs.append(agent)
             token = (data_dir / "tokens" / "admin.token").read_text().strip()
             with Client(target, token=token) as client:

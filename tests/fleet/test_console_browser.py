@@ -113,3 +113,9 @@ def test_sign_in_watch_a_run_live_cancel_it_and_see_the_task_graph(
     browser.get(f"{url}/spend")
     assert "Meters" in browser.find_element(By.TAG_NAME, "h2").text
     shot(browser, "spend")
+
+    # The fleet page refreshes itself (the run is gone from the agent's row without our asking).
+    browser.get(f"{url}/fleet")
+    browser.execute_script("window.__same_page = true;")
+    wait_for(lambda: browser.execute_script("return window.__same_page === undefined;"), 20, what="a refresh")
+    assert "soak" not in browser.find_element(By.CSS_SELECTOR, 'tr[data-agent="browser-agent"]').text

@@ -49,3 +49,15 @@ document.addEventListener("DOMContentLoaded", () => {
   source.addEventListener("end", () => { source.close(); soon(); });
   source.onerror = () => source.close();
 });
+
+// The fleet page refreshes itself every few seconds, unless you are typing in one of its forms.
+document.addEventListener("DOMContentLoaded", () => {
+  const head = document.querySelector("[data-refresh]");
+  if (!head) return;
+  const every = Number(head.dataset.refresh) * 1000;
+  const tick = () => {
+    const typing = document.activeElement && ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
+    if (typing) setTimeout(tick, every); else window.location.reload();
+  };
+  setTimeout(tick, every);
+});
