@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from controlplane.web.session import csrf_token
-from tests.conftest import Fleet, make_repo, wait_for
+from drover.testing import fake_anthropic as fake
+from tests.conftest import API_KEY, Fleet, make_repo, wait_for
 
 PRINTER = "import time\nfor i in range(N):\n    print(f'line {i}', flush=True)\n    time.sleep(0.2)\n"
 
@@ -303,3 +304,38 @@ def test_contended_claims_are_shown_on_the_change(setup: dict[str, Any]) -> None
     page = signed_in(setup).get(f"/changes/{setup['overlapping'].id}").text
     assert "module:shared" in page and "<h3>Contended</h3>" in page
     assert re.search(r"wanted <code>module:shared</code>, held by run <a href=\"/runs/run_\w+\">", page)
+
+
+def test_a_harness_run_shows_its_tool_calls_receipt_packet_and_spend(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    model.extend(
+        [
+            fake.tool_use("read_file", {"path": "calc.py"}),
+            fake.tool_use("complete_task", {"summary": "read it"}),
+        ]
+    )
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane("--http-listen", "127.0.0.1:0")
+    fleet.plane.add_project("calc", str(calc_repo))
+    fleet.agent("harness-agent")
+    with fleet.plane.client() as client:
+        change = client.submit_change(
+            "calc",
+            "read calc",
+            [{"key": "read", "kind": "implement", "objective": "read calc.py", "complexity": "medium"}],
+        )
+        list(client.watch(change.id))
+        run = client.get_run(client.get_change(change.id).tasks[0].latest_run_id)
+    assert run.state == "succeeded" and run.cost_micros > 0
+    console = Console(console_url(fleet))
+    assert console.sign_in(fleet.plane.admin_token).status_code == 303
+    page = console.get(f"/runs/{run.id}").text
+    kinds = re.findall(r'<li class="k-(\w+)"', page)
+    assert "tool_use" in kinds and "tool_result" in kinds and "result" in kinds
+    assert "read_file {" in page and f'href="/runs/{run.id}/packet"' in page and run.context_hash in page
+    assert '"tier"' in page  # the decision receipt
+    packet = console.get(f"/runs/{run.id}/packet")
+    assert packet.status_code == 200 and run.context_hash in packet.text and "calc.py" in packet.text
+    spend = console.get("/spend").text
+    assert "provider_month" in spend and "<svg" in spend and "calc" in spend and "no spend yet" not in spend
