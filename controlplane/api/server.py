@@ -298,7 +298,7 @@ class ControlPlane:
         ]
         await self.server.start()
         if self.console is not None:
-            self.console.start()
+            await self.console.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 

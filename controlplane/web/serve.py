@@ -44,6 +44,7 @@ class Console:
             self.socket.bind((self.host, int(port)))
         except OSError as err:
             raise SystemExit(f"controlplane: cannot listen on {listen} for the console: {err}") from None
+        self.socket.listen(1024)  # connections wait in the backlog until uvicorn accepts them
         self.port = self.socket.getsockname()[1]
         self.scheme = "https" if secure else "http"
         config = uvicorn.Config(
@@ -57,8 +58,14 @@ class Console:
         self.server = _Server(config)
         self.task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Serve, and return once uvicorn has started (its TLS certificate loaded)."""
         self.task = asyncio.create_task(self.server.serve(sockets=[self.socket]), name="console")
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()  # the error that stopped it
+                raise SystemExit("controlplane: the console stopped while starting")
+            await asyncio.sleep(0.01)
         log.info("console on %s://%s:%d/", self.scheme, self.host, self.port)
 
     async def stop(self) -> None:
