@@ -77,6 +77,10 @@ def tree_files(repo_path: str, commit: str) -> tuple[str, dict[str, tuple[str, s
     return str(repo[commit].peel(pygit2.Commit).tree_id), files
 
 
+def tree_of(repo_path: str, commit: str) -> str:
+    return str(pygit2.Repository(repo_path)[commit].peel(pygit2.Commit).tree_id)
+
+
 class Recall:
     def __init__(self, store: Store, data_dir: pathlib.Path, config: MemoryConfig) -> None:
         self.store, self.data_dir, self.config = store, data_dir, config
@@ -125,7 +129,7 @@ class Recall:
         memory = await self.memory()
         if memory is None:
             return
-        tree_id = await asyncio.to_thread(lambda: str(pygit2.Repository(repo_path)[commit].peel(pygit2.Commit).tree_id))
+        tree_id = await asyncio.to_thread(tree_of, repo_path, commit)
         if (await asyncio.to_thread(memory.state, project)).tree != tree_id:
             self._ensure_build(project, repo_path, commit)
 
@@ -143,7 +147,7 @@ class Recall:
         memory = await self.memory()
         if memory is None:
             return (), self._unavailable
-        tree_id = await asyncio.to_thread(lambda: str(pygit2.Repository(repo_path)[commit].peel(pygit2.Commit).tree_id))
+        tree_id = await asyncio.to_thread(tree_of, repo_path, commit)
         if (await asyncio.to_thread(memory.state, project)).tree != tree_id:
             self._ensure_build(project, repo_path, commit)
             await asyncio.sleep(0.05)  # let the build mark itself as running

@@ -35,6 +35,18 @@ def console_url(fleet: Fleet) -> str:
     return wait_for(found, 30, what="the console to listen")
 
 
+def printing_run(fleet: Fleet, goal: str, lines: int, running: bool = False) -> tuple[Any, str]:
+    """A Change of one Task (its key `goal`) printing `lines` lines in project web, and its run (started,
+    if `running`)."""
+    with fleet.plane.client() as client:
+        task = {"key": goal, "kind": "test", "objective": goal, "command": printing(lines)}
+        change = client.submit_change("web", goal, [task])
+        run_id = wait_for(lambda: client.get_change(change.id).tasks[0].latest_run_id, 30, what="a run")
+        if running:
+            wait_for(lambda: client.get_run(run_id).state == "running", 30, what="the run to start")
+    return change, run_id
+
+
 def user_token(fleet: Fleet, name: str, role: str, project: str = "") -> str:
     args = ["token", "create", "--kind", "user", "--name", name, "--role", role]
     return fleet.plane.cli(*args, *(["--project", project] if project else [])).stdout.strip().splitlines()[-1]
@@ -187,12 +199,7 @@ def test_a_project_scope_holds_on_every_page(setup: dict[str, Any]) -> None:
 
 
 def test_the_stream_sends_lines_as_the_run_prints_them_then_ends(setup: dict[str, Any]) -> None:
-    fleet: Fleet = setup["fleet"]
-    with fleet.plane.client() as client:
-        change = client.submit_change(
-            "web", "live", [{"key": "p", "kind": "test", "objective": "p", "command": printing(8)}]
-        )
-        run_id = wait_for(lambda: client.get_change(change.id).tasks[0].latest_run_id, 30, what="a run")
+    change, run_id = printing_run(setup["fleet"], "live", 8)
     console = signed_in(setup)
     seen: list[tuple[float, str]] = []
     with console.http.stream("GET", f"/runs/{run_id}/stream?after=0", timeout=60) as answer:
@@ -205,9 +212,6 @@ def test_the_stream_sends_lines_as_the_run_prints_them_then_ends(setup: dict[str
     assert [text for _, text in seen] == [f"line {i}" for i in range(8)]
     assert seen[-1][0] - seen[0][0] > 0.5  # they came as printed, not all at the end
     # The Change's page follows the Change's events the same way, until it is finished.
-    page = console.get(f"/changes/{change.id}")
-    watch = re.search(r'data-watch="([^"]*)"', page.text)
-    assert watch is not None
     kinds: list[str] = []
     with console.http.stream("GET", f"/changes/{change.id}/stream?after=0", timeout=60) as answer:
         for line in answer.iter_lines():
@@ -220,12 +224,7 @@ def test_the_stream_sends_lines_as_the_run_prints_them_then_ends(setup: dict[str
 
 def test_actions_need_the_csrf_field_and_the_role_and_record_their_event(setup: dict[str, Any]) -> None:
     fleet: Fleet = setup["fleet"]
-    with fleet.plane.client() as client:
-        change = client.submit_change(
-            "web", "long", [{"key": "l", "kind": "test", "objective": "l", "command": printing(300)}]
-        )
-        run_id = wait_for(lambda: client.get_change(change.id).tasks[0].latest_run_id, 30, what="a run")
-        wait_for(lambda: client.get_run(run_id).state == "running", 30, what="the run to start")
+    _, run_id = printing_run(fleet, "long", 300, running=True)
     submitter, operator = signed_in(setup, "submitter"), signed_in(setup, "operator")
     forged = operator.http.post(f"/runs/{run_id}/cancel", data={"csrf": "0" * 64})
     assert forged.status_code == 403

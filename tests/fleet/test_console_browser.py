@@ -16,7 +16,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from tests.conftest import Fleet, make_repo, wait_for
-from tests.fleet.test_console import console_url, printing
+from tests.fleet.test_console import console_url, printing, printing_run
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "console"
@@ -61,11 +61,7 @@ def test_sign_in_watch_a_run_live_cancel_it_and_see_the_task_graph(
             ],
         )
         list(client.watch(graph.id))
-        live = client.submit_change(
-            "web", "a long test run", [{"key": "soak", "kind": "test", "objective": "soak", "command": printing(200)}]
-        )
-        run_id = wait_for(lambda: client.get_change(live.id).tasks[0].latest_run_id, 30, what="a run")
-        wait_for(lambda: client.get_run(run_id).state == "running", 30, what="the run to start")
+    _, run_id = printing_run(fleet, "soak", 200, running=True)
 
     # Sign in: the console sends us to /login first, then back where we were going.
     browser.get(f"{url}/fleet")
