@@ -44,18 +44,20 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
     async def DrainAgent(
         self, request: operations_pb2.DrainAgentRequest, context: grpc.aio.ServicerContext
     ) -> types_pb2.Agent:
-        await self.store.run(agent_presence.drain_agent, request.name)
+        scope = auth.current().projects
+        await self.store.run(agent_presence.drain_agent, request.name, True, scope)
         self.agents.tell_drain(request.name)
-        return await self.store.run(run_queries.agent, request.name)
+        return await self.store.run(run_queries.agent, request.name, scope)
 
     @reporting
     async def UndrainAgent(
         self, request: operations_pb2.UndrainAgentRequest, context: grpc.aio.ServicerContext
     ) -> types_pb2.Agent:
-        await self.store.run(agent_presence.drain_agent, request.name, False)
+        scope = auth.current().projects
+        await self.store.run(agent_presence.drain_agent, request.name, False, scope)
         self.agents.tell_drain(request.name, undrain=True)
         self.wake()
-        return await self.store.run(run_queries.agent, request.name)
+        return await self.store.run(run_queries.agent, request.name, scope)
 
     @reporting
     async def ListRuns(

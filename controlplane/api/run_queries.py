@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import and_, func, literal, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.api import convert
@@ -17,6 +17,9 @@ from controlplane.services import paging, questions, run_input
 from controlplane.services.paging import page_size
 from controlplane.services.tenancy import (
     Scope,
+    visible_agent,
+    visible_meters,
+    visible_pools,
     visible_run,
 )
 from controlplane.store import escrow
@@ -26,13 +29,12 @@ from controlplane.store.models import (
     Claim,
     Meter,
     ModelCall,
-    Project,
     Run,
     RunLog,
     Task,
 )
 from controlplane.store.objects import packet_key
-from drover.errors import FailedPrecondition, NotFound
+from drover.errors import FailedPrecondition
 from drover.v1 import types_pb2
 
 
@@ -111,14 +113,6 @@ def run_logs(
     return [convert.log_line(r) for r in lines], run.state
 
 
-def _pools(s: Session, scope: Scope) -> list[str] | None:
-    return (
-        None
-        if scope is None
-        else sorted({p.pool for p in s.scalars(select(Project).where(Project.name.in_(sorted(scope))))})
-    )
-
-
 def list_agents(
     s: Session, connected_only: bool, size: int = 0, token: str = "", scope: Scope = None
 ) -> paging.Page[types_pb2.Agent]:
@@ -127,9 +121,9 @@ def list_agents(
     q = select(Agent).order_by(Agent.name).offset(start).limit(size + 1)
     if connected_only:
         q = q.where(Agent.connected.is_(True))
-    pools = _pools(s, scope)
+    pools = visible_pools(s, scope)
     if pools is not None:
-        q = q.where(Agent.pool.in_(pools))
+        q = q.where(Agent.pool.in_(sorted(pools)))
     rows = list(s.scalars(q))
     active = dict(
         s.execute(
@@ -148,35 +142,22 @@ def list_agents(
     )
 
 
-def agent(s: Session, name: str) -> types_pb2.Agent:
-    row = s.get(Agent, name)
-    if row is None:
-        raise NotFound(f"no agent {name!r}", field="name")
+def agent(s: Session, name: str, scope: Scope = None) -> types_pb2.Agent:
+    row = visible_agent(s, name, scope)
     active = s.scalar(select(func.count()).where(Run.agent == name, Run.state.in_(run_states.ACTIVE))) or 0
     return convert.agent(row, active)
-
-
-FLEET_METERS = ("provider-usd:", "agent-calls:", "classifier-calls:")
-"""Meters every caller may read: they say why a call of theirs was refused, and name no project."""
 
 
 def usage(
     s: Session, prefix: str = "", size: int = 0, token: str = "", user: str = "", scope: Scope = None
 ) -> paging.Page[types_pb2.MeterUsage]:
+    """Meters by key; a prefix narrows what the caller's scope shows, never widens it."""
     size, start = page_size(size, 200, 1000), offset_of(token)
     q = select(Meter).order_by(Meter.key).offset(start).limit(size + 1)
     if prefix:
         q = q.where(func.substr(Meter.key, 1, len(prefix)) == prefix)
     if scope is not None:
-        own = [func.substr(Meter.key, 1, len(p)) == p for p in FLEET_METERS]
-        own += [
-            func.substr(Meter.key, 1, len(p)) == p
-            for p in [f"project-usd:{name}:" for name in sorted(scope)] + [f"user-usd:{user}:"]
-        ]
-        own.append(
-            Meter.key.in_(select(literal("change-usd:").concat(Change.id)).where(Change.project.in_(sorted(scope))))
-        )
-        q = q.where(or_(*own))
+        q = q.where(visible_meters(user, scope))
     rows = [(i, m) for i, m in enumerate(s.scalars(q), start + 1)]
     slices = escrow.adjustments(s, [m.key for _, m in rows])
     return paging.take(

@@ -10,10 +10,11 @@ from sqlalchemy.orm import Session
 
 from controlplane.domain import escalation, run_states
 from controlplane.services.run_lifecycle import finish_run, requeue
+from controlplane.services.tenancy import Scope, visible_agent
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event
 from controlplane.store.models import Agent, Run, Token, utcnow
-from drover.errors import NotFound, PermissionDenied
+from drover.errors import PermissionDenied
 
 FORGET = 1 << 62  # an applied seq that makes an agent drop every message of a run
 
@@ -162,11 +163,10 @@ def fail_lost_runs(
     return failed
 
 
-def drain_agent(s: Session, name: str, draining: bool = True) -> Agent:
-    """Stop (or, with draining False, resume) offering the agent new runs."""
-    agent = s.get(Agent, name)
-    if agent is None:
-        raise NotFound(f"no agent {name!r}", field="name")
+def drain_agent(s: Session, name: str, draining: bool = True, scope: Scope = None) -> Agent:
+    """Stop (or, with draining False, resume) offering the agent new runs. An agent the caller's scope
+    does not see is NOT_FOUND, and nothing changes."""
+    agent = visible_agent(s, name, scope, lock=True)
     if agent.draining != draining:
         agent.draining = draining
         add_event(s, "agent.draining" if draining else "agent.undrained", agent=name)

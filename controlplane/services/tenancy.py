@@ -1,13 +1,17 @@
 """Who sees what. A user token carries the projects it may use (none: all); what lies outside them does
 not exist for its holder: NOT_FOUND with the very message of something that was never there, so a
-caller learns nothing of other projects. Cancelling or re-budgeting another user's Change needs the
-role run.manage."""
+caller learns nothing of other projects. An agent belongs to the projects its pool serves: a caller sees
+the agents of the pools of its projects, whatever it does to them (list, drain, undrain), its admin role
+included. Cancelling or re-budgeting another user's Change needs the role run.manage."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import func, literal, or_, select
 from sqlalchemy.orm import Session
 
-from controlplane.store.models import Agent, Change, ChangeSet, ModelCall, Run
+from controlplane.store.models import Agent, Change, ChangeSet, Meter, ModelCall, Project, Run
 from drover.errors import NotFound, PermissionDenied
 
 Scope = frozenset[str] | None
@@ -40,6 +44,38 @@ def visible_changeset(s: Session, changeset_id: str, scope: Scope) -> ChangeSet:
     if row is None or not _in_scope(s, row.change_id, scope):
         raise NotFound(f"no changeset {changeset_id!r}", field="changeset_id")
     return row
+
+
+def visible_pools(s: Session, scope: Scope) -> frozenset[str] | None:
+    """The pools whose agents a caller sees: those serving a project in its scope (None: every pool).
+    The one rule for agents: ListAgents filters by it, and every call naming an agent checks it."""
+    if scope is None:
+        return None
+    return frozenset(s.scalars(select(Project.pool).where(Project.name.in_(sorted(scope)))))
+
+
+def visible_agent(s: Session, name: str, scope: Scope, *, lock: bool = False) -> Agent:
+    """The agent `name`, if the caller sees it; else NOT_FOUND as for an agent that was never there."""
+    row = s.get(Agent, name, with_for_update=lock) if name else None
+    pools = visible_pools(s, scope) if row is not None else None
+    if row is None or (pools is not None and row.pool not in pools):
+        raise NotFound(f"no agent {name!r}", field="name")
+    return row
+
+
+FLEET_METERS = ("provider-usd:", "agent-calls:", "classifier-calls:")
+"""Meters every caller may read: they say why a call of theirs was refused, and name no project."""
+
+
+def visible_meters(user: str, scope: Scope) -> Any:
+    """A condition on meters: those a caller scoped to `scope` reads (the fleet's, its projects', its
+    Changes', its own user meter). Keys are matched whole (`project-usd:<name>:<period>`), never by
+    prefix alone, since a user named `ann:web` has the meter `user-usd:ann:web:<month>`, not ann."""
+    fleet = [func.substr(Meter.key, 1, len(p)) == p for p in FLEET_METERS]
+    owners = [f"project-usd:{name}:" for name in sorted(scope or ())] + [f"user-usd:{user}:"]
+    owned = [Meter.key == literal(prefix).concat(Meter.period) for prefix in owners]
+    changes = select(literal("change-usd:").concat(Change.id)).where(Change.project.in_(sorted(scope or ())))
+    return or_(*fleet, *owned, Meter.key.in_(changes))
 
 
 def check_owner(change: Change, who: str, may_manage: bool, action: str) -> None:
