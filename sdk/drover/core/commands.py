@@ -43,9 +43,7 @@ class Refusal:
         return f"{self.field}: {self.reason}"
 
 
-def refusal(
-    argv: Sequence[str], env: Mapping[str, str] | None = None, *, argv_field: str = "argv"
-) -> Refusal | None:
+def refusal(argv: Sequence[str], env: Mapping[str, str] | None = None, *, argv_field: str = "argv") -> Refusal | None:
     """Why `argv` with `env` cannot start (None: it can). `argv_field` names the argv in the answer
     (a Task calls it `command`)."""
     if not argv:
