@@ -19,11 +19,12 @@ import pwd
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from agentd.confined import Confined, ready_pipe
 from agentd.launch import Launch, env_file
+from drover.core import commands
 
 GiB = 1024**3
 BWRAP = "/usr/bin/bwrap"
@@ -139,6 +140,13 @@ class Sandbox(Protocol):
         ...
 
 
+def _check(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """ValueError when the command could not start: the rule the control plane checked at submit."""
+    refused = commands.refusal(argv, env)
+    if refused is not None:
+        raise ValueError(f"cannot start this command: {refused}")
+
+
 def _launcher(
     policy: SandboxPolicy,
     path: str,
@@ -221,10 +229,7 @@ class BubblewrapSandbox:
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
     ) -> Launch:
-        if not argv:
-            raise ValueError("no command to run")
-        if "=" in argv[0]:
-            raise ValueError(f"a command name with '=' cannot run in the sandbox: {argv[0]!r}")
+        _check(argv, env)
         if self.policy.user and not self.privileged and user_ids(self.policy.user)[0] != os.geteuid():
             raise ValueError(f"running commands as {self.policy.user!r} needs agentd to run as root")
         inside = os.path.abspath(cwd)
@@ -322,8 +327,7 @@ class PlainSandbox:
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
     ) -> Launch:
-        if not argv:
-            raise ValueError("no command to run")
+        _check(argv, env)
         env_fd = env_file(env)
         launcher = _launcher(self.policy, str(LAUNCHER), chdir=pathlib.Path(os.path.abspath(cwd)), env_fd=env_fd)
         return Launch(launcher + list(argv), pass_fds=(env_fd,), owned=(env_fd,))

@@ -21,6 +21,7 @@ from controlplane.api.agent_service import AgentService
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.auth import AuthInterceptor, Permission
 from controlplane.api.change_service import ChangeService
+from controlplane.api.decoding import RequestDecoding
 from controlplane.api.operations_service import OperationsService
 from controlplane.api.replica import Replica
 from controlplane.config import ServerConfig, load_harness
@@ -160,7 +161,8 @@ def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path) -> list[pathlib.Pat
 
 def grpc_server(config: ServerConfig, auth: AuthInterceptor) -> grpc.aio.Server:
     return grpc.aio.server(
-        interceptors=[auth],
+        # Auth first: a caller without a valid token is UNAUTHENTICATED whatever bytes it sent.
+        interceptors=[auth, RequestDecoding()],
         options=[
             # No SO_REUSEPORT: a second control plane on the same port must fail to bind, not share it.
             ("grpc.so_reuseport", 0),

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from drover.core import commands
 from drover.errors import InvalidArgument
 
 MAX_TASKS = 500
@@ -72,8 +73,9 @@ def validate(change: ChangeSpec) -> None:
             raise InvalidArgument("must not be empty", field=f"{where}.objective")
         if len(task.objective) > MAX_TEXT:
             raise InvalidArgument(f"longer than {MAX_TEXT} characters", field=f"{where}.objective")
-        if task.command and not task.command[0]:
-            raise InvalidArgument("the program must not be empty", field=f"{where}.command")
+        if task.command and (refused := commands.refusal(task.command, task.env, argv_field="command")):
+            # The rule agentd starts a command by: accepted here, it never fails to start for it.
+            raise InvalidArgument(refused.reason, field=f"{where}.{refused.field}")
         if task.timeout_seconds < 0:
             raise InvalidArgument("must not be negative", field=f"{where}.timeout_seconds")
         if task.command and task.traits.get("runtime"):

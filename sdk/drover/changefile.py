@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from drover.core import commands
 from drover.errors import InvalidArgument
 
 CHANGE_KEYS = {"project", "goal", "criteria", "invariants", "budget_usd", "tasks"}
@@ -165,6 +166,11 @@ def _check(data: Any, node: Any, path: str) -> None:
         for key, check in TASK.items():
             if task.get(key) is not None and (problem := check(task[key])):
                 fail(("tasks", i, key), problem)
+        if task.get("command"):  # what agentd could not start is refused here, as at submit
+            env = {str(k): str(v) for k, v in (task.get("env") or {}).items()}
+            refused = commands.refusal([str(a) for a in task["command"]], env, argv_field="command")
+            if refused is not None:
+                fail(("tasks", i, *refused.path), refused.reason)
 
 
 def _name(where: tuple[Any, ...]) -> str:

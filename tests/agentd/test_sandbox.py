@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 import uuid
 from collections.abc import Iterator
@@ -474,9 +475,12 @@ def test_an_unknown_user_is_refused(tmp_path: pathlib.Path) -> None:
         BubblewrapSandbox(SandboxPolicy(user="no-such-user-here")).wrap(["true"], tmp_path, {})
 
 
+AGENTD_PATHS = [str(ROOT), str(ROOT / "sdk"), sysconfig.get_paths()["purelib"]]
+"""agentd and what it imports (drover.core, and through it grpc): this checkout and this environment's
+packages, for a Python the user nobody can run."""
 UNPRIVILEGED = """
 import json, os, pathlib, subprocess, sys, tempfile
-sys.path.insert(0, {root!r})
+sys.path[:0] = {paths!r}
 from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
 sandbox = BubblewrapSandbox(SandboxPolicy())
 work = pathlib.Path(tempfile.mkdtemp())
@@ -491,7 +495,7 @@ print(json.dumps([sandbox.privileged, sandbox.probe(), done.returncode, done.std
 def test_agentd_that_is_not_root_sandboxes_through_a_user_namespace() -> None:
     nobody = pwd.getpwnam("nobody")
     done = subprocess.run(
-        ["/usr/bin/python3", "-I", "-c", UNPRIVILEGED.format(root=str(ROOT))],
+        ["/usr/bin/python3", "-I", "-c", UNPRIVILEGED.format(paths=AGENTD_PATHS)],
         capture_output=True,
         text=True,
         user=nobody.pw_uid,

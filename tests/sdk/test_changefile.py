@@ -54,6 +54,16 @@ GOOD = "project: web\ngoal: g\ntasks:\n  - key: a\n    kind: test\n    objective
         ),
         ("c.yaml", GOOD + "    dependson: [b]\n", "c.yaml:8: tasks[0].dependson: unknown key"),
         (
+            "c.yaml",
+            GOOD.replace("command: [make]", "command: [A=b, make]"),
+            "c.yaml:7: tasks[0].command[0]: a program name must not contain '='",
+        ),
+        (
+            "c.yaml",
+            GOOD + '    env: {"A=B": x}\n',
+            "c.yaml:8: tasks[0].env.A=B: an environment variable name must not contain '=' or NUL",
+        ),
+        (
             "c.json",
             '{"project": "web", "tasks": [{"key": "a", "files": "x"}]}',
             "c.json:1: tasks[0].files: expected a list of strings, not a string",

@@ -67,7 +67,7 @@ def test_invalid_graphs_are_refused_naming_the_field_and_nothing_is_stored(fleet
         ("bare", "empty objective", [task("a", TRUE), task("b", TRUE, objective="  ")], "tasks[1].objective"),
         ("bare", "empty key", [task("", TRUE)], "tasks[0].key"),
         ("bare", "empty kind", [task("a", TRUE, kind="")], "tasks[0].kind"),
-        ("bare", "empty program", [task("a", ["", "x"])], "tasks[0].command"),
+        ("bare", "empty program", [task("a", ["", "x"])], "tasks[0].command[0]"),
         ("bare", "negative timeout", [task("a", TRUE, timeout_seconds=-1)], "tasks[0].timeout_seconds"),
         ("bare", "no tasks", [], "tasks"),
         ("bare", "   ", [task("a", TRUE)], "goal"),
