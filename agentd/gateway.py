@@ -17,6 +17,7 @@ target, such as a query string, is forwarded."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import json
@@ -166,6 +167,23 @@ def _usage(raw: dict[str, Any]) -> Usage:
     return Usage(**{k: int(v) for k, v in raw.items() if k in fields and isinstance(v, int)})
 
 
+LINGER_SECONDS = 5.0
+LINGER_BYTES = 2 * MAX_BODY
+
+
+async def _linger(reader: Any, writer: Any) -> None:
+    """After an early answer (413, 431), read and drop what the client still sends, for a while, so
+    closing does not reset the connection before the client has read the answer."""
+    try:
+        writer.write_eof()
+        left = LINGER_BYTES
+        async with asyncio.timeout(LINGER_SECONDS):
+            while left > 0 and (data := await reader.read(65536)):
+                left -= len(data)
+    except (TimeoutError, ConnectionError, OSError):
+        pass
+
+
 def error_body(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
 
@@ -211,7 +229,8 @@ class Gateway:
                 try:
                     request, body = await self._read_request(conn, reader)
                 except h11.RemoteProtocolError as err:  # answered, then the connection ends
-                    return await self._protocol_error(conn, writer, err)
+                    await self._protocol_error(conn, writer, err)
+                    return await _linger(reader, writer)
                 if request is None:
                     return
                 await self._answer_safely(conn, writer, request, body)
@@ -237,6 +256,8 @@ class Gateway:
                 continue
             if isinstance(event, h11.Request):
                 request = event
+                if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > MAX_HEAD:
+                    raise h11.RemoteProtocolError("request headers too large", error_status_hint=431)
                 length = dict(event.headers).get(b"content-length", b"0")
                 if length.isdigit() and int(length) > MAX_BODY:
                     raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
