@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import pathlib
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -76,7 +76,9 @@ async def _gateway(fleet: Fleet, assign: Any) -> AsyncIterator[tuple[Gateway, st
         token=RUN_TOKEN,
         model=assign.model,
         max_output_tokens=assign.harness.max_output_tokens,
-        upstream=Upstream(assign.base_url, assign.secret_env["ANTHROPIC_API_KEY"], assign.harness.billing or "PayPerApi"),
+        upstream=Upstream(
+            assign.base_url, assign.secret_env["ANTHROPIC_API_KEY"], assign.harness.billing or "PayPerApi"
+        ),
         reserve=reserve,
         settle=gate.settle_call,
         key_prefix="gw:1",
@@ -127,18 +129,38 @@ async def test_bad_requests_are_answered_never_dropped_and_no_query_string_reach
                 _is_error(await client.get("/v1/messages"), 405, "invalid_request_error")
                 big = b'{"messages": [], "max_tokens": 1, "pad": "' + b"x" * MAX_BODY + b'"}'
                 _is_error(await client.post("/v1/messages", content=big), 413, "request_too_large")
-                # A call with a query string reaches the provider on the bare path.
-                answer = await client.post("/v1/messages?beta=true&leak=secret", json=_call(100))
-                assert answer.status_code == 200, answer.text
+                # A good call after all that, on the same kind of connection, is answered.
+                assert (await client.post("/v1/messages", json=_call(100))).status_code == 200
             # Headers past the gateway's bound: 431, an answer all the same.
-            host, port = url.removeprefix("http://").split(":")
-            answer_431 = await asyncio.to_thread(_raw_request, host, int(port), "x-big: " + "a" * (80 << 10))
+            answer_431 = await asyncio.to_thread(_raw, url, "/v1/messages", "x-big: " + "a" * (80 << 10))
             assert answer_431.startswith(b"HTTP/1.1 431 "), answer_431[:200]
             assert json.loads(answer_431.split(b"\r\n\r\n", 1)[1])["type"] == "error"
     finally:
         agent.close()
-    assert [r.path for r in model.requests] == ["/v1/messages"]  # only the good call, and without its query
+    assert [r.path for r in model.requests] == ["/v1/messages"]  # only the good call reached the provider
     assert model.requests[0].body["max_tokens"] == 100
+
+
+async def test_no_query_string_reaches_the_provider(
+    fleet: Fleet, model: fake.FakeAnthropic, git_repo: pathlib.Path
+) -> None:
+    agent, assign, _ = _start(fleet, model, git_repo)
+    model.extend([fake.text("hello"), fake.text("again")])
+    try:
+        async for _gw, url in _gateway(fleet, assign):
+            async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=30) as client:
+                answer = await client.post("/v1/messages?beta=true&leak=secret", json=_call(100))
+                assert answer.status_code == 200, answer.text
+                answer = await client.post("/v1/messages/?x=1#frag", json=_call(100))
+                assert answer.status_code == 404, answer.text  # only the routes, exactly
+            # An absolute target: its path alone.
+            absolute = await asyncio.to_thread(
+                _raw, url, "http://elsewhere.invalid/v1/messages?to=x", body=json.dumps(_call(100)).encode()
+            )
+            assert absolute.startswith(b"HTTP/1.1 200 "), absolute[:300]
+    finally:
+        agent.close()
+    assert [r.path for r in model.requests] == ["/v1/messages", "/v1/messages"]
 
 
 def _drover(fleet: Fleet, *args: str) -> str:
@@ -151,9 +173,12 @@ def _drover(fleet: Fleet, *args: str) -> str:
     ).stdout
 
 
-def _raw_request(host: str, port: int, header: str) -> bytes:
-    with socket.create_connection((host, port), timeout=10) as sock:
-        sock.sendall(f"POST /v1/messages HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{header}\r\ncontent-length: 2\r\n\r\n{{}}".encode())
+def _raw(url: str, target: str, header: str = "x-api-key: " + RUN_TOKEN, body: bytes = b"{}") -> bytes:
+    """One request as written here (any target, any header), its connection closed after the answer."""
+    host, port = url.removeprefix("http://").split(":")
+    head = f"POST {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{header}\r\ncontent-length: {len(body)}\r\n"
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head.encode() + b"\r\n" + body)
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
@@ -190,13 +215,13 @@ async def test_a_settle_never_passes_the_meter_and_a_report_above_its_reservatio
         over = client.list_events(change_id=change_id, kind="run.over_reservation")
         limited = client.list_events(change_id=change_id, kind="run.spend_limited")
     usage_cli = json.loads(_drover(fleet, "usage", "--prefix", f"change-usd:{change_id}", "--json"))
+    # The meter never passed its limit: what was used is what was reserved, at most.
+    assert meter.limit == LIMIT and meter.used + meter.reserved <= LIMIT, meter
+    assert usage_cli[0]["used"] == meter.used <= LIMIT, usage_cli
+    assert meter.used > 0
     # Several calls went through with absurd usage, then the budget refused one (a 403 permission_error).
     assert statuses[-1] == 403 and statuses.count(200) >= 3, statuses
     assert refused is not None and refused.code in ("change_budget", "run_cost_cap"), refused
-    # The meter never passed its limit: what was used is what was reserved, at most.
-    assert meter.limit == LIMIT and meter.used + meter.reserved <= LIMIT, meter
-    assert meter.used > 0
-    assert usage_cli[0]["used"] == meter.used <= LIMIT, usage_cli
     # Each report above its reservation is an event with the excess, so operators see it.
     assert len(over) == statuses.count(200), over
     for event in over:
