@@ -9,30 +9,38 @@ Anthropic-shaped 403 `permission_error`, which runtimes do not retry, and is rem
 ends with the refusal's reason.
 
 HTTP/1.1 on an asyncio stream, parsed by h11 (keep-alive, chunked answers); forwarding by httpx2,
-anthropic's own HTTP client."""
+anthropic's own HTTP client. Every request is answered, never dropped: a bad body with an
+Anthropic-shaped 400 `invalid_request_error` naming the field, an unknown path 404, another method
+405, a body over MAX_BODY 413, headers over MAX_HEAD 431, a failure of the gateway itself 500. The
+provider is called on the route's own path (`MESSAGES` or `COUNT_TOKENS`): nothing of the request
+target, such as a query string, is forwarded."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import json
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import h11
 import httpx2
 
+from agentd.messages_request import COUNT_TOKENS, MESSAGES, body_problem, rewrite
 from drover.core.usage import Usage
 
 log = logging.getLogger("agentd.gateway")
 
-MESSAGES = "/v1/messages"
-COUNT_TOKENS = "/v1/messages/count_tokens"
 QUESTIONS = "/drover/v1/questions"
 """The session's questions (agentd/questions_mcp.py posts here with the run token)."""
 MAX_BODY = 32 << 20
 """A request body larger than this is refused (413): a conversation is far smaller."""
+MAX_HEAD = 64 << 10
+"""A request line and headers larger than this are refused (431)."""
+ROUTES = (MESSAGES, COUNT_TOKENS, QUESTIONS)
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "content-type", "accept", "user-agent")
 ANSWER_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry", "cache-control")
 OAUTH_BETA = "oauth-2025-04-20"
@@ -61,24 +69,6 @@ class Upstream:
     billing: str = "PayPerApi"
     timeout_seconds: float = 120.0
     """A read that waits longer than this ends the call (the harness's stall timeout)."""
-
-
-def rewrite(body: dict[str, Any], model: str, max_output_tokens: int) -> dict[str, Any]:
-    """The request as Drover sends it on: the routed model, max_tokens within the tier's cap, and a
-    thinking budget that still fits under it (the API refuses budget_tokens >= max_tokens)."""
-    out = dict(body, model=model)
-    asked = body.get("max_tokens")
-    cap = max_output_tokens if max_output_tokens > 0 else asked
-    if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
-        out["max_tokens"] = min(asked, cap) if isinstance(cap, int) else asked
-    thinking = body.get("thinking")
-    if isinstance(thinking, dict) and isinstance(thinking.get("budget_tokens"), int):
-        limit = int(out.get("max_tokens") or 0) - 1
-        if limit < 1024:  # the API's smallest thinking budget
-            out.pop("thinking")
-        elif thinking["budget_tokens"] > limit:
-            out["thinking"] = {**thinking, "budget_tokens": limit}
-    return out
 
 
 class UsageReader:
@@ -137,6 +127,23 @@ def _usage(raw: dict[str, Any]) -> Usage:
     return Usage(**{k: int(v) for k, v in raw.items() if k in fields and isinstance(v, int)})
 
 
+LINGER_SECONDS = 5.0
+LINGER_BYTES = 2 * MAX_BODY
+
+
+async def _linger(reader: Any, writer: Any) -> None:
+    """After an early answer (413, 431), read and drop what the client still sends, for a while, so
+    closing does not reset the connection before the client has read the answer."""
+    try:
+        writer.write_eof()
+        left = LINGER_BYTES
+        async with asyncio.timeout(LINGER_SECONDS):
+            while left > 0 and (data := await reader.read(65536)):
+                left -= len(data)
+    except (TimeoutError, ConnectionError, OSError):
+        pass
+
+
 def error_body(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
 
@@ -176,13 +183,17 @@ class Gateway:
     # --- one connection ---------------------------------------------------------------------------
 
     async def serve(self, reader: Any, writer: Any) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         try:
             while True:
-                request, body = await self._read_request(conn, reader)
+                try:
+                    request, body = await self._read_request(conn, reader)
+                except h11.RemoteProtocolError as err:  # answered, then the connection ends
+                    await self._protocol_error(conn, writer, err)
+                    return await _linger(reader, writer)
                 if request is None:
                     return
-                await self._answer(conn, writer, request, body)
+                await self._answer_safely(conn, writer, request, body)
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
@@ -205,6 +216,11 @@ class Gateway:
                 continue
             if isinstance(event, h11.Request):
                 request = event
+                if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > MAX_HEAD:
+                    raise h11.RemoteProtocolError("request headers too large", error_status_hint=431)
+                length = dict(event.headers).get(b"content-length", b"0")
+                if length.isdigit() and int(length) > MAX_BODY:
+                    raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
             elif isinstance(event, h11.Data):
                 size += len(event.data)
                 if size > MAX_BODY:
@@ -215,36 +231,63 @@ class Gateway:
             elif isinstance(event, h11.ConnectionClosed):
                 return None, b""
 
+    async def _protocol_error(self, conn: h11.Connection, writer: Any, err: h11.RemoteProtocolError) -> None:
+        """A request h11 could not take (too large, malformed): answered with its status if nothing was sent."""
+        log.debug("gateway refused a request: %s", err)
+        if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        status = err.error_status_hint
+        kind = {413: "request_too_large"}.get(status, "invalid_request_error")
+        message = {413: f"request body: at most {MAX_BODY} bytes", 431: f"request headers: at most {MAX_HEAD} bytes"}
+        await self._send(conn, writer, status, error_body(kind, message.get(status, f"malformed request: {err}")))
+
+    async def _answer_safely(self, conn: h11.Connection, writer: Any, request: h11.Request, body: bytes) -> None:
+        """Answer; a failure of the gateway itself (the control plane unreachable, ...) is a 500, not a
+        dropped connection, while nothing of the answer was sent."""
+        try:
+            await self._answer(conn, writer, request, body)
+        except (h11.ProtocolError, ConnectionError, OSError):
+            raise
+        except Exception as err:  # any failure is answered: the runtime decides whether to retry
+            log.exception("the gateway failed a request")
+            if conn.our_state is not h11.SEND_RESPONSE:
+                raise ConnectionError("the gateway failed mid-answer") from err
+            await self._send(
+                conn, writer, 500, error_body("api_error", f"the Drover gateway failed: {type(err).__name__}")
+            )
+
     async def _answer(self, conn: h11.Connection, writer: Any, request: h11.Request, body: bytes) -> None:
         headers = {k.decode().lower(): v.decode(errors="replace") for k, v in request.headers}
-        path = request.target.decode(errors="replace").split("?", 1)[0]
+        path = urllib.parse.urlsplit(request.target.decode(errors="replace")).path
         if not self._authorised(headers):
             self.rejected_tokens += 1
             return await self._send(conn, writer, 401, error_body("authentication_error", "invalid x-api-key"))
-        if request.method == b"POST" and path == QUESTIONS and self.ask is not None:
+        if path not in ROUTES or (path == QUESTIONS and self.ask is None):
+            return await self._send(conn, writer, 404, error_body("not_found_error", f"no route {path[:200]}"))
+        if request.method != b"POST":
+            return await self._send(conn, writer, 405, error_body("invalid_request_error", f"{path}: POST only"))
+        if path == QUESTIONS:
             return await self._question(conn, writer, body)
-        if request.method != b"POST" or path not in (MESSAGES, COUNT_TOKENS):
-            return await self._send(conn, writer, 404, error_body("not_found_error", f"no route {path}"))
         try:
             payload = json.loads(body)
         except ValueError:
-            payload = None
-        if not isinstance(payload, dict):
-            return await self._send(conn, writer, 400, error_body("invalid_request_error", "body: a JSON object"))
+            return await self._send(conn, writer, 400, error_body("invalid_request_error", "body: not JSON"))
+        if problem := body_problem(payload, path):
+            return await self._send(conn, writer, 400, error_body("invalid_request_error", problem))
         payload = rewrite(payload, self.model, self.max_output_tokens)
         if path == COUNT_TOKENS:  # free: forwarded, not metered
             payload.pop("max_tokens", None)
-            return await self._forward(conn, writer, request, headers, payload, reservation="")
+            return await self._forward(conn, writer, path, headers, payload, reservation="")
         if self.refused is not None:  # a refusal ends the run: every later call is refused too
             return await self._refuse(conn, writer, self.refused)
         self.calls += 1
         key = f"{self.key_prefix}:{self.calls}"
         try:
-            reservation = await self._reserve(key, self.model, int(payload.get("max_tokens") or 0), len(body) // 4)
+            reservation = await self._reserve(key, self.model, int(payload["max_tokens"]), len(body) // 4)
         except Refused as refused:
             self.refused = refused
             return await self._refuse(conn, writer, refused)
-        await self._forward(conn, writer, request, headers, payload, reservation)
+        await self._forward(conn, writer, path, headers, payload, reservation)
 
     async def _question(self, conn: h11.Connection, writer: Any, body: bytes) -> None:
         assert self.ask is not None
@@ -272,11 +315,12 @@ class Gateway:
         self,
         conn: h11.Connection,
         writer: Any,
-        request: h11.Request,
+        path: str,
         headers: dict[str, str],
         payload: dict[str, Any],
         reservation: str,
     ) -> None:
+        """Forward to the provider on `path` (one of the routes; the client's target is never used)."""
         out = {k: headers[k] for k in FORWARDED_HEADERS if k in headers}
         if self.upstream.billing == "Subscription":
             out["authorization"] = f"Bearer {self.upstream.credential}"
@@ -285,7 +329,7 @@ class Gateway:
         else:
             out["x-api-key"] = self.upstream.credential
         out["accept-encoding"] = "identity"  # the bytes pass as they come, and their usage is read on the way
-        url = self.upstream.base_url.rstrip("/") + request.target.decode(errors="replace")
+        url = self.upstream.base_url.rstrip("/") + path
         reader = UsageReader(bool(payload.get("stream")))
         status = 0
         try:

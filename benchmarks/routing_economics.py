@@ -8,7 +8,7 @@ Every policy runs the same synthetic suite (same seed) through Drover's real dec
 process: `tiers.decide_tier` (rules, floor, opus gating), `needs_classifier`, `classifier.classify`
 and `parse_classifier` (low confidence and the daily cap abstain), `tiers.escalated` and
 `escalation.decide`, `HarnessConfig.tier_class` + `members.select` (member and model),
-`pricing.price_for` / `cost_micros` / `estimate_micros` for every call, `meters.daily_calls_meter`.
+`pricing.price_for` / `cost_micros` / `worst_case_micros` for every call, `meters.daily_calls_meter`.
 Simulated, because they need a network or a database: the classifier's model (a fake
 CompletionModel answering from --classifier-accuracy), the agent's runs (solved or not, calls,
 tokens), the meter store (a dict per day key), and `model_calls._hold`'s run-share check, redone
@@ -250,7 +250,7 @@ class Simulation:
         assert chosen is not None, runs_on
         price = pricing.price_for(chosen.model, self.harness.prices)
         tier = self.harness.tiers[runs_on]
-        estimate = pricing.estimate_micros(TOKENS[0], tier.max_output_tokens, price)
+        estimate = pricing.worst_case_micros(TOKENS[0], tier.max_output_tokens, price)
         per_call = pricing.cost_micros(Usage(input_tokens=TOKENS[0], output_tokens=TOKENS[1]), price)
         draw = task.difficulty if r.random() < self.params.retry_correlation else r.random()
         solved = draw < self.solves(task, runs_on)

@@ -49,6 +49,18 @@ MODEL_SPEND = Counter(
     ["tier", "member"],
     registry=REGISTRY,
 )
+OVER_RESERVATION = Counter(
+    "drover_model_over_reservation_total",
+    "Model calls whose usage report cost more than their reservation (settled at the reservation), by source.",
+    ["source"],
+    registry=REGISTRY,
+)
+OVER_RESERVATION_USD = Counter(
+    "drover_model_over_reservation_usd_total",
+    "What usage reports claimed above their reservations, in USD, never counted on a meter, by source.",
+    ["source"],
+    registry=REGISTRY,
+)
 PACKET_COMPILE = Histogram(
     "drover_packet_compile_seconds",
     "Time to compile a run's Context Packet.",
@@ -145,5 +157,15 @@ def on_settled(s: Session, tier: str, member: str, cost_micros: int) -> None:
     def record() -> None:
         MODEL_CALLS.labels(tier or "none", member or "none").inc()
         MODEL_SPEND.labels(tier or "none", member or "none").inc(cost_micros / 1e6)
+
+    after_commit(s, record)
+
+
+def on_over_reservation(s: Session, source: str, excess_micros: int) -> None:
+    """A settle capped at its reservation (source: agent, the runs' calls; compact, the control plane's own)."""
+
+    def record() -> None:
+        OVER_RESERVATION.labels(source).inc()
+        OVER_RESERVATION_USD.labels(source).inc(excess_micros / 1e6)
 
     after_commit(s, record)

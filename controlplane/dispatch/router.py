@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from controlplane import metrics
 from controlplane.config import HarnessConfig
 from controlplane.context.recall import Recall
 from controlplane.dispatch import classifier, packet_pipeline
@@ -239,7 +240,7 @@ class Router:
         h = self.harness
         model = self.classifier.model
         price = pricing.price_for(model, h.prices)
-        estimate = pricing.estimate_micros(packet_pipeline.packet.estimate_tokens(text), 1000, price)
+        estimate = pricing.worst_case_micros(packet_pipeline.packet.estimate_tokens(text), 1000, price)
         reservation = events.new_id("cmp")
         budgets = h.budgets
 
@@ -269,7 +270,16 @@ class Router:
             log.warning("compacting a failure log failed: %s", err)
             return ""
         finally:
-            await self.store.run(lambda s: meters.settle_on_meters(s, reservation, meters.exact_for(cost)))
+            settled = pricing.settled_micros(cost, estimate)
+            if settled.excess:
+                log.warning("a compaction call reported %d micro-dollars above its reservation", settled.excess)
+
+            def settle(s: Session) -> None:
+                meters.settle_on_meters(s, reservation, meters.exact_for(settled.applied))
+                if settled.excess:
+                    metrics.on_over_reservation(s, "compact", settled.excess)
+
+            await self.store.run(settle)
 
     def reconfigure(self, harness: HarnessConfig) -> None:
         self.harness = harness

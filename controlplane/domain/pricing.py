@@ -58,9 +58,31 @@ def cost_micros(usage: Usage, price: Price) -> int:
     )
 
 
-def estimate_micros(input_tokens: int, max_output_tokens: int, price: Price) -> int:
-    """What a call may cost at most: its input uncached and every output token used."""
-    return cost_micros(Usage(input_tokens=input_tokens, output_tokens=max_output_tokens), price)
+def worst_case_micros(input_tokens: int, max_output_tokens: int, price: Price) -> int:
+    """What a call may cost at most, so its reservation bounds whatever its usage report claims:
+    every input token at the dearest input rate (a cache write, as a rule: 1.25x input) and every
+    output token used. A usage report splits the prompt into input, cache writes and cache reads,
+    never more tokens than the prompt has, so no split costs more than this; a report that claims
+    more than the prompt anyway is capped at the reservation when it settles (`settled_micros`)."""
+    dearest_input = max(price.input, price.cache_write, price.cache_read)
+    return _round(max(input_tokens, 0) * dearest_input + max(max_output_tokens, 0) * price.output)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """What a settle applies: the reported cost, capped at the reservation."""
+
+    applied: int
+    """Counted on the call and its meters: min(reported, reserved)."""
+    excess: int
+    """What the report claimed above its reservation (0 as a rule); never applied, only reported."""
+
+
+def settled_micros(reported: int, reserved: int) -> Settled:
+    """A settle never applies more than was reserved: a meter's reservations stay within its limit,
+    so its settles do too, whatever a usage report says."""
+    applied = min(max(reported, 0), max(reserved, 0))
+    return Settled(applied, max(reported, 0) - applied)
 
 
 def price_for(model: str, prices: Mapping[str, Price]) -> Price:

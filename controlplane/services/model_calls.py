@@ -108,8 +108,8 @@ def reserve(
     if purpose == "agent" and used >= cap:
         run_event(s, "run.call_cap", _run(s, run_id), calls=used, cap=cap)
         return Reservation("", False, "run_call_cap", used, cap, 0)
-    estimate = pricing.estimate_micros(
-        max(estimated_input_tokens, 0), max(max_output_tokens, 0), pricing.price_for(model, config.prices)
+    estimate = pricing.worst_case_micros(
+        estimated_input_tokens, max_output_tokens, pricing.price_for(model, config.prices)
     )
     call_id = new_id("mc")
     # The call first: a concurrent reservation of the same key (another writer) waits for this one
@@ -276,19 +276,43 @@ def _spend_limited(
 
 
 def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage, error: str) -> tuple[int, int]:
-    """Settle to the exact cost of the usage; answers (cost of this call, cost of the run so far).
-    Settling twice changes nothing (the first settle stands)."""
+    """Settle to the exact cost of the usage, never above the reservation (a report above it is
+    capped, recorded as `run.over_reservation` and counted); answers (cost of this call, cost of the
+    run so far). Settling twice changes nothing (the first settle stands)."""
     call = s.execute(
-        select(ModelCall.model, ModelCall.run_id, ModelCall.state, ModelCall.cost_micros, Run.tier, Run.member)
+        select(
+            ModelCall.model,
+            ModelCall.run_id,
+            ModelCall.state,
+            ModelCall.cost_micros,
+            ModelCall.estimate_micros,
+            Run.tier,
+            Run.member,
+        )
         .join(Run, Run.id == ModelCall.run_id)
         .where(ModelCall.id == reservation_id)
         .with_for_update(of=ModelCall)  # one settle at a time
     ).first()
     if call is None:
         raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
-    model, run_id, state, cost, tier, member = call
+    model, run_id, state, cost, reserved, tier, member = call
     if state != "settled":
-        cost = pricing.cost_micros(usage, pricing.price_for(model, config.prices))
+        reported = pricing.cost_micros(usage, pricing.price_for(model, config.prices))
+        settled = pricing.settled_micros(reported, reserved)
+        cost = settled.applied
+        if settled.excess:
+            run_event(
+                s,
+                "run.over_reservation",
+                _run(s, run_id),
+                reservation_id=reservation_id,
+                model=model,
+                reported=reported,
+                reserved=reserved,
+                excess=settled.excess,
+                usage=dataclasses.asdict(usage),
+            )
+            metrics.on_over_reservation(s, "agent", settled.excess)
         s.execute(
             update(CALLS)
             .where(CALLS.c.id == reservation_id)

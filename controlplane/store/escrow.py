@@ -11,8 +11,8 @@ A call's amount is admitted into its holder's slice, or the slice first takes mo
 headroom under the meter's row lock, or the call is refused; all in the transaction that records
 the call. So what is admitted fleet-wide (the meter's own shares plus every slice's used and
 reserved) is at most meter.used + meter.reserved <= L, whatever process is killed when: a dead
-holder's slices stay in the database, counted, until the sweep folds them back. (A call that
-settles above its estimate can pass a limit, with or without escrow.)
+holder's slices stay in the database, counted, until the sweep folds them back. A share settles
+at most at what it reserved (`settle` caps it), so what is used stays within the limit too.
 
 Lock order: a holder's own slices, then meter rows by key, then other holders' slices with SKIP
 LOCKED; a settle locks only its own shares (its slice or meter counts it later). A slice busy
@@ -120,7 +120,8 @@ def take(
 
 
 def settle(s: Session, reservation_id: str, exact: Callable[[str, int], int]) -> int:
-    """Settle the reservation's unsettled shares at exact(meter key, amount reserved); answers how many.
+    """Settle the reservation's unsettled shares at exact(meter key, amount reserved), never above the
+    amount reserved (callers cap and report a usage above it first); answers how many.
     A share is only marked: its slice, or its meter for a share held on the meter row, counts it
     later under that row's lock, so a settle waits for no meter and no slice."""
     shares = s.execute(
@@ -130,7 +131,7 @@ def settle(s: Session, reservation_id: str, exact: Callable[[str, int], int]) ->
     ).all()
     if not shares:
         return 0
-    values = {sh.id: exact(sh.meter_key, sh.amount) for sh in shares}
+    values = {sh.id: min(exact(sh.meter_key, sh.amount), sh.amount) for sh in shares}
     marked = s.execute(
         update(R)
         .where(R.c.id.in_(list(values)), R.c.settled.is_(False))

@@ -10,7 +10,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from agentd.gateway import Gateway, Refused, Upstream, rewrite
+from agentd.gateway import Gateway, Refused, Upstream
+from agentd.messages_request import body_problem, rewrite
 from drover.core.usage import Usage
 from drover.testing.fake_anthropic import FakeAnthropic, error, text
 
@@ -183,3 +184,22 @@ async def test_a_subscription_member_is_called_with_its_oauth_token_which_the_ru
     sent = provider.requests[0].headers
     assert sent["authorization"] == f"Bearer {oauth}" and "x-api-key" not in sent
     assert "oauth-2025-04-20" in sent["anthropic-beta"].split(",")
+
+
+@pytest.mark.parametrize(
+    "body, path, problem",
+    [
+        ({"max_tokens": 10, "messages": []}, "/v1/messages", ""),
+        ({"messages": []}, "/v1/messages/count_tokens", ""),  # counting tokens needs no max_tokens
+        ([], "/v1/messages", "body: must be a JSON object"),
+        ({"max_tokens": 10}, "/v1/messages", "messages: must be a list"),
+        ({"max_tokens": 10, "messages": "hi"}, "/v1/messages", "messages: must be a list"),
+        ({"messages": []}, "/v1/messages", "max_tokens: required"),
+        ({"max_tokens": -1, "messages": []}, "/v1/messages", "max_tokens: must be between 1 and 1000000"),
+        ({"max_tokens": 10**7, "messages": []}, "/v1/messages", "max_tokens: must be between 1 and 1000000"),
+        ({"max_tokens": True, "messages": []}, "/v1/messages", "max_tokens: must be an integer"),
+        ({"max_tokens": 1.0, "messages": []}, "/v1/messages", "max_tokens: must be an integer"),
+    ],
+)
+def test_a_request_body_is_checked_strictly_naming_the_field(body: Any, path: str, problem: str) -> None:
+    assert body_problem(body, path) == problem

@@ -144,29 +144,28 @@ def test_no_eligible_member_fails_the_task_naming_the_gate(
     assert model.requests == []
 
 
-BIG = {
-    "input_tokens": 100_000,
-    "output_tokens": 20,
-    "cache_creation_input_tokens": 0,
-    "cache_read_input_tokens": 0,
-}  # $0.3003 a call at sonnet prices
+CHEAP = {"input_tokens": 100, "output_tokens": 1000}  # $0.0051 at haiku prices, within a haiku reservation
+DEAR = {"input_tokens": 100, "output_tokens": 1000}  # $0.0153 at sonnet prices, within a sonnet reservation
 
 
 def test_a_change_whose_budget_runs_out_blocks_exactly_the_right_tasks_and_a_raise_finishes_it(
     fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
+    # A haiku call reserves about $0.005 plus its input, a sonnet call $0.30 plus its input (each
+    # reservation its worst case): a $0.20 budget holds the two small Tasks, not the sonnet one after them.
     config = tmp_path / "controlplane.toml"
-    config.write_text("[tiers.sonnet]\nmax_output_tokens = 1000\n")  # an estimate of about $0.02 a call
-    model.extend([fake.tool_use("complete_task", {"summary": key}, usage=BIG) for key in ("a", "c", "b", "d")])
+    config.write_text("[tiers.haiku]\nmax_output_tokens = 1000\n[tiers.sonnet]\nmax_output_tokens = 20000\n")
+    model.extend([fake.tool_use("complete_task", {"summary": "small"}, usage=CHEAP) for _ in range(2)])
+    model.extend([fake.tool_use("complete_task", {"summary": "medium"}, usage=DEAR) for _ in range(2)])
     start(fleet, model, calc_repo, "--config", str(config))
 
-    def task(key: str, *deps: str) -> dict:
-        return {"key": key, "kind": "implement", "objective": key, "complexity": "medium", "depends_on": list(deps)}
+    def task(key: str, *deps: str, small: bool = False) -> dict:
+        traits = {"size": "small", "risk": "low"} if small else {"complexity": "medium"}
+        return {"key": key, "kind": "implement", "objective": key, "depends_on": list(deps), **traits}
 
     with fleet.plane.client() as client:
-        change = client.submit_change(
-            "calc", "budgeted", [task("a"), task("b", "a"), task("c"), task("d", "b")], budget_usd=0.61
-        )
+        tasks = [task("a", small=True), task("b", "a"), task("c", small=True), task("d", "b")]
+        change = client.submit_change("calc", "budgeted", tasks, budget_usd=0.2)
         first = list(client.watch(change.id))
         stopped = client.get_change(change.id)
         statuses = {t.key: (t.status, t.reason) for t in stopped.tasks}
@@ -174,14 +173,16 @@ def test_a_change_whose_budget_runs_out_blocks_exactly_the_right_tasks_and_a_rai
         client.raise_budget(change.id, 2.0)
         list(client.watch(change.id, after_event_id=first[-1].id))
         final = client.get_change(change.id)
-    assert stopped.status == "budget_blocked" and stopped.reason == "change_budget"
+        over = client.list_events(change_id=change.id, kind="run.over_reservation")
+    assert stopped.status == "budget_blocked" and stopped.reason == "change_budget", statuses
     assert statuses["a"][0] == "succeeded" and statuses["c"][0] == "succeeded"
     assert statuses["b"] == ("blocked", "budget_stop: change_budget")
     assert statuses["d"][0] == "blocked" and statuses["d"][1].startswith("dependency b")
     stop = next(e for e in first if e.kind == "budget.stopped")
     assert stop.data["limit"] == "change_budget" and stop.data["key"] == "b"
     assert first[-1].kind == "change.finished" and first[-1].data["status"] == "budget_blocked"
-    assert usage["change"].used == 2 * 300_300 and usage["change"].limit == 610_000 and usage["change"].reserved == 0
+    assert usage["change"].used == 2 * 5_100 and usage["change"].limit == 200_000 and usage["change"].reserved == 0
+    assert over == []  # every usage report was within its reservation
     assert len(model.requests) == 4  # the refused call never reached the model
     assert final.status == "succeeded" and all(t.status == "succeeded" for t in final.tasks)
 

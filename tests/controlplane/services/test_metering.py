@@ -7,6 +7,8 @@ import datetime as dt
 from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controlplane.config import HarnessConfig, Tier
 from controlplane.domain import graph, pricing
@@ -34,6 +36,45 @@ SONNET = pricing.Price.of(3, 15)
 )
 def test_cost_is_exact_in_micro_dollars(usage: pricing.Usage, micros: int) -> None:
     assert pricing.cost_micros(usage, SONNET) == micros
+
+
+PRICES = st.builds(
+    pricing.Price,
+    *(st.fractions(0, 100, max_denominator=1000) for _ in range(4)),
+)
+
+
+@given(
+    price=PRICES,
+    prompt=st.integers(0, 10_000_000),
+    split=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+    max_tokens=st.integers(0, 1_000_000),
+    output=st.floats(0, 1),
+)
+def test_no_split_of_the_prompt_costs_more_than_the_worst_case(
+    price: pricing.Price, prompt: int, split: tuple[float, float], max_tokens: int, output: float
+) -> None:
+    """Whatever a usage report does with the prompt's tokens (input, cache writes, cache reads) and
+    however much output it used, its cost is within the reservation."""
+    written = int(prompt * split[0])
+    read = int((prompt - written) * split[1])
+    usage = pricing.Usage(prompt - written - read, int(max_tokens * output), written, read)
+    assert pricing.cost_micros(usage, price) <= pricing.worst_case_micros(prompt, max_tokens, price)
+
+
+def test_the_worst_case_prices_every_input_token_as_a_cache_write() -> None:
+    assert pricing.worst_case_micros(2000, 1000, SONNET) == 2000 * 3.75 + 1000 * 15
+    assert pricing.worst_case_micros(-5, -1, SONNET) == 0  # never negative
+    dear_reads = pricing.Price.of(1, 5, cache_write=1, cache_read=2)  # an operator's odd prices: still the dearest
+    assert pricing.worst_case_micros(1000, 0, dear_reads) == 2000
+
+
+@pytest.mark.parametrize(
+    "reported, reserved, applied, excess",
+    [(100, 200, 100, 0), (200, 200, 200, 0), (105_750, 100_000, 100_000, 5_750), (-3, 10, 0, 0), (5, -1, 0, 5)],
+)
+def test_a_settle_applies_at_most_its_reservation(reported: int, reserved: int, applied: int, excess: int) -> None:
+    assert pricing.settled_micros(reported, reserved) == pricing.Settled(applied, excess)
 
 
 def test_prices_fall_back_to_the_defaults_then_the_most_expensive() -> None:
@@ -73,7 +114,7 @@ def test_reserve_settle_cap_and_idempotence(store: Store) -> None:
     run_id = running_run(store)
     r1 = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 2000)
     assert r1.granted and r1.calls_used == 1 and r1.calls_cap == 2
-    assert r1.estimate_micros == 2000 * 3 + 1000 * 15
+    assert r1.estimate_micros == 2000 * 3.75 + 1000 * 15  # the input at the cache-write rate: the worst case
     again = store.transaction(model_calls.reserve, CONFIG, run_id, "agent:1:1:1", "claude-sonnet-5-5", "agent", 1000, 0)
     assert again.reservation_id == r1.reservation_id  # the same attempt asked twice is one reservation
     cost, run_cost = store.transaction(model_calls.settle, CONFIG, r1.reservation_id, pricing.Usage(100, 10), "")
@@ -110,7 +151,8 @@ def test_a_finished_run_gets_no_reservation(store: Store) -> None:
 
 # --- meters: every budget of the Change, all or none ----------------------------------------------
 
-ESTIMATE = 2000 * 3 + 1000 * 15  # 2,000 input and 1,000 output tokens of sonnet, in micro-dollars
+ESTIMATE = 7500 + 1000 * 15  # 2,000 input tokens of sonnet at the cache-write rate, 1,000 output, in micro-dollars
+COST = 2000 * 3 + 1000 * 15  # what they cost uncached
 
 
 def budgeted_run(
@@ -156,7 +198,7 @@ def test_each_budget_refuses_by_its_name(
 ) -> None:
     run_id = budgeted_run(store, **setup)
     assert reserve(store, run_id, "agent:1:1:1", budgets).granted
-    assert reserve(store, run_id, "agent:1:2:1", budgets).granted  # 2 x 21,000 fits in 50,000
+    assert reserve(store, run_id, "agent:1:2:1", budgets).granted  # 2 x 22,500 fits in 50,000
     before = store.transaction(meters.usage)
     refused = reserve(store, run_id, "agent:1:3:1", budgets)
     assert (refused.granted, refused.refusal, refused.reservation_id) == (False, refusal, "")
@@ -172,10 +214,10 @@ def test_a_run_is_held_to_its_share_of_the_change_budget(store: Store) -> None:
         r = reserve(store, run_id, f"agent:1:{i}:1")
         assert r.granted
         store.transaction(model_calls.settle, BIG, r.reservation_id, pricing.Usage(2000, 1000), "")
-    capped = reserve(store, run_id, "agent:1:3:1")  # 42,000 + 21,000 > 50,000, the Change meter has room
+    capped = reserve(store, run_id, "agent:1:3:1")  # 42,000 + 22,500 > 50,000, the Change meter has room
     assert (capped.granted, capped.refusal, capped.limit) == (False, "run_cost_cap", 50_000)
     change_meter = store.transaction(meters.usage, "change-usd:")[0]
-    assert (change_meter["used"], change_meter["reserved"], change_meter["limit"]) == (2 * ESTIMATE, 0, 100_000)
+    assert (change_meter["used"], change_meter["reserved"], change_meter["limit"]) == (2 * COST, 0, 100_000)
 
 
 def test_settle_and_expiry_move_every_meter(store: Store) -> None:
@@ -203,3 +245,18 @@ def test_settle_and_expiry_move_every_meter(store: Store) -> None:
     assert store.transaction(model_calls.settle_expired, dt.timedelta(0)) == 1
     expired = {m["kind"]: (m["used"], m["reserved"]) for m in store.transaction(meters.usage)}
     assert expired["change"] == (cost + ESTIMATE, 0) and expired["agent_calls_day"] == (2, 0)
+
+
+def test_a_settle_above_its_reservation_is_capped_and_recorded(store: Store) -> None:
+    run_id = budgeted_run(store, budget_usd=0.1)
+    r = reserve(store, run_id, "agent:1:1:1")
+    # The issue's report: cache writes counted on top of the whole input.
+    claimed = pricing.Usage(input_tokens=2000, output_tokens=1000, cache_creation_input_tokens=2000)
+    cost, run_cost = store.transaction(model_calls.settle, BIG, r.reservation_id, claimed, "")
+    assert cost == run_cost == ESTIMATE  # 28,500 reported, 22,500 applied
+    change_meter = store.transaction(meters.usage, "change-usd:")[0]
+    assert (change_meter["used"], change_meter["reserved"]) == (ESTIMATE, 0)
+    event = store.transaction(lambda s: s.query(Event).filter(Event.kind == "run.over_reservation").one())
+    assert (event.data["reported"], event.data["reserved"], event.data["excess"]) == (28_500, ESTIMATE, 6_000)
+    assert event.run_id == run_id
+    assert store.transaction(lambda s: s.get(ModelCall, r.reservation_id)).cost_micros == ESTIMATE

@@ -28,7 +28,7 @@ from controlplane.store.models import Change, Meter, MeterSlice, ModelCall, Run
 
 RESERVERS = 50
 MODEL = "claude-sonnet-5-5"
-ESTIMATE = 2000 * 3 + 1000 * 15  # 2,000 input and 1,000 output tokens of sonnet, in micro-dollars
+ESTIMATE = 7500 + 1000 * 15  # 2,000 input tokens of sonnet at the cache-write rate, 1,000 output, in micro-dollars
 BUDGET_MICROS = 100 * ESTIMATE
 # Only the Change budget may bind here: the fleet-wide meters are set out of reach.
 CONFIG = HarnessConfig(
@@ -52,9 +52,9 @@ def reserver(url: str, run_id: str, seed: int, start: Any, out: Any) -> None:
             if not r.granted:
                 refusal = r.refusal
                 break
-            # Even seeds cost exactly their estimate, odd ones anything up to it.
+            # Even seeds cost exactly their estimate (all input written to the cache), odd ones anything up to it.
             usage = (
-                pricing.Usage(2000, 1000)
+                pricing.Usage(0, 1000, 2000)
                 if seed % 2 == 0
                 else pricing.Usage(rng.randint(0, 2000), rng.randint(0, 1000))
             )
