@@ -63,6 +63,12 @@ def channel_options(settings: ChannelSettings) -> list[tuple[str, Any]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+        # Each attempt opens a new channel; with gRPC's process-wide subchannel pool it would inherit the
+        # last one's connection backoff (growing to 120 s), and a restarted control plane was refused
+        # for minutes after it listened again. A channel of its own dials at once.
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.initial_reconnect_backoff_ms", 500),
+        ("grpc.max_reconnect_backoff_ms", 5_000),
     ]
 
 
