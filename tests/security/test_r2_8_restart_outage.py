@@ -122,7 +122,7 @@ def test_a_success_that_reaches_a_run_judged_lost_is_applied(fleet: Fleet) -> No
             what=f"the Change to go on with the late result ({_states(fleet, change.id)})",
         )
         run = client.get_run(run_id)
-        events = [e for e in client.list_events(change_id=change.id)]
+        events = list(client.list_events(change_id=change.id))
         ship_run = next(r for r in client.list_runs(change_id=change.id) if r.id != run_id)
     assert done.status == "succeeded"
     assert run.state == "succeeded" and run.exit_code == 0
