@@ -159,7 +159,7 @@ def fail_lost_runs(
                 "failed",
                 exit_code=-1,
                 reason="agent_lost",
-                error=f"agent {agent.name} disconnected for more than {int(window.total_seconds())} s",
+                error=f"agent {agent.name} gone over {int(window.total_seconds())} s while a control plane was up",
                 policy=policy,
             )
             failed.append(run.id)
