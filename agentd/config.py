@@ -61,6 +61,10 @@ class AgentConfig:
     tls_key: str = ""
     keepalive_seconds: int = 10
     """HTTP/2 pings keep NAT mappings open."""
+    reconnect_max_seconds: float = 30.0
+    """The longest wait between two attempts to reach the control plane (the backoff starts at 0.5 s
+    and doubles up to this). Keep it well under the control plane's `agent_lost_seconds` (120 s): after
+    a control-plane start, an agent that has not reconnected within that window loses its runs."""
     metrics_listen: str = ""
     """host:port of a Prometheus /metrics endpoint; empty: none."""
     batch_interval: float = 0.2
@@ -142,4 +146,6 @@ def load(file: pathlib.Path | None, env: Mapping[str, str], flags: Mapping[str, 
     config = AgentConfig(**values)
     if config.capacity < 1:
         raise ValueError("capacity: must be at least 1")
+    if not 0 < config.reconnect_max_seconds <= 300:
+        raise ValueError("reconnect_max_seconds: must be more than 0 and at most 300")
     return config

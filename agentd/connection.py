@@ -1,5 +1,6 @@
 """The connection to the control plane: dial out, hello, replay the outbox, follow control
-messages; on any failure reconnect with backoff (0.5 s doubling to 30 s, jitter)."""
+messages; on any failure reconnect with backoff (0.5 s doubling to `reconnect_max_seconds`, 30 s by
+default, jitter included), so after a control-plane restart every agent is back within that long."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from agentd.outbox import Outbox
 from drover.v1 import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger("agentd.connection")
+WELCOME_TIMEOUT_SECONDS = 60.0
+"""A control plane that takes the stream but does not answer hello this long is tried again."""
 
 
 class SessionLost(Exception):
@@ -60,6 +63,12 @@ def channel_options(settings: ChannelSettings) -> list[tuple[str, Any]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+        # Each attempt opens a new channel; with gRPC's process-wide subchannel pool it would inherit the
+        # last one's connection backoff (growing to 120 s), and a restarted control plane was refused
+        # for minutes after it listened again. A channel of its own dials at once.
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.initial_reconnect_backoff_ms", 500),
+        ("grpc.max_reconnect_backoff_ms", 5_000),
     ]
 
 
@@ -106,6 +115,11 @@ def to_wire(run_id: str, message: dict[str, Any]) -> agent_pb2.AgentMessage:
     return agent_pb2.AgentMessage(run=run)
 
 
+def reconnect_wait(most: float) -> tenacity.wait.wait_base:
+    """0.5 s doubling with up to 0.5 s of jitter, never more than `most` seconds in all."""
+    return tenacity.wait_exponential_jitter(initial=0.5, exp_base=2, max=most, jitter=min(0.5, most / 4))
+
+
 class Connection:
     """Keeps one session open to the control plane and hands control messages to `on_control`."""
 
@@ -137,7 +151,7 @@ class Connection:
         while True:
             retrying = tenacity.AsyncRetrying(
                 retry=tenacity.retry_if_exception_type(SessionLost),
-                wait=tenacity.wait_exponential_jitter(initial=0.5, exp_base=2, max=30, jitter=0.5),
+                wait=reconnect_wait(self.config.reconnect_max_seconds),
                 before_sleep=lambda state: log.warning(
                     "control plane %s unreachable (%s); retrying in %.1f s",
                     self._target_name(),
@@ -169,8 +183,10 @@ class Connection:
         try:
             stub = agent_pb2_grpc.AgentServiceStub(channel)
             call = stub.Connect(metadata=(("authorization", f"Bearer {token}"),))
-            await call.write(agent_pb2.AgentMessage(hello=self.hello()))
-            first = await call.read()
+            try:
+                first = await asyncio.wait_for(self._hello(call), WELCOME_TIMEOUT_SECONDS)
+            except TimeoutError as err:
+                raise SessionLost(f"no answer to hello within {WELCOME_TIMEOUT_SECONDS:g} s") from err
             if first is grpc.aio.EOF or first.WhichOneof("body") != "welcome":
                 raise SessionLost("the control plane did not answer hello")
             established = True
@@ -199,6 +215,10 @@ class Connection:
             await channel.close()
         if not established:
             raise SessionLost("stream closed before welcome")
+
+    async def _hello(self, call: Any) -> Any:
+        await call.write(agent_pb2.AgentMessage(hello=self.hello()))
+        return await call.read()
 
     async def _send(self, call: Any) -> None:
         """Send every stored message not yet acked, in seq order per run, then what comes next; when

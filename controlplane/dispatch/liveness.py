@@ -1,6 +1,7 @@
 """The liveness sweep, every few seconds: agents whose token was revoked lose their stream; the runs of
-agents gone longer than the lost window fail as agent_lost; reservations whose settle never came settle
-at their estimate; the claims of live runs are renewed at half-life."""
+agents gone longer than the lost window fail as agent_lost (a window counted from when this process
+began judging at the earliest: an outage of the control plane never counts against an agent);
+reservations whose settle never came settle at their estimate; the claims of live runs are renewed at half-life."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.config import ServerConfig
-from controlplane.domain import run_states
+from controlplane.domain import presence, run_states
 from controlplane.services import agent_presence, claims, model_calls, questions, run_input
 from controlplane.services.notify import Notifier
 from controlplane.store import escrow
@@ -53,6 +54,9 @@ class Liveness:
         self.wake, self.clock, self.sleep = wake, clock, sleep
         self.leading = leading or _always
         self.replica = replica
+        self.up_since: dt.datetime | None = None
+        """Since when this process has been judging lost agents without a break (None: it is not)."""
+        self._last_judged: dt.datetime | None = None
 
     async def run_forever(self) -> None:
         while True:
@@ -65,6 +69,10 @@ class Liveness:
     @property
     def every(self) -> float:
         return max(0.2, min(5.0, self.config.agent_lost_seconds / 4))
+
+    @property
+    def lost_window(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.config.agent_lost_seconds)
 
     @property
     def lease(self) -> dt.timedelta:
@@ -81,16 +89,23 @@ class Liveness:
         await self.store.run(agent_presence.renew_leases, self.replica, now + self.lease)
         await self.store.run(renew_claims, connected, now)
         if not await self.leading():
+            self.up_since = self._last_judged = None  # another replica judges; taking over starts afresh
             return []
+        up_since = presence.up_period_start(self.up_since, self._last_judged, now, self.lost_window / 2)
+        if up_since != self.up_since:
+            log.info(
+                "judging lost agents from %s: every agent has until %s to reconnect",
+                up_since.isoformat(timespec="seconds"),
+                (up_since + self.lost_window).isoformat(timespec="seconds"),
+            )
+            self.up_since = up_since
         expired = await self.store.run(agent_presence.expire_leases, now, self.lease)
         if expired:
             log.warning("the leases of %d agents expired (their replica is gone): %s", len(expired), expired)
         failed = await self.store.run(
-            agent_presence.fail_lost_runs,
-            dt.timedelta(seconds=self.config.agent_lost_seconds),
-            now,
-            self.config.lifecycle,
+            agent_presence.fail_lost_runs, self.lost_window, now, self.config.lifecycle, up_since
         )
+        self._last_judged = now
         await self.store.run(model_calls.settle_expired, RESERVATION_TTL)
         for key in await self.store.read(escrow.idle_meters, SLICE_IDLE):
             await self.store.run(escrow.return_idle, key, SLICE_IDLE)

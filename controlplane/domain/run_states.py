@@ -14,6 +14,7 @@ TRANSITIONS = frozenset(
         ("running", "succeeded"),  # exit code 0
         ("running", "failed"),  # non-zero exit, error, timeout, agent gone
         ("running", "cancelled"),
+        ("failed", "succeeded"),  # judged agent_lost, then its agent's success came (domain/presence.py)
     }
 )
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})

@@ -8,7 +8,7 @@ import datetime as dt
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from controlplane.domain import escalation, run_states
+from controlplane.domain import escalation, presence, run_states
 from controlplane.services.run_lifecycle import finish_run, requeue
 from controlplane.services.tenancy import Scope, visible_agent
 from controlplane.store.engine import aware
@@ -140,14 +140,18 @@ def expire_leases(s: Session, now: dt.datetime, lease: dt.timedelta) -> list[str
 
 
 def fail_lost_runs(
-    s: Session, window: dt.timedelta, now: dt.datetime | None = None, policy: escalation.Policy | None = None
+    s: Session,
+    window: dt.timedelta,
+    now: dt.datetime | None = None,
+    policy: escalation.Policy | None = None,
+    up_since: dt.datetime | None = None,
 ) -> list[str]:
-    """Fail the active runs of agents gone (since they were last heard) for longer than `window`."""
+    """Fail the active runs of agents gone for longer than `window` while a control plane was up: since
+    they were last heard, or since `up_since` (the judging process's start) if that is later."""
     now = now or utcnow()
     failed: list[str] = []
     for agent in s.scalars(select(Agent).where(Agent.connected.is_(False))):
-        since = aware(agent.disconnected_at)
-        if since is None or now - since < window:
+        if not presence.is_lost(aware(agent.disconnected_at), up_since or now - window, window, now):
             continue
         for run in s.scalars(select(Run).where(Run.agent == agent.name, Run.state.in_(run_states.ACTIVE))):
             finish_run(
@@ -156,7 +160,7 @@ def fail_lost_runs(
                 "failed",
                 exit_code=-1,
                 reason="agent_lost",
-                error=f"agent {agent.name} disconnected for more than {int(window.total_seconds())} s",
+                error=f"agent {agent.name} gone over {int(window.total_seconds())} s while a control plane was up",
                 policy=policy,
             )
             failed.append(run.id)

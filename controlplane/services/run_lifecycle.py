@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from controlplane import metrics
 from controlplane.domain import escalation, graph, run_states
 from controlplane.services import run_input, tool_logs
+from controlplane.services.late_results import take_late_result
 from controlplane.services.progress import (
     advance,
     block_dependents,
@@ -289,6 +290,8 @@ def apply_run_message(
         if status == "succeeded" and run.state == "starting":
             move(s, run, "running")
         finish_run(s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error, policy=policy)
+    elif msg.kind == "finished":  # ended here first (judged lost): the agent's word may still count
+        take_late_result(s, run, msg.status, msg.exit_code, msg.reason, msg.error)
     return run.last_seq
 
 
