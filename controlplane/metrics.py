@@ -67,6 +67,13 @@ IMPORT_GRAPH_BUILD = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     registry=REGISTRY,
 )
+STORE_RETRIES = Counter(
+    "drover_store_retries_total",
+    "Transactions run again by the store, by reason: deadlock, serialization (PostgreSQL), sqlite_locked, "
+    "and batch_split (a group commit that kept failing, applied unit by unit).",
+    ["reason"],
+    registry=REGISTRY,
+)
 MEMORY_INDEX_FILES = Gauge(
     "drover_memory_index_files",
     "Files a project's semantic memory build embeds (state=total) and has embedded so far (state=done); "
@@ -147,3 +154,9 @@ def on_settled(s: Session, tier: str, member: str, cost_micros: int) -> None:
         MODEL_SPEND.labels(tier or "none", member or "none").inc(cost_micros / 1e6)
 
     after_commit(s, record)
+
+
+def on_store_retry(reason: str) -> None:
+    """A transaction rolled back by a deadlock, a serialization failure or a busy database, about to run
+    again: counted at once (it committed nothing to wait for)."""
+    STORE_RETRIES.labels(reason).inc()

@@ -1,0 +1,72 @@
+"""Row locks: one order for every transaction, and what the store does when two wait on each other anyway.
+
+The order. A transaction takes the row locks it needs in this order, and several rows of one table
+sorted by key, so no two transactions ever wait for each other in a circle:
+
+1. agents (by name)
+2. changes (by id)
+3. tasks (by id)
+4. runs (by id), then the claims lock (PostgreSQL advisory lock) and claims
+5. model_calls (by id)
+6. meters (by key), then escrow slices (by meter key, then holder)
+
+A run's end locks its Change before it writes the run (`finish_run`). A group commit (several units
+of work in one transaction) takes every Change its units will lock first, all of them sorted by id
+(`lock_changes`), before any unit writes a run: a unit later in the batch never locks a Change after
+an earlier unit wrote a run, and two batches never take two Changes in opposite orders.
+
+The retry. A deadlock or serialization failure (PostgreSQL) or "database is locked" (SQLite) rolls
+the whole transaction back; the store runs it again from the start after a short random pause
+(`retry_reason`, `pause`), counting each retry in `drover_store_retries_total{reason}`. A unit of work
+must therefore be safe to run again: everything it does goes through its session (metrics through
+`metrics.after_commit`), or is idempotent (an object stored under a fixed key).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from controlplane.store.models import Change
+
+ORDER = ("agents", "changes", "tasks", "runs", "claims", "model_calls", "meters", "meter_slices")
+"""The tables in the order their rows are locked (see above)."""
+
+SQLSTATES = {"40P01": "deadlock", "40001": "serialization"}
+"""PostgreSQL: deadlock detected, serialization failure."""
+SQLITE_BUSY = ("database is locked", "database table is locked")
+
+PAUSE_FIRST = 0.02
+PAUSE_MAX = 1.0
+
+
+def lock_changes(s: Session, change_ids: Iterable[str]) -> None:
+    """Lock the Changes (FOR UPDATE), sorted by id. Nothing pending in the session is written first:
+    the locks come before any run row this transaction writes."""
+    ids = sorted({i for i in change_ids if i})
+    if not ids:
+        return
+    with s.no_autoflush:
+        s.execute(select(Change.id).where(Change.id.in_(ids)).order_by(Change.id).with_for_update()).all()
+
+
+def retry_reason(err: BaseException) -> str | None:
+    """ "deadlock", "serialization" or "sqlite_locked" when running the transaction again can succeed;
+    None for every other error."""
+    orig = err.orig if isinstance(err, DBAPIError) else err
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if state in SQLSTATES:
+        return SQLSTATES[str(state)]
+    if isinstance(err, DBAPIError) and any(text in str(orig).lower() for text in SQLITE_BUSY):
+        return "sqlite_locked"
+    return None
+
+
+def pause(attempt: int) -> float:
+    """Seconds to wait before retry number `attempt` (0-based): doubling from 20 ms up to 1 s, at random
+    within that bound so two victims do not meet again in step."""
+    return random.uniform(PAUSE_FIRST / 2, min(PAUSE_MAX, PAUSE_FIRST * 2**attempt))
