@@ -74,6 +74,8 @@ STORE_RETRIES = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+for _reason in ("deadlock", "serialization", "sqlite_locked", "batch_split"):
+    STORE_RETRIES.labels(_reason)  # shown at 0 from the start
 MEMORY_INDEX_FILES = Gauge(
     "drover_memory_index_files",
     "Files a project's semantic memory build embeds (state=total) and has embedded so far (state=done); "
