@@ -8,12 +8,16 @@ sorted by key, so no two transactions ever wait for each other in a circle:
 3. tasks (by id)
 4. runs (by id), then the claims lock (PostgreSQL advisory lock) and claims
 5. model_calls (by id)
-6. meters (by key), then escrow slices (by meter key, then holder)
+6. escrow slices (by meter key; a holder's own first, others only with SKIP LOCKED, or all of one
+   meter sorted by holder when its limit changes), then meters (by key)
 
-A run's end locks its Change before it writes the run (`finish_run`). A group commit (several units
-of work in one transaction) takes every Change its units will lock first, all of them sorted by id
-(`lock_changes`), before any unit writes a run: a unit later in the batch never locks a Change after
-an earlier unit wrote a run, and two batches never take two Changes in opposite orders.
+A run's end locks its Change before it writes the run (`finish_run`), and a sweep that ends the runs
+of an agent takes them sorted by Change. A group commit of run messages (several units of work in one
+transaction) takes every Change its units will lock first, all of them sorted by id (`lock_changes`),
+before any unit writes a run: a unit later in the batch never locks a Change after an earlier unit
+wrote a run, and two batches never take two Changes in opposite orders. A group commit of model calls
+cannot know its meters before its units run (each unit takes its own sorted): two such batches may
+still meet in opposite orders, rarely, and are then run again (below).
 
 The retry. A deadlock or serialization failure (PostgreSQL) or "database is locked" (SQLite) rolls
 the whole transaction back; the store runs it again from the start after a short random pause
@@ -33,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.store.models import Change
 
-ORDER = ("agents", "changes", "tasks", "runs", "claims", "model_calls", "meters", "meter_slices")
+ORDER = ("agents", "changes", "tasks", "runs", "claims", "model_calls", "meter_slices", "meters")
 """The tables in the order their rows are locked (see above)."""
 
 SQLSTATES = {"40P01": "deadlock", "40001": "serialization"}
