@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy
 from sqlalchemy import select, text
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
@@ -31,6 +34,7 @@ from controlplane.domain.graph import ChangeSpec, TaskSpec
 from controlplane.services import change_lifecycle, projects, run_lifecycle
 from controlplane.services.notify import Notifier
 from controlplane.services.run_lifecycle import RunMessage
+from controlplane.store import locks
 from controlplane.store.engine import Store
 from controlplane.store.group_commit import GroupCommit
 from controlplane.store.models import Change, Run, RunLog, Task
@@ -220,3 +224,15 @@ def test_a_transaction_that_deadlocks_is_run_again_by_the_store(store: Store) ->
     assert failed == []
     assert len(runs) == 3  # the victim ran again
     assert retries("deadlock") == counted + 1
+
+
+def test_what_the_store_runs_again() -> None:
+    def wrapped(err: Exception) -> OperationalError:
+        return OperationalError("UPDATE ...", {}, err)
+
+    assert locks.retry_reason(wrapped(psycopg.errors.DeadlockDetected("deadlock detected"))) == "deadlock"
+    assert locks.retry_reason(wrapped(psycopg.errors.SerializationFailure("could not serialize"))) == "serialization"
+    assert locks.retry_reason(wrapped(sqlite3.OperationalError("database is locked"))) == "sqlite_locked"
+    assert locks.retry_reason(wrapped(psycopg.errors.QueryCanceled("canceling statement"))) is None
+    assert locks.retry_reason(IntegrityError("INSERT ...", {}, sqlite3.IntegrityError("UNIQUE"))) is None
+    assert locks.retry_reason(ValueError("database is locked")) is None
