@@ -251,9 +251,7 @@ LOCKING_KINDS = ("started", "finished")
 def lock_message_changes(s: Session, batch: list[tuple[Any, ...]]) -> None:
     """First in a group commit of run messages (`apply_run_message` argument tuples): the Changes its
     starts and ends will lock, all sorted by id, before any unit writes a run (lock order)."""
-    run_ids = sorted({args[1].run_id for args in batch if args[1].kind in LOCKING_KINDS})
-    if run_ids:
-        locks.lock_changes(s, s.scalars(select(Run.change_id).where(Run.id.in_(run_ids))))
+    locks.lock_changes_of_runs(s, [args[1].run_id for args in batch if args[1].kind in LOCKING_KINDS])
 
 
 def apply_run_message(

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from controlplane.store.models import Change
+from controlplane.store.models import Change, Run
 
 ORDER = ("agents", "changes", "tasks", "runs", "claims", "model_calls", "meter_slices", "meters")
 """The tables in the order their rows are locked (see above)."""
@@ -44,6 +45,9 @@ SQLSTATES = {"40P01": "deadlock", "40001": "serialization"}
 """PostgreSQL: deadlock detected, serialization failure."""
 SQLITE_BUSY = ("database is locked", "database table is locked")
 
+HELD = "drover_changes_locked"
+"""session.info key: the Change ids this transaction holds locked."""
+
 PAUSE_FIRST = 0.02
 PAUSE_MAX = 1.0
 
@@ -51,11 +55,31 @@ PAUSE_MAX = 1.0
 def lock_changes(s: Session, change_ids: Iterable[str]) -> None:
     """Lock the Changes (FOR UPDATE), sorted by id. Nothing pending in the session is written first:
     the locks come before any run row this transaction writes."""
-    ids = sorted({i for i in change_ids if i})
-    if not ids:
-        return
+    held = s.info.setdefault(HELD, set())
+    ids = sorted({i for i in change_ids if i} - held)
+    if ids:
+        _lock(s, Change.id.in_(ids))
+        _remember(s, held, ids)
+
+
+def lock_changes_of_runs(s: Session, run_ids: Iterable[str]) -> None:
+    """Lock the Changes of these runs (FOR UPDATE), sorted by id, in one statement."""
+    ids = sorted(set(run_ids))
+    if ids:
+        found = _lock(s, Change.id.in_(select(Run.change_id).where(Run.id.in_(ids))))
+        _remember(s, s.info.setdefault(HELD, set()), found)
+
+
+def _lock(s: Session, where: Any) -> list[str]:
     with s.no_autoflush:
-        s.execute(select(Change.id).where(Change.id.in_(ids)).order_by(Change.id).with_for_update()).all()
+        return list(s.scalars(select(Change.id).where(where).order_by(Change.id).with_for_update()))
+
+
+def _remember(s: Session, held: set[str], ids: Iterable[str]) -> None:
+    """Locks taken outside a savepoint last until the transaction ends: taking them again is skipped.
+    (A savepoint rolled back would release its own, so those are not remembered.)"""
+    if not s.in_nested_transaction():
+        held.update(ids)
 
 
 def retry_reason(err: BaseException) -> str | None:
