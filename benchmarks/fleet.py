@@ -31,9 +31,12 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
+import socket
 import sys
 import tempfile
 import time
+import urllib.request
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -90,7 +93,11 @@ class Bench:
             "[budgets]\nprovider_month_usd = 1000000.0\nagent_calls_per_day = 0\n"
             "[tiers.sonnet]\nmax_calls = 1000000\n"  # a simulated run makes --pairs calls
         )
-        plane, target = start_plane(data, self.tmp / "controlplane.log", env, self.deadline, "--config", str(config))
+        with socket.socket() as free:  # the Prometheus endpoint: the store's retries are read from it
+            free.bind(("127.0.0.1", 0))
+            self.metrics = f"127.0.0.1:{free.getsockname()[1]}"
+        extra = ("--config", str(config), "--metrics-listen", self.metrics)
+        plane, target = start_plane(data, self.tmp / "controlplane.log", env, self.deadline, *extra)
         add_project(data, env, "sim", timeout=60)
         return plane, target
 
@@ -171,6 +178,17 @@ def run_phases(bench: Bench, client: Client, plane: Proc, figures: Figures) -> N
         figures.rows[f"{name} cpu s"] = cpu_seconds(pid)[0] - cpu0
         figures.rows[f"{name} wall s"] = time.monotonic() - began
     figures.rows["rss after MiB"] = rss_mib(pid)
+    figures.rows.update(store_retries(bench.metrics))
+    log = plane.log.read_text(errors="replace")
+    figures.rows["store errors logged"] = sum(log.count(s) for s in ("DeadlockDetected", "SerializationFailure"))
+
+
+def store_retries(metrics: str) -> dict[str, float]:
+    """drover_store_retries_total by reason (deadlock, serialization, sqlite_locked, batch_split)."""
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    found = re.findall(r'^drover_store_retries_total\{reason="(\w+)"\} (\S+)$', text, re.MULTILINE)
+    return {f"store retries {reason}": float(value) for reason, value in found}
 
 
 def rss_mib(pid: int) -> float:
@@ -298,7 +316,7 @@ def report(results: list[Figures], celery: dict[str, float]) -> str:
 
 
 def _order(key: str) -> tuple[int, str]:
-    prefixes = ["connected", "idle", "low", "saturation", "output", "budget", "rss"]
+    prefixes = ["connected", "idle", "low", "saturation", "output", "budget", "rss", "store"]
     return next((i for i, p in enumerate(prefixes) if key.startswith(p)), 99), key
 
 

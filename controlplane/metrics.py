@@ -79,6 +79,15 @@ IMPORT_GRAPH_BUILD = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     registry=REGISTRY,
 )
+STORE_RETRIES = Counter(
+    "drover_store_retries_total",
+    "Transactions run again by the store, by reason: deadlock, serialization (PostgreSQL), sqlite_locked, "
+    "and batch_split (a group commit that kept failing, applied unit by unit).",
+    ["reason"],
+    registry=REGISTRY,
+)
+for _reason in ("deadlock", "serialization", "sqlite_locked", "batch_split"):
+    STORE_RETRIES.labels(_reason)  # shown at 0 from the start
 MEMORY_INDEX_FILES = Gauge(
     "drover_memory_index_files",
     "Files a project's semantic memory build embeds (state=total) and has embedded so far (state=done); "
@@ -169,3 +178,9 @@ def on_over_reservation(s: Session, source: str, excess_micros: int) -> None:
         OVER_RESERVATION_USD.labels(source).inc(excess_micros / 1e6)
 
     after_commit(s, record)
+
+
+def on_store_retry(reason: str) -> None:
+    """A transaction rolled back by a deadlock, a serialization failure or a busy database, about to run
+    again: counted at once (it committed nothing to wait for)."""
+    STORE_RETRIES.labels(reason).inc()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from controlplane.dispatch.assign import resume_assignments
 from controlplane.dispatch.assignments import Assignment
 from controlplane.services import agent_presence, run_input, run_lifecycle, tokens
 from controlplane.services.notify import Notifier
+from controlplane.store import locks
 from controlplane.store.engine import Store
 from controlplane.store.group_commit import GroupCommit
 from controlplane.store.models import utcnow
@@ -65,7 +67,7 @@ class AgentSessions:
     def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, objects: ObjectStore) -> None:
         self.store, self.config, self.notifier, self.objects = store, config, notifier, objects
         self.sessions: dict[str, AgentSession] = {}
-        self.messages = GroupCommit(store, run_lifecycle.apply_run_message)
+        self.messages = GroupCommit(store, run_lifecycle.apply_run_message, lock=run_lifecycle.lock_message_changes)
         """Every stream's run messages, applied in group commits and acked after them."""
         self.on_change: Callable[[], None] = lambda: None
         """Called when an agent connects or a run ends or is refused: dispatch may have work."""
@@ -320,13 +322,7 @@ class AgentSessions:
                 self.on_refused(decoded.run_id, session.name)
             session.applying = True  # the wait is the control plane's, not the agent's silence
             try:
-                seq = await self.messages.apply(
-                    session.name,
-                    decoded,
-                    self.config.output_limit_bytes,
-                    self.objects,
-                    self.config.lifecycle,
-                )
+                seq = await self._apply(session.name, decoded)
             finally:
                 session.applying = False
                 session.heard()
@@ -334,6 +330,26 @@ class AgentSessions:
             self.notifier.notify()
             if decoded.kind in ("refused", "finished"):
                 self.on_change()
+
+    async def _apply(self, agent: str, decoded: run_lifecycle.RunMessage) -> int:
+        """Apply one message; answers the seq to ack. A deadlock or busy database the store's retries
+        did not outlast is the control plane's trouble, not the agent's: the message is applied again
+        (after a pause) until it goes in; the stream stays open and the agent keeps its runs."""
+        for attempt in itertools.count():
+            try:
+                seq: int = await self.messages.apply(
+                    agent, decoded, self.config.output_limit_bytes, self.objects, self.config.lifecycle
+                )
+                return seq
+            except Exception as err:
+                reason = locks.retry_reason(err)
+                if reason is None:
+                    raise
+                log.warning(
+                    "agent %s: run %s seq %d met %s; applying it again", agent, decoded.run_id, decoded.seq, reason
+                )
+                await asyncio.sleep(locks.pause(attempt))
+        raise AssertionError("unreachable")
 
     async def _write(self, session: AgentSession, context: grpc.aio.ServicerContext) -> None:
         while True:

@@ -69,7 +69,8 @@ def _reconcile(s: Session, name: str, listed: set[str], policy: escalation.Polic
     """The agent's active runs against those its hello listed: what it must resume, cancel or forget."""
     applied: dict[str, int] = {}
     to_cancel: list[str] = []
-    for run in s.scalars(select(Run).where(Run.agent == name, Run.state.in_(run_states.ACTIVE))):
+    active = select(Run).where(Run.agent == name, Run.state.in_(run_states.ACTIVE))
+    for run in s.scalars(active.order_by(Run.change_id, Run.id)):  # Changes locked sorted (store.locks)
         if run.id in listed:
             applied[run.id] = run.last_seq
             if run.cancel_requested:
@@ -153,7 +154,8 @@ def fail_lost_runs(
     for agent in s.scalars(select(Agent).where(Agent.connected.is_(False))):
         if not presence.is_lost(aware(agent.disconnected_at), up_since or now - window, window, now):
             continue
-        for run in s.scalars(select(Run).where(Run.agent == agent.name, Run.state.in_(run_states.ACTIVE))):
+        active = select(Run).where(Run.agent == agent.name, Run.state.in_(run_states.ACTIVE))
+        for run in s.scalars(active.order_by(Run.change_id, Run.id)):  # Changes locked sorted (store.locks)
             finish_run(
                 s,
                 run,

@@ -24,6 +24,7 @@ from controlplane.services.progress import (
     task_states,
 )
 from controlplane.services.tenancy import Scope, visible_run
+from controlplane.store import locks
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event, run_event
 from controlplane.store.models import Change, DecisionReceipt, Run, RunLog, Task, utcnow
@@ -69,6 +70,7 @@ def finish_run(
     policy: escalation.Policy | None = None,
 ) -> None:
     """End `run`; a failed harness run may queue the Task's next attempt, within `policy`."""
+    locks.lock_changes(s, [run.change_id])  # the Change before the run is written (lock order)
     if run.state == "starting" and status != "failed":
         move(s, run, "running")  # a session that ended was a session that started
     move(s, run, status)
@@ -241,6 +243,16 @@ class RunMessage:
     input_seq: int = 0
     parked: str = ""  # finished, reason parked: the session, JSON
     session_state: bytes = b""
+
+
+LOCKING_KINDS = ("started", "finished")
+"""Run messages whose unit locks the run's Change."""
+
+
+def lock_message_changes(s: Session, batch: list[tuple[Any, ...]]) -> None:
+    """First in a group commit of run messages (`apply_run_message` argument tuples): the Changes its
+    starts and ends will lock, all sorted by id, before any unit writes a run (lock order)."""
+    locks.lock_changes_of_runs(s, [args[1].run_id for args in batch if args[1].kind in LOCKING_KINDS])
 
 
 def apply_run_message(

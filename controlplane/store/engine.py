@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime as dt
+import functools
+import logging
 import pathlib
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -20,9 +23,17 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane import metrics
+from controlplane.store import locks
+
 T = TypeVar("T")
+log = logging.getLogger("drover.store")
+RETRIES = 8
+"""Times a transaction is run again after a deadlock, a serialization failure or a busy SQLite database
+(pauses doubling from 20 ms to 1 s between them: about 4 s in all) before its error reaches the caller."""
 MIGRATIONS = pathlib.Path(__file__).parent / "migrations"
 SCHEMA_LOCK = 0x44524F57
 """The advisory lock held (PostgreSQL) while the schema is migrated and the first tokens are made."""
@@ -89,15 +100,29 @@ class Store:
     def migrate(self) -> None:
         migrate(self.engine)
 
-    def transaction(self, fn: Callable[..., T], *args: Any) -> T:
-        with self.sessions.begin() as session:
-            # Two transactions of one thread never overlap: a thread's escrow slices are its own.
-            session.info["holder"] = f"{self.holder}.{threading.get_ident()}"
-            return fn(session, *args)
+    def transaction(self, fn: Callable[..., T], *args: Any, retries: int = RETRIES) -> T:
+        """fn(session, *args) in one transaction. A deadlock victim, a serialization failure or a busy
+        SQLite database rolled it all back: it runs again from the start, up to `retries` times
+        (`controlplane.store.locks`), and only then does the error reach the caller."""
+        for attempt in range(retries + 1):
+            try:
+                with self.sessions.begin() as session:
+                    # Two transactions of one thread never overlap: a thread's escrow slices are its own.
+                    session.info["holder"] = f"{self.holder}.{threading.get_ident()}"
+                    return fn(session, *args)
+            except DBAPIError as err:
+                reason = locks.retry_reason(err)
+                if reason is None or attempt == retries:
+                    raise
+                metrics.on_store_retry(reason)
+                log.info("%s: %s; running the transaction again", getattr(fn, "__name__", "unit"), reason)
+                time.sleep(locks.pause(attempt))
+        raise AssertionError("unreachable")
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, retries: int = RETRIES) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.transaction, fn, *args)
+        call = functools.partial(self.transaction, fn, *args, retries=retries)
+        return await loop.run_in_executor(self._executor, call)
 
     def read_now(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(session, *args) in a read-only transaction, in this thread (a metrics scrape)."""

@@ -6,27 +6,44 @@ At low load a unit goes alone at once (no timer adds latency); under load one tr
 the messages of many agent streams, so its fixed cost (BEGIN IMMEDIATE, commit, the session) is
 paid once per batch instead of once per message. A unit that fails rolls back its savepoint only and
 answers its caller with the error; the others commit.
+
+Locks (`controlplane.store.locks`): `lock(session, batch)` runs first in every transaction and takes
+the rows the batch's units will lock, in the documented order (a run message's Change, sorted by id).
+A deadlock or serialization failure met by any unit is not the unit's own failure (the rows an earlier
+unit of the batch locked may be the cause, and its savepoint keeps them): the whole batch is rolled
+back and run again by the store; a batch that keeps failing is applied unit by unit, each in its own
+transaction with the store's retries, so such an error reaches a caller only when its unit alone
+kept meeting it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from controlplane.store.engine import Store
+from controlplane import metrics
+from controlplane.store import locks
+from controlplane.store.engine import RETRIES, Store
 
 MAX_BATCH = 256
-RETRIES = 3
-RETRYABLE = frozenset({"40P01", "40001"})  # PostgreSQL: deadlock detected, serialization failure
+BATCH_RETRIES = 3
+"""Times a whole batch is run again after a deadlock before its units go one by one."""
+log = logging.getLogger("drover.store")
+
+Lock = Callable[[Session, list[tuple[Any, ...]]], None]
 
 
 class GroupCommit:
-    def __init__(self, store: Store, fn: Callable[..., Any], max_batch: int = MAX_BATCH, lanes: int = 0) -> None:
+    def __init__(
+        self, store: Store, fn: Callable[..., Any], max_batch: int = MAX_BATCH, lanes: int = 0, lock: Lock | None = None
+    ) -> None:
         self.store, self.fn, self.max_batch = store, fn, max_batch
+        self.lock = lock
+        """Takes, first in each transaction, the row locks the batch's units will take (sorted)."""
         self.lanes = lanes or (1 if store.url.startswith("sqlite") else 4)
         """Batches in flight at once: SQLite has one writer; PostgreSQL overlaps their round trips."""
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
@@ -65,34 +82,39 @@ class GroupCommit:
             self._running -= 1  # no await since `_pending` was seen empty: nothing came in between
 
     async def _commit(self, batch: list[tuple[Any, ...]]) -> list[Any]:
-        """The batch in one transaction. A deadlock or serialization failure (two replicas' batches
-        locking meter rows) rolled everything back: the batch is applied again, up to 3 times (every
-        unit is idempotent). Any other failure of the transaction answers each unit with it."""
-        for attempt in range(RETRIES + 1):
-            try:
-                return await self.store.run(self._apply_all, batch)
-            except OperationalError as err:
-                if attempt == RETRIES or getattr(err.orig, "sqlstate", "") not in RETRYABLE:
-                    return [err] * len(batch)
-            except Exception as err:
+        """The batch in one transaction, run again by the store after a deadlock or serialization
+        failure; if it keeps meeting one, its units go one by one. Any other failure of the transaction
+        answers each unit with it."""
+        try:
+            return await self.store.run(self._apply_all, batch, retries=BATCH_RETRIES if len(batch) > 1 else RETRIES)
+        except Exception as err:
+            reason = locks.retry_reason(err)
+            if len(batch) == 1 or reason is None:
                 return [err] * len(batch)
-        raise AssertionError("unreachable")
+        metrics.on_store_retry("batch_split")
+        log.warning("a batch of %d units kept meeting %s; applying them one by one", len(batch), reason)
+        return [await self._alone(args) for args in batch]
+
+    async def _alone(self, args: tuple[Any, ...]) -> Any:
+        try:
+            return (await self.store.run(self._apply_all, [args]))[0]
+        except Exception as err:
+            return err
 
     def _apply_all(self, s: Session, batch: list[tuple[Any, ...]]) -> list[Any]:
+        if self.lock is not None:
+            self.lock(s, batch)
         if len(batch) == 1:  # alone: no savepoint needed, an error rolls the whole transaction back
             return [self.fn(s, *batch[0])]
         return [self._apply_one(s, args) for args in batch]
 
     def _apply_one(self, s: Session, args: tuple[Any, ...]) -> Any:
-        """One unit in its savepoint. A deadlock victim is applied again in a fresh savepoint (rolling
-        back to the savepoint released the locks the unit took, so the other side goes on)."""
-        for attempt in range(RETRIES + 1):
-            try:
-                with s.begin_nested():
-                    return self.fn(s, *args)
-            except OperationalError as err:
-                if attempt == RETRIES or getattr(err.orig, "sqlstate", "") not in RETRYABLE:
-                    return err
-            except Exception as err:
-                return err
-        raise AssertionError("unreachable")
+        """One unit in its savepoint. A deadlock or serialization failure rolls the whole batch back
+        (raised on): the locks held against it may be an earlier unit's, which its savepoint keeps."""
+        try:
+            with s.begin_nested():
+                return self.fn(s, *args)
+        except Exception as err:
+            if locks.retry_reason(err) is not None:
+                raise
+            return err
