@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Protocol
 
+from agentd import seccomp
 from agentd.confined import Confined, ready_pipe
 from agentd.launch import Launch, env_file
 
@@ -110,6 +111,8 @@ class SandboxPolicy:
     """Processes of the command's user (RLIMIT_NPROC); default 512."""
     user: str = ""
     """Run as this user (a name in the passwd database); empty: as agentd's own user."""
+    seccomp: bool = True
+    """Run under agentd/seccomp.py's filter (no user namespaces, mounts, keyrings, bpf, io_uring...)."""
 
 
 class Sandbox(Protocol):
@@ -260,14 +263,22 @@ class BubblewrapSandbox:
             command += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.inside]
         command += _mkdirs(os.path.dirname(shown), made, bound)
         command += ["--bind", str(pathlib.Path(shown).resolve()), shown]
-        command += ["--remount-ro", "/", "--"]
-        env_fd = env_file(env)
+        # The seccomp filter (agentd/seccomp.py) applies from the launcher on: no user namespaces
+        filter_fd, filter_args = seccomp.for_bwrap() if self.policy.seccomp else (None, [])
+        command += ["--remount-ro", "/", *filter_args, "--"]
+        try:
+            env_fd = env_file(env)
+        except ValueError:
+            if filter_fd is not None:
+                os.close(filter_fd)
+            raise
         # The launcher changes directory after it became the user: bwrap, root without
         # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
         # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
         command += _launcher(self.policy, LAUNCHER_INSIDE, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
-        fds = (env_fd,) if ready_fd is None else (ready_fd, env_fd)
-        return Launch(command + list(argv), pass_fds=fds, owned=(env_fd,))
+        owned = (env_fd,) if filter_fd is None else (env_fd, filter_fd)
+        fds = owned if ready_fd is None else (ready_fd, *owned)
+        return Launch(command + list(argv), pass_fds=fds, owned=owned)
 
     def probe(self) -> str:
         """Whether bubblewrap can set up this sandbox here (as the policy's user): "" when it can,
