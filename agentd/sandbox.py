@@ -3,10 +3,10 @@
 
 A Sandbox only rewrites a command: `wrap(argv, cwd, env)` answers the Launch (agentd/launch.py) to
 spawn: bubblewrap with a fixed environment in "/", the command's own `env` in a memory file only the
-launcher reads inside. In bubblewrap the command sees its workspace
-read-write, the system and an allowlist of /etc read-only, a private /tmp, its own PID namespace
-(nothing outlives it) and no network unless the policy allows it; nothing of agentd (config,
-spool, tokens, keys, other runs), /root or /home. The `agentd/rlimits.py` launcher runs first
+launcher reads inside. In bubblewrap the command sees its workspace read-write, the system and an
+allowlist of /etc read-only, a private /tmp, its own PID namespace (nothing outlives it), no network
+unless the policy allows it, and a seccomp filter refusing user namespaces (agentd/seccomp.py);
+nothing of agentd (config, spool, tokens, keys, other runs), /root or /home. The `agentd/rlimits.py` launcher runs first
 inside it: it sets the resource limits and drops to the session user before the command starts.
 """
 
@@ -263,20 +263,13 @@ class BubblewrapSandbox:
             command += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.inside]
         command += _mkdirs(os.path.dirname(shown), made, bound)
         command += ["--bind", str(pathlib.Path(shown).resolve()), shown]
-        # The seccomp filter (agentd/seccomp.py) applies from the launcher on: no user namespaces
-        filter_fd, filter_args = seccomp.for_bwrap() if self.policy.seccomp else (None, [])
+        owned, filter_args = _descriptors(env, self.policy.seccomp)
+        env_fd = owned[0]
         command += ["--remount-ro", "/", *filter_args, "--"]
-        try:
-            env_fd = env_file(env)
-        except ValueError:
-            if filter_fd is not None:
-                os.close(filter_fd)
-            raise
         # The launcher changes directory after it became the user: bwrap, root without
         # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
         # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
         command += _launcher(self.policy, LAUNCHER_INSIDE, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
-        owned = (env_fd,) if filter_fd is None else (env_fd, filter_fd)
         fds = owned if ready_fd is None else (ready_fd, *owned)
         return Launch(command + list(argv), pass_fds=fds, owned=owned)
 
@@ -350,6 +343,21 @@ def for_mode(mode: str, policy: SandboxPolicy, bwrap: str = BWRAP) -> Sandbox:
     if mode != "bubblewrap":
         raise ValueError(f"unknown sandbox mode {mode!r} (known: {', '.join(MODES)})")
     return BubblewrapSandbox(policy, bwrap)
+
+
+def _descriptors(env: dict[str, str], filtered: bool) -> tuple[tuple[int, ...], list[str]]:
+    """The command's env file (agentd/launch.py) and, when `filtered`, the seccomp filter's
+    (agentd/seccomp.py: no user namespaces, mounts, keyrings, bpf, io_uring...), which bwrap applies
+    from the launcher on; with bwrap's arguments for the filter."""
+    env_fd = env_file(env)
+    if not filtered:
+        return (env_fd,), []
+    try:
+        filter_fd, args = seccomp.for_bwrap()
+    except BaseException:
+        os.close(env_fd)
+        raise
+    return (env_fd, filter_fd), args
 
 
 def _mkdirs(path: str, made: set[str], bound: list[str]) -> list[str]:

@@ -273,8 +273,9 @@ subprocess.run(git + ["init", "-q", "repo"], check=True)
 open("repo/a.txt", "w").write("a\n")
 subprocess.run(git + ["-C", "repo", "add", "a.txt"], check=True)
 subprocess.run(git + ["-C", "repo", "commit", "-qm", "first"], check=True)
-print(subprocess.run(git + ["-C", "repo", "log", "--format=%s"], capture_output=True, text=True, check=True).stdout, end="")
-print(subprocess.run("echo one | tr o O | cat", shell=True, capture_output=True, text=True, check=True).stdout, end="")
+log = subprocess.run(git + ["-C", "repo", "log", "--format=%s"], capture_output=True, text=True, check=True)
+piped = subprocess.run("echo one | tr o O | cat", shell=True, capture_output=True, text=True, check=True)
+print(log.stdout + piped.stdout, end="")
 """
 
 
