@@ -95,6 +95,11 @@ def prepare(config: AgentConfig) -> Isolation:
             "behind !!!",
         )
     reason = probe(config)
+    if reason and config.seccomp and not probe(dataclasses.replace(config, seccomp=False)):
+        raise Refused(
+            f"bubblewrap works here but cannot apply agentd's seccomp filter ({reason}). Set seccomp = false "
+            f"(env DROVER_AGENTD_SECCOMP=0) to run Tasks without it; {NO_SECCOMP.split(': ', 1)[1]}"
+        )
     if reason:
         raise Refused(no_sandbox_message(reason))
     if not config.seccomp:

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentd import seccomp
+from agentd import isolation, seccomp
+from agentd.config import AgentConfig
 from agentd.confined import Confined, ready_pipe
 from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
 
@@ -283,3 +284,24 @@ def test_builds_work_under_the_filter(workspace: pathlib.Path) -> None:
     done = sandboxed([sys.executable, "-c", WORKLOAD], workspace)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "first\nOne\n"
+
+
+# --- at agentd's start -------------------------------------------------------------------------------
+
+
+def test_agentd_refuses_to_start_where_the_filter_cannot_apply(workspace: pathlib.Path) -> None:
+    """A bubblewrap that refuses --seccomp (as an old kernel without filters would): agentd says so,
+    and that `seccomp = false` starts it, with a warning."""
+    bwrap = workspace / "bwrap"
+    bwrap.write_text(
+        '#!/bin/sh\ncase " $* " in *" --seccomp "*) echo "bwrap: prctl(PR_SET_SECCOMP): Invalid argument" >&2;'
+        ' exit 1;; esac\nexec /usr/bin/bwrap "$@"\n'
+    )
+    bwrap.chmod(0o755)
+    with pytest.raises(
+        isolation.Refused, match=r"cannot apply agentd's seccomp filter .*Invalid argument.*seccomp = false"
+    ):
+        isolation.prepare(AgentConfig(bwrap=str(bwrap)))
+    started = isolation.prepare(AgentConfig(bwrap=str(bwrap), seccomp=False))
+    assert "WITHOUT a seccomp filter" in started.said and "create user namespaces" in started.warning
+    assert "under a seccomp filter" in isolation.prepare(AgentConfig()).said
