@@ -130,14 +130,15 @@ class Sandbox(Protocol):
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: pathlib.Path | Sequence[pathlib.Path] | None = None,
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
     ) -> Launch:
         """The Launch that runs `argv` in `cwd` with exactly `env`. `writable` (default `cwd`)
-        is the directory the command may change; `ready_fd`, inherited by the command's launcher,
+        are the directories the command may change; `ready_fd`, inherited by the command's launcher,
         gets its PID namespace once the sandbox is up; `binds` show more of the host inside (a
-        runtime's installation, the model gateway's socket)."""
+        runtime's installation, the model gateway's socket, the workspace's git directory read-only
+        at repo/.git), each after the writable directories, so one may lie inside them."""
         ...
 
 
@@ -219,7 +220,7 @@ class BubblewrapSandbox:
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: pathlib.Path | Sequence[pathlib.Path] | None = None,
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
     ) -> Launch:
@@ -230,7 +231,7 @@ class BubblewrapSandbox:
         if self.policy.user and not self.privileged and user_ids(self.policy.user)[0] != os.geteuid():
             raise ValueError(f"running commands as {self.policy.user!r} needs agentd to run as root")
         inside = os.path.abspath(cwd)
-        shown = os.path.abspath(writable if writable is not None else cwd)
+        shown = [os.path.abspath(path) for path in _paths(writable, cwd)]
         switches = bool(self.policy.user) and user_ids(self.policy.user)[0] != os.geteuid()
         command = [
             self.bwrap,
@@ -257,12 +258,14 @@ class BubblewrapSandbox:
             bound.append(path)
         command += _mkdirs(os.path.dirname(LAUNCHER_INSIDE), made, bound)
         command += ["--ro-bind", str(LAUNCHER), LAUNCHER_INSIDE]
+        for path in shown:
+            command += _mkdirs(os.path.dirname(path), made, bound)
+            command += ["--bind", str(pathlib.Path(path).resolve()), path]
+        bound += shown
         for bind in binds:
             if not _under(bind.inside, tuple(bound)):
                 command += _mkdirs(os.path.dirname(bind.inside), made, bound)
             command += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.inside]
-        command += _mkdirs(os.path.dirname(shown), made, bound)
-        command += ["--bind", str(pathlib.Path(shown).resolve()), shown]
         owned, filter_args = _descriptors(env, self.policy.seccomp)
         env_fd = owned[0]
         command += ["--remount-ro", "/", *filter_args, "--"]
@@ -270,8 +273,7 @@ class BubblewrapSandbox:
         # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
         # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
         command += _launcher(self.policy, LAUNCHER_INSIDE, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
-        fds = owned if ready_fd is None else (ready_fd, *owned)
-        return Launch(command + list(argv), pass_fds=fds, owned=owned)
+        return Launch(command + list(argv), pass_fds=tuple(f for f in (ready_fd, *owned) if f is not None), owned=owned)
 
     def probe(self) -> str:
         """Whether bubblewrap can set up this sandbox here (as the policy's user): "" when it can,
@@ -319,7 +321,7 @@ class PlainSandbox:
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: pathlib.Path | Sequence[pathlib.Path] | None = None,
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
     ) -> Launch:
@@ -358,6 +360,14 @@ def _descriptors(env: dict[str, str], filtered: bool) -> tuple[tuple[int, ...], 
         os.close(env_fd)
         raise
     return (env_fd, filter_fd), args
+
+
+def _paths(writable: pathlib.Path | Sequence[pathlib.Path] | None, cwd: pathlib.Path) -> list[pathlib.Path]:
+    if writable is None:
+        return [cwd]
+    if isinstance(writable, (str, os.PathLike)):
+        return [pathlib.Path(writable)]
+    return [pathlib.Path(path) for path in writable]
 
 
 def _mkdirs(path: str, made: set[str], bound: list[str]) -> list[str]:
