@@ -305,3 +305,39 @@ def test_agentd_refuses_to_start_where_the_filter_cannot_apply(workspace: pathli
     started = isolation.prepare(AgentConfig(bwrap=str(bwrap), seccomp=False))
     assert "WITHOUT a seccomp filter" in started.said and "create user namespaces" in started.warning
     assert "under a seccomp filter" in isolation.prepare(AgentConfig()).said
+
+
+UNPRIVILEGED = """
+import json, pathlib, subprocess, sys, tempfile
+sys.path.insert(0, {root!r})
+from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
+work = pathlib.Path(tempfile.mkdtemp())
+out = []
+for filtered in (True, False):
+    with BubblewrapSandbox(SandboxPolicy(seccomp=filtered)).wrap(["unshare", "-U", "true"], work, {{}}) as launch:
+        done = subprocess.run(launch.argv, capture_output=True, text=True, **launch.spawn_kwargs())
+    out.append([launch.argv.count("--unshare-all"), done.returncode, done.stderr])
+print(json.dumps(out))
+"""
+
+
+def test_an_agentd_that_is_not_root_filters_too(workspace: pathlib.Path) -> None:
+    """Not root, bubblewrap makes a user namespace for the sandbox; the command cannot nest another."""
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3") or not shutil.which("unshare"):
+        pytest.skip("needs root (to run as nobody), /usr/bin/python3 and unshare")
+    nobody = pwd.getpwnam("nobody")
+    done = subprocess.run(
+        ["/usr/bin/python3", "-I", "-c", UNPRIVILEGED.format(root=str(pathlib.Path(seccomp.__file__).parents[1]))],
+        capture_output=True,
+        text=True,
+        user=nobody.pw_uid,
+        group=nobody.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (unshared, code, err), (_, unfiltered_code, unfiltered_err) = json.loads(done.stdout)
+    assert unshared == 1 and code == 1 and "Operation not permitted" in err
+    assert unfiltered_code == 0, unfiltered_err  # nesting one was possible in bubblewrap's namespace
