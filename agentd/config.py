@@ -52,6 +52,9 @@ class AgentConfig:
     agentd refuses to start where bubblewrap cannot make its namespaces."""
     bwrap: str = "/usr/bin/bwrap"
     """The bubblewrap executable."""
+    seccomp: bool = True
+    """Run every sandboxed command under agentd's seccomp filter (no user namespaces, mounts, keyrings,
+    bpf, perf events, io_uring, TIOCSTI: agentd/seccomp.py); false turns it off, with a warning at start."""
     tls: bool = False
     """Dial with TLS (system roots, or ca_file)."""
     ca_file: str = ""

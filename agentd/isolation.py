@@ -15,6 +15,12 @@ RUN_USER = "drover-run"
 """The dedicated unprivileged user runs execute as when agentd runs as root (deploy/Dockerfile makes it)."""
 
 
+NO_SECCOMP = (
+    "seccomp = false: sandboxed commands run WITHOUT the seccomp filter: they can create user namespaces "
+    "(and be root in them), mount inside them, and reach keyrings, bpf, perf events and io_uring"
+)
+
+
 class Refused(Exception):
     """agentd will not start; the message says why and what to do."""
 
@@ -59,7 +65,7 @@ class Isolation:
 def probe(config: AgentConfig) -> str:
     """Why bubblewrap cannot run this agent's Tasks here, or "" when it can."""
     user = default_session_user(config.session_user, os.geteuid(), _user_exists)
-    return BubblewrapSandbox(SandboxPolicy(user=user), config.bwrap).probe()
+    return BubblewrapSandbox(SandboxPolicy(user=user, seccomp=config.seccomp), config.bwrap).probe()
 
 
 def prepare(config: AgentConfig) -> Isolation:
@@ -89,6 +95,13 @@ def prepare(config: AgentConfig) -> Isolation:
             "behind !!!",
         )
     reason = probe(config)
+    if reason and config.seccomp and not probe(dataclasses.replace(config, seccomp=False)):
+        raise Refused(
+            f"bubblewrap works here but cannot apply agentd's seccomp filter ({reason}). Set seccomp = false "
+            f"(env DROVER_AGENTD_SECCOMP=0) to run Tasks without it; {NO_SECCOMP.split(': ', 1)[1]}"
+        )
     if reason:
         raise Refused(no_sandbox_message(reason))
-    return Isolation(config, f"{who}, each in bubblewrap ({config.bwrap})")
+    if not config.seccomp:
+        return Isolation(config, f"{who}, each in bubblewrap ({config.bwrap}) WITHOUT a seccomp filter", NO_SECCOMP)
+    return Isolation(config, f"{who}, each in bubblewrap ({config.bwrap}) under a seccomp filter")

@@ -36,6 +36,7 @@ def run_spec(assignment: Any, config: AgentConfig) -> dict[str, Any]:
         # decided once at start (agentd/isolation.py); a supervisor never falls back from it
         "sandbox": "none" if config.unsafe_no_sandbox else "bubblewrap",
         "bwrap": config.bwrap,
+        "seccomp": config.seccomp,
     }
     if assignment.limits.get("output_bytes", 0) > 0:  # the supervisors stop recording past it
         spec["output_limit_bytes"] = assignment.limits["output_bytes"]

@@ -3,10 +3,10 @@
 
 A Sandbox only rewrites a command: `wrap(argv, cwd, env)` answers the Launch (agentd/launch.py) to
 spawn: bubblewrap with a fixed environment in "/", the command's own `env` in a memory file only the
-launcher reads inside. In bubblewrap the command sees its workspace
-read-write, the system and an allowlist of /etc read-only, a private /tmp, its own PID namespace
-(nothing outlives it) and no network unless the policy allows it; nothing of agentd (config,
-spool, tokens, keys, other runs), /root or /home. The `agentd/rlimits.py` launcher runs first
+launcher reads inside. In bubblewrap the command sees its workspace read-write, the system and an
+allowlist of /etc read-only, a private /tmp, its own PID namespace (nothing outlives it), no network
+unless the policy allows it, and a seccomp filter refusing user namespaces (agentd/seccomp.py);
+nothing of agentd (config, spool, tokens, keys, other runs), /root or /home. The `agentd/rlimits.py` launcher runs first
 inside it: it sets the resource limits and drops to the session user before the command starts.
 """
 
@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from agentd import seccomp
 from agentd.confined import Confined, ready_pipe
 from agentd.launch import Launch, env_file
 from drover.core import commands
@@ -111,6 +112,8 @@ class SandboxPolicy:
     """Processes of the command's user (RLIMIT_NPROC); default 512."""
     user: str = ""
     """Run as this user (a name in the passwd database); empty: as agentd's own user."""
+    seccomp: bool = True
+    """Run under agentd/seccomp.py's filter (no user namespaces, mounts, keyrings, bpf, io_uring...)."""
 
 
 class Sandbox(Protocol):
@@ -268,14 +271,14 @@ class BubblewrapSandbox:
             if not _under(bind.inside, tuple(bound)):
                 command += _mkdirs(os.path.dirname(bind.inside), made, bound)
             command += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.inside]
-        command += ["--remount-ro", "/", "--"]
-        env_fd = env_file(env)
+        owned, filter_args = _descriptors(env, self.policy.seccomp)
+        env_fd = owned[0]
+        command += ["--remount-ro", "/", *filter_args, "--"]
         # The launcher changes directory after it became the user: bwrap, root without
         # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
         # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
         command += _launcher(self.policy, LAUNCHER_INSIDE, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
-        fds = (env_fd,) if ready_fd is None else (ready_fd, env_fd)
-        return Launch(command + list(argv), pass_fds=fds, owned=(env_fd,))
+        return Launch(command + list(argv), pass_fds=tuple(f for f in (ready_fd, *owned) if f is not None), owned=owned)
 
     def probe(self) -> str:
         """Whether bubblewrap can set up this sandbox here (as the policy's user): "" when it can,
@@ -346,6 +349,21 @@ def for_mode(mode: str, policy: SandboxPolicy, bwrap: str = BWRAP) -> Sandbox:
     if mode != "bubblewrap":
         raise ValueError(f"unknown sandbox mode {mode!r} (known: {', '.join(MODES)})")
     return BubblewrapSandbox(policy, bwrap)
+
+
+def _descriptors(env: dict[str, str], filtered: bool) -> tuple[tuple[int, ...], list[str]]:
+    """The command's env file (agentd/launch.py) and, when `filtered`, the seccomp filter's
+    (agentd/seccomp.py: no user namespaces, mounts, keyrings, bpf, io_uring...), which bwrap applies
+    from the launcher on; with bwrap's arguments for the filter."""
+    env_fd = env_file(env)
+    if not filtered:
+        return (env_fd,), []
+    try:
+        filter_fd, args = seccomp.for_bwrap()
+    except BaseException:
+        os.close(env_fd)
+        raise
+    return (env_fd, filter_fd), args
 
 
 def _paths(writable: pathlib.Path | Sequence[pathlib.Path] | None, cwd: pathlib.Path) -> list[pathlib.Path]:

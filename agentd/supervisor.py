@@ -270,7 +270,9 @@ class Supervisor:
 def sandbox_for(spec: dict[str, Any], network: bool, **limits: int) -> Sandbox:
     """The sandbox the run's spec names, as its session user; a spec from before modes existed
     means bubblewrap. ValueError when the user does not exist. `limits` replace SandboxPolicy's."""
-    policy = SandboxPolicy(network=network, user=spec.get("session_user", ""), **limits)
+    policy = SandboxPolicy(
+        network=network, user=spec.get("session_user", ""), seccomp=spec.get("seccomp", True), **limits
+    )
     if policy.user:
         user_ids(policy.user)
     return for_mode(spec.get("sandbox", "bubblewrap"), policy, spec.get("bwrap") or BWRAP)

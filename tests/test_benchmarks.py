@@ -35,6 +35,7 @@ SMALLEST = {
     ),
     "routing_economics.py": (["--tasks", "50"], ["always sonnet", "rules + classifier", "shipped vs always-sonnet:"]),
     "runstart.py": (["--runs", "2", "--warmup", "1"], ["a->exec", "a->started"]),
+    "seccomp.py": (["--calls", "2000", "--rounds", "1"], ["getppid ns", "compileall of"]),
     "packets.py": (
         ["--files", "200", "--runs", "2", "--memory-files", "10", "--queries", "2"],
         ["compile     ms", "query ms"],

@@ -153,7 +153,9 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
         # environment is in a memory file only the launcher reads
         assert launch.env == {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"} and launch.cwd == "/"
         env_fd = int(argv[argv.index("--env-fd") + 1])
-        assert launch.owned == (env_fd,) and env_fd in launch.pass_fds
+        # and the seccomp filter (agentd/seccomp.py) in another, which bwrap reads
+        filter_fd = int(argv[argv.index("--seccomp") + 1])
+        assert launch.owned == (env_fd, filter_fd) and {env_fd, filter_fd} <= set(launch.pass_fds)
         assert os.pread(env_fd, 100, 0) == b"A=1\0"
     end = argv.index("--")
     command, inside = argv[:end], argv[end + 1 :]
