@@ -15,7 +15,7 @@ import subprocess
 import time
 from typing import Any
 
-from agentd import processes
+from agentd import cgroups, processes, run_disk, run_slots
 from agentd.config import AgentConfig
 from agentd.connection import ChannelSettings
 from agentd.logbatch import LogBatcher
@@ -52,6 +52,7 @@ class RunSlot:
     driver: str = "command"
     awaiting_resume: bool = False  # a harness whose supervisor died: waiting for its secrets again
     unreadable: str = ""  # why its run dir could not be read after a restart: reported once connected
+    slot: int = -1  # its run slot (agentd/run_slots.py): its uid and cgroup
 
     @property
     def live(self) -> bool:
@@ -68,6 +69,7 @@ class Runs:
         self.secrets: dict[str, dict[str, str]] = {}
         self.removals: set[asyncio.Task[None]] = set()  # run dirs kept until their stopped supervisor exits
         self.template = processes.Template(self.config.spool) if config.prefork else None
+        self.hierarchy = cgroups.detect() if config.cgroups else None  # agentd/isolation.py checked it works
 
     # --- what hello says ------------------------------------------------------------------------
 
@@ -111,20 +113,22 @@ class Runs:
                 slot.box.finished = True  # listed as undelivered; its result goes out once connected
                 self._stop(slot)
                 self._add(slot)
+        self._release_disks({s.run_id for s in self.slots.values() if s.live})
 
     def _recover(self, run_dir: pathlib.Path) -> None:
         try:
-            driver = json.loads((run_dir / "assignment.json").read_text()).get("driver", "command")
+            spec = json.loads((run_dir / "assignment.json").read_text())
+            driver, slot_index = spec.get("driver", "command"), int(spec.get("slot", -1))
         except (FileNotFoundError, ValueError):
             if not (run_dir / "outbox.jsonl").exists():  # the run never started here
                 shutil.rmtree(run_dir, ignore_errors=True)
                 return
-            driver = "command"  # torn, yet the run started: follow it, without harness resumes
+            driver, slot_index = "command", -1  # torn, yet the run started: follow it, without harness resumes
         box = RunOutbox(run_dir)
         if box.delivered:
             shutil.rmtree(run_dir, ignore_errors=True)
             return
-        slot = RunSlot(run_dir.name, run_dir, box, driver=driver)
+        slot = RunSlot(run_dir.name, run_dir, box, driver=driver, slot=slot_index)
         if slot.live and driver == "harness" and not self._supervisor_alive(slot):
             slot.awaiting_resume = self._starts(slot) < MAX_STARTS
         self._add(slot)
@@ -154,12 +158,15 @@ class Runs:
         if free_bytes(self.root) < self.config.min_free_spool_bytes:
             raise Refused("disk_full")
         run_dir = self.root / assignment.run_id
-        spec = run_spec(assignment, self.config)
+        slot_index = run_slots.lowest_free((s.slot for s in self.slots.values() if s.live), self.config.capacity)
+        if slot_index is None:
+            raise Refused("at_capacity")
+        spec = run_spec(assignment, self.config, slot_index, self._prepare_slot(slot_index))
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "assignment.json").write_text(json.dumps(spec))
             box = RunOutbox(run_dir)
-            slot = RunSlot(assignment.run_id, run_dir, box, driver=assignment.driver)
+            slot = RunSlot(assignment.run_id, run_dir, box, driver=assignment.driver, slot=slot_index)
             box.append("started", end=0)
             self._launch(slot, dict(assignment.secret_env))
         except OSError as err:  # nothing was sent yet: undo the half-made run and refuse it
@@ -169,6 +176,32 @@ class Runs:
             log.error("run %s: cannot store it in the spool: %s", assignment.run_id, err)
             raise Refused("disk_full" if is_full(err) else f"spool_error: {err.strerror}") from err
         self._add(slot)
+
+    def _prepare_slot(self, index: int) -> list[str]:
+        """Ready run slot `index` for a new run: what a previous run of it left is killed, its cgroups made
+        afresh with this agent's limits. Answers the cgroup directories (none without cgroups)."""
+        if run_slots.slotted(self.config.session_user, os.geteuid()):
+            uid, _ = run_slots.ids(self.config.run_uid_base, index)
+            if killed := run_slots.kill_leftovers(uid):
+                log.warning("run slot %d: killed %d processes a previous run left behind", index, killed)
+        if self.hierarchy is None:
+            return []
+        limits = cgroups.Limits(self.config.run_memory_bytes, self.config.run_processes)
+        try:
+            return [str(d) for d in cgroups.prepare_slot(self.hierarchy, self.config.name, index, limits)]
+        except OSError as err:
+            log.error("run slot %d: cannot make its cgroups: %s", index, err)
+            raise Refused(f"cgroup_error: {err}") from err
+
+    def _release_disks(self, live: set[str]) -> None:
+        """Unmount and delete the filesystems of runs that are over (a supervisor died, or agentd stopped
+        before it cleaned up)."""
+        if self.config.keep_workspaces:
+            return
+        for workspace_dir in run_disk.leftovers(self.config.work_dir, live):
+            log.warning("run %s: releasing the filesystem its supervisor left behind", workspace_dir.name)
+            run_disk.release(workspace_dir)
+            shutil.rmtree(workspace_dir, ignore_errors=True)
 
     def _launch(self, slot: RunSlot, secret_env: dict[str, str]) -> None:
         """Start the run's supervisor. A full spool raises (the caller refuses or fails the run);
@@ -393,3 +426,5 @@ class Runs:
         )
         if self.template is not None:
             self.template.close()
+        if self.hierarchy is not None and not self.busy:  # live runs keep theirs across a restart
+            cgroups.remove_agent(self.hierarchy, self.config.name)

@@ -108,6 +108,20 @@ class SandboxPolicy:
     """Processes of the command's user (RLIMIT_NPROC); default 512."""
     user: str = ""
     """Run as this user (a name in the passwd database); empty: as agentd's own user."""
+    uid: int = -1
+    """Run as this uid and `gid` (a run slot's, agentd/run_slots.py) instead of `user`; -1: `user`."""
+    gid: int = -1
+    cgroup_fds: tuple[int, ...] = ()
+    """Open descriptors of the run's cgroup.procs files (agentd/cgroups.py): the launcher joins them
+    before it drops to the user. The caller passes them to the process (pass_fds)."""
+    tmp_bytes: int = 1 * GiB
+    """Size of the sandbox's private /tmp (a tmpfs, counted in the run's memory)."""
+
+    def ids(self) -> tuple[int, int] | None:
+        """The uid and gid the command runs as; None: agentd's own. ValueError for an unknown user."""
+        if self.uid >= 0:
+            return self.uid, self.gid if self.gid >= 0 else self.uid
+        return user_ids(self.user) if self.user else None
 
 
 class Sandbox(Protocol):
@@ -153,9 +167,11 @@ def _launcher(
         "--nproc",
         str(policy.processes),
     ]
-    if policy.user:
-        uid, gid = user_ids(policy.user)
-        argv += ["--uid", str(uid), "--gid", str(gid)]
+    ids = policy.ids()
+    if ids is not None:
+        argv += ["--uid", str(ids[0]), "--gid", str(ids[1])]
+    if policy.cgroup_fds:
+        argv += ["--cgroup-fds", ",".join(map(str, policy.cgroup_fds))]
     if chdir is not None:
         argv += ["--chdir", str(chdir)]
     if ready_fd is not None:
@@ -216,11 +232,12 @@ class BubblewrapSandbox:
             raise ValueError("no command to run")
         if "=" in argv[0]:
             raise ValueError(f"a command name with '=' cannot run in the sandbox: {argv[0]!r}")
-        if self.policy.user and not self.privileged and user_ids(self.policy.user)[0] != os.geteuid():
-            raise ValueError(f"running commands as {self.policy.user!r} needs agentd to run as root")
+        ids = self.policy.ids()
+        switches = ids is not None and ids[0] != os.geteuid()
+        if switches and not self.privileged:
+            raise ValueError(f"running commands as {self.policy.user or ids}: needs agentd to run as root")
         inside = os.path.abspath(cwd)
         shown = os.path.abspath(writable if writable is not None else cwd)
-        switches = bool(self.policy.user) and user_ids(self.policy.user)[0] != os.geteuid()
         command = [
             self.bwrap,
             *namespace_flags(self.privileged, self.policy.network, switches),
@@ -238,7 +255,8 @@ class BubblewrapSandbox:
             path = f"/etc/{name}"
             if os.path.exists(path):  # a symlink's target is bound (it may live under /run)
                 command += _mkdirs(os.path.dirname(path), made, bound) + ["--ro-bind", path, path]
-        command += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+        tmp = ["--perms", "1777", "--size", str(self.policy.tmp_bytes), "--tmpfs", "/tmp"]
+        command += ["--dev", "/dev", "--proc", "/proc", *tmp]
         # After --tmpfs /tmp, so a Python or a workspace under /tmp is not hidden by it. Each parent
         # is made 0755: bwrap would make it 0700, which the session user cannot pass through.
         for path in _python_dirs():

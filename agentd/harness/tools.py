@@ -189,7 +189,7 @@ class TaskTools:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                pass_fds=() if write is None else (write,),
+                pass_fds=(*self.sandbox.policy.cgroup_fds, *(() if write is None else (write,))),
             )
         except BaseException:
             if read is not None:

@@ -175,7 +175,7 @@ class RuntimeRun(HarnessRun):
     ) -> RunEnded:
         ctx.home.mkdir(parents=True, exist_ok=True)
         session.setup(ctx)
-        workspace.hand_over(self.ws_dir, sandbox.policy.user)  # the session user owns its workspace and $HOME
+        workspace.hand_over(self.ws_dir, sandbox.policy.ids())  # the session user owns its workspace and $HOME
         argv = session.argv(ctx)
         binds = [
             Bind(install_root(ctx.executable), str(install_root(ctx.executable))),
@@ -204,6 +204,7 @@ class RuntimeRun(HarnessRun):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                pass_fds=sandbox.policy.cgroup_fds,
                 limit=16 << 20,  # a stream-json line carries whole tool results
             )
         except (OSError, ValueError) as err:
