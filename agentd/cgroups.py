@@ -50,8 +50,9 @@ class Limits:
     processes: int
 
 
-def detect(root: pathlib.Path = ROOT) -> Hierarchy:
-    """The cgroup hierarchy of this host with memory and pids control, or Unavailable."""
+def detect(root: pathlib.Path = ROOT, mounts: str | None = None) -> Hierarchy:
+    """The cgroup hierarchy of this host with memory and pids control, or Unavailable. `mounts` is
+    /proc/self/mounts (read when not given): v1 hierarchies are found by their mount options."""
     controllers = root / "cgroup.controllers"
     if controllers.exists():
         have = set(controllers.read_text().split())
@@ -59,24 +60,29 @@ def detect(root: pathlib.Path = ROOT) -> Hierarchy:
         if lacking:
             raise Unavailable(f"cgroup v2 at {root} lacks the {', '.join(lacking)} controller")
         return Hierarchy(2, {"unified": root})
-    mounts = {}
-    for name in (*V1_REQUIRED, *V1_OPTIONAL):
-        path = _v1_mount(root, name)
-        if path is not None:
-            mounts[name] = path
-    missing = [name for name in V1_REQUIRED if name not in mounts]
+    if mounts is None:
+        try:
+            mounts = pathlib.Path("/proc/self/mounts").read_text()
+        except OSError as err:
+            raise Unavailable(f"cannot read the mounts: {err}") from None
+    found = v1_mounts(mounts)
+    missing = [name for name in V1_REQUIRED if name not in found]
     if missing:
         raise Unavailable(f"no cgroup v2 at {root} and no v1 {', '.join(missing)} hierarchy")
-    return Hierarchy(1, mounts)
+    return Hierarchy(1, {name: found[name] for name in (*V1_REQUIRED, *V1_OPTIONAL) if name in found})
 
 
-def _v1_mount(root: pathlib.Path, controller: str) -> pathlib.Path | None:
-    marker = {"memory": "memory.limit_in_bytes", "pids": "pids.max", "cpu": "cpu.shares"}[controller]
-    candidates = [root / controller, *sorted(root.glob(f"*{controller}*"))]  # cpu may be cpu,cpuacct
-    for path in candidates:
-        if (path / marker).exists():
-            return path
-    return None
+def v1_mounts(mounts: str) -> dict[str, pathlib.Path]:
+    """controller -> mount point of each cgroup v1 hierarchy in a /proc/self/mounts text."""
+    found: dict[str, pathlib.Path] = {}
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[2] != "cgroup":
+            continue
+        for option in fields[3].split(","):
+            if option in (*V1_REQUIRED, *V1_OPTIONAL) and option not in found:
+                found[option] = pathlib.Path(fields[1].replace("\\040", " "))
+    return found
 
 
 def group_name(agent: str) -> str:
