@@ -165,17 +165,16 @@ class Supervisor:
         argv = spec["argv"]
         read, write = ready_pipe() if sandbox.isolated else (None, None)
         try:
-            wrapped, env = sandbox.wrap(argv, repo_dir, env, writable=repo_dir.parent, ready_fd=write)
-            child = subprocess.Popen(
-                wrapped,
-                cwd=repo_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                pass_fds=(*sandbox.policy.cgroup_fds, *(() if write is None else (write,))),
-            )
+            # bwrap runs as root before any namespace exists: it gets a fixed environment in "/", and
+            # the Task's env reaches the command alone (agentd/launch.py)
+            with sandbox.wrap(argv, repo_dir, env, writable=repo_dir.parent, ready_fd=write) as launch:
+                child = subprocess.Popen(
+                    launch.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    **launch.spawn_kwargs(),
+                )
         except (OSError, ValueError) as err:
             if read is not None:
                 os.close(read)

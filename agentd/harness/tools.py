@@ -180,17 +180,14 @@ class TaskTools:
         allowlist.check_command(argv, self.policy)
         read, write = ready_pipe() if self.sandbox.isolated else (None, None)
         try:
-            wrapped, env = self.sandbox.wrap(argv, self.root, dict(self.env), writable=self.shown, ready_fd=write)
-            proc = await asyncio.create_subprocess_exec(
-                *wrapped,
-                cwd=self.root,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=(*self.sandbox.policy.cgroup_fds, *(() if write is None else (write,))),
-            )
+            with self.sandbox.wrap(argv, self.root, dict(self.env), writable=self.shown, ready_fd=write) as launch:
+                proc = await asyncio.create_subprocess_exec(
+                    *launch.argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    **launch.spawn_kwargs(),
+                )
         except BaseException:
             if read is not None:
                 os.close(read)

@@ -195,18 +195,15 @@ class RuntimeRun(HarnessRun):
             **session.env(ctx),
         }
         try:
-            wrapped, env = sandbox.wrap(argv, ctx.workspace, env, writable=self.ws_dir, binds=binds)
-            process = await asyncio.create_subprocess_exec(
-                *wrapped,
-                cwd=ctx.workspace,
-                env=env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                pass_fds=sandbox.policy.cgroup_fds,
-                limit=16 << 20,  # a stream-json line carries whole tool results
-            )
+            with sandbox.wrap(argv, ctx.workspace, env, writable=self.ws_dir, binds=binds) as launch:
+                process = await asyncio.create_subprocess_exec(
+                    *launch.argv,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    limit=16 << 20,  # a stream-json line carries whole tool results
+                    **launch.spawn_kwargs(),
+                )
         except (OSError, ValueError) as err:
             return RunEnded("failed", f"start_failed: cannot start {ctx.executable}: {err}", code="start_failed")
         self.output.write("system", f"{session.name}: session started ({os.path.basename(ctx.executable)})\n")
