@@ -61,7 +61,8 @@ class AgentConfig:
     """Processes and threads of a whole run (the cgroup's pids.max; RLIMIT_NPROC of its uid too)."""
     run_disk_bytes: int = 32 * 1024**3
     """Each run's workspace is a filesystem of this size of its own (a sparse ext4 image beside it), so
-    a run filling it cannot fill agentd's disk; 0: no such filesystem (the workspace is a directory)."""
+    a run filling it cannot fill agentd's disk; 0: no such filesystem (the workspace is a directory), as
+    with keep_workspaces."""
     run_tmp_bytes: int = 1024**3
     """Size of the private /tmp (a tmpfs) of each command in the sandbox."""
     unsafe_no_sandbox: bool = False

@@ -83,6 +83,12 @@ def limits(config: AgentConfig, euid: int) -> tuple[AgentConfig, list[str]]:
                 "can starve the others of memory (set cgroups = false to silence this) !!!"
             )
             config = dataclasses.replace(config, cgroups=False)
+    if config.run_disk_bytes and config.keep_workspaces:
+        warnings.append(
+            "keep_workspaces: runs keep their workspaces in the work dir, without a filesystem of their own "
+            "(a run can fill the work dir's disk)"
+        )
+        config = dataclasses.replace(config, run_disk_bytes=0)
     if config.run_disk_bytes:
         reason = run_disk.probe(config.work_dir) if euid == 0 else "mounting needs root"
         if reason:
