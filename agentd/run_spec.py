@@ -40,7 +40,7 @@ def run_spec(assignment: Any, config: AgentConfig, slot: int = 0, cgroups: Seque
         "cgroups": list(cgroups),
         "run_memory_bytes": config.run_memory_bytes,
         "run_processes": config.run_processes,
-        "run_disk_bytes": config.run_disk_bytes,
+        "run_disk_bytes": 0 if config.keep_workspaces else config.run_disk_bytes,  # a kept workspace stays
         "run_tmp_bytes": config.run_tmp_bytes,
         "network": assignment.command.network,
         # decided once at start (agentd/isolation.py); a supervisor never falls back from it

@@ -60,6 +60,17 @@ class RunSlot:
         return not self.box.finished
 
 
+def _hierarchy(config: AgentConfig) -> cgroups.Hierarchy | None:
+    """Where the runs' cgroups go (agentd/isolation.py checked at start that agentd can make them)."""
+    if not config.cgroups or os.geteuid() != 0:
+        return None
+    try:
+        return cgroups.detect()
+    except cgroups.Unavailable as err:
+        log.warning("runs get no cgroups: %s", err)
+        return None
+
+
 class Runs:
     def __init__(self, config: AgentConfig, outbox: Outbox) -> None:
         self.config = config
@@ -69,7 +80,7 @@ class Runs:
         self.secrets: dict[str, dict[str, str]] = {}
         self.removals: set[asyncio.Task[None]] = set()  # run dirs kept until their stopped supervisor exits
         self.template = processes.Template(self.config.spool) if config.prefork else None
-        self.hierarchy = cgroups.detect() if config.cgroups else None  # agentd/isolation.py checked it works
+        self.hierarchy = _hierarchy(config)
 
     # --- what hello says ------------------------------------------------------------------------
 
