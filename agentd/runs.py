@@ -15,12 +15,13 @@ import subprocess
 import time
 from typing import Any
 
-from agentd import cgroups, processes, run_disk, run_slots
+from agentd import processes, run_slots
 from agentd.config import AgentConfig
 from agentd.connection import ChannelSettings
 from agentd.logbatch import LogBatcher
 from agentd.outbox import Outbox, RunOutbox, free_bytes, is_full
 from agentd.output import read_records
+from agentd.run_slots import Refused
 from agentd.run_spec import run_spec
 
 log = logging.getLogger("agentd.runs")
@@ -32,14 +33,6 @@ SUPERVISORS = {
     "claude-code": "agentd.runtimes.supervisor",
     "opencode": "agentd.runtimes.supervisor",
 }
-
-
-class Refused(Exception):
-    """The agent will not take this run; the reason goes back to the control plane."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclasses.dataclass
@@ -60,17 +53,6 @@ class RunSlot:
         return not self.box.finished
 
 
-def _hierarchy(config: AgentConfig) -> cgroups.Hierarchy | None:
-    """Where the runs' cgroups go (agentd/isolation.py checked at start that agentd can make them)."""
-    if not config.cgroups or os.geteuid() != 0:
-        return None
-    try:
-        return cgroups.detect()
-    except cgroups.Unavailable as err:
-        log.warning("runs get no cgroups: %s", err)
-        return None
-
-
 class Runs:
     def __init__(self, config: AgentConfig, outbox: Outbox) -> None:
         self.config = config
@@ -80,7 +62,7 @@ class Runs:
         self.secrets: dict[str, dict[str, str]] = {}
         self.removals: set[asyncio.Task[None]] = set()  # run dirs kept until their stopped supervisor exits
         self.template = processes.Template(self.config.spool) if config.prefork else None
-        self.hierarchy = _hierarchy(config)
+        self.places = run_slots.Places(config)
 
     # --- what hello says ------------------------------------------------------------------------
 
@@ -124,7 +106,7 @@ class Runs:
                 slot.box.finished = True  # listed as undelivered; its result goes out once connected
                 self._stop(slot)
                 self._add(slot)
-        self._release_disks({s.run_id for s in self.slots.values() if s.live})
+        self.places.release_disks({s.run_id for s in self.slots.values() if s.live})
 
     def _recover(self, run_dir: pathlib.Path) -> None:
         try:
@@ -169,10 +151,8 @@ class Runs:
         if free_bytes(self.root) < self.config.min_free_spool_bytes:
             raise Refused("disk_full")
         run_dir = self.root / assignment.run_id
-        slot_index = run_slots.lowest_free((s.slot for s in self.slots.values() if s.live), self.config.capacity)
-        if slot_index is None:
-            raise Refused("at_capacity")
-        spec = run_spec(assignment, self.config, slot_index, self._prepare_slot(slot_index))
+        slot_index, groups = self.places.take(s.slot for s in self.slots.values() if s.live)  # or Refused
+        spec = run_spec(assignment, self.config, slot_index, groups)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "assignment.json").write_text(json.dumps(spec))
@@ -187,32 +167,6 @@ class Runs:
             log.error("run %s: cannot store it in the spool: %s", assignment.run_id, err)
             raise Refused("disk_full" if is_full(err) else f"spool_error: {err.strerror}") from err
         self._add(slot)
-
-    def _prepare_slot(self, index: int) -> list[str]:
-        """Ready run slot `index` for a new run: what a previous run of it left is killed, its cgroups made
-        afresh with this agent's limits. Answers the cgroup directories (none without cgroups)."""
-        if run_slots.slotted(self.config.session_user, os.geteuid()):
-            uid, _ = run_slots.ids(self.config.run_uid_base, index)
-            if killed := run_slots.kill_leftovers(uid):
-                log.warning("run slot %d: killed %d processes a previous run left behind", index, killed)
-        if self.hierarchy is None:
-            return []
-        limits = cgroups.Limits(self.config.run_memory_bytes, self.config.run_processes)
-        try:
-            return [str(d) for d in cgroups.prepare_slot(self.hierarchy, self.config.name, index, limits)]
-        except OSError as err:
-            log.error("run slot %d: cannot make its cgroups: %s", index, err)
-            raise Refused(f"cgroup_error: {err}") from err
-
-    def _release_disks(self, live: set[str]) -> None:
-        """Unmount and delete the filesystems of runs that are over (a supervisor died, or agentd stopped
-        before it cleaned up)."""
-        if self.config.keep_workspaces:
-            return
-        for workspace_dir in run_disk.leftovers(self.config.work_dir, live):
-            log.warning("run %s: releasing the filesystem its supervisor left behind", workspace_dir.name)
-            run_disk.release(workspace_dir)
-            shutil.rmtree(workspace_dir, ignore_errors=True)
 
     def _launch(self, slot: RunSlot, secret_env: dict[str, str]) -> None:
         """Start the run's supervisor. A full spool raises (the caller refuses or fails the run);
@@ -437,5 +391,5 @@ class Runs:
         )
         if self.template is not None:
             self.template.close()
-        if self.hierarchy is not None and not self.busy:  # live runs keep theirs across a restart
-            cgroups.remove_agent(self.hierarchy, self.config.name)
+        if not self.busy:  # live runs keep their cgroups across a restart
+            self.places.close()
