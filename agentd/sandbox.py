@@ -142,14 +142,15 @@ class Sandbox(Protocol):
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: pathlib.Path | Sequence[pathlib.Path] | None = None,
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
     ) -> Launch:
         """The Launch that runs `argv` in `cwd` with exactly `env`. `writable` (default `cwd`)
-        is the directory the command may change; `ready_fd`, inherited by the command's launcher,
+        are the directories the command may change; `ready_fd`, inherited by the command's launcher,
         gets its PID namespace once the sandbox is up; `binds` show more of the host inside (a
-        runtime's installation, the model gateway's socket)."""
+        runtime's installation, the model gateway's socket, the workspace's git directory read-only
+        at repo/.git), each after the writable directories, so one may lie inside them."""
         ...
 
 
@@ -233,7 +234,7 @@ class BubblewrapSandbox:
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: pathlib.Path | Sequence[pathlib.Path] | None = None,
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
     ) -> Launch:
@@ -246,7 +247,7 @@ class BubblewrapSandbox:
         if switches and not self.privileged:
             raise ValueError(f"running commands as {self.policy.user or ids}: needs agentd to run as root")
         inside = os.path.abspath(cwd)
-        shown = os.path.abspath(writable if writable is not None else cwd)
+        shown = [os.path.abspath(path) for path in _paths(writable, cwd)]
         command = [
             self.bwrap,
             *namespace_flags(self.privileged, self.policy.network, switches),
@@ -273,12 +274,14 @@ class BubblewrapSandbox:
             bound.append(path)
         command += _mkdirs(os.path.dirname(LAUNCHER_INSIDE), made, bound)
         command += ["--ro-bind", str(LAUNCHER), LAUNCHER_INSIDE]
+        for path in shown:
+            command += _mkdirs(os.path.dirname(path), made, bound)
+            command += ["--bind", str(pathlib.Path(path).resolve()), path]
+        bound += shown
         for bind in binds:
             if not _under(bind.inside, tuple(bound)):
                 command += _mkdirs(os.path.dirname(bind.inside), made, bound)
             command += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.inside]
-        command += _mkdirs(os.path.dirname(shown), made, bound)
-        command += ["--bind", str(pathlib.Path(shown).resolve()), shown]
         command += ["--remount-ro", "/", "--"]
         env_fd = env_file(env)
         # The launcher changes directory after it became the user: bwrap, root without
@@ -334,7 +337,7 @@ class PlainSandbox:
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: pathlib.Path | Sequence[pathlib.Path] | None = None,
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
     ) -> Launch:
@@ -358,6 +361,14 @@ def for_mode(mode: str, policy: SandboxPolicy, bwrap: str = BWRAP) -> Sandbox:
     if mode != "bubblewrap":
         raise ValueError(f"unknown sandbox mode {mode!r} (known: {', '.join(MODES)})")
     return BubblewrapSandbox(policy, bwrap)
+
+
+def _paths(writable: pathlib.Path | Sequence[pathlib.Path] | None, cwd: pathlib.Path) -> list[pathlib.Path]:
+    if writable is None:
+        return [cwd]
+    if isinstance(writable, (str, os.PathLike)):
+        return [pathlib.Path(writable)]
+    return [pathlib.Path(path) for path in writable]
 
 
 def _mkdirs(path: str, made: set[str], bound: list[str]) -> list[str]:

@@ -175,7 +175,8 @@ class RuntimeRun(HarnessRun):
     ) -> RunEnded:
         ctx.home.mkdir(parents=True, exist_ok=True)
         session.setup(ctx)
-        workspace.hand_over(self.ws_dir, sandbox.policy.ids())  # the session user owns its workspace and $HOME
+        for path in (ctx.workspace, ctx.home):  # the session user owns its workspace and $HOME, never the git dir
+            workspace.hand_over(path, sandbox.policy.ids())
         argv = session.argv(ctx)
         binds = [
             Bind(install_root(ctx.executable), str(install_root(ctx.executable))),
@@ -185,6 +186,10 @@ class RuntimeRun(HarnessRun):
             argv = [sys.executable, "-I", "-S", FORWARDER_INSIDE, "--port", str(GATEWAY_PORT)]
             argv += ["--socket", GATEWAY_INSIDE, "--", *session.argv(ctx)]
             binds += [Bind(FORWARDER, FORWARDER_INSIDE), Bind(socket_dir / "gw.sock", GATEWAY_INSIDE, writable=True)]
+        git: dict[str, str] = {}
+        if workspace.has_repository(ctx.workspace):  # git inside reads agentd's repository, read-only
+            git = dict(workspace.SAFE_DIRECTORY_ENV)
+            binds.append(Bind(workspace.git_dir(ctx.workspace), str(ctx.workspace / ".git")))
         env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "LANG": "C.UTF-8",
@@ -192,10 +197,12 @@ class RuntimeRun(HarnessRun):
             "HOME": str(ctx.home),
             "DROVER_WORKSPACE": str(ctx.workspace),
             "DROVER_RUN_ID": self.spec["run_id"],
+            **git,
             **session.env(ctx),
         }
         try:
-            with sandbox.wrap(argv, ctx.workspace, env, writable=self.ws_dir, binds=binds) as launch:
+            writable = [ctx.workspace, ctx.home]
+            with sandbox.wrap(argv, ctx.workspace, env, writable=writable, binds=binds) as launch:
                 process = await asyncio.create_subprocess_exec(
                     *launch.argv,
                     stdin=asyncio.subprocess.PIPE,
