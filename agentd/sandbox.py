@@ -111,20 +111,23 @@ class SandboxPolicy:
     user: str = ""
     """Run as this user (a name in the passwd database); empty: as agentd's own user."""
     uid: int = -1
-    """Run as this uid and `gid` (a run slot's, agentd/run_slots.py) instead of `user`; -1: `user`."""
     gid: int = -1
+    """Run as this uid and gid (a run slot's, agentd/run_slots.py) instead of `user`; -1: `user`."""
     cgroup_fds: tuple[int, ...] = ()
-    """Open descriptors of the run's cgroup.procs files (agentd/cgroups.py): the launcher joins them
-    before it drops to the user; wrap() adds them to the Launch's pass_fds (they stay open: each
-    command of the run joins them)."""
+    """Open cgroup.procs files of the run (agentd/cgroups.py) the launcher joins before it drops to the user."""
     tmp_bytes: int = 1 * GiB
     """Size of the sandbox's private /tmp (a tmpfs, counted in the run's memory)."""
 
     def ids(self) -> tuple[int, int] | None:
-        """The uid and gid the command runs as; None: agentd's own. ValueError for an unknown user."""
-        if self.uid >= 0:
-            return self.uid, self.gid if self.gid >= 0 else self.uid
-        return user_ids(self.user) if self.user else None
+        """The uid and gid the command runs as (None: agentd's own); ValueError for an unknown user."""
+        return (self.uid, self.gid) if self.uid >= 0 else user_ids(self.user) if self.user else None
+
+    def switches_user(self, privileged: bool) -> bool:
+        """Whether the launcher becomes another user than agentd's; ValueError when it cannot (not root)."""
+        ids = self.ids()
+        if ids is not None and ids[0] != os.geteuid() and not privileged:
+            raise ValueError(f"running commands as {self.user or ids[0]} needs agentd to run as root")
+        return ids is not None and ids[0] != os.geteuid()
 
 
 class Sandbox(Protocol):
@@ -242,10 +245,7 @@ class BubblewrapSandbox:
             raise ValueError("no command to run")
         if "=" in argv[0]:
             raise ValueError(f"a command name with '=' cannot run in the sandbox: {argv[0]!r}")
-        ids = self.policy.ids()
-        switches = ids is not None and ids[0] != os.geteuid()
-        if switches and not self.privileged:
-            raise ValueError(f"running commands as {self.policy.user or ids}: needs agentd to run as root")
+        switches = self.policy.switches_user(self.privileged)
         inside = os.path.abspath(cwd)
         shown = [os.path.abspath(path) for path in _paths(writable, cwd)]
         command = [
