@@ -233,3 +233,11 @@ def test_a_run_filesystem_is_mounted_on_the_workspace_and_goes_with_it(tmp_path:
     finally:
         run_disk.release(ws)
     assert not os.path.ismount(ws) and not run_disk.image_of(ws).exists()
+
+
+def test_places_give_the_lowest_free_slot_or_refuse_at_capacity(tmp_path: pathlib.Path) -> None:
+    config = AgentConfig(name=f"test-{uuid.uuid4().hex[:8]}", capacity=2, cgroups=False, work_dir=tmp_path)
+    places = run_slots.Places(config)
+    assert places.take([]) == (0, []) and places.take([0]) == (1, [])
+    with pytest.raises(run_slots.Refused, match="at_capacity"):
+        places.take([1, 0])
