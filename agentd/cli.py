@@ -47,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--session-user",
         dest="session_user",
-        help="OS user runs execute as (agentd must be root; default as root: drover-run, else nobody)",
+        help="one OS user all runs execute as (agentd must be root; weaker than the default as root: "
+        "a uid per run slot, see run_uid_base)",
     )
     p.add_argument(
         "--unsafe-no-sandbox",
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentd: {refused}", file=sys.stderr)
         return 2
     log = logging.getLogger("agentd")
-    if isolated.warning:
-        log.warning("%s", isolated.warning)
+    for warning in isolated.warning.splitlines():
+        log.warning("%s", warning)
     log.info(
         "agentd %s dialing %s (capacity %d, spool %s); %s",
         config.name,

@@ -39,14 +39,32 @@ class AgentConfig:
     prefork: bool = True
     """Fork each run's supervisor from a template process that has its code imported (agentd/prefork.py);
     false: start a fresh interpreter per run (slower by the imports: ~0.3 s a command, ~2 s a harness)."""
-    """Keep each run's workspace after it ends, for debugging."""
     default_timeout_seconds: int = 7200
     """Timeout of runs whose Task sets none."""
     kill_grace_seconds: float = 10.0
     """Between SIGTERM and SIGKILL to a run's process group."""
     session_user: str = ""
-    """OS user every run's commands run as inside the sandbox (agentd must be root); "": agentd's own
-    user, except as root: then `drover-run` when that user exists, else `nobody`."""
+    """One OS user every run's commands run as inside the sandbox (agentd must be root). Weaker than the
+    default: runs then share per-user limits (one run forking to RLIMIT_NPROC stops the others from
+    forking) and can signal each other's leftovers. "": as root, each run slot its own uid
+    (run_uid_base); otherwise agentd's own user."""
+    run_uid_base: int = 2_000_000_000
+    """As root without session_user, run slot i (0..capacity-1) runs as uid = gid = run_uid_base + i.
+    No user or group may own those ids (agentd refuses to start); agentds sharing a host need bases
+    at least `capacity` apart."""
+    cgroups: bool = True
+    """Hold each run's memory, processes and CPU share in a cgroup of its slot (v2, or v1 memory, pids
+    and cpu); false, or where agentd cannot make them: the per-process rlimits alone (a loud warning)."""
+    run_memory_bytes: int = 4 * 1024**3
+    """Memory (and swap) of a whole run, all its processes and its /tmp together (the cgroup's limit)."""
+    run_processes: int = 512
+    """Processes and threads of a whole run (the cgroup's pids.max; RLIMIT_NPROC of its uid too)."""
+    run_disk_bytes: int = 32 * 1024**3
+    """Each run's workspace is a filesystem of this size of its own (a sparse ext4 image beside it), so
+    a run filling it cannot fill agentd's disk; 0: no such filesystem (the workspace is a directory), as
+    with keep_workspaces."""
+    run_tmp_bytes: int = 1024**3
+    """Size of the private /tmp (a tmpfs) of each command in the sandbox."""
     unsafe_no_sandbox: bool = False
     """Run Tasks WITHOUT bubblewrap: no filesystem, network or process isolation at all. Without it,
     agentd refuses to start where bubblewrap cannot make its namespaces."""
@@ -151,4 +169,11 @@ def load(file: pathlib.Path | None, env: Mapping[str, str], flags: Mapping[str, 
         raise ValueError("capacity: must be at least 1")
     if not 0 < config.reconnect_max_seconds <= 300:
         raise ValueError("reconnect_max_seconds: must be more than 0 and at most 300")
+    for name in ("run_memory_bytes", "run_processes", "run_tmp_bytes"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name}: must be positive")
+    if config.run_disk_bytes < 0:
+        raise ValueError("run_disk_bytes: must be 0 (off) or positive")
+    if not 0 < config.run_uid_base <= 2**32 - 2 - config.capacity:
+        raise ValueError("run_uid_base: must leave room below 2^32 - 1 for `capacity` uids")
     return config

@@ -10,7 +10,8 @@ from agentd import __version__, metrics, session_input
 from agentd.config import AgentConfig
 from agentd.connection import Connection, to_wire
 from agentd.outbox import Outbox
-from agentd.runs import Refused, Runs
+from agentd.run_slots import Refused
+from agentd.runs import Runs
 from drover.v1 import agent_pb2
 
 log = logging.getLogger("agentd")

@@ -2,7 +2,7 @@
 
     python -I -S agentd/rlimits.py --as BYTES --cpu SECONDS --fsize BYTES --nproc N
                                    [--uid UID --gid GID] [--chdir DIR] [--ready-fd FD] [--env-fd FD]
-                                   -- COMMAND [ARG...]
+                                   [--cgroup-fds FD,FD...] -- COMMAND [ARG...]
 
 It runs inside the sandbox, as the first process bubblewrap starts (outside only when agentd
 runs without one). Limits set here are inherited by everything the command starts, and a lowered
@@ -15,6 +15,11 @@ It parses its own few options (argparse alone would add 20 ms to every run's sta
 With --env-fd (agentd/launch.py's sealed memory file of NUL-separated NAME=VALUE entries) the
 command gets exactly that environment, read here, inside the sandbox, and the descriptor is closed
 before the exec; the launcher's own environment (agentd's fixed one) never reaches the command.
+
+With --cgroup-fds (descriptors of cgroup.procs files the supervisor opened: /sys/fs/cgroup is not
+visible inside the sandbox) it moves itself into those cgroups while still uid 0, before it drops to
+the user, and closes them: the command and all it starts are counted in the run's cgroups and, as the
+user, cannot move out.
 
 With --ready-fd (a Unix socket) it sends its PID namespace's name ("pid:[N]", a newline) and a
 descriptor of the namespace just before it execs: the supervisor learns that the sandbox is up and
@@ -86,6 +91,15 @@ def become(uid: int, gid: int) -> None:
     os.setuid(uid)
 
 
+def join_cgroups(fds: str) -> None:
+    """Move this process into the cgroups whose cgroup.procs are open at `fds` ("5,6"), then close them."""
+    for fd in (int(d) for d in fds.split(",") if d):
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+
 def report_ready(fd: int) -> None:
     """Say which PID namespace this is, and hand over a descriptor of it, then close the channel so
     the command cannot use it."""
@@ -118,10 +132,10 @@ def execvpe(command: list[str], env: dict[str, str]) -> None:
     raise first or FileNotFoundError(2, "No such file or directory", command[0])
 
 
-OPTIONS = (*LIMITS, "uid", "gid", "chdir", "ready-fd", "env-fd")
+OPTIONS = (*LIMITS, "uid", "gid", "chdir", "ready-fd", "env-fd", "cgroup-fds")
 USAGE = (
     "rlimits: usage: rlimits.py [--as N --cpu N --fsize N --nproc N --uid N --gid N --chdir DIR --ready-fd FD"
-    " --env-fd FD] -- COMMAND [ARG...]"
+    " --env-fd FD --cgroup-fds FD,FD] -- COMMAND [ARG...]"
 )
 
 
@@ -134,7 +148,8 @@ def parse(options: list[str]) -> dict[str, str]:
             raise ValueError(f"unknown option {options[i]!r}")
         if i + 1 == len(options):
             raise ValueError(f"{options[i]} needs a value")
-        if name != "chdir" and not options[i + 1].lstrip("-").isdigit():
+        digits = options[i + 1].replace(",", "") if name == "cgroup-fds" else options[i + 1].lstrip("-")
+        if name != "chdir" and not digits.isdigit():
             raise ValueError(f"{options[i]} takes a number, not {options[i + 1]!r}")
         parsed[name] = options[i + 1]
     return parsed
@@ -153,6 +168,8 @@ def main(args: list[str]) -> None:
         sys.exit("rlimits: no command")
     try:
         env = read_env(int(opts["env-fd"])) if "env-fd" in opts else original_environ()
+        if opts.get("cgroup-fds"):
+            join_cgroups(opts["cgroup-fds"])
         for name, which in LIMITS.items():
             if name in opts:
                 set_limit(which, int(opts[name]))

@@ -4,15 +4,19 @@ in it: they reach the supervisor on stdin."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf import json_format
 
+from agentd import run_slots
 from agentd.config import AgentConfig
 
 
-def run_spec(assignment: Any, config: AgentConfig) -> dict[str, Any]:
-    """The spec of a drover.v1.RunAssignment on this agent."""
+def run_spec(assignment: Any, config: AgentConfig, slot: int = 0, cgroups: Sequence[str] = ()) -> dict[str, Any]:
+    """The spec of a drover.v1.RunAssignment on this agent, run in slot `slot` (agentd/run_slots.py)
+    whose cgroup directories are `cgroups` (none: rlimits alone)."""
     spec = {
         "run_id": assignment.run_id,
         "driver": assignment.driver,
@@ -32,12 +36,20 @@ def run_spec(assignment: Any, config: AgentConfig) -> dict[str, Any]:
         "keep_workspace": config.keep_workspaces,
         "kill_grace_seconds": config.kill_grace_seconds,
         "session_user": config.session_user,
+        "slot": slot,
+        "cgroups": list(cgroups),
+        "run_memory_bytes": config.run_memory_bytes,
+        "run_processes": config.run_processes,
+        "run_disk_bytes": 0 if config.keep_workspaces else config.run_disk_bytes,  # a kept workspace stays
+        "run_tmp_bytes": config.run_tmp_bytes,
         "network": assignment.command.network,
         # decided once at start (agentd/isolation.py); a supervisor never falls back from it
         "sandbox": "none" if config.unsafe_no_sandbox else "bubblewrap",
         "bwrap": config.bwrap,
         "seccomp": config.seccomp,
     }
+    if run_slots.slotted(config.session_user, os.geteuid()):
+        spec["uid"], spec["gid"] = run_slots.ids(config.run_uid_base, slot)
     if assignment.limits.get("output_bytes", 0) > 0:  # the supervisors stop recording past it
         spec["output_limit_bytes"] = assignment.limits["output_bytes"]
     if assignment.driver != "command":

@@ -15,12 +15,13 @@ import subprocess
 import time
 from typing import Any
 
-from agentd import processes
+from agentd import processes, run_slots
 from agentd.config import AgentConfig
 from agentd.connection import ChannelSettings
 from agentd.logbatch import LogBatcher
 from agentd.outbox import Outbox, RunOutbox, free_bytes, is_full
 from agentd.output import read_records
+from agentd.run_slots import Refused
 from agentd.run_spec import run_spec
 
 log = logging.getLogger("agentd.runs")
@@ -34,14 +35,6 @@ SUPERVISORS = {
 }
 
 
-class Refused(Exception):
-    """The agent will not take this run; the reason goes back to the control plane."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 @dataclasses.dataclass
 class RunSlot:
     run_id: str
@@ -52,6 +45,7 @@ class RunSlot:
     driver: str = "command"
     awaiting_resume: bool = False  # a harness whose supervisor died: waiting for its secrets again
     unreadable: str = ""  # why its run dir could not be read after a restart: reported once connected
+    slot: int = -1  # its run slot (agentd/run_slots.py): its uid and cgroup
 
     @property
     def live(self) -> bool:
@@ -68,6 +62,7 @@ class Runs:
         self.secrets: dict[str, dict[str, str]] = {}
         self.removals: set[asyncio.Task[None]] = set()  # run dirs kept until their stopped supervisor exits
         self.template = processes.Template(self.config.spool) if config.prefork else None
+        self.places = run_slots.Places(config)
 
     # --- what hello says ------------------------------------------------------------------------
 
@@ -111,20 +106,22 @@ class Runs:
                 slot.box.finished = True  # listed as undelivered; its result goes out once connected
                 self._stop(slot)
                 self._add(slot)
+        self.places.release_disks({s.run_id for s in self.slots.values() if s.live})
 
     def _recover(self, run_dir: pathlib.Path) -> None:
         try:
-            driver = json.loads((run_dir / "assignment.json").read_text()).get("driver", "command")
+            spec = json.loads((run_dir / "assignment.json").read_text())
+            driver, slot_index = spec.get("driver", "command"), int(spec.get("slot", -1))
         except (FileNotFoundError, ValueError):
             if not (run_dir / "outbox.jsonl").exists():  # the run never started here
                 shutil.rmtree(run_dir, ignore_errors=True)
                 return
-            driver = "command"  # torn, yet the run started: follow it, without harness resumes
+            driver, slot_index = "command", -1  # torn, yet the run started: follow it, without harness resumes
         box = RunOutbox(run_dir)
         if box.delivered:
             shutil.rmtree(run_dir, ignore_errors=True)
             return
-        slot = RunSlot(run_dir.name, run_dir, box, driver=driver)
+        slot = RunSlot(run_dir.name, run_dir, box, driver=driver, slot=slot_index)
         if slot.live and driver == "harness" and not self._supervisor_alive(slot):
             slot.awaiting_resume = self._starts(slot) < MAX_STARTS
         self._add(slot)
@@ -154,12 +151,13 @@ class Runs:
         if free_bytes(self.root) < self.config.min_free_spool_bytes:
             raise Refused("disk_full")
         run_dir = self.root / assignment.run_id
-        spec = run_spec(assignment, self.config)
+        slot_index, groups = self.places.take(s.slot for s in self.slots.values() if s.live)  # or Refused
+        spec = run_spec(assignment, self.config, slot_index, groups)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "assignment.json").write_text(json.dumps(spec))
             box = RunOutbox(run_dir)
-            slot = RunSlot(assignment.run_id, run_dir, box, driver=assignment.driver)
+            slot = RunSlot(assignment.run_id, run_dir, box, driver=assignment.driver, slot=slot_index)
             box.append("started", end=0)
             self._launch(slot, dict(assignment.secret_env))
         except OSError as err:  # nothing was sent yet: undo the half-made run and refuse it
@@ -393,3 +391,5 @@ class Runs:
         )
         if self.template is not None:
             self.template.close()
+        if not self.busy:  # live runs keep their cgroups across a restart
+            self.places.close()

@@ -24,6 +24,7 @@ from typing import Protocol
 
 from agentd import seccomp
 from agentd.confined import Confined, ready_pipe
+from agentd.etc_view import ETC_ALLOWED
 from agentd.launch import Launch, env_file
 from drover.core import commands
 
@@ -35,48 +36,6 @@ LAUNCHER_INSIDE = "/run/drover/rlimits.py"
 # The read-only system. Each is bound when it is a directory here, recreated when it is a symlink
 # (usrmerge: /bin -> usr/bin), skipped when absent. /etc is not in it: see ETC_ALLOWED.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
-ETC_ALLOWED = (
-    # names for uids and groups (password hashes are in shadow, which is not here)
-    "passwd",
-    "group",
-    "nsswitch.conf",
-    # host names and the resolver, for a project allowed on the network
-    "hosts",
-    "hostname",
-    "resolv.conf",
-    "host.conf",
-    "gai.conf",
-    "networks",
-    "protocols",
-    "services",
-    # the dynamic linker
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    # TLS trust: the certificates, never ssl/private
-    "ssl/certs",
-    "ssl/openssl.cnf",
-    "ca-certificates",
-    "ca-certificates.conf",
-    "pki/tls/certs",
-    "pki/ca-trust",
-    "crypto-policies",
-    # time, locale and what tools look up
-    "localtime",
-    "timezone",
-    "locale.alias",
-    "locale.conf",
-    "alternatives",
-    "mime.types",
-    "magic",
-    "magic.mime",
-    "os-release",
-    "debian_version",
-    "lsb-release",
-)
-"""What of /etc a command sees (each when it exists here). Never shadow, gshadow, sudoers, ssh,
-ssl/private or drover: a command could read them through the session user's rights or a tool
-like `git diff --no-index`."""
 PROBE_SECONDS = 10
 MODES = ("bubblewrap", "none")
 """A run's spec says which: agentd decides once at start, a supervisor never falls back."""
@@ -114,6 +73,24 @@ class SandboxPolicy:
     """Run as this user (a name in the passwd database); empty: as agentd's own user."""
     seccomp: bool = True
     """Run under agentd/seccomp.py's filter (no user namespaces, mounts, keyrings, bpf, io_uring...)."""
+    uid: int = -1
+    gid: int = -1
+    """Run as this uid and gid (a run slot's, agentd/run_slots.py) instead of `user`; -1: `user`."""
+    cgroup_fds: tuple[int, ...] = ()
+    """Open cgroup.procs files of the run (agentd/cgroups.py) the launcher joins before it drops to the user."""
+    tmp_bytes: int = 1 * GiB
+    """Size of the sandbox's private /tmp (a tmpfs, counted in the run's memory)."""
+
+    def ids(self) -> tuple[int, int] | None:
+        """The uid and gid the command runs as (None: agentd's own); ValueError for an unknown user."""
+        return (self.uid, self.gid) if self.uid >= 0 else user_ids(self.user) if self.user else None
+
+    def switches_user(self, privileged: bool) -> bool:
+        """Whether the launcher becomes another user than agentd's; ValueError when it cannot (not root)."""
+        ids = self.ids()
+        if ids is not None and ids[0] != os.geteuid() and not privileged:
+            raise ValueError(f"running commands as {self.user or ids[0]} needs agentd to run as root")
+        return ids is not None and ids[0] != os.geteuid()
 
 
 class Sandbox(Protocol):
@@ -171,9 +148,11 @@ def _launcher(
         "--nproc",
         str(policy.processes),
     ]
-    if policy.user:
-        uid, gid = user_ids(policy.user)
-        argv += ["--uid", str(uid), "--gid", str(gid)]
+    ids = policy.ids()
+    if ids is not None:
+        argv += ["--uid", str(ids[0]), "--gid", str(ids[1])]
+    if policy.cgroup_fds:
+        argv += ["--cgroup-fds", ",".join(map(str, policy.cgroup_fds))]
     if chdir is not None:
         argv += ["--chdir", str(chdir)]
     if ready_fd is not None:
@@ -233,11 +212,9 @@ class BubblewrapSandbox:
         binds: Sequence[Bind] = (),
     ) -> Launch:
         _check(argv, env)
-        if self.policy.user and not self.privileged and user_ids(self.policy.user)[0] != os.geteuid():
-            raise ValueError(f"running commands as {self.policy.user!r} needs agentd to run as root")
+        switches = self.policy.switches_user(self.privileged)
         inside = os.path.abspath(cwd)
         shown = [os.path.abspath(path) for path in _paths(writable, cwd)]
-        switches = bool(self.policy.user) and user_ids(self.policy.user)[0] != os.geteuid()
         command = [
             self.bwrap,
             *namespace_flags(self.privileged, self.policy.network, switches),
@@ -255,7 +232,8 @@ class BubblewrapSandbox:
             path = f"/etc/{name}"
             if os.path.exists(path):  # a symlink's target is bound (it may live under /run)
                 command += _mkdirs(os.path.dirname(path), made, bound) + ["--ro-bind", path, path]
-        command += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+        tmp = ["--perms", "1777", "--size", str(self.policy.tmp_bytes), "--tmpfs", "/tmp"]
+        command += ["--dev", "/dev", "--proc", "/proc", *tmp]
         # After --tmpfs /tmp, so a Python or a workspace under /tmp is not hidden by it. Each parent
         # is made 0755: bwrap would make it 0700, which the session user cannot pass through.
         for path in _python_dirs():
@@ -278,7 +256,8 @@ class BubblewrapSandbox:
         # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
         # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
         command += _launcher(self.policy, LAUNCHER_INSIDE, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
-        return Launch(command + list(argv), pass_fds=tuple(f for f in (ready_fd, *owned) if f is not None), owned=owned)
+        fds = tuple(f for f in (ready_fd, *owned) if f is not None) + self.policy.cgroup_fds
+        return Launch(command + list(argv), pass_fds=fds, owned=owned)
 
     def probe(self) -> str:
         """Whether bubblewrap can set up this sandbox here (as the policy's user): "" when it can,
@@ -333,7 +312,7 @@ class PlainSandbox:
         _check(argv, env)
         env_fd = env_file(env)
         launcher = _launcher(self.policy, str(LAUNCHER), chdir=pathlib.Path(os.path.abspath(cwd)), env_fd=env_fd)
-        return Launch(launcher + list(argv), pass_fds=(env_fd,), owned=(env_fd,))
+        return Launch(launcher + list(argv), pass_fds=(env_fd, *self.policy.cgroup_fds), owned=(env_fd,))
 
 
 UNSANDBOXED = (

@@ -10,6 +10,7 @@ last record is the exit. agentd tails that file; nothing else is shared between 
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
 import os
 import pathlib
@@ -20,6 +21,7 @@ import sys
 import time
 from typing import Any
 
+from agentd import cgroups, run_disk
 from agentd.confined import Confined, ready_pipe
 from agentd.output import Output
 from agentd.sandbox import (
@@ -29,7 +31,6 @@ from agentd.sandbox import (
     Sandbox,
     SandboxPolicy,
     for_mode,
-    user_ids,
 )
 from drover.core import workspace
 
@@ -78,6 +79,7 @@ class Supervisor:
             self._run(repo_dir, home)
         finally:
             if not self.spec.get("keep_workspace"):
+                run_disk.release(ws)
                 workspace.remove(ws)
 
     def _run(self, repo_dir: pathlib.Path, home: pathlib.Path) -> None:
@@ -92,7 +94,10 @@ class Supervisor:
         except RunEnds as end:
             if end.line:
                 self.output.write("system", f"{end.line}\n")
-            self.output.exit(end.status, end.exit_code, end.reason, end.error)
+            hit = limits_hit(self.spec)
+            for line in hit:
+                self.output.write("system", f"{line}\n")
+            self.output.exit(end.status, end.exit_code, end.reason, "; ".join(filter(None, [end.error, *hit])))
 
     def _check_cancel(self) -> None:
         if self.cancelled:
@@ -109,6 +114,7 @@ class Supervisor:
             )
         token = self.secret_env.get(GIT_TOKEN, "")
         try:
+            attach_disk(spec)
             if spec.get("stack"):  # a dependent Task runs on its dependencies' ChangeSets
                 from drover.core import gitspace  # pygit2 only for runs that need it: ~60 ms sooner without
 
@@ -137,7 +143,7 @@ class Supervisor:
         try:
             sandbox = sandbox_for(self.spec, bool(self.spec.get("network")))
             for path in (repo_dir, repo_dir.parent / "home"):  # never the git directory beside them
-                workspace.hand_over(path, sandbox.policy.user)
+                workspace.hand_over(path, sandbox.policy.ids())
         except (ValueError, OSError) as err:
             raise RunEnds("failed", -1, "sandbox_failed", str(err), line=f"sandbox: {err}") from None
         if not sandbox.isolated:
@@ -268,14 +274,48 @@ class Supervisor:
 
 
 def sandbox_for(spec: dict[str, Any], network: bool, **limits: int) -> Sandbox:
-    """The sandbox the run's spec names, as its session user; a spec from before modes existed
-    means bubblewrap. ValueError when the user does not exist. `limits` replace SandboxPolicy's."""
+    """The sandbox the run's spec names, as its slot's uid or session user, in its cgroups; a spec from
+    before modes existed means bubblewrap. ValueError when the user does not exist or a cgroup cannot
+    be opened. `limits` replace SandboxPolicy's."""
+    groups = spec.get("cgroups") or []
+    processes = int(spec.get("run_processes", 512))
+    held: dict[str, Any] = {"processes": processes + 16 if groups else processes}  # pids.max stops forks first
+    if "run_tmp_bytes" in spec:
+        held["tmp_bytes"] = int(spec["run_tmp_bytes"])
     policy = SandboxPolicy(
-        network=network, user=spec.get("session_user", ""), seccomp=spec.get("seccomp", True), **limits
+        network=network,
+        user=spec.get("session_user", ""),
+        uid=int(spec.get("uid", -1)),
+        gid=int(spec.get("gid", -1)),
+        seccomp=spec.get("seccomp", True),
+        **{**held, **limits},
     )
-    if policy.user:
-        user_ids(policy.user)
+    policy.ids()  # ValueError for an unknown user
+    if groups:
+        try:
+            fds = cgroups.open_procs(groups)  # held open for the supervisor's life: every command joins them
+        except OSError as err:
+            raise ValueError(f"cannot open the run's cgroups: {err}") from None
+        policy = dataclasses.replace(policy, cgroup_fds=fds)
     return for_mode(spec.get("sandbox", "bubblewrap"), policy, spec.get("bwrap") or BWRAP)
+
+
+def attach_disk(spec: dict[str, Any]) -> None:
+    """Mount the run's own filesystem on its workspace (agentd/run_disk.py), when it has one.
+    WorkspaceError when it cannot."""
+    if int(spec.get("run_disk_bytes") or 0) > 0:
+        try:
+            run_disk.attach(pathlib.Path(spec["workspace_dir"]), int(spec["run_disk_bytes"]))
+        except run_disk.DiskFailed as err:
+            raise workspace.WorkspaceError(str(err)) from None
+
+
+def limits_hit(spec: dict[str, Any]) -> list[str]:
+    """What of the run's cgroup limits it ran into, a sentence each."""
+    groups = spec.get("cgroups") or []
+    if not groups:
+        return []
+    return cgroups.limits_hit(groups, int(spec.get("run_memory_bytes", 0)), int(spec.get("run_processes", 0)))
 
 
 def serve(run_dir: str, secret_env: dict[str, str]) -> None:

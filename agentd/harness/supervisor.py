@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from agentd import run_disk
 from agentd.connection import ChannelSettings
 from agentd.harness.gate import Gate
 from agentd.harness.loop import Harness, Limits, RunEnded, as_json_line, events_for
@@ -27,8 +28,8 @@ from agentd.harness.transcript import Transcript
 from agentd.outbox import is_full
 from agentd.output import Output
 from agentd.runtimes import Input
-from agentd.sandbox import UNSANDBOXED, Bind, SandboxFailed, user_ids
-from agentd.supervisor import GIT_TOKEN, sandbox_for
+from agentd.sandbox import UNSANDBOXED, Bind, SandboxFailed
+from agentd.supervisor import GIT_TOKEN, attach_disk, limits_hit, sandbox_for
 from drover.core import allowlist, gitspace, workspace
 from drover.core.model import AnthropicModel
 from drover.core.retry import RetryPolicy
@@ -114,6 +115,7 @@ class HarnessRun(Talk):
         state = self.run_dir / "workspace.json"
         if mode == "none":
             return None, False
+        attach_disk(self.spec)
         if mode == "read":
             if not workspace.has_repository(repo_dir):
                 workspace.prepare(repo_dir, self.spec["repo"], self.spec["branch"], token)
@@ -176,10 +178,13 @@ class HarnessRun(Talk):
             else:
                 ended = RunEnded("failed", f"harness_error: {type(err).__name__}: {err}", code="harness_error")
         ok = ended.outcome in ("completed", "parked")
+        for line in limits_hit(self.spec):
+            self.output.write("system", f"{line}\n")
         self.output.exit(
             STATUS.get(ended.outcome, "failed"), 0 if ok else 1, ended.code, "" if ok else ended.reason, **ended.extra
         )
         if not self.spec.get("keep_workspace"):
+            run_disk.release(self.ws_dir)
             workspace.remove(self.ws_dir)
 
     async def _run(self) -> RunEnded:
@@ -263,13 +268,12 @@ class HarnessRun(Talk):
         if writable:
             try:
                 sandbox = sandbox_for(self.spec, bool(h.get("network")))
-                user = sandbox.policy.user
-                owner = user_ids(user) if user and os.geteuid() == 0 else None
+                owner = sandbox.policy.ids() if os.geteuid() == 0 else None
             except ValueError as err:
                 raise SandboxFailed(str(err)) from None
             for path in (root, home):  # the commands run as the session user; the git directory stays root's
                 if path is not None:
-                    workspace.hand_over(path, user)
+                    workspace.hand_over(path, owner)
         env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "LANG": "C.UTF-8",

@@ -176,7 +176,7 @@ class RuntimeRun(HarnessRun):
         ctx.home.mkdir(parents=True, exist_ok=True)
         session.setup(ctx)
         for path in (ctx.workspace, ctx.home):  # the session user owns its workspace and $HOME, never the git dir
-            workspace.hand_over(path, sandbox.policy.user)
+            workspace.hand_over(path, sandbox.policy.ids())
         argv = session.argv(ctx)
         binds = [
             Bind(install_root(ctx.executable), str(install_root(ctx.executable))),

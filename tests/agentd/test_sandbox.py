@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 import agentd.rlimits
-from agentd import isolation
+from agentd import isolation, run_slots
 from agentd.config import AgentConfig
 from agentd.confined import Confined, ready_pipe
 from agentd.sandbox import (
@@ -109,24 +109,22 @@ def test_a_run_gets_the_sandbox_its_spec_names_and_never_a_weaker_one() -> None:
 
 
 @pytest.mark.parametrize(
-    "configured, euid, users, expected",
+    "configured, euid, expected",
     [
-        ("", 0, {"drover-run", "nobody"}, "drover-run"),
-        ("", 0, {"nobody"}, "nobody"),
-        ("builder", 0, {"builder", "drover-run", "nobody"}, "builder"),
-        ("", 1000, {"drover-run", "nobody"}, ""),  # not root: runs execute as agentd's own user
-        ("builder", 1000, {"builder"}, "builder"),  # refused later unless it is agentd's own user
+        ("", 0, True),  # root: each run slot its own uid
+        ("builder", 0, False),  # one configured session user, shared by all runs (weaker)
+        ("", 1000, False),  # not root: runs execute as agentd's own user
     ],
 )
-def test_the_session_user(configured: str, euid: int, users: set[str], expected: str) -> None:
-    assert isolation.default_session_user(configured, euid, users.__contains__) == expected
+def test_who_runs_execute_as(configured: str, euid: int, expected: bool) -> None:
+    assert run_slots.slotted(configured, euid) is expected
 
 
 def test_agentd_decides_at_start_and_refuses_without_a_working_sandbox() -> None:
     ready = isolation.prepare(AgentConfig())
     assert "each in bubblewrap" in ready.said and not ready.warning and not ready.config.unsafe_no_sandbox
     if os.geteuid() == 0:
-        assert ready.config.session_user in (isolation.RUN_USER, "nobody")
+        assert "each run slot executes as a uid of its own (2000000000..2000000000)" in ready.said
     with pytest.raises(isolation.Refused, match="apt-get install bubblewrap") as refused:
         isolation.prepare(AgentConfig(bwrap="/nonexistent/bwrap"))
     assert "--unsafe-no-sandbox" in str(refused.value)
@@ -175,7 +173,7 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
     assert caps == ["ALL", "CAP_SETUID", "CAP_SETGID"]  # only for the launcher to drop to the user
     assert command[command.index("--perms") + 1 : command.index("--perms") + 3] == ["0755", "--dir"]
     tmpfs = command.index("--tmpfs")
-    assert command[tmpfs - 2 : tmpfs + 2] == ["--perms", "1777", "--tmpfs", "/tmp"]
+    assert command[tmpfs - 4 : tmpfs + 2] == ["--perms", "1777", "--size", str(1024**3), "--tmpfs", "/tmp"]
     bound = _bound(command)
     assert bound[str(tmp_path)] == str(tmp_path) and command[command.index("--bind") + 2] == str(tmp_path)
     assert inside[inside.index("--chdir") + 1] == str(tmp_path / "repo")  # once it is the user

@@ -80,18 +80,23 @@ def has_repository(repo_dir: pathlib.Path) -> bool:
     return (git_dir(repo_dir) / "HEAD").is_file()
 
 
-def hand_over(path: pathlib.Path, user: str) -> None:
-    """Give `path` and everything in it to `user`, so the command can work on its workspace.
-    Nothing to do without a user or when agentd is not root (then the command runs as agentd's user)."""
+def hand_over(path: pathlib.Path, user: str | tuple[int, int] | None) -> None:
+    """Give `path` and everything in it to `user` (a name, or a uid and gid), so the command can work on
+    its workspace. Nothing to do without a user or when agentd is not root (then the command runs as
+    agentd's user)."""
     if not user or os.geteuid() != 0:
         return
-    import pwd
+    if isinstance(user, str):
+        import pwd
 
-    entry = pwd.getpwnam(user)
-    os.lchown(path, entry.pw_uid, entry.pw_gid)
+        entry = pwd.getpwnam(user)
+        uid, gid = entry.pw_uid, entry.pw_gid
+    else:
+        uid, gid = user
+    os.lchown(path, uid, gid)
     for parent, dirs, files in os.walk(path):
         for name in dirs + files:
-            os.lchown(os.path.join(parent, name), entry.pw_uid, entry.pw_gid)
+            os.lchown(os.path.join(parent, name), uid, gid)
 
 
 def _callbacks(token: str) -> pygit2.RemoteCallbacks | None:

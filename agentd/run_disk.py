@@ -1,0 +1,92 @@
+"""A filesystem per run: its workspace is a sparse ext4 image of `run_disk_bytes` mounted on the
+workspace directory, so a run writing until ENOSPC fills its own filesystem, not agentd's (the
+spool, the other runs' workspaces). The image lies beside the workspace (`<work_dir>/<run>.disk`);
+the supervisor attaches it before the workspace is cloned and releases it at the run's end, agentd
+releases those a dead supervisor left behind when it starts.
+
+A sparse image takes on the host only what the run wrote: `capacity` x run_disk_bytes should fit in
+the work dir's filesystem for the guarantee to hold (agentd warns at start when it does not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import subprocess
+import tempfile
+
+SUFFIX = ".disk"
+MKFS = ["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "root_owner=0:0,nodiscard,lazy_itable_init=1"]
+MOUNT_OPTIONS = "loop,nosuid,nodev"
+PROBE_BYTES = 16 * 1024**2
+
+
+class DiskFailed(Exception):
+    """The run's filesystem could not be made or mounted; the message says why."""
+
+
+def image_of(workspace_dir: pathlib.Path) -> pathlib.Path:
+    return workspace_dir.with_name(workspace_dir.name + SUFFIX)
+
+
+def _run(argv: list[str]) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    if done.returncode != 0:
+        raise DiskFailed(f"{argv[0]} failed: {(done.stderr or done.stdout).strip() or done.returncode}")
+
+
+def attach(workspace_dir: pathlib.Path, size: int) -> bool:
+    """Mount a fresh filesystem of `size` bytes on `workspace_dir` (made empty); nothing to do when one
+    is mounted there already (a resumed run). Answers whether it mounted one now."""
+    if os.path.ismount(workspace_dir):
+        return False
+    image = image_of(workspace_dir)
+    try:
+        workspace_dir.mkdir(parents=True, exist_ok=True)
+        with open(image, "wb") as f:
+            f.truncate(size)
+        os.chmod(image, 0o600)
+        _run([*MKFS, str(image)])
+        _run(["mount", "-o", MOUNT_OPTIONS, str(image), str(workspace_dir)])
+        with contextlib.suppress(OSError):
+            (workspace_dir / "lost+found").rmdir()  # e2fsck makes it again when it needs one
+    except (OSError, subprocess.SubprocessError, DiskFailed) as err:
+        with contextlib.suppress(OSError):
+            image.unlink()
+        raise DiskFailed(f"cannot make the run's filesystem at {workspace_dir}: {err}") from None
+    return True
+
+
+def release(workspace_dir: pathlib.Path) -> None:
+    """Unmount the run's filesystem and delete its image (lazily when a process still holds a file)."""
+    if os.path.ismount(workspace_dir):
+        done = subprocess.run(["umount", str(workspace_dir)], capture_output=True, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            subprocess.run(["umount", "--lazy", str(workspace_dir)], capture_output=True, stdin=subprocess.DEVNULL)
+    with contextlib.suppress(OSError):
+        image_of(workspace_dir).unlink()
+
+
+def leftovers(work_dir: pathlib.Path, live: set[str]) -> list[pathlib.Path]:
+    """Workspace directories of runs not in `live` whose image is still there."""
+    try:
+        images = sorted(work_dir.glob(f"*{SUFFIX}"))
+    except OSError:
+        return []
+    return [p.with_name(p.name[: -len(SUFFIX)]) for p in images if p.name[: -len(SUFFIX)] not in live]
+
+
+def probe(work_dir: pathlib.Path) -> str:
+    """Why runs cannot have a filesystem of their own here, or "" when they can."""
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".probe-", dir=work_dir) as scratch:
+            mountpoint = pathlib.Path(scratch) / "ws"
+            try:
+                attach(mountpoint, PROBE_BYTES)
+            finally:
+                release(mountpoint)
+    except (OSError, DiskFailed) as err:
+        return str(err)
+    return ""
