@@ -16,6 +16,7 @@ from controlplane.api import auth
 from controlplane.api.console_link import PRINCIPAL_METHOD, SECRET_METADATA, principal_from_json
 from controlplane.api.permissions import PERMISSIONS
 from controlplane.services.tokens import Principal
+from controlplane.web.shared_streams import SharedStreams
 from drover.errors import DroverError, from_rpc_error
 from drover.v1 import change_pb2_grpc, operations_pb2_grpc
 
@@ -35,6 +36,7 @@ class Gateway:
             "OperationsService": operations_pb2_grpc.OperationsServiceStub(self.channel),
         }
         self._principal = self.channel.unary_unary(PRINCIPAL_METHOD)
+        self.shared = SharedStreams()
 
     @classmethod
     def connect(cls, target: str, secret: str) -> Gateway:
@@ -64,7 +66,12 @@ class Gateway:
         except grpc.aio.AioRpcError as err:
             raise from_rpc_error(err) from None
 
-    async def stream(self, token: str, method: str, request: Any) -> AsyncIterator[Any]:
+    def stream(self, token: str, method: str, request: Any) -> AsyncIterator[Any]:
+        """`Service/Method`'s items with `token`, one API stream for every console stream asking the same."""
+        key = (token, method, request.SerializeToString(deterministic=True))
+        return self.shared.stream(key, lambda: self._stream(token, method, request))
+
+    async def _stream(self, token: str, method: str, request: Any) -> AsyncIterator[Any]:
         call = self._method(method)(request, metadata=_bearer(token))
         try:
             async for item in call:
