@@ -116,8 +116,10 @@ def bench(args: argparse.Namespace, tmp: pathlib.Path, deadline: Deadline) -> No
             task = {"key": "wait", "kind": "test", "objective": "wait", "command": ["true"]}
             change = client.submit_change("bench", "an open Change to watch", [task])
             latencies(client, change.id, min(50, args.calls))  # warm up
+            before_quiet = cpu(pids[:1])
             quiet = latencies(client, change.id, args.calls)
             print(line("quiet", quiet), flush=True)
+            print(f"cpu during the quiet calls: control plane {cpu(pids[:1]) - before_quiet:.1f} s", flush=True)
             flood = subprocess.Popen(
                 [
                     *(sys.executable, "-m", "drover.testing.console_flood", "--url", url),
