@@ -42,7 +42,7 @@ def open_change(plane: ControlPlane) -> str:
     """A Change that stays open (no agent runs its Task), so its event stream stays open."""
     plane.add_project("web")
     with plane.client() as client:
-        return client.submit_change("web", "stay open", [{"key": "a", "kind": "test", "command": ["true"]}]).id
+        return client.submit_change("web", "stay open", [{"key": "a", "kind": "test", "objective": "a", "command": ["true"]}]).id
 
 
 def user_token(plane: ControlPlane, name: str) -> str:
@@ -161,12 +161,13 @@ def test_the_console_answers_503_and_429_beyond_its_limits_and_408_to_a_slow_for
     assert [status(sock) for sock in slow] == [408, 408]  # neither arrived whole within 2 s
     assert time.monotonic() - started < 10
 
-    idle = []
+    kept, answers = [], []
     for _ in range(limits["max-connections"] + 2):
         sock = request(url, "GET /login HTTP/1.1")
         sock.sendall(b"\r\n")
-        idle.append(status(sock))  # kept alive: each stays a connection of the console
-    assert idle[0] == 200 and idle[-1] == 503, idle
+        answers.append(status(sock))
+        kept.append(sock)  # kept alive: each stays a connection of the console
+    assert answers[0] == 200 and answers[-1] == 503, answers
 
 
 def test_the_console_process_restarts_and_dies_with_the_control_plane(fleet: Fleet) -> None:
