@@ -42,7 +42,8 @@ def open_change(plane: ControlPlane) -> str:
     """A Change that stays open (no agent runs its Task), so its event stream stays open."""
     plane.add_project("web")
     with plane.client() as client:
-        return client.submit_change("web", "stay open", [{"key": "a", "kind": "test", "objective": "a", "command": ["true"]}]).id
+        task = {"key": "a", "kind": "test", "objective": "a", "command": ["true"]}
+        return client.submit_change("web", "stay open", [task]).id
 
 
 def user_token(plane: ControlPlane, name: str) -> str:
@@ -102,7 +103,7 @@ def upload(url: str, change_id: str, token: str) -> socket.socket:
 
 @pytest.fixture
 def flooded(fleet: Fleet) -> Iterator[tuple[ControlPlane, str, subprocess.Popen[str], str]]:
-    limits = ("--console-max-streams-per-session", "200", "--console-max-uploads", "100")
+    limits = ("--console-max-streams-per-session", "310", "--console-max-uploads", "210")
     plane = fleet.start_plane("--http-listen", "127.0.0.1:0", *limits)
     change_id = open_change(plane)
     flood = subprocess.Popen(
@@ -110,12 +111,13 @@ def flooded(fleet: Fleet) -> Iterator[tuple[ControlPlane, str, subprocess.Popen[
             *(sys.executable, "-m", "drover.testing.console_flood", "--url", console_url(plane)),
             *("--token-file", str(plane.data_dir / "tokens" / "admin.token")),
             *("--stream-path", f"/changes/{change_id}/stream?after=0", "--upload-path", f"/changes/{change_id}/budget"),
-            *("--streams", "100", "--uploads", "50"),
+            *("--streams", "300", "--uploads", "200"),
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        preexec_fn=lambda: os.nice(10),  # the crowd is other machines: here it should not take the API's CPU
     )
     assert flood.stdout is not None
     opened = flood.stdout.readline()
@@ -130,10 +132,10 @@ def test_a_flooded_console_leaves_getchange_fast(
     flooded: tuple[ControlPlane, str, subprocess.Popen[str], str],
 ) -> None:
     plane, change_id, flood, opened = flooded
-    assert "streams_open=100 uploads_open=50 refused=none" in opened, opened
-    took = getchange_ms(plane, change_id, 200)
+    assert "streams_open=300 uploads_open=200 refused=none" in opened, opened
+    took = getchange_ms(plane, change_id, 500)
     p99 = took[int(len(took) * 0.99) - 1]
-    assert p99 < 500, f"GetChange p99 {p99:.0f} ms with the console flooded (p50 {took[len(took) // 2]:.0f} ms)"
+    assert p99 < 250, f"GetChange p99 {p99:.0f} ms with the console flooded (p50 {took[len(took) // 2]:.0f} ms)"
     assert flood.poll() is None  # the flood was open all along
 
 
