@@ -1,7 +1,8 @@
 """The launcher in front of every command: set resource limits, optionally become a user, then exec.
 
     python -I -S agentd/rlimits.py --as BYTES --cpu SECONDS --fsize BYTES --nproc N
-                                   [--uid UID --gid GID] [--chdir DIR] [--ready-fd FD] -- COMMAND [ARG...]
+                                   [--uid UID --gid GID] [--chdir DIR] [--ready-fd FD] [--env-fd FD]
+                                   -- COMMAND [ARG...]
 
 It runs inside the sandbox, as the first process bubblewrap starts (outside only when agentd
 runs without one). Limits set here are inherited by everything the command starts, and a lowered
@@ -10,6 +11,10 @@ bubblewrap, is what lets bubblewrap run as root without a user namespace: the pr
 CAP_SETUID and CAP_SETGID until setuid() clears them. It imports only the standard library and is
 started with `-I -S`: nothing from the workspace (or the environment) can change what it loads.
 It parses its own few options (argparse alone would add 20 ms to every run's start).
+
+With --env-fd (agentd/launch.py's sealed memory file of NUL-separated NAME=VALUE entries) the
+command gets exactly that environment, read here, inside the sandbox, and the descriptor is closed
+before the exec; the launcher's own environment (agentd's fixed one) never reaches the command.
 
 With --ready-fd (a Unix socket) it sends its PID namespace's name ("pid:[N]", a newline) and a
 descriptor of the namespace just before it execs: the supervisor learns that the sandbox is up and
@@ -43,6 +48,22 @@ def original_environ() -> dict[str, str]:
     for entry in raw.split(b"\0"):
         name, sep, value = entry.partition(b"=")
         if sep:
+            env[os.fsdecode(name)] = os.fsdecode(value)
+    return env
+
+
+def read_env(fd: int) -> dict[str, str]:
+    """The environment in agentd's env file `fd` (closed once read)."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    env = {}
+    for entry in b"".join(chunks).split(b"\0"):
+        name, sep, value = entry.partition(b"=")
+        if sep and name:
             env[os.fsdecode(name)] = os.fsdecode(value)
     return env
 
@@ -97,10 +118,10 @@ def execvpe(command: list[str], env: dict[str, str]) -> None:
     raise first or FileNotFoundError(2, "No such file or directory", command[0])
 
 
-OPTIONS = (*LIMITS, "uid", "gid", "chdir", "ready-fd")
+OPTIONS = (*LIMITS, "uid", "gid", "chdir", "ready-fd", "env-fd")
 USAGE = (
-    "rlimits: usage: rlimits.py [--as N --cpu N --fsize N --nproc N --uid N --gid N --chdir DIR --ready-fd FD]"
-    " -- COMMAND [ARG...]"
+    "rlimits: usage: rlimits.py [--as N --cpu N --fsize N --nproc N --uid N --gid N --chdir DIR --ready-fd FD"
+    " --env-fd FD] -- COMMAND [ARG...]"
 )
 
 
@@ -130,8 +151,8 @@ def main(args: list[str]) -> None:
     command = args[split + 1 :]
     if not command:
         sys.exit("rlimits: no command")
-    env = original_environ()
     try:
+        env = read_env(int(opts["env-fd"])) if "env-fd" in opts else original_environ()
         for name, which in LIMITS.items():
             if name in opts:
                 set_limit(which, int(opts[name]))

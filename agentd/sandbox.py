@@ -1,8 +1,9 @@
 """Where a run's command executes: inside bubblewrap, or, only when agentd was started with
 --unsafe-no-sandbox, with no isolation at all.
 
-A Sandbox only rewrites a command: `wrap(argv, cwd, env)` answers the argv and environment to hand
-to `subprocess.Popen(..., start_new_session=True)`. In bubblewrap the command sees its workspace
+A Sandbox only rewrites a command: `wrap(argv, cwd, env)` answers the Launch (agentd/launch.py) to
+spawn: bubblewrap with a fixed environment in "/", the command's own `env` in a memory file only the
+launcher reads inside. In bubblewrap the command sees its workspace
 read-write, the system and an allowlist of /etc read-only, a private /tmp, its own PID namespace
 (nothing outlives it) and no network unless the policy allows it; nothing of agentd (config,
 spool, tokens, keys, other runs), /root or /home. The `agentd/rlimits.py` launcher runs first
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from agentd.confined import Confined, ready_pipe
+from agentd.launch import Launch, env_file
 
 GiB = 1024**3
 BWRAP = "/usr/bin/bwrap"
@@ -125,19 +127,24 @@ class Sandbox(Protocol):
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: pathlib.Path | Sequence[pathlib.Path] | None = None,
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
-    ) -> tuple[list[str], dict[str, str]]:
-        """The argv and env that run `argv` in `cwd` with exactly `env`. `writable` (default `cwd`)
-        is the directory the command may change; `ready_fd`, inherited by the command's launcher,
+    ) -> Launch:
+        """The Launch that runs `argv` in `cwd` with exactly `env`. `writable` (default `cwd`)
+        are the directories the command may change; `ready_fd`, inherited by the command's launcher,
         gets its PID namespace once the sandbox is up; `binds` show more of the host inside (a
-        runtime's installation, the model gateway's socket)."""
+        runtime's installation, the model gateway's socket, the workspace's git directory read-only
+        at repo/.git), each after the writable directories, so one may lie inside them."""
         ...
 
 
 def _launcher(
-    policy: SandboxPolicy, path: str, chdir: pathlib.Path | None = None, ready_fd: int | None = None
+    policy: SandboxPolicy,
+    path: str,
+    chdir: pathlib.Path | None = None,
+    ready_fd: int | None = None,
+    env_fd: int | None = None,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -160,6 +167,8 @@ def _launcher(
         argv += ["--chdir", str(chdir)]
     if ready_fd is not None:
         argv += ["--ready-fd", str(ready_fd)]
+    if env_fd is not None:
+        argv += ["--env-fd", str(env_fd)]
     return argv + ["--"]
 
 
@@ -208,10 +217,10 @@ class BubblewrapSandbox:
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: pathlib.Path | Sequence[pathlib.Path] | None = None,
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
-    ) -> tuple[list[str], dict[str, str]]:
+    ) -> Launch:
         if not argv:
             raise ValueError("no command to run")
         if "=" in argv[0]:
@@ -219,7 +228,7 @@ class BubblewrapSandbox:
         if self.policy.user and not self.privileged and user_ids(self.policy.user)[0] != os.geteuid():
             raise ValueError(f"running commands as {self.policy.user!r} needs agentd to run as root")
         inside = os.path.abspath(cwd)
-        shown = os.path.abspath(writable if writable is not None else cwd)
+        shown = [os.path.abspath(path) for path in _paths(writable, cwd)]
         switches = bool(self.policy.user) and user_ids(self.policy.user)[0] != os.geteuid()
         command = [
             self.bwrap,
@@ -246,21 +255,22 @@ class BubblewrapSandbox:
             bound.append(path)
         command += _mkdirs(os.path.dirname(LAUNCHER_INSIDE), made, bound)
         command += ["--ro-bind", str(LAUNCHER), LAUNCHER_INSIDE]
+        for path in shown:
+            command += _mkdirs(os.path.dirname(path), made, bound)
+            command += ["--bind", str(pathlib.Path(path).resolve()), path]
+        bound += shown
         for bind in binds:
             if not _under(bind.inside, tuple(bound)):
                 command += _mkdirs(os.path.dirname(bind.inside), made, bound)
             command += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.inside]
-        command += _mkdirs(os.path.dirname(shown), made, bound)
-        command += ["--bind", str(pathlib.Path(shown).resolve()), shown]
         command += ["--remount-ro", "/", "--"]
+        env_fd = env_file(env)
         # The launcher changes directory after it became the user: bwrap, root without
-        # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may.
-        command += _launcher(self.policy, LAUNCHER_INSIDE, chdir=pathlib.Path(inside), ready_fd=ready_fd)
-        # bwrap always sets PWD; env(1) takes it back out (or back to what was given),
-        # so the command sees exactly `env`.
-        restore = ["--", f"PWD={env['PWD']}"] if "PWD" in env else ["-u", "PWD", "--"]
-        command += ["/usr/bin/env", *restore]
-        return command + list(argv), dict(env)
+        # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
+        # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
+        command += _launcher(self.policy, LAUNCHER_INSIDE, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
+        fds = (env_fd,) if ready_fd is None else (ready_fd, env_fd)
+        return Launch(command + list(argv), pass_fds=fds, owned=(env_fd,))
 
     def probe(self) -> str:
         """Whether bubblewrap can set up this sandbox here (as the policy's user): "" when it can,
@@ -272,16 +282,15 @@ class BubblewrapSandbox:
             read, write = ready_pipe()
             processes = Confined(0, read)
             try:
-                argv, env = self.wrap(["true"], pathlib.Path(scratch), {"PATH": "/usr/bin:/bin"}, ready_fd=write)
-                done = subprocess.run(
-                    argv,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=PROBE_SECONDS,
-                    pass_fds=(write,),
-                )
+                with self.wrap(["true"], pathlib.Path(scratch), {"PATH": "/usr/bin:/bin"}, ready_fd=write) as launch:
+                    done = subprocess.run(
+                        launch.argv,
+                        stdin=subprocess.DEVNULL,
+                        capture_output=True,
+                        text=True,
+                        timeout=PROBE_SECONDS,
+                        **launch.spawn_kwargs(),
+                    )
             except (OSError, ValueError, subprocess.TimeoutExpired) as err:
                 return f"{self.bwrap} did not run: {err}"
             finally:
@@ -309,14 +318,15 @@ class PlainSandbox:
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: pathlib.Path | Sequence[pathlib.Path] | None = None,
         ready_fd: int | None = None,
         binds: Sequence[Bind] = (),
-    ) -> tuple[list[str], dict[str, str]]:
+    ) -> Launch:
         if not argv:
             raise ValueError("no command to run")
-        launcher = _launcher(self.policy, str(LAUNCHER), chdir=pathlib.Path(os.path.abspath(cwd)))
-        return launcher + list(argv), dict(env)
+        env_fd = env_file(env)
+        launcher = _launcher(self.policy, str(LAUNCHER), chdir=pathlib.Path(os.path.abspath(cwd)), env_fd=env_fd)
+        return Launch(launcher + list(argv), pass_fds=(env_fd,), owned=(env_fd,))
 
 
 UNSANDBOXED = (
@@ -332,6 +342,14 @@ def for_mode(mode: str, policy: SandboxPolicy, bwrap: str = BWRAP) -> Sandbox:
     if mode != "bubblewrap":
         raise ValueError(f"unknown sandbox mode {mode!r} (known: {', '.join(MODES)})")
     return BubblewrapSandbox(policy, bwrap)
+
+
+def _paths(writable: pathlib.Path | Sequence[pathlib.Path] | None, cwd: pathlib.Path) -> list[pathlib.Path]:
+    if writable is None:
+        return [cwd]
+    if isinstance(writable, (str, os.PathLike)):
+        return [pathlib.Path(writable)]
+    return [pathlib.Path(path) for path in writable]
 
 
 def _mkdirs(path: str, made: set[str], bound: list[str]) -> list[str]:

@@ -25,6 +25,7 @@ from agentd.output import Output
 from agentd.sandbox import (
     BWRAP,
     UNSANDBOXED,
+    Bind,
     Sandbox,
     SandboxPolicy,
     for_mode,
@@ -33,6 +34,8 @@ from agentd.sandbox import (
 from drover.core import workspace
 
 CHUNK = 64 * 1024
+GIT_TOKEN = "DROVER_GIT_TOKEN"
+"""The secret agentd clones and pushes with; never given to a command."""
 
 
 class RunEnds(Exception):
@@ -104,7 +107,7 @@ class Supervisor:
                 f"workspace: cloning {workspace.redact_url(spec['repo'])} "
                 f"at {spec.get('branch') or 'its default branch'}\n",
             )
-        token = self.secret_env.get("DROVER_GIT_TOKEN", "")
+        token = self.secret_env.get(GIT_TOKEN, "")
         try:
             if spec.get("stack"):  # a dependent Task runs on its dependencies' ChangeSets
                 from drover.core import gitspace  # pygit2 only for runs that need it: ~60 ms sooner without
@@ -133,7 +136,8 @@ class Supervisor:
         """The sandbox the spec names, with the workspace handed to its session user."""
         try:
             sandbox = sandbox_for(self.spec, bool(self.spec.get("network")))
-            workspace.hand_over(repo_dir.parent, sandbox.policy.user)
+            for path in (repo_dir, repo_dir.parent / "home"):  # never the git directory beside them
+                workspace.hand_over(path, sandbox.policy.user)
         except (ValueError, OSError) as err:
             raise RunEnds("failed", -1, "sandbox_failed", str(err), line=f"sandbox: {err}") from None
         if not sandbox.isolated:
@@ -154,22 +158,27 @@ class Supervisor:
             "DROVER_RUN_ID": spec["run_id"],
             "DROVER_TASK_KEY": spec.get("task_key", ""),
         }
+        binds = []
+        if workspace.has_repository(repo_dir):  # git works inside on agentd's repository, read-only
+            env.update(workspace.SAFE_DIRECTORY_ENV)
+            binds.append(Bind(workspace.git_dir(repo_dir), str(repo_dir / ".git")))
         env.update(spec.get("env", {}))
-        env.update(self.secret_env)
+        # the git token stays with agentd, which clones and pushes: the command never gets it
+        env.update({name: value for name, value in self.secret_env.items() if name != GIT_TOKEN})
         argv = spec["argv"]
         read, write = ready_pipe() if sandbox.isolated else (None, None)
         try:
-            wrapped, env = sandbox.wrap(argv, repo_dir, env, writable=repo_dir.parent, ready_fd=write)
-            child = subprocess.Popen(
-                wrapped,
-                cwd=repo_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                pass_fds=() if write is None else (write,),
-            )
+            # bwrap runs as root before any namespace exists: it gets a fixed environment in "/", and
+            # the Task's env reaches the command alone (agentd/launch.py)
+            writable = [repo_dir, home]
+            with sandbox.wrap(argv, repo_dir, env, writable=writable, ready_fd=write, binds=binds) as launch:
+                child = subprocess.Popen(
+                    launch.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    **launch.spawn_kwargs(),
+                )
         except (OSError, ValueError) as err:
             if read is not None:
                 os.close(read)

@@ -27,8 +27,8 @@ from agentd.harness.transcript import Transcript
 from agentd.outbox import is_full
 from agentd.output import Output
 from agentd.runtimes import Input
-from agentd.sandbox import UNSANDBOXED, SandboxFailed, user_ids
-from agentd.supervisor import sandbox_for
+from agentd.sandbox import UNSANDBOXED, Bind, SandboxFailed, user_ids
+from agentd.supervisor import GIT_TOKEN, sandbox_for
 from drover.core import allowlist, gitspace, workspace
 from drover.core.model import AnthropicModel
 from drover.core.retry import RetryPolicy
@@ -110,12 +110,12 @@ class HarnessRun(Talk):
     def open_root(self) -> tuple[pathlib.Path | None, bool]:
         h = self.spec["harness"]
         mode, repo_dir = h["workspace_mode"], self.ws_dir / "repo"
-        token = self.secret_env.get("DROVER_GIT_TOKEN", "")
+        token = self.secret_env.get(GIT_TOKEN, "")
         state = self.run_dir / "workspace.json"
         if mode == "none":
             return None, False
         if mode == "read":
-            if not (repo_dir / ".git").exists():
+            if not workspace.has_repository(repo_dir):
                 workspace.prepare(repo_dir, self.spec["repo"], self.spec["branch"], token)
             return repo_dir, False
         if h.get("resume_branch") and not state.exists():  # resuming a parked session: its WIP branch
@@ -124,7 +124,7 @@ class HarnessRun(Talk):
             workspace.prepare(repo_dir, self.spec["repo"], h["resume_branch"], token)
             gitspace.detach(repo_dir)
             state.write_text(json.dumps(saved))
-        if state.exists() and (repo_dir / ".git").exists():  # resumed: the workspace is as the run left it
+        if state.exists() and workspace.has_repository(repo_dir):  # resumed: the workspace is as the run left it
             saved = json.loads(state.read_text())
             self.workspace = gitspace.Workspace(
                 repo_dir,
@@ -133,6 +133,7 @@ class HarnessRun(Talk):
                 saved["stacked_on"],
                 token,
                 gitspace.DEFAULT_IDENTITY,
+                self.spec["repo"],
             )
             return repo_dir, True
         stack = [gitspace.StackItem(**item) for item in self.spec.get("stack", [])]
@@ -266,7 +267,9 @@ class HarnessRun(Talk):
                 owner = user_ids(user) if user and os.geteuid() == 0 else None
             except ValueError as err:
                 raise SandboxFailed(str(err)) from None
-            workspace.hand_over(self.ws_dir, user)  # the commands run as the session user
+            for path in (root, home):  # the commands run as the session user; the git directory stays root's
+                if path is not None:
+                    workspace.hand_over(path, user)
         env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "LANG": "C.UTF-8",
@@ -278,6 +281,10 @@ class HarnessRun(Talk):
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTEST_ADDOPTS": "-p no:cacheprovider",
         }
+        binds = []
+        if root is not None and workspace.has_repository(root):  # git inside reads agentd's repository
+            env.update(workspace.SAFE_DIRECTORY_ENV)
+            binds.append(Bind(workspace.git_dir(root), str(root / ".git")))
         rules = h.get("command_rules") or list(allowlist.DEFAULT_PYTHON_POLICY.rules)
         return TaskTools(
             root,
@@ -286,7 +293,8 @@ class HarnessRun(Talk):
             sandbox,
             env,
             calls_left,
-            shown=self.ws_dir,
+            shown=[path for path in (root, home) if path is not None],
+            binds=binds,
             owner=owner,
         )
 

@@ -10,12 +10,12 @@ import asyncio
 import dataclasses
 import os
 import pathlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentd.confined import Confined, ready_pipe
 from agentd.harness import edits, paths
-from agentd.sandbox import Sandbox, SandboxFailed
+from agentd.sandbox import Bind, Sandbox, SandboxFailed
 from drover.core import allowlist, filewindow
 from drover.core.tool_specs import (
     COMMAND_OUTPUT,
@@ -56,9 +56,10 @@ class ToolResult:
 
 class TaskTools:
     """The tools of one run. `root` is the workspace (or the canonical checkout when read-only);
-    `shown` is what commands see read-write (the run's workspace directory: `root` and its home;
-    default `root`); `owner` (uid, gid) is the session user, given every file and directory the
-    tools make so the commands, which run as it, can change them."""
+    `shown` are what commands see read-write (`root` and its home; default `root`), `binds` what
+    they see besides (the git directory, read-only at root/.git); `owner` (uid, gid) is the session
+    user, given every file and directory the tools make so the commands, which run as it, can
+    change them."""
 
     def __init__(
         self,
@@ -69,13 +70,15 @@ class TaskTools:
         env: dict[str, str],
         calls_left: Callable[[], int],
         *,
-        shown: pathlib.Path | None = None,
+        shown: Sequence[pathlib.Path] | None = None,
+        binds: Sequence[Bind] = (),
         owner: tuple[int, int] | None = None,
         ask: Callable[[str, bool], Awaitable[str]] | None = None,
     ) -> None:
         self.root, self.writable, self.policy, self.sandbox = root, writable, policy, sandbox
         self.env, self.calls_left = env, calls_left
-        self.shown, self.owner = shown or root, owner
+        self.shown = list(shown) if shown else ([root] if root is not None else [])
+        self.binds, self.owner = list(binds), owner
         self.ask = ask  # asks people through the control plane; answers the question's id
         self.reads = 0
 
@@ -180,17 +183,16 @@ class TaskTools:
         allowlist.check_command(argv, self.policy)
         read, write = ready_pipe() if self.sandbox.isolated else (None, None)
         try:
-            wrapped, env = self.sandbox.wrap(argv, self.root, dict(self.env), writable=self.shown, ready_fd=write)
-            proc = await asyncio.create_subprocess_exec(
-                *wrapped,
-                cwd=self.root,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=() if write is None else (write,),
-            )
+            with self.sandbox.wrap(
+                argv, self.root, dict(self.env), writable=self.shown, ready_fd=write, binds=self.binds
+            ) as launch:
+                proc = await asyncio.create_subprocess_exec(
+                    *launch.argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    **launch.spawn_kwargs(),
+                )
         except BaseException:
             if read is not None:
                 os.close(read)

@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from agentd import hostile
 from agentd.runtimes import Emit, Input, SessionContext, SessionResult, clip
 
 OFFLINE = {
@@ -107,8 +108,12 @@ class ClaudeCode:
         """The session's transcript, ~/.claude/projects/<the workspace>/<session id>.jsonl."""
         if not self.session_id:
             return None
-        found = sorted((ctx.home / ".claude" / "projects").glob(f"*/{self.session_id}.jsonl"))
-        return found[0].read_bytes() if found else None
+        # the sandbox wrote ~/.claude: nothing in it is followed (a symlink could name a host file)
+        name = f"{self.session_id}.jsonl"
+        for folder in hostile.list_dir(ctx.home, ".claude/projects"):
+            if name in hostile.list_dir(ctx.home, f".claude/projects/{folder}"):
+                return hostile.read_regular(ctx.home, f".claude/projects/{folder}/{name}")
+        return None
 
     def setup(self, ctx: SessionContext) -> None:
         claude = ctx.home / ".claude"

@@ -175,7 +175,8 @@ class RuntimeRun(HarnessRun):
     ) -> RunEnded:
         ctx.home.mkdir(parents=True, exist_ok=True)
         session.setup(ctx)
-        workspace.hand_over(self.ws_dir, sandbox.policy.user)  # the session user owns its workspace and $HOME
+        for path in (ctx.workspace, ctx.home):  # the session user owns its workspace and $HOME, never the git dir
+            workspace.hand_over(path, sandbox.policy.user)
         argv = session.argv(ctx)
         binds = [
             Bind(install_root(ctx.executable), str(install_root(ctx.executable))),
@@ -185,6 +186,10 @@ class RuntimeRun(HarnessRun):
             argv = [sys.executable, "-I", "-S", FORWARDER_INSIDE, "--port", str(GATEWAY_PORT)]
             argv += ["--socket", GATEWAY_INSIDE, "--", *session.argv(ctx)]
             binds += [Bind(FORWARDER, FORWARDER_INSIDE), Bind(socket_dir / "gw.sock", GATEWAY_INSIDE, writable=True)]
+        git: dict[str, str] = {}
+        if workspace.has_repository(ctx.workspace):  # git inside reads agentd's repository, read-only
+            git = dict(workspace.SAFE_DIRECTORY_ENV)
+            binds.append(Bind(workspace.git_dir(ctx.workspace), str(ctx.workspace / ".git")))
         env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "LANG": "C.UTF-8",
@@ -192,20 +197,20 @@ class RuntimeRun(HarnessRun):
             "HOME": str(ctx.home),
             "DROVER_WORKSPACE": str(ctx.workspace),
             "DROVER_RUN_ID": self.spec["run_id"],
+            **git,
             **session.env(ctx),
         }
         try:
-            wrapped, env = sandbox.wrap(argv, ctx.workspace, env, writable=self.ws_dir, binds=binds)
-            process = await asyncio.create_subprocess_exec(
-                *wrapped,
-                cwd=ctx.workspace,
-                env=env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                limit=16 << 20,  # a stream-json line carries whole tool results
-            )
+            writable = [ctx.workspace, ctx.home]
+            with sandbox.wrap(argv, ctx.workspace, env, writable=writable, binds=binds) as launch:
+                process = await asyncio.create_subprocess_exec(
+                    *launch.argv,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    limit=16 << 20,  # a stream-json line carries whole tool results
+                    **launch.spawn_kwargs(),
+                )
         except (OSError, ValueError) as err:
             return RunEnded("failed", f"start_failed: cannot start {ctx.executable}: {err}", code="start_failed")
         self.output.write("system", f"{session.name}: session started ({os.path.basename(ctx.executable)})\n")

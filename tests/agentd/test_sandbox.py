@@ -47,19 +47,16 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """As the supervisor does: its own process group, everything of the command stopped afterwards."""
     read, write = ready_pipe() if sandbox.isolated else (None, None)
-    args, child_env = sandbox.wrap(
-        argv, workspace, dict(ENV if env is None else env), writable=writable, ready_fd=write
-    )
-    proc = subprocess.Popen(
-        args,
-        env=child_env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        pass_fds=() if write is None else (write,),
-    )
+    with sandbox.wrap(argv, workspace, dict(ENV if env is None else env), writable=writable, ready_fd=write) as launch:
+        args = launch.argv
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **launch.spawn_kwargs(),
+        )
     if write is not None:
         os.close(write)
     processes = Confined(proc.pid, read)
@@ -147,10 +144,16 @@ def _bound(command: list[str]) -> dict[str, str]:
 
 
 def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
-    argv, env = BubblewrapSandbox(SandboxPolicy(user="nobody"), privileged=True).wrap(
+    with BubblewrapSandbox(SandboxPolicy(user="nobody"), privileged=True).wrap(
         ["git", "status"], tmp_path / "repo", {"A": "1"}, writable=tmp_path
-    )
-    assert env == {"A": "1"}
+    ) as launch:
+        argv = launch.argv
+        # bwrap, root outside any namespace, gets a fixed environment in "/"; the command's own
+        # environment is in a memory file only the launcher reads
+        assert launch.env == {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"} and launch.cwd == "/"
+        env_fd = int(argv[argv.index("--env-fd") + 1])
+        assert launch.owned == (env_fd,) and env_fd in launch.pass_fds
+        assert os.pread(env_fd, 100, 0) == b"A=1\0"
     end = argv.index("--")
     command, inside = argv[:end], argv[end + 1 :]
     assert command[0] == "/usr/bin/bwrap"
@@ -184,15 +187,15 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
     assert inside[:4] == [sys.executable, "-I", "-S", LAUNCHER_INSIDE]
     assert inside[inside.index("--uid") + 1] == str(nobody.pw_uid)
     assert inside[-2:] == ["git", "status"]
-    networked, _ = BubblewrapSandbox(SandboxPolicy(network=True), privileged=True).wrap(["true"], tmp_path, {})
+    networked = BubblewrapSandbox(SandboxPolicy(network=True), privileged=True).wrap(["true"], tmp_path, {}).argv
     assert "--unshare-net" not in networked and "--cap-add" not in networked  # no user to drop to
 
 
 def test_the_bubblewrap_command_line_as_another_user(tmp_path: pathlib.Path) -> None:
-    argv, _ = BubblewrapSandbox(SandboxPolicy(), privileged=False).wrap(["true"], tmp_path, {})
+    argv = BubblewrapSandbox(SandboxPolicy(), privileged=False).wrap(["true"], tmp_path, {}).argv
     command = argv[: argv.index("--")]
     assert "--unshare-all" in command and "--share-net" not in command and "--cap-add" not in command
-    networked, _ = BubblewrapSandbox(SandboxPolicy(network=True), privileged=False).wrap(["true"], tmp_path, {})
+    networked = BubblewrapSandbox(SandboxPolicy(network=True), privileged=False).wrap(["true"], tmp_path, {}).argv
     assert "--share-net" in networked
 
 
@@ -385,10 +388,10 @@ def test_what_the_command_detached_dies_when_it_ends(tmp_path: pathlib.Path) -> 
 
 def test_killing_bubblewrap_ends_everything_in_the_sandbox(tmp_path: pathlib.Path) -> None:
     marker = f"{time.time() % 1000 + 1000:.6f}"
-    argv, env = BubblewrapSandbox(SandboxPolicy()).wrap(
+    with BubblewrapSandbox(SandboxPolicy()).wrap(
         ["/bin/sh", "-c", f"setsid sleep {marker} & sleep {marker}"], tmp_path, ENV
-    )
-    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    ) as launch:
+        proc = subprocess.Popen(launch.argv, **launch.spawn_kwargs())
     wait_for(lambda: len(holding(f"sleep\0{marker}")) == 2, what="both sleepers")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
@@ -400,13 +403,13 @@ def test_terminate_reaches_every_process_of_the_namespace_and_lets_them_finish(t
     namespace's processes themselves, and the command gets to clean up."""
     marker = f"{time.time() % 1000 + 3000:.6f}"
     read, write = ready_pipe()
-    argv, env = BubblewrapSandbox(SandboxPolicy()).wrap(
+    with BubblewrapSandbox(SandboxPolicy()).wrap(
         ["/bin/sh", "-c", f"trap 'echo cleaned up; exit 3' TERM; (setsid sleep {marker} &); sleep {marker} & wait"],
         tmp_path,
         ENV,
         ready_fd=write,
-    )
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True, pass_fds=(write,))
+    ) as launch:
+        proc = subprocess.Popen(launch.argv, stdout=subprocess.PIPE, text=True, **launch.spawn_kwargs())
     os.close(write)
     processes = Confined(proc.pid, read)
     wait_for(lambda: len(holding(f"sleep\0{marker}")) == 2, what="both sleepers")
@@ -423,8 +426,8 @@ def test_a_sandbox_that_does_not_come_up_is_told_apart_from_a_failing_command(tm
     failing = run(BubblewrapSandbox(SandboxPolicy()), ["/bin/sh", "-c", "exit 1"], tmp_path)
     assert failing.returncode == 1
     read, write = ready_pipe()
-    argv, env = BubblewrapSandbox(SandboxPolicy()).wrap(["true"], tmp_path / "missing", ENV, ready_fd=write)
-    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, pass_fds=(write,))
+    with BubblewrapSandbox(SandboxPolicy()).wrap(["true"], tmp_path / "missing", ENV, ready_fd=write) as launch:
+        proc = subprocess.Popen(launch.argv, stderr=subprocess.PIPE, text=True, **launch.spawn_kwargs())
     os.close(write)
     _, err = proc.communicate(timeout=10)
     processes = Confined(proc.pid, read)
@@ -477,8 +480,8 @@ sys.path.insert(0, {root!r})
 from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
 sandbox = BubblewrapSandbox(SandboxPolicy())
 work = pathlib.Path(tempfile.mkdtemp())
-argv, env = sandbox.wrap(["/bin/sh", "-c", "id -u; ls /proc | grep -c '^[0-9]'"], work, {{"PATH": "/usr/bin:/bin"}})
-done = subprocess.run(argv, env=env, capture_output=True, text=True)
+launch = sandbox.wrap(["/bin/sh", "-c", "id -u; ls /proc | grep -c '^[0-9]'"], work, {{"PATH": "/usr/bin:/bin"}})
+done = subprocess.run(launch.argv, capture_output=True, text=True, **launch.spawn_kwargs())
 print(json.dumps([sandbox.privileged, sandbox.probe(), done.returncode, done.stdout, done.stderr]))
 """
 

@@ -20,7 +20,7 @@ from drover.core.gitspace import (
     compose_candidate,
     open_workspace,
 )
-from drover.core.workspace import WorkspaceError
+from drover.core.workspace import WorkspaceError, git_dir, open_repository
 
 TOKEN = "ghs_s3cretT0kenValue"
 
@@ -127,7 +127,7 @@ def test_stacked_workspace_merges_both_dependencies(tmp_path: pathlib.Path, orig
     assert ws.stacked_on == ["cs-1", "cs-2"]
     assert ws.start_commit != ws.base_commit
     assert (ws.path / "schema.sql").exists() and (ws.path / "api.py").exists()
-    start = pygit2.Repository(str(ws.path))[ws.start_commit]
+    start = open_repository(ws.path)[ws.start_commit]
     assert {str(p) for p in start.parent_ids} == {r1.commit, r2.commit}  # t1 fast-forward, t2 merged
 
     (ws.path / "ui.js").write_text("render()\n")
@@ -266,7 +266,7 @@ def test_token_goes_only_through_credentials(tmp_path: pathlib.Path, refusing_se
 def test_refused_token_on_push_fails_cleanly(tmp_path: pathlib.Path, git_repo: pathlib.Path, refusing_server) -> None:
     url, seen = refusing_server
     ws = open_workspace(tmp_path / "ws", str(git_repo), "main", [], token=TOKEN)
-    pygit2.Repository(str(ws.path)).remotes.set_url("origin", url)
+    ws.repo_url = url  # pushes go where the assignment says, here a server refusing the token
     (ws.path / "app.py").write_text("print('x')\n")
     with pytest.raises(WorkspaceError) as err:
         ws.publish("ch1", "t1", "x")
@@ -280,7 +280,7 @@ def test_token_never_in_results(tmp_path: pathlib.Path, origin: str) -> None:
     (ws.path / "app.py").write_text("print('x')\n")
     result = ws.publish("ch1", "t1", "x")
     assert TOKEN not in repr(dataclasses.asdict(result)) and TOKEN not in repr(ws)
-    assert TOKEN not in (ws.path / ".git" / "config").read_text()
+    assert TOKEN not in (git_dir(ws.path) / "config").read_text()
     candidate = compose_candidate(origin, "main", "ch1", [item(result, 1)], tmp_path / "c", token=TOKEN)
     assert TOKEN not in repr(candidate)
 

@@ -6,7 +6,13 @@ workspace, force-updates `drover/<change_id>/<task_id>` and pushes it to origin.
 the same merge of ChangeSets onto the base branch, pushed as `drover/<change_id>/candidate`.
 
 The git token only ever reaches git through `pygit2.RemoteCallbacks` credentials: never in a
-URL, an exception message, a result or a log line.
+URL, an exception message, a result or a log line, and never a run's command.
+
+Nothing here trusts the worktree, which a run's sandbox wrote: the repository is opened from
+agentd's git directory beside it (`workspace.open_repository`), fetches and pushes go to the URL
+the assignment names (never a remote's configured URL), and the commit is the worktree's files as
+libgit2 reads them: symlinks as links (never followed), FIFOs and devices left out, no filter,
+hook or fsmonitor run (libgit2 has none of them).
 """
 
 from __future__ import annotations
@@ -20,13 +26,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import pygit2
-from pygit2.enums import CredentialType, DiffOption, Option, ResetMode
+from pygit2.enums import CredentialType, DiffOption, ResetMode
 
-from drover.core.workspace import WorkspaceError, _clean, prepare, redact_url
+from drover.core.workspace import WorkspaceError, _clean, open_repository, prepare, redact_url, trusting_pygit2
 
 # agentd (root) hands each workspace to the session user and must still open and publish it;
 # libgit2's owner check (git's safe.directory) would refuse a repository another user owns.
-pygit2.option(Option.SET_OWNER_VALIDATION, 0)
+trusting_pygit2()
 
 DEFAULT_IDENTITY = ("Drover Agent", "agent@drover.invalid")
 """Author and committer of workspace commits: (name, email)."""
@@ -126,8 +132,11 @@ class Workspace:
         stacked_on: list[str],
         token: str,
         identity: tuple[str, str],
+        repo_url: str = "",
     ) -> None:
         self.path = path
+        self.repo_url = repo_url
+        """Where ChangeSets are pushed: the assignment's repository, never a remote of the workspace."""
         self.base_commit = base_commit
         """Tip of the branch the workspace was cloned at ("" for an empty repository)."""
         self.start_commit = start_commit
@@ -150,7 +159,9 @@ class Workspace:
         untouched workspace publishes start_commit with own_files == [] (and files == [] unless
         stacked), and publishing again without further edits gives the same result."""
         branch = _branch_name(change_id, task_id)
-        repo = pygit2.Repository(str(self.path))
+        if not self.repo_url:
+            raise WorkspaceError("nothing to publish to: the workspace has no repository URL")
+        repo = open_repository(self.path)
         with _git_errors("cannot commit the workspace", self._token):
             repo.index.read()
             repo.index.add_all()  # also drops deleted files; ignored untracked files stay out
@@ -164,7 +175,7 @@ class Workspace:
             else:
                 sig = pygit2.Signature(*self._identity)
                 commit = repo.create_commit("HEAD", sig, sig, message, tree, [head] if head else [])
-        _push(repo, branch, repo[commit].peel(pygit2.Commit), self._token)
+        _push(repo, self.repo_url, branch, repo[commit].peel(pygit2.Commit), self._token)
         return ChangeSetResult(
             branch=branch,
             commit=str(commit),
@@ -195,18 +206,18 @@ def open_workspace(
         raise WorkspaceError("a workspace needs a repository")
     base = prepare(path, repo_url, branch, token)  # WorkspaceError leaves `path` empty
     try:
-        repo = pygit2.Repository(str(path))
+        repo = open_repository(path)
         with _git_errors("cannot prepare the workspace", token):
             if repo.head_is_unborn and branch:  # an empty clone's HEAD names `master`
                 repo.set_head(f"refs/heads/{branch}")
             for item in stack:
-                _merge(repo, item, _fetch(repo, item, token), pygit2.Signature(*identity))
+                _merge(repo, item, _fetch(repo, repo_url, item, token), pygit2.Signature(*identity))
             start = "" if repo.head_is_unborn else str(repo.head.target)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
         raise
-    return Workspace(path, base, start, [item.changeset_id for item in stack], token, identity)
+    return Workspace(path, base, start, [item.changeset_id for item in stack], token, identity, repo_url)
 
 
 def compose_candidate(
@@ -223,13 +234,14 @@ def compose_candidate(
     A conflict raises MergeConflict and pushes nothing."""
     branch = _branch_name(change_id, "candidate")
     work_dir.mkdir(parents=True, exist_ok=True)
-    clone = pathlib.Path(tempfile.mkdtemp(prefix="candidate-", dir=work_dir))
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="candidate-", dir=work_dir))
+    clone = scratch / "repo"
     try:
         ws = open_workspace(clone, repo_url, base_branch, changesets, token, identity)
-        repo = pygit2.Repository(str(clone))
+        repo = open_repository(clone)
         if repo.head_is_unborn:
             raise WorkspaceError("nothing to compose: the repository is empty and so is the stack")
-        _push(repo, branch, repo.head.peel(pygit2.Commit), token)
+        _push(repo, repo_url, branch, repo.head.peel(pygit2.Commit), token)
         return CandidateResult(
             branch=branch,
             commit=ws.start_commit,
@@ -237,7 +249,7 @@ def compose_candidate(
             files=_changed_paths(_diff(repo, ws.base_commit, ws.start_commit)),
         )
     finally:
-        shutil.rmtree(clone, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _branch_name(change_id: str, task_id: str) -> str:
@@ -247,11 +259,11 @@ def _branch_name(change_id: str, task_id: str) -> str:
     return name
 
 
-def _fetch(repo: pygit2.Repository, item: StackItem, token: str) -> pygit2.Oid:
-    """Fetch the item's branch from origin; answer the commit to merge."""
+def _fetch(repo: pygit2.Repository, url: str, item: StackItem, token: str) -> pygit2.Oid:
+    """Fetch the item's branch from `url` (the assignment's repository); answer the commit to merge."""
     ref = f"refs/remotes/origin/{item.branch}"
     with _git_errors(f"cannot fetch ChangeSet {item.changeset_id} ({item.branch})", token):
-        repo.remotes["origin"].fetch([f"+refs/heads/{item.branch}:{ref}"], callbacks=_Callbacks(token))
+        repo.remotes.create_anonymous(url).fetch([f"+refs/heads/{item.branch}:{ref}"], callbacks=_Callbacks(token))
         tip = repo.references[ref].target
         commit = repo.get(item.commit) if item.commit else repo[tip]
     if commit is None or (commit.id != tip and not repo.descendant_of(tip, commit.id)):
@@ -284,23 +296,23 @@ def _merge(repo: pygit2.Repository, item: StackItem, theirs: pygit2.Oid, sig: py
 def detach(path: pathlib.Path) -> None:
     """Leave the clone at `path` on its commit, detached: its branch (a parked Task's) is then published
     like any other, force-updated to the new commit."""
-    repo = pygit2.Repository(str(path))
+    repo = open_repository(path)
     if not repo.head_is_unborn and not repo.head_is_detached:
         repo.set_head(repo.head.target)
 
 
-def _push(repo: pygit2.Repository, branch: str, commit: pygit2.Commit, token: str) -> None:
-    """Force-update `branch` locally and in origin (pushing the same commit again is a no-op)."""
+def _push(repo: pygit2.Repository, url: str, branch: str, commit: pygit2.Commit, token: str) -> None:
+    """Force-update `branch` locally and at `url`, the assignment's repository (pushing the same
+    commit again is a no-op)."""
     ref = f"refs/heads/{branch}"
     with _git_errors(f"cannot push {branch}", token):
         repo.branches.local.create(branch, commit, force=True)
-        origin = repo.remotes["origin"]
-        local = _local_repository(origin.url or "")
+        local = _local_repository(url)
         if local is not None and not local.is_bare:
             _push_to_non_bare(local, repo, ref)
             return
         callbacks = _Callbacks(token)
-        origin.push([f"+{ref}:{ref}"], callbacks=callbacks)
+        repo.remotes.create_anonymous(url).push([f"+{ref}:{ref}"], callbacks=callbacks)
     if callbacks.rejected:
         raise WorkspaceError(f"origin refused {branch}: {_clean(callbacks.rejected.popitem()[1], token)}")
 

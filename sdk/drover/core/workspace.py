@@ -1,4 +1,11 @@
-"""A run's fresh workspace: a pygit2 clone of the project repository at its default branch."""
+"""A run's fresh workspace: a pygit2 clone of the project repository at its default branch.
+
+The clone's git directory does not stay in the worktree: `prepare` moves it beside it (`git_dir`,
+RUN/workspace/repo.git next to RUN/workspace/repo), where a run's sandbox sees it read-only at
+repo/.git and can never write it. Everything agentd (root) does with git afterwards opens that
+directory with `open_repository`, the worktree set in memory: nothing the Task could have written
+(a `.git` in the worktree, `core.worktree`, a remote's URL, hooks, includes) is ever read, and no
+user or system git configuration is (`trusting_pygit2`)."""
 
 from __future__ import annotations
 
@@ -21,14 +28,56 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://)[^/@]+@", r"\1", url)
 
 
+SAFE_DIRECTORY_ENV = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+"""For a command's environment: git inside the sandbox reads the repository agentd owns (its git
+directory is root's, bound read-only), which git's ownership check would otherwise refuse."""
+
+
+def git_dir(repo_dir: pathlib.Path) -> pathlib.Path:
+    """Where the git directory of the worktree `repo_dir` lives: beside it (repo -> repo.git), never in it."""
+    return repo_dir.parent / f"{repo_dir.name}.git"
+
+
 def trusting_pygit2() -> Any:
-    """pygit2 with libgit2's owner check off: agentd (root) clones a workspace, hands it to the
-    session user, and must still open and publish it; the check would refuse a repository owned
-    by another user."""
+    """pygit2 with libgit2's owner check off (agentd, root, hands a workspace to the run's user and
+    must still open and publish it) and no global, XDG or system configuration searched: only the
+    repository's own, which agentd wrote."""
     import pygit2  # here, not at the top: a run without a repository starts ~60 ms sooner
 
     pygit2.option(pygit2.enums.Option.SET_OWNER_VALIDATION, 0)
+    for level in (
+        pygit2.enums.ConfigLevel.GLOBAL,
+        pygit2.enums.ConfigLevel.XDG,
+        pygit2.enums.ConfigLevel.SYSTEM,
+        pygit2.enums.ConfigLevel.PROGRAMDATA,
+    ):
+        pygit2.settings.search_path[level] = "/nonexistent/drover-no-git-config"
     return pygit2
+
+
+def separate_git_dir(repo_dir: pathlib.Path) -> None:
+    """Move a fresh clone's `.git` beside the worktree (see git_dir)."""
+    inside, beside = repo_dir / ".git", git_dir(repo_dir)
+    if beside.exists():
+        shutil.rmtree(beside)
+    if inside.is_dir() and not inside.is_symlink():
+        os.rename(inside, beside)
+
+
+def open_repository(repo_dir: pathlib.Path) -> pygit2.Repository:
+    """The workspace's repository from agentd's git directory, its worktree `repo_dir` set in memory
+    only (no `core.worktree` is read or written). WorkspaceError when there is none."""
+    pygit2 = trusting_pygit2()
+    path = git_dir(repo_dir)
+    if not (path / "HEAD").is_file() or path.is_symlink():
+        raise WorkspaceError("the workspace has no repository")
+    repo = pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    repo.workdir = str(repo_dir)
+    return repo
+
+
+def has_repository(repo_dir: pathlib.Path) -> bool:
+    return (git_dir(repo_dir) / "HEAD").is_file()
 
 
 def hand_over(path: pathlib.Path, user: str) -> None:
@@ -72,8 +121,13 @@ def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
             raise WorkspaceError(
                 f"cannot clone {redact_url(repo)} at branch {branch}: {_clean(str(err), token)}"
             ) from None
+        cloned.free()
+        separate_git_dir(path)
         return ""
-    return "" if cloned.head_is_unborn else str(cloned.head.target)
+    commit = "" if cloned.head_is_unborn else str(cloned.head.target)
+    cloned.free()
+    separate_git_dir(path)
+    return commit
 
 
 def _clean(message: str, token: str) -> str:
