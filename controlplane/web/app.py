@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import html
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -92,7 +93,11 @@ def signed_in(handler: Handler, gateway: Gateway, gate: Gate, secure: bool, acti
     @functools.wraps(handler)
     async def endpoint(request: Request) -> Response:
         token = urllib.parse.unquote(request.cookies.get(session.COOKIE, ""))
-        who = await gateway.principal(token)
+        try:
+            who = await gateway.principal(token)
+        except DroverError as err:  # the API is unreachable (restarting): say so, not 500
+            message = html.escape(f"{err.code}: {err}")
+            return HTMLResponse(message, status_code=http_status(err), headers=SECURITY_HEADERS)
         if who is None:
             if action:
                 return HTMLResponse("sign in first", status_code=401, headers=SECURITY_HEADERS)
@@ -130,7 +135,11 @@ def login_routes(gateway: Gateway, gate: Gate, secure: bool) -> list[Route]:
             return refused(err.refusal)
         token = form.get("token", "").strip()
         target = form.get("next", "/")
-        if await gateway.principal(token) is None:
+        try:
+            who = await gateway.principal(token)
+        except DroverError as err:
+            return _login(target, f"{err.code}: {err}", http_status(err))
+        if who is None:
             return _login(target, "That token is unknown, expired, revoked, or not a user token.", 401)
         if not target.startswith("/") or target.startswith("//"):
             target = "/"  # only back into the console
