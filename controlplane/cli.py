@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy
 
 from controlplane.api.server import bootstrap_tokens, database_url, lock_data_dir, open_store, serve
-from controlplane.config import ServerConfig, load_harness, load_memory
+from controlplane.config import ConsoleLimits, ServerConfig, load_harness, load_memory
 from controlplane.context.canonical_tree import open_canonical
 from controlplane.context.recall import Recall
 from controlplane.project_cli import project_parsers
@@ -51,6 +51,13 @@ def cmd_serve(store: Store, config: ServerConfig, args: argparse.Namespace) -> N
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         allow_plaintext=args.allow_plaintext,
+        console=ConsoleLimits(
+            max_connections=args.console_max_connections,
+            max_streams=args.console_max_streams,
+            max_streams_per_session=args.console_max_streams_per_session,
+            max_uploads=args.console_max_uploads,
+            body_timeout_seconds=args.console_body_timeout_seconds,
+        ),
     )
     for path in bootstrap_tokens(store, config.data_dir / "tokens"):
         print(f"wrote {path.stem} token to {path}", flush=True)
@@ -173,6 +180,7 @@ def _serve_parser(sub: Any) -> None:
         default=env("DROVER_HTTP_LISTEN", ""),
         help="host:port of the web console (default none; env DROVER_HTTP_LISTEN); TLS as --tls-cert/--tls-key",
     )
+    _console_limits(s)
     s.add_argument(
         "--agent-lost-seconds",
         type=float,
@@ -210,6 +218,24 @@ def _serve_parser(sub: Any) -> None:
         default=env("DROVER_CONFIG", ""),
         help="TOML file: [anthropic], [harness], [tiers.*], [prices.*] (env DROVER_CONFIG)",
     )
+
+
+def _console_limits(s: Any) -> None:
+    """The console process's limits (ConsoleLimits): flags, or DROVER_CONSOLE_* in the environment."""
+    default = ConsoleLimits()
+    for flag, kind, meaning in (
+        ("max-connections", int, "open console connections at once; 503 beyond"),
+        ("max-streams", int, "live event streams at once; 503 beyond"),
+        ("max-streams-per-session", int, "live event streams of one signed-in token; 429 beyond"),
+        ("max-uploads", int, "form bodies being received at once; 503 beyond"),
+        ("body-timeout-seconds", float, "a form body must arrive whole within this; 408 after"),
+    ):
+        name = flag.replace("-", "_")
+        variable = f"DROVER_CONSOLE_{name.upper()}"
+        value = kind(os.environ.get(variable, getattr(default, name)))
+        s.add_argument(
+            f"--console-{flag}", type=kind, default=value, help=f"{meaning} (default {value}; env {variable})"
+        )
 
 
 def _token_parsers(sub: Any) -> None:

@@ -17,6 +17,23 @@ from controlplane.store.meters import BudgetConfig
 
 
 @dataclasses.dataclass(frozen=True)
+class ConsoleLimits:
+    """What the web console's process admits; beyond a limit it answers 503 (the console is full) or 429
+    (this session has enough), so no number of browsers can take the API's CPU or memory."""
+
+    max_connections: int = 1000
+    """Open HTTP connections (and requests in progress) at once; 503 beyond."""
+    max_streams: int = 500
+    """Live server-sent event streams (transcripts, Change events) at once; 503 beyond."""
+    max_streams_per_session: int = 20
+    """Live streams of one signed-in token; 429 beyond."""
+    max_uploads: int = 64
+    """Form bodies being received at once (sign-in and actions); 503 beyond."""
+    body_timeout_seconds: float = 30.0
+    """A form body must arrive whole within this; 408 after."""
+
+
+@dataclasses.dataclass(frozen=True)
 class ServerConfig:
     listen: str = "127.0.0.1:50051"
     """host:port the gRPC server binds."""
@@ -57,6 +74,8 @@ class ServerConfig:
     """The object store (patches, tool logs); default <data_dir>/objects."""
     max_budget_usd: float = 10_000.0
     """The highest budget a Change may be submitted with or raised to (USD); default 10,000."""
+    console: ConsoleLimits = ConsoleLimits()
+    """The web console process's connection, stream and upload limits."""
 
     @property
     def objects(self) -> pathlib.Path:

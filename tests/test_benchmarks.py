@@ -18,6 +18,10 @@ SMALLEST = {
         ["--reservers", "2", "--seconds", "1", "--database", "sqlite", "--routing-iterations", "200"],
         ["reserve+settle", "tiers.decide_tier", "members.select"],
     ),
+    "console_flood.py": (
+        ["--streams", "5", "--uploads", "5", "--calls", "20", "--timeout", "200"],
+        ["GetChange quiet", "GetChange flooded", "streams_open=5 uploads_open=5"],
+    ),
     "dispatch.py": (
         ["--runs", "6", "--agents", "1", "--capacity", "3", "--database", "sqlite", "--warmup", "0"],
         ["6 succeeded", "runs/s"],

@@ -19,10 +19,12 @@ from sqlalchemy.orm import Session
 from controlplane.api import fleet_metrics, validation
 from controlplane.api.agent_service import AgentService
 from controlplane.api.agent_stream import AgentSessions
-from controlplane.api.auth import AuthInterceptor, Permission
+from controlplane.api.auth import AuthInterceptor
 from controlplane.api.change_service import ChangeService
+from controlplane.api.console_link import ConsoleLink
 from controlplane.api.decoding import RequestDecoding
 from controlplane.api.operations_service import OperationsService
+from controlplane.api.permissions import PERMISSIONS
 from controlplane.api.replica import Replica
 from controlplane.config import ServerConfig, load_harness
 from controlplane.context.recall import Recall
@@ -38,7 +40,6 @@ from controlplane.store import coordination
 from controlplane.store.engine import SCHEMA_LOCK, Store, sqlite_url
 from controlplane.store.models import Token
 from controlplane.store.objects import DatabaseStore, DirectoryStore, ObjectStore
-from controlplane.web.gateway import Gateway
 from controlplane.web.serve import Console
 from drover.v1 import (
     agent_pb2,
@@ -52,39 +53,6 @@ from drover.v1 import (
 log = logging.getLogger("drover.server")
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-USER = Permission("user")
-PERMISSIONS: dict[str, Permission] = {
-    "/drover.v1.AgentService/Connect": Permission("agent"),
-    "/drover.v1.AgentService/ReserveModelCall": Permission("agent"),
-    "/drover.v1.AgentService/SettleModelCall": Permission("agent"),
-    "/drover.v1.AgentService/PublishChangeSet": Permission("agent"),
-    "/drover.v1.AgentService/AskQuestion": Permission("agent"),
-    "/drover.v1.ChangeService/SubmitChange": Permission("user", "submit"),
-    "/drover.v1.ChangeService/GetChange": USER,
-    "/drover.v1.ChangeService/ListChanges": USER,
-    "/drover.v1.ChangeService/WatchChange": USER,
-    "/drover.v1.ChangeService/CancelChange": Permission("user", "submit"),
-    "/drover.v1.ChangeService/ListChangeSets": USER,
-    "/drover.v1.ChangeService/GetPatch": USER,
-    "/drover.v1.ChangeService/RaiseBudget": Permission("user", "submit"),
-    "/drover.v1.ChangeService/GetSpend": USER,
-    "/drover.v1.OperationsService/ListAgents": USER,
-    "/drover.v1.OperationsService/DrainAgent": Permission("user", "admin"),
-    "/drover.v1.OperationsService/UndrainAgent": Permission("user", "admin"),
-    "/drover.v1.OperationsService/ListRuns": USER,
-    "/drover.v1.OperationsService/GetRun": USER,
-    "/drover.v1.OperationsService/CancelRun": Permission("user", "run.manage"),
-    "/drover.v1.OperationsService/TailRunLogs": USER,
-    "/drover.v1.OperationsService/ListEvents": USER,
-    "/drover.v1.OperationsService/GetUsage": USER,
-    "/drover.v1.OperationsService/ListReceipts": USER,
-    "/drover.v1.OperationsService/ListClaims": USER,
-    "/drover.v1.OperationsService/GetPacket": USER,
-    "/drover.v1.OperationsService/SendInput": Permission("user", "run.manage"),
-    "/drover.v1.OperationsService/ListInputs": USER,
-    "/drover.v1.OperationsService/ListQuestions": USER,
-    "/drover.v1.OperationsService/AnswerQuestion": Permission("user", "submit"),
-}
 SERVICE_NAMES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     change_pb2.DESCRIPTOR.services_by_name["ChangeService"].full_name,
@@ -235,13 +203,11 @@ class ControlPlane:
         self.console = self._console(config) if config.http_listen else None
 
     def _console(self, config: ServerConfig) -> Console:
-        gateway = Gateway(
-            self.auth,
-            PERMISSIONS,
-            {"ChangeService": self.changes, "OperationsService": self.operations},
-            self.limits,
-        )
-        return Console(config.http_listen, gateway, config.tls_cert, config.tls_key, config.allow_plaintext)
+        """The console's process-to-be: its socket bound now (a bad address fails the start), and the
+        private gRPC socket it will call the API through."""
+        console = Console(config.http_listen, config.tls_cert, config.tls_key, config.allow_plaintext, config.console)
+        self.link = ConsoleLink(self.auth, grpc_server(config, self.auth), self.changes, self.operations)
+        return console
 
     def _add_services(self, config: ServerConfig, store: Store) -> None:
         agent_pb2_grpc.add_AgentServiceServicer_to_server(
@@ -300,7 +266,8 @@ class ControlPlane:
         ]
         await self.server.start()
         if self.console is not None:
-            await self.console.start()
+            await self.link.start()
+            await self.console.start(self.link.target, self.link.secret)
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -327,6 +294,7 @@ class ControlPlane:
         await asyncio.gather(*self._loops, return_exceptions=True)
         if self.console is not None:
             await self.console.stop()
+            await self.link.stop()
         await self.agents.stop()
         await self.server.stop(self.config.grace_seconds)
         self.replica.stop()

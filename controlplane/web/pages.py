@@ -114,7 +114,7 @@ async def change_stream(v: Visit) -> Response:
     request = change_pb2.WatchChangeRequest(
         change_id=v.request.path_params["change_id"], after_event_id=_int(v.request.query_params.get("after"))
     )
-    return await _sse(v.gateway.stream(v.who, "ChangeService/WatchChange", request), "change", _event_json)
+    return await _sse(v.stream("ChangeService/WatchChange", request), "change", _event_json)
 
 
 def _event_json(event: Any) -> str:
@@ -133,9 +133,7 @@ async def run(v: Visit) -> Response:
     found = from_proto(await v.call("OperationsService/GetRun", operations_pb2.GetRunRequest(run_id=run_id)), Run)
     lines = [
         entry
-        async for line in v.gateway.stream(
-            v.who, "OperationsService/TailRunLogs", operations_pb2.TailRunLogsRequest(run_id=run_id)
-        )
+        async for line in v.stream("OperationsService/TailRunLogs", operations_pb2.TailRunLogsRequest(run_id=run_id))
         for entry in transcript.entries(from_proto(line, LogLine))
     ]
     receipts_request = operations_pb2.ListReceiptsRequest(run_id=run_id)
@@ -174,7 +172,7 @@ async def run_stream(v: Visit) -> Response:
     request = operations_pb2.TailRunLogsRequest(
         run_id=run_id, after_seq=_int(v.request.query_params.get("after")), follow=True
     )
-    stream = v.gateway.stream(v.who, "OperationsService/TailRunLogs", request)
+    stream = v.stream("OperationsService/TailRunLogs", request)
     return await _sse(stream, "line", lambda line: json.dumps(transcript.entries(from_proto(line, LogLine))))
 
 

@@ -1,32 +1,34 @@
-"""The console's HTTP server: uvicorn on the control plane's own event loop (the pages call the servicers
-in process), on `--http-listen HOST:PORT`, with the gRPC port's TLS certificate when it has one, and in
-plaintext only on loopback unless `--allow-plaintext`."""
+"""The console's HTTP server, in a child process of its own (controlplane.web.child) so it can never slow
+the API: the control plane binds `--http-listen HOST:PORT` (with the gRPC port's TLS certificate when it
+has one, and in plaintext only on loopback unless `--allow-plaintext`), hands the socket down, and
+restarts the child should it die. Connections wait in the socket's backlog while a child starts."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
+import os
 import socket
-from collections.abc import Iterator
+import sys
+import time
 
-import uvicorn
-
-from controlplane.web.app import console
-from controlplane.web.gateway import Gateway
+from controlplane.config import ConsoleLimits
 
 log = logging.getLogger("drover.console")
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield  # the control plane owns SIGTERM, SIGINT and SIGHUP
+START_SECONDS = 60.0
+"""How long a console process may take to serve before the control plane gives up on it."""
+RESTART_SECONDS = (1.0, 30.0)
+"""The wait before restarting a console process that died: the first, doubling up to the second."""
+NICE = 10
+"""The console process runs this much below the control plane's CPU priority."""
 
 
 class Console:
-    def __init__(self, listen: str, gateway: Gateway, tls_cert: str, tls_key: str, allow_plaintext: bool) -> None:
+    def __init__(self, listen: str, tls_cert: str, tls_key: str, allow_plaintext: bool, limits: ConsoleLimits) -> None:
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]")
         if not port.isdigit():
@@ -44,32 +46,84 @@ class Console:
             self.socket.bind((self.host, int(port)))
         except OSError as err:
             raise SystemExit(f"controlplane: cannot listen on {listen} for the console: {err}") from None
-        self.socket.listen(1024)  # connections wait in the backlog until uvicorn accepts them
+        self.socket.listen(1024)  # connections wait in the backlog until the console process accepts them
         self.port = self.socket.getsockname()[1]
         self.scheme = "https" if secure else "http"
-        config = uvicorn.Config(
-            console(gateway, secure),
-            log_level="warning",
-            access_log=False,
-            ssl_certfile=tls_cert or None,
-            ssl_keyfile=tls_key or None,
-            timeout_graceful_shutdown=2,
-        )
-        self.server = _Server(config)
+        self.settings = {
+            "fd": self.socket.fileno(),
+            "tls_cert": tls_cert if secure else "",
+            "tls_key": tls_key if secure else "",
+            "limits": dataclasses.asdict(limits),
+            "parent": os.getpid(),
+            "nice": NICE,
+        }
+        self.process: asyncio.subprocess.Process | None = None
         self.task: asyncio.Task[None] | None = None
+        self.stopped = asyncio.Event()
 
-    async def start(self) -> None:
-        """Serve, and return once uvicorn has started (its TLS certificate loaded)."""
-        self.task = asyncio.create_task(self.server.serve(sockets=[self.socket]), name="console")
-        while not self.server.started:
-            if self.task.done():
-                self.task.result()  # the error that stopped it
-                raise SystemExit("controlplane: the console stopped while starting")
-            await asyncio.sleep(0.01)
+    async def start(self, target: str, secret: str) -> None:
+        """Start the console process and return once it serves (its TLS certificate loaded)."""
+        self.settings.update(target=target, secret=secret)
+        self.process = await self._spawn()
+        self.task = asyncio.create_task(self._supervise(), name="console")
         log.info("console on %s://%s:%d/", self.scheme, self.host, self.port)
 
+    async def _spawn(self) -> asyncio.subprocess.Process:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "controlplane.web.child",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            pass_fds=(self.socket.fileno(),),
+            start_new_session=True,  # a terminal's Ctrl-C stops the control plane, which stops its console
+        )
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(json.dumps(self.settings).encode() + b"\n")  # stdin stays open: its end stops it
+        await process.stdin.drain()
+        try:
+            ready = await asyncio.wait_for(process.stdout.readline(), START_SECONDS)
+        except TimeoutError:
+            ready = b""
+        if ready != b"ready\n":
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            code = await process.wait()
+            raise SystemExit(f"controlplane: the console process stopped while starting (exit status {code})")
+        log.info("console process %d serving", process.pid)
+        return process
+
+    async def _supervise(self) -> None:
+        """Restart the console process whenever it dies, until the control plane stops."""
+        wait = RESTART_SECONDS[0]
+        while not self.stopped.is_set() and self.process is not None:
+            started = time.monotonic()
+            code = await self.process.wait()
+            if self.stopped.is_set():
+                return
+            if time.monotonic() - started > 60:
+                wait = RESTART_SECONDS[0]
+            pid = self.process.pid
+            log.error("the console process %d died (exit status %s); restarting in %.0f s", pid, code, wait)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, RESTART_SECONDS[1])
+            try:
+                self.process = await self._spawn()
+            except SystemExit as err:
+                log.error("%s", err)
+
     async def stop(self) -> None:
-        self.server.should_exit = True
+        self.stopped.set()
+        process = self.process
+        if process is not None and process.returncode is None:
+            assert process.stdin is not None
+            process.stdin.close()  # end of file: it finishes its answers and exits
+            try:
+                await asyncio.wait_for(process.wait(), 5)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
         if self.task is not None:
+            self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
         self.socket.close()

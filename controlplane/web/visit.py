@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import jinja2
@@ -35,7 +35,10 @@ class Visit:
     form: dict[str, str] = dataclasses.field(default_factory=dict)
 
     async def call(self, method: str, request: Any) -> Any:
-        return await self.gateway.call(self.who, method, request)
+        return await self.gateway.call(self.token, method, request)
+
+    def stream(self, method: str, request: Any) -> AsyncIterator[Any]:
+        return self.gateway.stream(self.token, method, request)
 
     def may(self, method: str) -> bool:
         return self.gateway.allowed(self.who, method)

@@ -1,0 +1,40 @@
+"""What each gRPC method needs: the token's kind and the least user role. The gRPC server and the console
+process ask the same table."""
+
+from __future__ import annotations
+
+from controlplane.api.auth import Permission
+
+USER = Permission("user")
+PERMISSIONS: dict[str, Permission] = {
+    "/drover.v1.AgentService/Connect": Permission("agent"),
+    "/drover.v1.AgentService/ReserveModelCall": Permission("agent"),
+    "/drover.v1.AgentService/SettleModelCall": Permission("agent"),
+    "/drover.v1.AgentService/PublishChangeSet": Permission("agent"),
+    "/drover.v1.AgentService/AskQuestion": Permission("agent"),
+    "/drover.v1.ChangeService/SubmitChange": Permission("user", "submit"),
+    "/drover.v1.ChangeService/GetChange": USER,
+    "/drover.v1.ChangeService/ListChanges": USER,
+    "/drover.v1.ChangeService/WatchChange": USER,
+    "/drover.v1.ChangeService/CancelChange": Permission("user", "submit"),
+    "/drover.v1.ChangeService/ListChangeSets": USER,
+    "/drover.v1.ChangeService/GetPatch": USER,
+    "/drover.v1.ChangeService/RaiseBudget": Permission("user", "submit"),
+    "/drover.v1.ChangeService/GetSpend": USER,
+    "/drover.v1.OperationsService/ListAgents": USER,
+    "/drover.v1.OperationsService/DrainAgent": Permission("user", "admin"),
+    "/drover.v1.OperationsService/UndrainAgent": Permission("user", "admin"),
+    "/drover.v1.OperationsService/ListRuns": USER,
+    "/drover.v1.OperationsService/GetRun": USER,
+    "/drover.v1.OperationsService/CancelRun": Permission("user", "run.manage"),
+    "/drover.v1.OperationsService/TailRunLogs": USER,
+    "/drover.v1.OperationsService/ListEvents": USER,
+    "/drover.v1.OperationsService/GetUsage": USER,
+    "/drover.v1.OperationsService/ListReceipts": USER,
+    "/drover.v1.OperationsService/ListClaims": USER,
+    "/drover.v1.OperationsService/GetPacket": USER,
+    "/drover.v1.OperationsService/SendInput": Permission("user", "run.manage"),
+    "/drover.v1.OperationsService/ListInputs": USER,
+    "/drover.v1.OperationsService/ListQuestions": USER,
+    "/drover.v1.OperationsService/AnswerQuestion": Permission("user", "submit"),
+}
