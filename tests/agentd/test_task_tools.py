@@ -256,7 +256,7 @@ async def test_what_the_tools_make_belongs_to_the_session_user_whose_commands_ca
         BubblewrapSandbox(SandboxPolicy(user="nobody")),
         env(),
         calls,
-        shown=shown,
+        shown=[shown],
         owner=(nobody.pw_uid, nobody.pw_gid),
     )
     written = await tools.call("write_file", {"path": "pkg/deep/test_made.py", "content": MADE_TEST})
