@@ -76,6 +76,7 @@ from agentd.harness.loop import Harness, Limits
 from agentd.harness.supervisor import HarnessRun
 from agentd.harness.tools import Finished, TaskTools
 from agentd.harness.transcript import Transcript
+from agentd.launch import Launch
 from agentd.output import Output
 from agentd.sandbox import BubblewrapSandbox, PlainSandbox, Sandbox, SandboxPolicy
 from drover import Client
@@ -183,10 +184,11 @@ class NoSandbox:
         cwd: pathlib.Path,
         env: dict[str, str],
         *,
-        writable: pathlib.Path | None = None,
+        writable: object = None,
         ready_fd: int | None = None,
-    ) -> tuple[list[str], dict[str, str]]:
-        return list(argv), dict(env)
+        binds: object = (),
+    ) -> Launch:
+        return Launch(list(argv), env=dict(env), cwd=str(cwd))
 
 
 @dataclasses.dataclass

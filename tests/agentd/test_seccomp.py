@@ -307,9 +307,11 @@ def test_agentd_refuses_to_start_where_the_filter_cannot_apply(workspace: pathli
     assert "under a seccomp filter" in isolation.prepare(AgentConfig()).said
 
 
+from tests.agentd.test_sandbox import AGENTD_PATHS  # noqa: E402
+
 UNPRIVILEGED = """
 import json, pathlib, subprocess, sys, tempfile
-sys.path.insert(0, {root!r})
+sys.path[:0] = {paths!r}
 from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
 work = pathlib.Path(tempfile.mkdtemp())
 out = []
@@ -327,7 +329,7 @@ def test_an_agentd_that_is_not_root_filters_too(workspace: pathlib.Path) -> None
         pytest.skip("needs root (to run as nobody), /usr/bin/python3 and unshare")
     nobody = pwd.getpwnam("nobody")
     done = subprocess.run(
-        ["/usr/bin/python3", "-I", "-c", UNPRIVILEGED.format(root=str(pathlib.Path(seccomp.__file__).parents[1]))],
+        ["/usr/bin/python3", "-I", "-c", UNPRIVILEGED.format(paths=AGENTD_PATHS)],
         capture_output=True,
         text=True,
         user=nobody.pw_uid,

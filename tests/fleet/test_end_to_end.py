@@ -94,6 +94,10 @@ def test_a_run_gets_the_minimal_environment_and_its_workspace_is_removed(fleet: 
         "DROVER_TASK_KEY",
         "GREETING",
         "LC_CTYPE",
+        # git's safe.directory for agentd's read-only git directory (drover.core.workspace)
+        "GIT_CONFIG_COUNT",
+        "GIT_CONFIG_KEY_0",
+        "GIT_CONFIG_VALUE_0",
     }
     assert env["DROVER_RUN_ID"] == run_id
     assert wait_for(lambda: not any(agent.work_dir.iterdir()), 10, what="the workspace to be removed")
