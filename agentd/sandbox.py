@@ -233,7 +233,9 @@ class BubblewrapSandbox:
             if os.path.exists(path):  # a symlink's target is bound (it may live under /run)
                 command += _mkdirs(os.path.dirname(path), made, bound) + ["--ro-bind", path, path]
         tmp = ["--perms", "1777", "--size", str(self.policy.tmp_bytes), "--tmpfs", "/tmp"]
-        command += ["--dev", "/dev", "--proc", "/proc", *tmp]
+        # /dev/shm too (bwrap's /dev has it root's 0755: multiprocessing's locks failed as the run's user)
+        shm = ["--perms", "1777", "--size", str(self.policy.tmp_bytes), "--tmpfs", "/dev/shm"]
+        command += ["--dev", "/dev", *shm, "--proc", "/proc", *tmp]
         # After --tmpfs /tmp, so a Python or a workspace under /tmp is not hidden by it. Each parent
         # is made 0755: bwrap would make it 0700, which the session user cannot pass through.
         for path in _python_dirs():

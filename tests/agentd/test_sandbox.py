@@ -172,8 +172,10 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
     caps = [command[i + 1] for i, a in enumerate(command) if a in ("--cap-drop", "--cap-add")]
     assert caps == ["ALL", "CAP_SETUID", "CAP_SETGID"]  # only for the launcher to drop to the user
     assert command[command.index("--perms") + 1 : command.index("--perms") + 3] == ["0755", "--dir"]
-    tmpfs = command.index("--tmpfs")
+    tmpfs = command.index("/tmp") - 1
     assert command[tmpfs - 4 : tmpfs + 2] == ["--perms", "1777", "--size", str(1024**3), "--tmpfs", "/tmp"]
+    shm = command.index("/dev/shm") - 1
+    assert command[shm - 4 : shm + 2] == ["--perms", "1777", "--size", str(1024**3), "--tmpfs", "/dev/shm"]
     bound = _bound(command)
     assert bound[str(tmp_path)] == str(tmp_path) and command[command.index("--bind") + 2] == str(tmp_path)
     assert inside[inside.index("--chdir") + 1] == str(tmp_path / "repo")  # once it is the user
@@ -510,3 +512,11 @@ def test_agentd_that_is_not_root_sandboxes_through_a_user_namespace() -> None:
     assert not privileged and probe == "" and code == 0, err
     uid, processes = out.split()
     assert uid == str(nobody.pw_uid) and int(processes) <= 5  # its own PID namespace: init, sh, ls, grep
+
+
+@needs_root
+def test_multiprocessing_works_as_the_runs_user(nobody_workspace: pathlib.Path) -> None:
+    """POSIX semaphores live in /dev/shm: a private one the run's user may write (it was root's 0755)."""
+    code = "import multiprocessing as m; lock = m.Lock(); print(m.Pool(2).map(abs, [-1, -2]))"
+    done = run(BubblewrapSandbox(SandboxPolicy(user="nobody")), python(code), nobody_workspace)
+    assert done.returncode == 0 and done.stdout == "[1, 2]\n", done.stderr
