@@ -212,7 +212,8 @@ def test_the_sandboxs_tmp_has_a_size_and_the_launcher_the_cgroups(tmp_path: path
     policy = SandboxPolicy(uid=2_000_000_000, gid=2_000_000_000, cgroup_fds=(40, 41), tmp_bytes=1024**2)
     with BubblewrapSandbox(policy, privileged=True).wrap(["true"], tmp_path, {}) as launch:
         argv = launch.argv
-        assert argv[argv.index("--tmpfs") - 2 : argv.index("--tmpfs") + 2] == ["--size", "1048576", "--tmpfs", "/tmp"]
+        tmp = argv.index("/tmp")
+        assert argv[tmp - 3 : tmp + 1] == ["--size", "1048576", "--tmpfs", "/tmp"]
         assert argv[argv.index("--cgroup-fds") + 1] == "40,41"
         assert argv[argv.index("--uid") + 1] == "2000000000"
         assert {40, 41} <= set(launch.pass_fds)
