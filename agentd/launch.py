@@ -34,9 +34,14 @@ def env_file(env: Mapping[str, str]) -> int:
         if not name or "=" in name or "\0" in name or "\0" in value:
             raise ValueError(f"environment variable {name!r} cannot be passed to a command")
         body += os.fsencode(name) + b"=" + os.fsencode(value) + b"\0"
-    fd = os.memfd_create("drover-env", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    return sealed_file("drover-env", bytes(body))
+
+
+def sealed_file(name: str, data: bytes) -> int:
+    """A memory file holding `data` at offset 0, sealed: nobody can change it once made."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        view = memoryview(bytes(body))
+        view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
         seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE

@@ -21,10 +21,10 @@ headers of this machine and with libseccomp's).
 from __future__ import annotations
 
 import errno
-import fcntl
-import os
 import platform
 import struct
+
+from agentd.launch import sealed_file
 
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 """AUDIT_ARCH_* of linux/audit.h: what seccomp_data.arch holds for a native call."""
@@ -244,16 +244,5 @@ def for_bwrap(arch: str | None = None) -> tuple[int, list[str]]:
     """A sealed memory file holding the filter for `arch` (default: this host's) at offset 0, and the
     bubblewrap arguments that apply it to the command. The caller passes the descriptor to bwrap
     (pass_fds) and closes it once bwrap started. ValueError on an architecture without a filter."""
-    data = program(arch or machine())
-    fd = os.memfd_create("drover-seccomp", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
+    fd = sealed_file("drover-seccomp", program(arch or machine()))
     return fd, ["--seccomp", str(fd)]
