@@ -269,6 +269,16 @@ class Fleet:
             agent.stop()
         self.plane.stop()
         self.stop_supervisors()
+        unmount_under(self.tmp)
+
+
+def unmount_under(root: pathlib.Path) -> None:
+    """Unmount the run filesystems a test's killed supervisors left (agentd's next start would)."""
+    prefix = str(root.resolve()) + "/"
+    with open("/proc/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture
