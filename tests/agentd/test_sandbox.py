@@ -480,6 +480,24 @@ def test_an_unknown_user_is_refused(tmp_path: pathlib.Path) -> None:
 AGENTD_PATHS = [str(ROOT), str(ROOT / "sdk"), sysconfig.get_paths()["purelib"]]
 """agentd and what it imports (drover.core, and through it grpc): this checkout and this environment's
 packages, for a Python the user nobody can run."""
+
+
+def run_as_nobody(code: str) -> subprocess.CompletedProcess[str]:
+    """`code` in the system's Python as the user nobody: agentd as a user that is not root."""
+    nobody = pwd.getpwnam("nobody")
+    return subprocess.run(
+        ["/usr/bin/python3", "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        user=nobody.pw_uid,
+        group=nobody.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp"},
+        timeout=60,
+    )
+
+
 UNPRIVILEGED = """
 import json, os, pathlib, subprocess, sys, tempfile
 sys.path[:0] = {paths!r}
@@ -496,17 +514,7 @@ print(json.dumps([sandbox.privileged, sandbox.probe(), done.returncode, done.std
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="needs a Python the user nobody can run")
 def test_agentd_that_is_not_root_sandboxes_through_a_user_namespace() -> None:
     nobody = pwd.getpwnam("nobody")
-    done = subprocess.run(
-        ["/usr/bin/python3", "-I", "-c", UNPRIVILEGED.format(paths=AGENTD_PATHS)],
-        capture_output=True,
-        text=True,
-        user=nobody.pw_uid,
-        group=nobody.pw_gid,
-        extra_groups=[],
-        cwd="/",
-        env={"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp"},
-        timeout=60,
-    )
+    done = run_as_nobody(UNPRIVILEGED.format(paths=AGENTD_PATHS))
     assert done.returncode == 0, done.stderr
     privileged, probe, code, out, err = json.loads(done.stdout)
     assert not privileged and probe == "" and code == 0, err

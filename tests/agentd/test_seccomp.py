@@ -307,7 +307,7 @@ def test_agentd_refuses_to_start_where_the_filter_cannot_apply(workspace: pathli
     assert "under a seccomp filter" in isolation.prepare(AgentConfig()).said
 
 
-from tests.agentd.test_sandbox import AGENTD_PATHS  # noqa: E402
+from tests.agentd.test_sandbox import AGENTD_PATHS, run_as_nobody  # noqa: E402
 
 UNPRIVILEGED = """
 import json, pathlib, subprocess, sys, tempfile
@@ -327,18 +327,7 @@ def test_an_agentd_that_is_not_root_filters_too(workspace: pathlib.Path) -> None
     """Not root, bubblewrap makes a user namespace for the sandbox; the command cannot nest another."""
     if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3") or not shutil.which("unshare"):
         pytest.skip("needs root (to run as nobody), /usr/bin/python3 and unshare")
-    nobody = pwd.getpwnam("nobody")
-    done = subprocess.run(
-        ["/usr/bin/python3", "-I", "-c", UNPRIVILEGED.format(paths=AGENTD_PATHS)],
-        capture_output=True,
-        text=True,
-        user=nobody.pw_uid,
-        group=nobody.pw_gid,
-        extra_groups=[],
-        cwd="/",
-        env={"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp"},
-        timeout=60,
-    )
+    done = run_as_nobody(UNPRIVILEGED.format(paths=AGENTD_PATHS))
     assert done.returncode == 0, done.stderr
     (unshared, code, err), (_, unfiltered_code, unfiltered_err) = json.loads(done.stdout)
     assert unshared == 1 and code == 1 and "Operation not permitted" in err
