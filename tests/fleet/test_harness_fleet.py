@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -25,6 +26,22 @@ def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_ar
 def implement(key: str, *deps: str) -> dict:
     # medium complexity routes to sonnet by rule, so no classifier call takes a scripted reply
     return {"key": key, "kind": "implement", "objective": f"do {key}", "depends_on": list(deps), "complexity": "medium"}
+
+
+def files_under(root: pathlib.Path, skip_suffix: str) -> dict[pathlib.Path, bytes]:
+    """Every regular file under root with its bytes, skipping what goes away mid-walk: runs end and unmount meanwhile."""
+    found = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = pathlib.Path(folder, name)
+            if path.suffix == skip_suffix:
+                continue
+            try:
+                if path.is_file():
+                    found[path] = path.read_bytes()
+            except OSError:
+                continue
+    return found
 
 
 def events(client: Client, run_id: str) -> list[dict]:
@@ -238,8 +255,7 @@ def test_secrets_never_reach_the_database_objects_events_or_output(
         )
         wait_for(lambda: client.get_run(run_id).state == "running", 30)
         # a run's filesystem image (RUN.disk, sparse, 32 GiB) holds the workspace's own files: not read here
-        files = [p for p in agent.root.rglob("*") if p.is_file() and p.suffix != ".disk"]
-        on_disk = [p for p in files if token.encode() in p.read_bytes()]
+        on_disk = [p for p, data in files_under(agent.root, skip_suffix=".disk").items() if token.encode() in data]
         list(client.watch(change.id))
         final = client.get_change(change.id)
         printed = "".join(ln.text for ln in client.run_logs(run_id))
