@@ -34,7 +34,7 @@ from drover.testing import fake_anthropic as fake
 SAMPLE = {
     "README.md": "# calc\n\nA tiny calculator. Run the tests with `python -m unittest`.\n",
     "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
-    # unittest, not pytest: the demo needs nothing beyond `pip install -e '.[all]'`.
+    # unittest, not pytest: the demo needs nothing beyond `pip install -e '.[agent,server]'`.
     "test_calc.py": "import unittest\n\nfrom calc import add, mul\n\n\nclass CalcTest(unittest.TestCase):\n"
     "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
     "    def test_mul(self):\n        self.assertEqual(mul(4, 5), 20)\n",

@@ -98,7 +98,10 @@ class Recall:
                 self._memory = await asyncio.to_thread(
                     Memory.open, self.data_dir, self.config.url, self.config.model_dir
                 )
-            except Exception as err:  # no model, no chroma: runs go on without semantic items
+            except ModuleNotFoundError as err:  # the memory extra is not installed: runs go on without
+                self._unavailable = f"semantic memory is not installed ({err.name}): pip install 'drover[memory]'"
+                log.info("%s", self._unavailable)
+            except Exception as err:  # no model: runs go on without semantic items
                 self._unavailable = f"semantic memory unavailable: {type(err).__name__}: {err}"
                 log.warning("%s", self._unavailable)
         return self._memory

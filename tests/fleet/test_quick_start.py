@@ -47,3 +47,13 @@ def test_command_1_runs_the_demo_as_written(tmp_path: pathlib.Path) -> None:
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert done.stdout.rstrip().endswith("the demo's Change succeeded")
     assert (tmp_path / ".venv" / "bin" / "python").exists()  # it ran in the venv the command made
+    # the demo's extra is the small one: semantic memory (chroma, onnxruntime) is the memory extra's
+    listed = subprocess.run(
+        [tmp_path / ".venv" / "bin" / "python", "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    installed = {line.split("==")[0].lower() for line in listed.splitlines()}
+    assert {"sqlalchemy", "anthropic", "pygit2"} <= installed
+    assert not installed & {"chromadb", "onnxruntime", "tokenizers", "numpy"}, installed
