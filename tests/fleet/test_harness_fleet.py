@@ -29,7 +29,8 @@ def implement(key: str, *deps: str) -> dict:
 
 
 def files_under(root: pathlib.Path, skip_suffix: str) -> dict[pathlib.Path, bytes]:
-    """Every regular file under root with its bytes, skipping what goes away mid-walk: runs end and unmount meanwhile."""
+    """Every regular file under root with its bytes, skipping what goes away mid-walk: runs end and unmount
+    meanwhile."""
     found = {}
     for folder, _, names in os.walk(root):
         for name in names:
