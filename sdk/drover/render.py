@@ -11,7 +11,6 @@ from typing import Any
 
 from drover.models import Agent, Change, ChangeSet, Claim, Event, LogLine, MeterUsage, Question, Run, Spend, to_json
 
-
 PIPE_CLOSED = 141
 """The exit status of a CLI whose stdout reader went away (`drover events | head -1`): 128 + SIGPIPE, what a
 shell reports for git or cat there. Nothing is printed."""
