@@ -16,7 +16,12 @@ from drover.core import logs
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentd", description="The Drover fleet daemon")
+    p = argparse.ArgumentParser(
+        prog="agentd",
+        description="The Drover fleet daemon",
+        epilog="exit codes: 0 stopped by a signal, 2 invalid settings or no sandbox, "
+        "4 the token file is unreadable or the control plane refused this agent (see --retry-auth)",
+    )
     p.add_argument("--version", action="version", version=f"agentd {__version__}")
     p.add_argument("--log-format", choices=logs.FORMATS, help="text (default) or json lines; env DROVER_LOG_FORMAT")
     p.add_argument("--config", help="TOML file with the settings below (env DROVER_AGENTD_* overrides it)")
@@ -27,10 +32,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--name", help="unique agent name (default: the host name)")
     p.add_argument("--token-file", dest="token_file", help="default .drover/tokens/agent.token")
+    retry = "keep dialling when the token or name is refused or the token file is missing (default: exit 4)"
+    p.add_argument("--retry-auth", dest="retry_auth", action="store_true", default=None, help=retry)
     p.add_argument("--capacity", type=int, help="concurrent runs (default 1)")
     p.add_argument("--label", dest="labels", action="append", help="key=value, repeatable (pool=web)")
     p.add_argument("--work-dir", dest="work_dir", help="parent of run workspaces")
-    p.add_argument("--spool-dir", dest="spool_dir", help="run directories and outbox")
+    p.add_argument(
+        "--spool-dir",
+        dest="spool_dir",
+        help="run directories and outbox (default NAME/spool in /var/lib/drover-agentd as root, "
+        "else in $XDG_STATE_HOME/drover-agentd)",
+    )
     p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
     p.add_argument(
         "--no-prefork",
@@ -73,6 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as err:
         print(f"agentd: {err}", file=sys.stderr)
         return 2
+    if not config.retry_auth:
+        try:
+            config.token_file.read_bytes()
+        except OSError as err:
+            print(
+                f"agentd: cannot read the token file {config.token_file}: {err.strerror or err}; "
+                "pass --token-file (or --retry-auth to wait for it)",
+                file=sys.stderr,
+            )
+            return 4
     try:
         isolated = isolation.prepare(config)
     except isolation.Refused as refused:
@@ -89,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         config.spool,
         isolated.said,
     )
-    asyncio.run(Agent(isolated.config).run())
+    from agentd.connection import Rejected
+
+    try:
+        asyncio.run(Agent(isolated.config).run())
+    except Rejected as rejected:  # waiting does not heal it: say so and stop, so systemd need not loop
+        print(f"agentd: {rejected}; fix the token or name, or start with --retry-auth to keep trying", file=sys.stderr)
+        return 4
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import shutil
 import socket
@@ -24,6 +25,10 @@ class AgentConfig:
     """Unique among connected agents; keep it stable so a restarted agentd re-attaches to its runs."""
     token_file: pathlib.Path = pathlib.Path(".drover/tokens/agent.token")
     """The agent token; read at every connection attempt."""
+    retry_auth: bool = False
+    """Keep dialling when the control plane refuses this agent (UNAUTHENTICATED: a bad, revoked or expired
+    token; PERMISSION_DENIED: a name bound to another agent token, another pool's label) or the token file
+    cannot be read at start. false: agentd exits with code 4, since waiting does not heal those."""
     capacity: int = 1
     """Concurrent runs."""
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -31,7 +36,7 @@ class AgentConfig:
     work_dir: pathlib.Path = pathlib.Path(tempfile.gettempdir()) / "drover-workspaces"
     """Parent of the run workspaces."""
     spool_dir: pathlib.Path = pathlib.Path("")
-    """Run directories and the outbox; default .drover/agentd/<name>/spool."""
+    """Run directories and the outbox; default <state_dir>/<name>/spool (state_dir below)."""
     min_free_spool_bytes: int = 100 * 1024 * 1024
     """New runs are refused (`disk_full`) while the spool's filesystem has less free space than this."""
     keep_workspaces: bool = False
@@ -107,11 +112,22 @@ class AgentConfig:
 
     @property
     def spool(self) -> pathlib.Path:
-        return (
-            self.spool_dir
-            if str(self.spool_dir) not in ("", ".")
-            else pathlib.Path(".drover/agentd") / self.name / "spool"
-        )
+        if str(self.spool_dir) not in ("", "."):
+            return self.spool_dir
+        return state_dir(os.geteuid(), os.environ) / self.name / "spool"
+
+
+def state_dir(euid: int, env: Mapping[str, str]) -> pathlib.Path:
+    """Where agentd keeps its state when no spool_dir is set, never the directory it was started from:
+    /var/lib/drover-agentd as root; else $XDG_STATE_HOME/drover-agentd, ~/.local/state/drover-agentd
+    when that is unset or not absolute (the XDG base directory rule)."""
+    if euid == 0:
+        return pathlib.Path("/var/lib/drover-agentd")
+    xdg = env.get("XDG_STATE_HOME", "")
+    if xdg and pathlib.Path(xdg).is_absolute():
+        return pathlib.Path(xdg) / "drover-agentd"
+    home = env.get("HOME") or str(pathlib.Path.home())
+    return pathlib.Path(home) / ".local" / "state" / "drover-agentd"
 
 
 def parse_labels(value: Any) -> dict[str, str]:

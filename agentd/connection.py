@@ -1,6 +1,7 @@
 """The connection to the control plane: dial out, hello, replay the outbox, follow control
 messages; on any failure reconnect with backoff (0.5 s doubling to `reconnect_max_seconds`, 30 s by
-default, jitter included), so after a control-plane restart every agent is back within that long."""
+default, jitter included), so after a control-plane restart every agent is back within that long. A
+refusal that waiting does not heal (a bad token) raises `Rejected` instead, unless `retry_auth`."""
 
 from __future__ import annotations
 
@@ -27,6 +28,21 @@ WELCOME_TIMEOUT_SECONDS = 60.0
 
 class SessionLost(Exception):
     """The stream to the control plane ended or could not be opened."""
+
+
+class Rejected(Exception):
+    """The control plane refused this agent in a way that waiting does not heal (`heals_by_waiting`)."""
+
+
+UNHEALING = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+"""A bad, revoked or expired token; a token not allowed what the agent asks (a name bound to another
+agent token, another pool's label). ALREADY_EXISTS (a session of the same name still open) does heal:
+the control plane drops a dead agent's stream within agent_silence_seconds."""
+
+
+def heals_by_waiting(code: grpc.StatusCode, retry_auth: bool) -> bool:
+    """Whether to dial again after the control plane refused the hello with `code`."""
+    return retry_auth or code not in UNHEALING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,6 +222,11 @@ class Connection:
                 sender.cancel()
                 await asyncio.gather(sender, return_exceptions=True)
         except grpc.aio.AioRpcError as err:
+            if not established and not heals_by_waiting(err.code(), self.config.retry_auth):
+                raise Rejected(
+                    f"the control plane {self._target_name()} refused agent {self.config.name!r} "
+                    f"(token file {self.config.token_file}): {err.code().name}: {err.details()}"
+                ) from err
             if not established:
                 raise SessionLost(f"{err.code().name}: {err.details()}") from err
             log.warning("stream to the control plane ended: %s %s", err.code().name, err.details())

@@ -27,7 +27,7 @@ from controlplane.store.engine import Store, aware
 from controlplane.store.models import Project
 from drover.core import logs
 from drover.errors import DroverError, InvalidArgument, NotFound
-from drover.render import table
+from drover.render import closed_pipe, table
 
 Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
 
@@ -307,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         return 5
     try:
         args.func(store, config, args)
+        sys.stdout.flush()  # here, so a reader that went away is seen below and not at exit
+    except BrokenPipeError:  # `controlplane token list | head -1`: the reader has what it wanted
+        return closed_pipe()
     except NotFound as err:
         print(f"controlplane: {err}", file=sys.stderr)
         return 3

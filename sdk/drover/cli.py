@@ -349,7 +349,11 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return run(args)
+        code = run(args)
+        sys.stdout.flush()  # here, so a reader that went away is seen below and not at exit
+        return code
+    except BrokenPipeError:  # `drover events | head -1`: the reader has what it wanted
+        return render.closed_pipe()
     except DroverError as err:
         print(f"drover: {err.code}: {err.message}", file=sys.stderr)
         return EXIT.get(err.code, 7)

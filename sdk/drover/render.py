@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 from drover.models import Agent, Change, ChangeSet, Claim, Event, LogLine, MeterUsage, Question, Run, Spend, to_json
+
+PIPE_CLOSED = 141
+"""The exit status of a CLI whose stdout reader went away (`drover events | head -1`): 128 + SIGPIPE, what a
+shell reports for git or cat there. Nothing is printed."""
+
+
+def closed_pipe() -> int:
+    """stdout's reader is gone: point stdout at /dev/null, so the interpreter's last flush cannot fail
+    again and print a traceback, and return PIPE_CLOSED (the Python documentation's SIGPIPE recipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return PIPE_CLOSED
 
 
 def as_dict(obj: Any) -> dict[str, Any]:

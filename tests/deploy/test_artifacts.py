@@ -71,6 +71,8 @@ def test_systemd_units_verify(name: str, tmp_path: pathlib.Path) -> None:
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
     text = unit.read_text()
     assert "User=drover" in text if name == "controlplane.service" else "User=root" in text
+    if name == "agentd.service":  # a refused token stops agentd (exit 4); systemd must not loop on it
+        assert "RestartPreventExitStatus=4" in text
     broken = tmp_path / "broken" / name
     broken.parent.mkdir()
     broken.write_text(text.replace("Restart=always", "Restart=sometimes"))

@@ -201,3 +201,42 @@ def test_both_daemons_log_json_lines_when_asked(fleet: Fleet) -> None:
     assert all({"time", "level", "logger", "message"} <= set(e) for e in logged)
     agent_logged = [json.loads(ln) for ln in agent.log().splitlines() if ln.startswith("{")]
     assert any(e["logger"] == "agentd" for e in agent_logged)
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    """`drover events | head -1` as a user types it: head leaves after one line, drover's next write finds
+    the pipe closed, and drover ends with 141 (128 + SIGPIPE, as a shell reports git or cat there) and
+    says nothing: no `[Errno 32] Broken pipe`, no traceback. The controlplane CLI's listings do the same."""
+    plane = fleet.start_plane()
+    plane.add_project("first")
+    token = plane.data_dir / "tokens" / "admin.token"
+    err = tmp_path / "drover.err"
+    follow = f"{sys.executable} -m drover.cli events --follow --target {plane.target} --token-file {token}"
+    shell = subprocess.Popen(
+        ["bash", "-c", f'{follow} 2>{err} | head -1; echo "drover exited ${{PIPESTATUS[0]}}"'],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert shell.stdout is not None
+    assert "project.added" in shell.stdout.readline()  # head printed its one line and left
+    plane.add_project("second")  # a new event: drover --follow writes it into the closed pipe
+    assert shell.stdout.read().strip() == "drover exited 141"
+    assert shell.wait(30) == 0
+    assert err.read_text() == ""
+
+    data = str(plane.data_dir)
+    for command in (["token", "list"], ["project", "list"]):
+        # `| true` leaves before the command's first write (its start takes far longer), so the write fails
+        done = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f"{sys.executable} -m controlplane.cli {' '.join(command)} --data-dir {data} | true; "
+                'echo "${PIPESTATUS[0]}"',
+            ],
+            capture_output=True,
+            text=True,
+            env=plane.env(),
+            timeout=60,
+        )
+        assert (done.stdout.strip(), done.stderr) == ("141", ""), command
