@@ -15,13 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy
+from sqlalchemy.orm import Session
 
 from controlplane.api.server import bootstrap_tokens, database_url, lock_data_dir, open_store, serve
 from controlplane.config import ConsoleLimits, ServerConfig, load_harness, load_memory
 from controlplane.context.canonical_tree import open_canonical
 from controlplane.context.recall import Recall
 from controlplane.project_cli import project_parsers
-from controlplane.services import tokens
+from controlplane.services import token_files, tokens
 from controlplane.services.projects import git_token
 from controlplane.store.engine import Store, aware
 from controlplane.store.models import Project
@@ -59,15 +60,21 @@ def cmd_serve(store: Store, config: ServerConfig, args: argparse.Namespace) -> N
             body_timeout_seconds=args.console_body_timeout_seconds,
         ),
     )
-    for path in bootstrap_tokens(store, config.data_dir / "tokens"):
-        print(f"wrote {path.stem} token to {path}", flush=True)
+    tokens_dir = config.data_dir / "tokens"
+    for name, path in bootstrap_tokens(store, tokens_dir, database_url(config)).items():
+        usual = tokens_dir / f"{name}.token"
+        kept = "" if path == usual else f" ({usual} exists and is kept: it is not a token of this database)"
+        print(f"wrote {name} token to {path}{kept}", flush=True)
     asyncio.run(serve(config, store, file))
 
 
 def cmd_token_create(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+    if args.force and not args.out:
+        raise InvalidArgument("--force replaces an --out file; give --out too", field="force")
     expires = tokens.parse_duration(args.expires_in) if args.expires_in else None
-    token = store.transaction(
-        lambda s: tokens.create_token(
+
+    def create(s: Session) -> str:
+        return tokens.create_token(
             s,
             args.kind,
             args.name,
@@ -77,12 +84,14 @@ def cmd_token_create(store: Store, config: ServerConfig, args: argparse.Namespac
             projects=args.projects,
             expires_in=expires,
         )
-    )
-    if args.out:
-        tokens.write_token_file(pathlib.Path(args.out), token)
-        print(f"wrote {args.kind} token {args.name!r} to {args.out}")
-    else:
-        print(token)
+
+    if not args.out:
+        print(store.transaction(create))
+        return
+    # The file first, then the token, written inside its transaction: a refused --out stores nothing.
+    with token_files.token_file(pathlib.Path(args.out), replace=args.force) as write:
+        store.transaction(lambda s: write(create(s)))
+    print(f"wrote {args.kind} token {args.name!r} to {args.out}")
 
 
 def cmd_token_list(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
@@ -254,7 +263,10 @@ def _token_parsers(sub: Any) -> None:
     )
     tc.add_argument("--pool", default="", help="agent tokens: the pool it serves (default: the default pool)")
     tc.add_argument("--expires-in", default="", help="e.g. 30d, 12h, 1d12h (default: never)")
-    tc.add_argument("--out", help="write the token to this file (mode 0600) instead of printing it")
+    tc.add_argument(
+        "--out", help="write the token to this new file (mode 0600) instead of printing it; an existing file is refused"
+    )
+    tc.add_argument("--force", action="store_true", help="with --out: replace the file if it exists")
     tc.add_argument("--monthly-budget-usd", type=float, default=0.0, help="this user's monthly model budget (0: none)")
     _command(t, "list", cmd_token_list, "every token: name, kind, role, pool, projects, created, last used, expiry")
     tr = _command(t, "revoke", cmd_token_revoke, "revoke every live token of a name, from the next call on")

@@ -89,25 +89,40 @@ class FleetCollector(Collector):
         yield GaugeMetricFamily(
             "drover_agents_draining", "Connected agents told to take no new runs.", value=sum(a[1] for a in connected)
         )
+        # drover_fleet_*, not drover_agent_*: agentd exports drover_agent_capacity_slots for itself, and a
+        # sum() over both would count every slot twice.
         capacity = sum(a[2] for a in connected)
-        yield GaugeMetricFamily("drover_agent_capacity_slots", "Run slots of connected agents.", value=capacity)
+        yield GaugeMetricFamily("drover_fleet_capacity_slots", "Run slots of connected agents.", value=capacity)
         free = sum(a[2] for a in connected if not a[1]) - state.busy
         yield GaugeMetricFamily(
-            "drover_agent_free_slots", "Run slots of connected, undrained agents not running a run.", value=max(0, free)
+            "drover_fleet_free_slots", "Run slots of connected, undrained agents not running a run.", value=max(0, free)
         )
         yield GaugeMetricFamily("drover_claims_held", "Advisory claims held now.", value=state.claims_held)
-        for name, index, text in (
-            ("used", 0, "settled"),
-            ("reserved", 1, "admitted, not yet settled"),
-            ("limit", 2, "0: none"),
-        ):
+        yield from meter_families(state.meters)
+
+
+METER_UNITS = {"usd": 1e6, "calls": 1}
+"""A meter's unit (the metric name's suffix) and what its stored integers are divided by: usd meters
+count micro-dollars and are exported in dollars (Prometheus base units), calls meters count calls."""
+
+
+def meter_families(meters: dict[tuple[str, str], tuple[int, int, int]]) -> Iterator[GaugeMetricFamily]:
+    """drover_meter_{used,reserved,limit}_{usd,calls}, labelled by meter kind: the unit is in the name, so
+    no query adds dollars to calls."""
+    for name, index, text in (
+        ("used", 0, "settled"),
+        ("reserved", 1, "admitted, not yet settled"),
+        ("limit", 2, "0: none"),
+    ):
+        for unit, scale in METER_UNITS.items():
             family = GaugeMetricFamily(
-                f"drover_meter_{name}",
-                f"Fleet meters of the current period, {text} (usd in micro-dollars).",
-                labels=["kind", "unit"],
+                f"drover_meter_{name}_{unit}",
+                f"Fleet meters of the current period counted in {unit}, {text}.",
+                labels=["kind"],
             )
-            for (kind, unit), values in sorted(state.meters.items()):
-                family.add_metric([kind, unit], values[index])
+            for (kind, meter_unit), values in sorted(meters.items()):
+                if meter_unit == unit:
+                    family.add_metric([kind], values[index] / scale)
             yield family
 
 

@@ -34,7 +34,7 @@ from controlplane.dispatch.assign import Dispatcher
 from controlplane.dispatch.composer import Composer
 from controlplane.dispatch.liveness import Liveness
 from controlplane.dispatch.router import Router
-from controlplane.services import agent_presence, tokens
+from controlplane.services import agent_presence, token_files, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store import coordination
 from controlplane.store.engine import SCHEMA_LOCK, Store, sqlite_url
@@ -106,8 +106,10 @@ def lock_data_dir(data_dir: pathlib.Path) -> int:
     return fd
 
 
-def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path) -> list[pathlib.Path]:
-    """On first start (no token stored yet) write an admin and an agent token, mode 0600."""
+def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path, database: str) -> dict[str, pathlib.Path]:
+    """On first start (no token stored yet) write an admin and an agent token, mode 0600; their files by
+    name. A file already there (another database's token: this one has none) is kept, and the new token
+    goes beside it, named after `database` (`token_files.candidates`)."""
 
     def create(s: Session) -> dict[str, str]:
         if s.get_bind().dialect.name == "postgresql":  # replicas starting together: one makes them
@@ -119,12 +121,11 @@ def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path) -> list[pathlib.Pat
             "agent": tokens.create_token(s, "agent", "agent"),
         }
 
-    written = []
-    for name, token in store.transaction(create).items():
-        path = tokens_dir / f"{name}.token"
-        tokens.write_token_file(path, token)
-        written.append(path)
-    return written
+    label = token_files.database_label(database)
+    return {
+        name: token_files.write_beside(tokens_dir, name, label, token)
+        for name, token in store.transaction(create).items()
+    }
 
 
 def grpc_server(config: ServerConfig, auth: AuthInterceptor) -> grpc.aio.Server:

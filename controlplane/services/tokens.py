@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import os
-import pathlib
 import re
 import secrets
 from collections.abc import Iterable
@@ -171,12 +169,3 @@ def revoke(s: Session, name: str, kind: str = "") -> int:
         row.revoked_at = now
     add_event(s, "token.revoked", name=name, token_kind=rows[0].kind, count=len(rows))
     return len(rows)
-
-
-def write_token_file(path: pathlib.Path, token: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    os.chmod(path, 0o600)
