@@ -199,7 +199,7 @@ async def classify(c: anthropic.AsyncAnthropic) -> str:
         max_tokens=100,
         system=[{"type": "text", "text": CLASSIFIER_SYSTEM}],
         tools=[],
-        messages=classifier_messages(TaskTraits(kind="implement"), "fix add")  # type: ignore[arg-type]
+        messages=classifier_messages(TaskTraits(kind="implement"), "fix add"),  # type: ignore[arg-type]
     )
     return "".join(b.text for b in message.content if b.type == "text")
 

@@ -73,7 +73,7 @@ def test_a_script_without_a_classifier_step_reaches_the_harness_whole(
     assert run.model_calls == 2 and model.pending == 0  # both scripted steps reached the harness
     assert receipt.data["rule"] == "default"
     assert receipt.data["classifier"] == {"tier": "sonnet", "confidence": 0.9, "reason": "answered"}
-    assert [r.body["max_tokens"] for r in model.requests][0] == 100  # the classifier's call came first
+    assert model.requests[0].body["max_tokens"] == 100  # the classifier's call came first
 
 
 def test_two_failures_at_sonnet_escalate_to_opus_only_where_the_config_allows_it(

@@ -62,13 +62,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from drover.testing.script import (
+    DEFAULT_CLASSIFICATION,
     DEFAULT_USAGE,
     Error,
     Reply,
     Stall,
     Step,
-    classification,
     is_classification,
+    is_classifier_request,
     step_from_json,
 )
 
@@ -80,21 +81,6 @@ from drover.testing.script import stall as stall
 from drover.testing.script import text as text
 from drover.testing.script import tool_use as tool_use
 from drover.testing.script import tool_uses as tool_uses
-
-CLASSIFIER_MARKER = '"tier": "haiku|sonnet|opus"'
-"""How the fake knows the routing classifier's request: its system prompt asks for this JSON, and it
-offers no tools (`controlplane.domain.tiers.CLASSIFIER_SYSTEM`; a test there keeps the two in step)."""
-DEFAULT_CLASSIFICATION = classification("sonnet", 0.9)
-"""The fake's own answer to a classifier request when the script has no classifier reply next."""
-
-
-def is_classifier_request(body: Any) -> bool:
-    """Whether a request body is the control plane's routing classifier call."""
-    if not isinstance(body, dict) or body.get("tools"):
-        return False
-    system = body.get("system")
-    blocks = [{"text": system}] if isinstance(system, str) else system if isinstance(system, list) else []
-    return any(isinstance(b, dict) and CLASSIFIER_MARKER in str(b.get("text", "")) for b in blocks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,8 +358,8 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m drover.testing.fake_anthropic",
         description=__doc__.split("\n")[0],
         epilog="The routing classifier's requests are answered by the fake itself and take no step of the "
-        "script, unless the script's next step is a classifier reply ({\"step\": \"classification\", "
-        "\"tier\": \"haiku\"}).",
+        'script, unless the script\'s next step is a classifier reply ({"step": "classification", '
+        '"tier": "haiku"}).',
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)

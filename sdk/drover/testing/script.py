@@ -122,6 +122,22 @@ def is_classification(step: Step) -> bool:
     )
 
 
+CLASSIFIER_MARKER = '"tier": "haiku|sonnet|opus"'
+"""How the fake knows the routing classifier's request: its system prompt asks for this JSON, and it
+offers no tools (`controlplane.domain.tiers.CLASSIFIER_SYSTEM`; a test there keeps the two in step)."""
+DEFAULT_CLASSIFICATION = classification("sonnet", 0.9)
+"""The fake's own answer to a classifier request when the script has no classifier reply next."""
+
+
+def is_classifier_request(body: Any) -> bool:
+    """Whether a request body is the control plane's routing classifier call."""
+    if not isinstance(body, dict) or body.get("tools"):
+        return False
+    system = body.get("system")
+    blocks = [{"text": system}] if isinstance(system, str) else system if isinstance(system, list) else []
+    return any(isinstance(b, dict) and CLASSIFIER_MARKER in str(b.get("text", "")) for b in blocks)
+
+
 _CONSTRUCTORS: dict[str, Callable[..., Step]] = {
     "text": text,
     "tool_use": tool_use,
