@@ -78,9 +78,15 @@ def visible_meters(user: str, scope: Scope) -> Any:
     return or_(*fleet, *owned, Meter.key.in_(changes))
 
 
+def may_act_on(submitted_by: str, who: str, may_manage: bool) -> bool:
+    """The ownership rule: only the submitter, or someone with run.manage, acts on a Change (cancel it,
+    raise its budget, answer its questions). The API enforces it; the console offers only what it allows."""
+    return may_manage or submitted_by == who
+
+
 def check_owner(change: Change, who: str, may_manage: bool, action: str) -> None:
     """Only the submitter, or someone with run.manage, may `action` a Change."""
-    if not may_manage and change.submitted_by != who:
+    if not may_act_on(change.submitted_by, who, may_manage):
         raise PermissionDenied(
             f"{action} a Change another user submitted needs role run.manage; "
             f"{change.id} was submitted by {change.submitted_by!r}",

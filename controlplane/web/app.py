@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -170,6 +170,12 @@ def _login(target: str, error: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
 
 
+async def favicon(request: Request) -> Response:
+    """The icon browsers ask for by this name: the console's SVG (pages also link it)."""
+    headers = {**SECURITY_HEADERS, "Cache-Control": "max-age=86400"}
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml", headers=headers)
+
+
 def console(gateway: Gateway, secure: bool, limits: ConsoleLimits) -> Starlette:
     gate = Gate(limits)
 
@@ -182,6 +188,7 @@ def console(gateway: Gateway, secure: bool, limits: ConsoleLimits) -> Starlette:
     routes = [
         *login_routes(gateway, gate, secure),
         Route("/", lambda request: RedirectResponse("/fleet", status_code=303)),
+        Route("/favicon.ico", favicon),
         *(Route(path, page(handler)) for path, handler in pages.PAGES.items()),
         Route("/runs/{run_id}/stream", page(streaming(pages.run_stream, gate))),
         Route("/changes/{change_id}/stream", page(streaming(pages.change_stream, gate))),

@@ -26,7 +26,10 @@ def pretty(value: Any) -> str:
 
 
 def diff(patch: str) -> Markup:
-    """A unified diff with each line marked by its kind (added, removed, hunk, file), escaped."""
+    """A unified diff with each line marked by its kind (added, removed, hunk, file), escaped.
+
+    Each line is a block of its own (a full-width background), so the blocks are joined with nothing
+    between them: a newline between blocks inside a <pre> is an empty line of its own."""
     out = []
     for line in patch.splitlines():
         kind = (
@@ -41,7 +44,7 @@ def diff(patch: str) -> Markup:
             else "ctx"
         )
         out.append(f'<span class="d-{kind}">{escape(line)}</span>')
-    return Markup("\n".join(out))
+    return Markup("".join(out))
 
 
 def labels(values: dict[str, str]) -> str:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import collections
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
+from controlplane.web import receipts as receipt_view
 from controlplane.web import spend_chart, task_graph, transcript
 from controlplane.web.visit import SECURITY_HEADERS, Handler, Visit
+from drover.errors import DroverError
 from drover.models import (
     Agent,
     Change,
@@ -151,14 +153,17 @@ async def run(v: Visit) -> Response:
     ]
     events_request = operations_pb2.ListEventsRequest(run_id=run_id, page_size=200)
     events = [from_proto(e, Event) for e in (await v.call("OperationsService/ListEvents", events_request)).events]
+    owner = await v.call("ChangeService/GetChange", change_pb2.GetChangeRequest(change_id=found.change_id))
     last = max((entry["seq"] for entry in lines), default=0)
     return v.render(
         "run.html",
         run=found,
+        submitted_by=owner.submitted_by,
         lines=lines,
         last_seq=last,
         live=found.state in ("queued", "starting", "running"),
-        receipts=receipts,
+        receipts=[(r, receipt_view.steps(r.data), receipt_view.candidates(r.data)) for r in receipts],
+        candidate_columns=receipt_view.CANDIDATE_COLUMNS,
         questions=questions,
         inputs=inputs,
         events=events,
@@ -173,10 +178,21 @@ async def run_stream(v: Visit) -> Response:
         run_id=run_id, after_seq=_int(v.request.query_params.get("after")), follow=True
     )
     stream = v.stream("OperationsService/TailRunLogs", request)
-    return await _sse(stream, "line", lambda line: json.dumps(transcript.entries(from_proto(line, LogLine))))
+
+    async def final() -> str:  # the stream ends once the run has: the page shows its state without a reload
+        try:
+            ended = await v.call("OperationsService/GetRun", operations_pb2.GetRunRequest(run_id=run_id))
+        except DroverError:  # signed out meanwhile: the page reloads into whatever it may see
+            return "{}"
+        return json.dumps({"state": ended.state, "outcome": ended.outcome})
+
+    return await _sse(stream, "line", lambda line: json.dumps(transcript.entries(from_proto(line, LogLine))), final)
 
 
-async def _sse(stream: AsyncIterator[Any], name: str, data: Any) -> Response:
+async def _sse(
+    stream: AsyncIterator[Any], name: str, data: Any, final: Callable[[], Awaitable[str]] | None = None
+) -> Response:
+    """Server-sent events `name`, one per item of `stream`, then `end` (its data from `final`, if given)."""
     first = await anext(stream, None)  # errors (NOT_FOUND, PERMISSION_DENIED) come before the 200
 
     async def events() -> AsyncIterator[str]:
@@ -184,7 +200,7 @@ async def _sse(stream: AsyncIterator[Any], name: str, data: Any) -> Response:
         while item is not None:
             yield f"event: {name}\ndata: {data(item)}\n\n"
             item = await anext(stream, None)
-        yield "event: end\ndata: {}\n\n"
+        yield f"event: end\ndata: {await final() if final else '{}'}\n\n"
 
     headers = {**SECURITY_HEADERS, "X-Accel-Buffering": "no"}
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)

@@ -1,6 +1,7 @@
 """A run's output as transcript entries for the console: plain lines of stdout, stderr and system notes,
 and the harness's events (stream "event", one JSON object per line: text, tool_use, tool_result, user,
-result, question) each with its kind and a readable text."""
+result, question) each with its kind, a readable text, and whether it reports a failure (a tool's error,
+a result other than completed). stderr is no failure: many tools (unittest, pytest) report there."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def entries(line: LogLine) -> list[dict[str, Any]]:
     """The entries of one output message: one per line of text, or per harness event."""
     if line.stream != "event":
         text = line.text.rstrip("\n")
-        return [{"seq": line.seq, "stream": line.stream, "kind": line.stream, "text": _cut(text)}] if text else []
+        entry = {"seq": line.seq, "stream": line.stream, "kind": line.stream, "text": _cut(text), "failed": False}
+        return [entry] if text else []
     return [_event(line.seq, raw) for raw in line.text.splitlines() if raw.strip()]
 
 
@@ -24,9 +26,9 @@ def _event(seq: int, raw: str) -> dict[str, Any]:
     try:
         event = json.loads(raw)
     except ValueError:
-        return {"seq": seq, "stream": "event", "kind": "event", "text": _cut(raw)}
+        return {"seq": seq, "stream": "event", "kind": "event", "text": _cut(raw), "failed": False}
     if not isinstance(event, dict):
-        return {"seq": seq, "stream": "event", "kind": "event", "text": _cut(raw)}
+        return {"seq": seq, "stream": "event", "kind": "event", "text": _cut(raw), "failed": False}
     kind = str(event.get("kind", "event"))
     if kind == "tool_use":
         text = f"{event.get('tool', '')} {json.dumps(event.get('input', {}), ensure_ascii=False, indent=1)}"
@@ -38,7 +40,10 @@ def _event(seq: int, raw: str) -> dict[str, Any]:
         text = f"asks: {event.get('text', '')}"
     else:
         text = str(event.get("text", "") or json.dumps(event, ensure_ascii=False))
-    return {"seq": seq, "stream": "event", "kind": kind, "text": _cut(text.strip())}
+    failed = (
+        bool(event.get("error")) if kind == "tool_result" else kind == "result" and event.get("outcome") != "completed"
+    )
+    return {"seq": seq, "stream": "event", "kind": kind, "text": _cut(text.strip()), "failed": failed}
 
 
 def _cut(text: str) -> str:

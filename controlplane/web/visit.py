@@ -12,6 +12,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from controlplane.services import tenancy
 from controlplane.services.tokens import Principal
 from controlplane.web import filters, session
 from controlplane.web.gateway import Gateway
@@ -43,10 +44,21 @@ class Visit:
     def may(self, method: str) -> bool:
         return self.gateway.allowed(self.who, method)
 
+    def may_act_on(self, method: str, submitted_by: str) -> bool:
+        """Whether the API lets the visitor call `method` on a Change `submitted_by`: the method's role,
+        then the Change's ownership (the API's own two checks), so a page offers no action it refuses."""
+        manages = self.who.has_role("run.manage")
+        return self.may(method) and tenancy.may_act_on(submitted_by, self.who.name, manages)
+
     def render(self, template: str, status: int = 200, **values: Any) -> HTMLResponse:
         values.setdefault("title", "Drover")
         page = TEMPLATES.get_template(template).render(
-            who=self.who, csrf=session.csrf_token(self.token), may=self.may, path=self.request.url.path, **values
+            who=self.who,
+            csrf=session.csrf_token(self.token),
+            may=self.may,
+            may_act_on=self.may_act_on,
+            path=self.request.url.path,
+            **values,
         )
         return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
 

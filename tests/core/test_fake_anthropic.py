@@ -17,10 +17,12 @@ from typing import Any
 import anthropic
 import pytest
 
+from controlplane.domain.tiers import CLASSIFIER_SYSTEM, TaskTraits, classifier_messages
 from drover.testing.fake_anthropic import (
     FakeAnthropic,
     Reply,
     Stall,
+    classification,
     error,
     stall,
     step_from_json,
@@ -190,8 +192,53 @@ async def test_an_exhausted_script_answers_500(fake: FakeAnthropic) -> None:
             await c.messages.create(model="m", max_tokens=8, messages=MESSAGES)
 
 
+async def classify(c: anthropic.AsyncAnthropic) -> str:
+    """The control plane's routing classifier request, as it sends it: its system prompt, no tools."""
+    message = await c.messages.create(
+        model="claude-haiku",
+        max_tokens=100,
+        system=[{"type": "text", "text": CLASSIFIER_SYSTEM}],
+        tools=[],
+        messages=classifier_messages(TaskTraits(kind="implement"), "fix add"),  # type: ignore[arg-type]
+    )
+    return "".join(b.text for b in message.content if b.type == "text")
+
+
+async def test_the_classifier_is_answered_without_taking_a_step(fake: FakeAnthropic) -> None:
+    """A newcomer's script has no classifier step: the fake answers it, and the harness gets every step."""
+    fake.extend([tool_use("list_files", {}), text("done")])
+    async with client(fake) as c:
+        assert json.loads(await classify(c)) == {"tier": "sonnet", "confidence": 0.9}
+        assert fake.pending == 2
+        first = await c.messages.create(model="m", max_tokens=8, messages=MESSAGES)
+        assert [b.type for b in first.content] == ["tool_use"] and first.content[0].name == "list_files"  # type: ignore[union-attr]
+        assert json.loads(await classify(c))["tier"] == "sonnet"  # a second Task's classifier, mid-script
+        second = await c.messages.create(model="m", max_tokens=8, messages=MESSAGES)
+        assert second.content[0].text == "done"  # type: ignore[union-attr]
+    assert fake.pending == 0 and len(fake.requests) == 4
+
+
+async def test_a_scripted_classifier_reply_answers_the_classifier(fake: FakeAnthropic) -> None:
+    fake.extend([classification("haiku", 0.8), text('Sure: {"tier": "opus", "confidence": 0.7}'), text("done")])
+    async with client(fake) as c:
+        assert json.loads(await classify(c)) == {"tier": "haiku", "confidence": 0.8}
+        assert "opus" in await classify(c)  # any text reply naming a JSON tier is a classifier reply
+        assert fake.pending == 1
+        assert await classify(c) == '{"tier": "sonnet", "confidence": 0.9}'  # "done" is not one: kept
+        assert fake.pending == 1
+
+
+async def test_without_a_default_the_classifier_takes_the_next_step() -> None:
+    with FakeAnthropic([error(500, "api_error", "down"), text("done")], classifier=None) as fake:
+        async with client(fake) as c:
+            with pytest.raises(anthropic.InternalServerError, match="down"):
+                await classify(c)
+            assert await classify(c) == "done"
+
+
 def test_script_items_name_a_constructor_and_its_arguments() -> None:
     assert step_from_json({"step": "text", "text": "x"}) == text("x")
+    assert step_from_json({"step": "classification", "tier": "opus", "confidence": 0.7}) == classification("opus", 0.7)
     assert step_from_json({"step": "stall", "seconds": 2}) == Stall(2)
     uses = step_from_json({"step": "tool_uses", "uses": [["a", {}, "toolu_1"], ["b", {"k": 1}, "toolu_2"]]})
     assert isinstance(uses, Reply) and [b["name"] for b in uses.content] == ["a", "b"]
@@ -206,7 +253,8 @@ async def test_the_command_line_fake_serves_a_script_file(tmp_path: pathlib.Path
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"step": "tool_use", "name": "complete_task", "input": {"intent": "done"}}]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drover.testing.fake_anthropic", "--port", "0", "--script", str(script)],
+        [sys.executable, "-m", "drover.testing.fake_anthropic", "--port", "0", "--script", str(script)]
+        + ["--classifier", "haiku"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -216,6 +264,7 @@ async def test_the_command_line_fake_serves_a_script_file(tmp_path: pathlib.Path
         match = re.fullmatch(r"fake anthropic listening on (http://127\.0\.0\.1:\d+)\n", line)
         assert match, line
         async with anthropic.AsyncAnthropic(base_url=match.group(1), api_key="k", max_retries=0) as c:
+            assert json.loads(await classify(c))["tier"] == "haiku"  # answered by the fake, not the script
             async with c.messages.stream(model="m", max_tokens=8, messages=MESSAGES) as stream:
                 message = await stream.get_final_message()
         assert [(b.name, b.input) for b in message.content] == [("complete_task", {"intent": "done"})]

@@ -240,6 +240,69 @@ def test_actions_need_the_csrf_field_and_the_role_and_record_their_event(setup: 
     assert asked and asked[0].data.get("reason") == "from the console test"
 
 
+def test_actions_are_offered_only_where_the_api_allows_them(setup: dict[str, Any]) -> None:
+    """A submit-only user sees no Raise budget or Cancel on another user's Change (the API would refuse
+    it), sees both on its own; run.manage and admin see them on every open Change; a finished one offers
+    neither."""
+    fleet: Fleet = setup["fleet"]
+    theirs, _ = printing_run(fleet, "theirs", 300, running=True)  # submitted by the admin
+    with fleet.plane.client(setup["tokens"]["submitter"]) as sam:
+        task = {"key": "mine", "kind": "test", "objective": "mine", "command": printing(300)}
+        mine = sam.submit_change("web", "mine", [task], budget_usd=1)
+    try:
+        offers = {
+            (who, which): [
+                label
+                for label in ("Raise budget</button>", "Cancel this Change</button>")
+                if label in signed_in(setup, who).get(f"/changes/{change.id}").text
+            ]
+            for who in ("submitter", "operator", "admin")
+            for which, change in (("theirs", theirs), ("mine", mine))
+        }
+        both = ["Raise budget</button>", "Cancel this Change</button>"]
+        assert offers == {
+            ("submitter", "theirs"): [],
+            ("submitter", "mine"): both,
+            ("operator", "theirs"): both,
+            ("operator", "mine"): both,
+            ("admin", "theirs"): both,
+            ("admin", "mine"): both,
+        }
+        refused = signed_in(setup, "submitter").act(f"/changes/{theirs.id}/budget", budget_usd="5")
+        assert refused.status_code == 403 and "run.manage" in refused.text  # the API's own rule, unchanged
+        finished = signed_in(setup).get(f"/changes/{setup['graph'].id}").text
+        assert "Raise budget</button>" not in finished and "Cancel this Change</button>" not in finished
+    finally:
+        with fleet.plane.client() as client:
+            for change in (theirs, mine):
+                client.cancel_change(change.id)
+
+
+def test_the_favicon_is_an_image(setup: dict[str, Any]) -> None:
+    visitor = Console(setup["url"])
+    icon = visitor.get("/favicon.ico")  # no session needed: the browser asks before anything else
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert icon.text.startswith("<svg") and icon.headers["x-content-type-options"] == "nosniff"
+    linked = visitor.get("/static/favicon.svg")
+    assert linked.status_code == 200 and linked.headers["content-type"].startswith("image/svg+xml")
+    assert '<link rel="icon" href="/static/favicon.svg"' in visitor.get("/login").text
+    assert '<link rel="icon" href="/static/favicon.svg"' in signed_in(setup).get("/fleet").text
+
+
+def test_stderr_is_shown_as_a_stream_not_as_an_error(setup: dict[str, Any]) -> None:
+    """Passing unittest output goes to stderr: the page tags it, says so, and does not paint it red."""
+    report = "import sys\nprint('Ran 1 test in 0.001s\\n\\nOK', file=sys.stderr)\n"
+    with setup["fleet"].plane.client() as client:
+        task = {"key": "unit", "kind": "test", "objective": "unit", "command": ["python", "-c", report]}
+        change = client.submit_change("web", "a passing report on stderr", [task])
+        list(client.watch(change.id))
+        run_id = client.get_change(change.id).tasks[0].latest_run_id
+    run = signed_in(setup).get(f"/runs/{run_id}").text
+    stderr = re.search(r'<li class="k-stderr"[^>]*><span class="kind">stderr</span><pre>Ran 1 test', run)
+    assert stderr is not None and "data-failed" not in stderr.group(0)
+    assert "normal report there" in run  # the page says stderr is not a verdict
+
+
 def test_malformed_input_gets_a_clear_answer_and_changes_nothing(setup: dict[str, Any]) -> None:
     console = signed_in(setup)
     change = setup["graph"]
@@ -308,10 +371,12 @@ def test_contended_claims_are_shown_on_the_change(setup: dict[str, Any]) -> None
 def test_a_harness_run_shows_its_tool_calls_receipt_packet_and_spend(
     fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
 ) -> None:
+    fix = {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]}
     model.extend(
         [
             fake.tool_use("read_file", {"path": "calc.py"}),
-            fake.tool_use("complete_task", {"summary": "read it"}),
+            fake.tool_use("edit_file", fix),
+            fake.tool_use("complete_task", {"summary": "read it", "files_changed": ["calc.py"]}),
         ]
     )
     fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
@@ -333,7 +398,18 @@ def test_a_harness_run_shows_its_tool_calls_receipt_packet_and_spend(
     kinds = re.findall(r'<li class="k-(\w+)"', page)
     assert "tool_use" in kinds and "tool_result" in kinds and "result" in kinds
     assert "read_file {" in page and f'href="/runs/{run.id}/packet"' in page and run.context_hash in page
-    assert '"tier"' in page  # the decision receipt
+    assert '"tier"' in page  # the decision receipt as recorded, under its table
+    receipt = re.search(r'<table class="receipt".*?</table>', page, re.S)
+    assert receipt is not None
+    rows = re.findall(r'<th scope="row">([\w ]+)</th><td>([\w. -]+)</td>', receipt.group(0))
+    assert rows[:3] == [("Rules", "medium_complexity"), ("Classifier", "not asked"), ("Floor", "none")]
+    assert ("Tier", "sonnet") in rows and ("Member", "anthropic") in rows and ("Agent", "harness-agent") in rows
+    assert '<table class="members"' in page and "chosen" in page
+    # The ChangeSet's patch: one block per line, nothing between them (a newline there is an empty line).
+    patch = re.search(r'<pre class="diff"[^>]*>(.*?)</pre>', console.get(f"/changes/{change.id}").text, re.S)
+    assert patch is not None
+    assert '<span class="d-del">-    return a - b</span><span class="d-add">+    return a + b</span>' in patch.group(1)
+    assert "\n" not in patch.group(1)
     packet = console.get(f"/runs/{run.id}/packet")
     assert packet.status_code == 200 and run.context_hash in packet.text and "calc.py" in packet.text
     spend = console.get("/spend").text

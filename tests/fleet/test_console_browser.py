@@ -5,6 +5,7 @@ transcript grow live, cancel the run. A screenshot of each page is kept in test-
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import shutil
@@ -15,7 +16,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from tests.conftest import Fleet, make_repo, wait_for
+from drover.testing import fake_anthropic as fake
+from tests.conftest import API_KEY, Fleet, make_repo, wait_for
 from tests.fleet.test_console import console_url, printing, printing_run
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -115,3 +117,54 @@ def test_sign_in_watch_a_run_live_cancel_it_and_see_the_task_graph(
     browser.execute_script("window.__same_page = true;")
     wait_for(lambda: browser.execute_script("return window.__same_page === undefined;"), 20, what="a refresh")
     assert "soak" not in browser.find_element(By.CSS_SELECTOR, 'tr[data-agent="browser-agent"]').text
+
+
+def test_a_patch_has_no_blank_lines_and_a_finished_run_says_so_without_a_reload(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, browser: webdriver.Chrome
+) -> None:
+    fix = {"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]}
+    model.extend([fake.tool_use("edit_file", fix), fake.tool_use("complete_task", {"summary": "fixed"})])
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane("--http-listen", "127.0.0.1:0")
+    fleet.plane.add_project("calc", str(calc_repo))
+    fleet.agent("browser-agent", capacity=2)
+    url = console_url(fleet)
+    with fleet.plane.client() as client:
+        task = {"key": "fix", "kind": "implement", "objective": "fix add", "complexity": "medium"}
+        fixed = client.submit_change("calc", "fix add", [task])
+        list(client.watch(fixed.id))
+        counting = {"key": "count", "kind": "test", "objective": "count", "command": printing(25)}
+        counted = client.submit_change("calc", "count", [counting])
+        run_id = wait_for(lambda: client.get_change(counted.id).tasks[0].latest_run_id, 30, what="a run")
+        wait_for(lambda: client.get_run(run_id).state == "running", 30, what="the run to start")
+    browser.get(f"{url}/login")
+    browser.find_element(By.ID, "token").send_keys(fleet.plane.admin_token)
+    browser.find_element(By.CSS_SELECTOR, "main.login button[type=submit]").click()
+    wait_for(lambda: "/login" not in browser.current_url, 15, what="signing in")
+
+    # The run ends while we watch: its badge turns from running to succeeded on the same page.
+    browser.get(f"{url}/runs/{run_id}")
+    assert browser.find_element(By.ID, "run-state").text == "running"
+    browser.execute_script("window.__same_page = true;")
+    with fleet.plane.client() as client:
+        wait_for(lambda: client.get_run(run_id).state == "succeeded", 60, what="the run to succeed")
+    wait_for(lambda: browser.find_element(By.ID, "run-state").text == "succeeded", 15, what="the badge to change")
+    assert browser.execute_script("return window.__same_page === true;")  # not reloaded
+    assert "s-succeeded" in browser.find_element(By.ID, "run-state").get_attribute("class")
+    assert "finished: succeeded" in browser.find_element(By.ID, "live-note").text
+    assert browser.find_elements(By.ID, "cancel-run") == []  # a finished run offers no cancel
+    shot(browser, "run-finished")
+
+    # The patch: each line right under the one before, no blank line between them.
+    browser.get(f"{url}/changes/{fixed.id}")
+    rects = browser.execute_script(
+        "return [...document.querySelectorAll('pre.diff > span')].map(s => s.getBoundingClientRect().toJSON());"
+    )
+    assert len(rects) >= 5  # diff, index, ---, +++, @@, -, +
+    line = rects[0]["height"]
+    assert 10 < line < 30
+    gaps = [later["top"] - earlier["bottom"] for earlier, later in itertools.pairwise(rects)]
+    assert all(abs(gap) < 1 for gap in gaps), gaps  # on main every line was followed by an empty one
+    block = browser.execute_script("return document.querySelector('pre.diff').clientHeight;")
+    assert block < (len(rects) + 1) * line + 20  # the lines and the padding, not twice the lines
+    shot(browser, "change-patch")

@@ -56,6 +56,26 @@ def test_two_failures_at_haiku_escalate_the_third_attempt_to_sonnet(
     assert {line.tier for line in spend.lines} == {"haiku", "sonnet"} and spend.spent_micros > 0
 
 
+def test_a_script_without_a_classifier_step_reaches_the_harness_whole(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    """A newcomer's first script: no classifier reply in it, and a Task the rules leave to the classifier.
+    The fake answers the classifier itself; on main the classifier took list_files and lost a step."""
+    model.extend([fake.tool_use("list_files", {}), fake.tool_use("complete_task", {"summary": "looked"})])
+    start(fleet, model, calc_repo)
+    with fleet.plane.client() as client:
+        change = client.submit_change("calc", "look", [{"key": "look", "kind": "implement", "objective": "look"}])
+        list(client.watch(change.id))
+        [run] = client.list_runs(change_id=change.id)
+        [receipt] = client.get_spend(change.id).receipts
+        status = client.get_change(change.id).status
+    assert status == "succeeded" and run.outcome == "completed"
+    assert run.model_calls == 2 and model.pending == 0  # both scripted steps reached the harness
+    assert receipt.data["rule"] == "default"
+    assert receipt.data["classifier"] == {"tier": "sonnet", "confidence": 0.9, "reason": "answered"}
+    assert model.requests[0].body["max_tokens"] == 100  # the classifier's call came first
+
+
 def test_two_failures_at_sonnet_escalate_to_opus_only_where_the_config_allows_it(
     fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:

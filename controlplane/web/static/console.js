@@ -1,4 +1,5 @@
-// Drover console: a run's transcript grows as the run prints (server-sent events). Pages work without it.
+// Drover console: a run's transcript grows as the run prints (server-sent events), and its state badge
+// changes when it ends. Pages work without it. Text from runs is set with textContent, never as HTML.
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
   const list = document.getElementById("transcript");
@@ -11,6 +12,7 @@ document.addEventListener("DOMContentLoaded", () => {
       const item = document.createElement("li");
       item.className = `k-${entry.kind}`;
       item.dataset.seq = entry.seq;
+      if (entry.failed) item.dataset.failed = "yes";
       const kind = document.createElement("span");
       kind.className = "kind";
       kind.textContent = entry.kind;
@@ -20,11 +22,24 @@ document.addEventListener("DOMContentLoaded", () => {
       list.append(item);
     }
   });
-  source.addEventListener("end", () => {
+  source.addEventListener("end", (message) => {
+    // The stream ends once the run has, with its final state: the badge says it at once, no reload.
     source.close();
+    let ended = {};
+    try { ended = JSON.parse(message.data); } catch (err) { ended = {}; }
+    if (!ended.state) { window.location.reload(); return; }
+    const badge = document.getElementById("run-state");
+    if (badge) { badge.textContent = ended.state; badge.className = `badge s-${ended.state}`; }
+    const actions = document.getElementById("run-actions");
+    if (actions) actions.replaceChildren();  // a finished run takes no cancel and no input
+    list.dataset.live = "no";
     const note = document.getElementById("live-note");
-    if (note) note.textContent = "(finished: reload for the final state)";
-    setTimeout(() => window.location.reload(), 1500);
+    if (note) {
+      const again = document.createElement("a");
+      again.href = window.location.pathname;
+      again.textContent = "reload for its outcome and receipt";
+      note.replaceChildren(`(finished: ${ended.state}${ended.outcome ? `, ${ended.outcome}` : ""}; `, again, ")");
+    }
   });
   source.onerror = () => {  // the browser retries by itself; resume after the last line shown
     source.close();

@@ -35,6 +35,17 @@ module in "step" and passes its keyword arguments::
 Usage dicts may name any of input_tokens, output_tokens,
 cache_creation_input_tokens and cache_read_input_tokens; the rest default to
 100, 20, 0 and 0.
+
+The control plane's routing classifier (one haiku call for a Task the routing
+rules leave open: no `complexity: medium`, no `size: small` with `risk: low`,
+...) is answered by the fake itself, {"tier": "sonnet", "confidence": 0.9},
+without taking a step of the script, so every scripted step reaches the
+harness. A script that wants another answer puts a classifier reply next:
+{"step": "classification", "tier": "haiku", "confidence": 0.8} (or any text
+reply holding a JSON "tier"); a classifier request takes it. `--classifier
+TIER` changes the default answer; `--classifier script` (in Python
+`FakeAnthropic(classifier=None)`) makes classifier requests take the next step
+like any other request, to script a failing classifier.
 """
 
 from __future__ import annotations
@@ -51,16 +62,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from drover.testing.script import (
+    DEFAULT_CLASSIFICATION,
     DEFAULT_USAGE,
     Error,
     Reply,
     Stall,
     Step,
+    is_classification,
+    is_classifier_request,
     step_from_json,
 )
 
 # Tests write fake_anthropic.text(...), fake_anthropic.error(...): the step
 # constructors are part of this module's interface.
+from drover.testing.script import classification as classification
 from drover.testing.script import error as error
 from drover.testing.script import stall as stall
 from drover.testing.script import text as text
@@ -89,11 +104,15 @@ class FakeAnthropic:
         host: str = "127.0.0.1",
         port: int = 0,
         responder: Callable[[Any], Step] | None = None,
+        classifier: Step | None = DEFAULT_CLASSIFICATION,
     ) -> None:
         self.api_key = api_key
         self.responder = responder
         """Answers a request (its JSON body) once the script is used up: for many concurrent
         conversations, each answered from its own messages."""
+        self.classifier = classifier
+        """Answers a routing classifier request when the script's next step is not a classifier reply,
+        taking no step; None: classifier requests take the next step like any other."""
         self._steps: list[Step] = list(script or [])
         self._requests: list[Request] = []
         self._lock = threading.Lock()
@@ -164,6 +183,10 @@ class FakeAnthropic:
 
     def _next_step(self, body: Any = None) -> Step:
         with self._lock:
+            if self.classifier is not None and is_classifier_request(body):
+                if self._steps and is_classification(self._steps[0]):
+                    return self._steps.pop(0)
+                return self.classifier
             if self._steps:
                 return self._steps.pop(0)
         if self.responder is not None:
@@ -331,17 +354,31 @@ def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m drover.testing.fake_anthropic", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m drover.testing.fake_anthropic",
+        description=__doc__.split("\n")[0],
+        epilog="The routing classifier's requests are answered by the fake itself and take no step of the "
+        'script, unless the script\'s next step is a classifier reply ({"step": "classification", '
+        '"tier": "haiku"}).',
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--script", help="JSON list of steps (see the module docstring)")
     parser.add_argument("--api-key", default=None, help="accept only this key (default: any non-empty key)")
+    parser.add_argument(
+        "--classifier",
+        choices=("haiku", "sonnet", "opus", "script"),
+        default="sonnet",
+        help="the tier the fake answers the routing classifier with, taking no step of the script "
+        "(default: sonnet); 'script': classifier requests take the next step like any other",
+    )
     args = parser.parse_args(argv)
     steps: list[Step] = []
     if args.script:
         with open(args.script, encoding="utf-8") as f:
             steps = [step_from_json(item) for item in json.load(f)]
-    fake = FakeAnthropic(steps, api_key=args.api_key, host=args.host, port=args.port).start()
+    answer = None if args.classifier == "script" else classification(args.classifier, 0.9)
+    fake = FakeAnthropic(steps, api_key=args.api_key, host=args.host, port=args.port, classifier=answer).start()
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

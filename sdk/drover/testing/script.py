@@ -1,10 +1,13 @@
 """The steps of a fake Messages API script (drover.testing.fake_anthropic): a reply (text, tool uses,
-usage), an error (status, type, Retry-After, at the start or in the middle of a stream) or a stall."""
+usage), an error (status, type, Retry-After, at the start or in the middle of a stream), a stall, or the
+routing classifier's answer."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -102,12 +105,46 @@ def stall(seconds: float) -> Stall:
     return Stall(seconds)
 
 
+def classification(tier: str = "sonnet", confidence: float = 0.9, usage: dict[str, int] | None = None) -> Reply:
+    """The routing classifier's answer, as the real model writes it: {"tier": ..., "confidence": ...}."""
+    return text(json.dumps({"tier": tier, "confidence": confidence}), usage=usage)
+
+
+_TIER_KEY = re.compile(r'"tier"\s*:')
+
+
+def is_classification(step: Step) -> bool:
+    """Whether `step` answers the routing classifier: a text-only reply naming a "tier" in JSON."""
+    return (
+        isinstance(step, Reply)
+        and all(b["type"] == "text" for b in step.content)
+        and any(_TIER_KEY.search(b["text"]) for b in step.content)
+    )
+
+
+CLASSIFIER_MARKER = '"tier": "haiku|sonnet|opus"'
+"""How the fake knows the routing classifier's request: its system prompt asks for this JSON, and it
+offers no tools (`controlplane.domain.tiers.CLASSIFIER_SYSTEM`; a test there keeps the two in step)."""
+DEFAULT_CLASSIFICATION = classification("sonnet", 0.9)
+"""The fake's own answer to a classifier request when the script has no classifier reply next."""
+
+
+def is_classifier_request(body: Any) -> bool:
+    """Whether a request body is the control plane's routing classifier call."""
+    if not isinstance(body, dict) or body.get("tools"):
+        return False
+    system = body.get("system")
+    blocks = [{"text": system}] if isinstance(system, str) else system if isinstance(system, list) else []
+    return any(isinstance(b, dict) and CLASSIFIER_MARKER in str(b.get("text", "")) for b in blocks)
+
+
 _CONSTRUCTORS: dict[str, Callable[..., Step]] = {
     "text": text,
     "tool_use": tool_use,
     "tool_uses": tool_uses,
     "error": error,
     "stall": stall,
+    "classification": classification,
 }
 
 

@@ -39,7 +39,8 @@ class Cap:
 
 @pytest.fixture
 def fake() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic(api_key="sk-route") as server:
+    # Every reply here is scripted, failures included: no default classifier answer from the fake.
+    with FakeAnthropic(api_key="sk-route", classifier=None) as server:
         yield server
 
 
@@ -116,3 +117,12 @@ async def test_the_cap_is_shared_across_calls(fake: FakeAnthropic, model: Anthro
     second = await classify(model, TRAITS, OBJECTIVE, cap.reserve)
     assert (first.tier, second.reason) == ("sonnet", "capped")
     assert len(fake.requests) == 1 and fake.pending == 1
+
+
+async def test_the_fake_knows_the_real_classifier_request() -> None:
+    """The scripted fake answers this very request by itself, so a script needs no classifier step."""
+    with FakeAnthropic([text("for the harness")], api_key="sk-route") as fake:
+        async with AnthropicModel(fake.base_url, "sk-route", "claude-haiku-test", RetryPolicy(max_attempts=1)) as own:
+            answer = await classify(own, TRAITS, OBJECTIVE, Cap(1).reserve)
+        assert answer == ClassifierAnswer("sonnet", 0.9, False, "answered")
+        assert fake.pending == 1 and len(fake.requests) == 1

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from controlplane.web import filters, session, spend_chart, task_graph, transcript
+from controlplane.web import filters, receipts, session, spend_chart, task_graph, transcript
 from drover.models import Change, LogLine, Spend, SpendLine
 
 
@@ -50,8 +50,9 @@ def line(stream: str, text: str, seq: int = 1) -> LogLine:
 
 def test_transcript_entries_of_plain_output_and_harness_events() -> None:
     assert transcript.entries(line("stdout", "a\nb\n")) == [
-        {"seq": 1, "stream": "stdout", "kind": "stdout", "text": "a\nb"}
+        {"seq": 1, "stream": "stdout", "kind": "stdout", "text": "a\nb", "failed": False}
     ]
+    assert not transcript.entries(line("stderr", "Ran 3 tests\n\nOK\n"))[0]["failed"]  # stderr is no failure
     events = "\n".join(
         json.dumps(e)
         for e in (
@@ -68,8 +69,17 @@ def test_transcript_entries_of_plain_output_and_harness_events() -> None:
         ("tool_result", "read_file: print(1)"),
         ("result", "completed: done"),
     ]
+    assert [e["failed"] for e in transcript.entries(line("event", events))] == [False] * 4
+    failures = "\n".join(
+        json.dumps(e)
+        for e in (
+            {"kind": "tool_result", "tool": "run_command", "text": "1 failed", "error": True},
+            {"kind": "result", "outcome": "failed", "text": "gave up", "error": True},
+        )
+    )
+    assert [e["failed"] for e in transcript.entries(line("event", failures))] == [True, True]
     assert transcript.entries(line("event", "not json")) == [
-        {"seq": 1, "stream": "event", "kind": "event", "text": "not json"}
+        {"seq": 1, "stream": "event", "kind": "event", "text": "not json", "failed": False}
     ]
     long = transcript.entries(line("stdout", "x" * 10_000))[0]["text"]
     assert len(long) < 4100 and long.endswith("(6000 more characters)")
@@ -99,6 +109,51 @@ def test_a_patch_is_escaped_and_marked_line_by_line() -> None:
     assert "<script>" not in shown and "&lt;script&gt;" in shown
     kinds = [part.split('"')[1] for part in shown.split("<span class=")[1:]]
     assert kinds == ["d-file", "d-file", "d-hunk", "d-del", "d-add", "d-ctx"]
+    # Each line is a block: a newline between blocks inside <pre> would show as an empty line after each.
+    assert "\n" not in shown and shown.count("</span><span") == 5
+
+
+RECEIPT = {
+    "tier": "sonnet",
+    "base_tier": "haiku",
+    "rule": "default",
+    "floor": "sonnet",
+    "opus_disabled": False,
+    "model_tier": "sonnet",
+    "classifier": {"tier": "haiku", "confidence": 0.8, "reason": "answered"},
+    "members": [
+        {
+            "route_key": "anthropic",
+            "model": "m1",
+            "billing": "PayPerApi",
+            "base": 5,
+            "effective": 5,
+            "verdict": "chosen",
+        },
+        {"route_key": "sub", "model": "m2", "billing": "Subscription", "base": 7, "effective": 0, "verdict": "quota"},
+    ],
+    "outcome": "chosen",
+    "member": "anthropic",
+    "agent": "a1",
+}
+
+
+def test_a_receipt_reads_as_the_steps_of_the_decision() -> None:
+    rows = [(s.name, s.result) for s in receipts.steps(RECEIPT)]
+    assert rows == [
+        ("Rules", "default"),
+        ("Classifier", "haiku"),
+        ("Floor", "sonnet"),
+        ("Tier", "sonnet"),
+        ("Member", "anthropic"),
+        ("Agent", "a1"),
+    ]
+    assert receipts.steps(RECEIPT)[1].detail == "confidence 0.80, answered"
+    assert receipts.candidates(RECEIPT)[1] == ["sub", "m2", "Subscription", "7", "0", "quota"]
+    escalated = receipts.steps({"rule": "escalation", "escalation": "two_failures_at_haiku", "opus_disabled": True})
+    assert [s.name for s in escalated][:3] == ["Escalation", "Rules", "Classifier"]
+    assert (escalated[2].name, escalated[2].result, escalated[4].name) == ("Classifier", "not asked", "Opus gate")
+    assert receipts.steps({})[-1].result == "not assigned yet"  # a receipt of a run not routed yet still reads
 
 
 def test_spend_is_summed_by_project_tier_member_and_day() -> None:
