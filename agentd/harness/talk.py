@@ -48,8 +48,12 @@ class Talk:
             self.spec["task_id"],
             message,
             self.build_outputs,
-            self.transcript.written,
+            self.written(),
         )
+
+    def written(self) -> set[str]:
+        """Paths a write tool asked for (relative to the root): a ChangeSet keeps them whatever they look like."""
+        return self.transcript.written
 
     @property
     def build_outputs(self) -> list[str]:

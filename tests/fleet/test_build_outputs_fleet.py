@@ -12,6 +12,7 @@ import sys
 import pygit2
 
 from drover.testing import fake_anthropic as fake
+from drover.testing import runtimes
 from tests.conftest import API_KEY, Fleet
 
 
@@ -108,3 +109,35 @@ def test_project_add_takes_build_outputs_and_names_a_bad_one(fleet: Fleet, git_r
     assert refused.returncode == 2, refused.stderr
     assert "build_outputs" in refused.stderr and "negation ('!') is not supported" in refused.stderr
     assert json.loads(plane.cli("project", "show", "web").stdout)["build_outputs"] == ["dist/", "*.map"]
+
+
+def test_a_claude_code_changeset_holds_the_fix_and_not_the_pycache(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
+) -> None:
+    """The run the issue reports: Claude Code fixes one line, imports the module (Python writes
+    __pycache__/), and the repository has no .gitignore. What its Write tool wrote stays in."""
+    claude = runtimes.executable("claude")
+    model.extend(
+        [
+            fake.tool_use("Bash", {"command": "sed -i 's/a - b/a + b/' calc.py", "description": "fix add"}),
+            fake.tool_use("Write", {"file_path": "build/NOTES.md", "content": "add() adds\n"}),
+            fake.tool_use(
+                "Bash", {"command": "python3 -c 'import calc; assert calc.add(2, 3) == 5'", "description": "check"}
+            ),
+            fake.text("Fixed add()."),
+        ]
+    )
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane()
+    fleet.plane.add_project("calc", str(calc_repo))
+    fleet.agent("worker", extra=("--claude-command", claude))
+    with fleet.plane.client() as client:
+        task = {"key": "fix", "kind": "implement", "objective": "fix add", "complexity": "medium"}
+        change = client.submit_change("calc", "fix add", [{**task, "runtime": "claude-code"}])
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        (changeset,) = client.list_changesets(change.id)
+    assert final.status == "succeeded", final
+    assert changeset.own_files == ["build/NOTES.md", "calc.py"]
+    assert changeset.left_out == ["__pycache__/ (1 file)"]
+    assert tree_paths(calc_repo, changeset.branch) == {"build/NOTES.md", "calc.py", "test_calc.py"}
