@@ -9,11 +9,13 @@ import pathlib
 import subprocess
 import sys
 
+import httpx
 import pygit2
 
 from drover.testing import fake_anthropic as fake
 from drover.testing import runtimes
 from tests.conftest import API_KEY, Fleet
+from tests.fleet.test_console import console_url
 
 
 def fix_compile_and_complete(model: fake.FakeAnthropic) -> None:
@@ -32,7 +34,7 @@ def fix_compile_and_complete(model: fake.FakeAnthropic) -> None:
 
 def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *project_args: str) -> None:
     fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
-    fleet.start_plane()
+    fleet.start_plane("--http-listen", "127.0.0.1:0")
     fleet.plane.cli("project", "add", "calc", "--repo", str(repo), "--branch", "main", *project_args)
     fleet.agent("worker")
 
@@ -74,6 +76,11 @@ def test_the_changeset_leaves_out_pycache_and_lists_it(
         check=True,
     ).stdout
     assert "LEFT OUT" in shown and "__pycache__/ (1 file)" in shown
+
+    with httpx.Client(base_url=console_url(fleet), timeout=30) as console:
+        assert console.post("/login", data={"token": fleet.plane.admin_token, "next": "/"}).status_code == 303
+        page = console.get(f"/changes/{change.id}").text
+    assert "left out as build outputs: __pycache__/ (1 file)" in page
 
 
 def test_a_projects_own_list_replaces_the_default(
