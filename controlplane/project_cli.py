@@ -38,6 +38,7 @@ def cmd_project_add(store: Store, config: ServerConfig, args: argparse.Namespace
         token_file,
         args.monthly_budget_usd,
         args.answer_window_minutes,
+        args.build_output,
     )
     print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
 
@@ -74,6 +75,7 @@ def as_dict(p: Project) -> dict[str, Any]:
         "git_token_file": p.git_token_file,
         "monthly_budget_usd": p.monthly_budget_usd,
         "answer_window_minutes": p.answer_window_minutes,
+        "build_outputs": list(p.build_outputs or []),
     }
 
 
@@ -113,6 +115,14 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
         default=[],
         metavar="RULE",
         help="a command the harness may run, e.g. 'pytest [args]' (repeatable; default: Python rules)",
+    )
+    pa.add_argument(
+        "--build-output",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="files a ChangeSet leaves out unless tracked or written by a write tool, .gitignore-like, "
+        "e.g. 'dist/' (repeatable; replaces the default list: __pycache__/, *.pyc, node_modules/, build/, ...)",
     )
     pa.add_argument("--network", action="store_true", help="let the project's Tasks use the network")
     pa.add_argument("--monthly-budget-usd", type=float, default=0.0, help="the project's monthly model budget")

@@ -30,7 +30,7 @@ from agentd.output import Output
 from agentd.runtimes import Input
 from agentd.sandbox import UNSANDBOXED, Bind, SandboxFailed
 from agentd.supervisor import GIT_TOKEN, attach_disk, limits_hit, sandbox_for
-from drover.core import allowlist, gitspace, workspace
+from drover.core import allowlist, build_outputs, gitspace, workspace
 from drover.core.model import AnthropicModel
 from drover.core.retry import RetryPolicy
 from drover.v1 import agent_pb2
@@ -331,14 +331,9 @@ class HarnessRun(Talk):
         return task.result()
 
     async def _publish(self, gate: Gate, ended: RunEnded) -> RunEnded:
-        assert self.workspace is not None
         summary = ended.intent.get("summary", "") or ended.reason
-        result = await asyncio.to_thread(
-            self.workspace.publish,
-            self.spec["change_id"],
-            self.spec["task_id"],
-            f"{self.spec['task_key']}: {summary}"[:500],
-        )
+        result = await self.commit_workspace(f"{self.spec['task_key']}: {summary}"[:500])
+        left_out = build_outputs.summary(result.left_out, self.build_outputs)
         ref = await gate.publish(
             agent_pb2.PublishChangeSetRequest(
                 run_id=self.spec["run_id"],
@@ -352,10 +347,13 @@ class HarnessRun(Talk):
                 patch=result.patch,
                 summary=summary,
                 intent_json=json.dumps(ended.intent),
+                left_out=left_out,
             )
         )
+        left = f"; left out as build outputs: {', '.join(left_out)}" if left_out else ""
         self.output.write(
-            "system", f"published ChangeSet {ref.changeset_id} on {result.branch} ({len(result.own_files)} files)\n"
+            "system",
+            f"published ChangeSet {ref.changeset_id} on {result.branch} ({len(result.own_files)} files{left})\n",
         )
         return ended
 

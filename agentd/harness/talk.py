@@ -16,7 +16,7 @@ from agentd.harness.loop import RunEnded, as_json_line
 from agentd.harness.transcript import Transcript
 from agentd.output import Output
 from agentd.runtimes import Input
-from drover.core import gitspace
+from drover.core import build_outputs, gitspace
 
 PARKED = "WIP: parked while waiting for answers"
 MAX_STATE = 3 << 20
@@ -37,6 +37,28 @@ class Talk:
     incarnation: int
     hidden: list[str]
     workspace: gitspace.Workspace | None
+
+    async def commit_workspace(self, message: str) -> gitspace.ChangeSetResult:
+        """Commit and push the workspace on the Task's branch, build outputs left out (the project's
+        patterns, else the default ones) unless a write tool wrote them."""
+        assert self.workspace is not None
+        return await asyncio.to_thread(
+            self.workspace.publish,
+            self.spec["change_id"],
+            self.spec["task_id"],
+            message,
+            self.build_outputs,
+            self.written(),
+        )
+
+    def written(self) -> set[str]:
+        """Paths a write tool asked for (relative to the root): a ChangeSet keeps them whatever they look like."""
+        return self.transcript.written
+
+    @property
+    def build_outputs(self) -> list[str]:
+        """The patterns of files a ChangeSet leaves out: the project's, else the default ones."""
+        return list(self.spec.get("harness", {}).get("build_outputs") or build_outputs.DEFAULT_BUILD_OUTPUTS)
 
     def resume_state(self) -> bytes:
         """A parked session's state (gunzipped) when this run resumes one, else b""."""
@@ -98,9 +120,7 @@ class Talk:
         (secrets redacted, gzip, at most 3 MiB) for the run that resumes it."""
         parked: dict[str, Any] = {"session_id": session_id}
         if self.workspace is not None:
-            result = await asyncio.to_thread(
-                self.workspace.publish, self.spec["change_id"], self.spec["task_id"], PARKED
-            )
+            result = await self.commit_workspace(PARKED)
             parked.update(
                 branch=result.branch,
                 commit=result.commit,

@@ -23,12 +23,15 @@ import dataclasses
 import json
 import os
 import pathlib
+import posixpath
 from typing import Any
 
 INTERRUPTED = (
     "interrupted: this tool call was under way when the agent restarted, so it was not run "
     "again and its effects are unknown; check the workspace before you go on"
 )
+
+WRITES = ("write_file", "edit_file")
 
 
 @dataclasses.dataclass
@@ -117,6 +120,17 @@ class Transcript:
             if entry["kind"] == "user":
                 said.append(entry["text"])
         return said
+
+    @property
+    def written(self) -> set[str]:
+        """Paths (relative to the workspace root) that write_file or edit_file wrote: a ChangeSet
+        keeps them even where they look like build outputs."""
+        asked = {e["id"]: e["input"] for e in self.entries if e["kind"] == "tool_started" and e["name"] in WRITES}
+        return {
+            posixpath.normpath(str(asked[e["id"]].get("path", "")))
+            for e in self.entries
+            if e["kind"] == "tool_done" and e["id"] in asked and not e.get("error")
+        }
 
     @property
     def model_calls(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import pathlib
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -112,3 +113,19 @@ class Session(Protocol):
 def clip(text: str, limit: int = TOOL_RESULT_BYTES) -> str:
     """At most `limit` bytes of UTF-8 text, cut on a character boundary."""
     return text.encode()[:limit].decode(errors="ignore")
+
+
+EDIT_TOOLS = {"Write", "Edit", "MultiEdit", "NotebookEdit", "write", "edit"}
+"""The runtimes' file-writing tools (Claude Code's, opencode's): what they name is no build output."""
+
+
+def edited_path(event: dict[str, Any], root: pathlib.Path) -> str:
+    """The workspace path (relative to `root`) a tool_use event asks an edit tool to write, else ""."""
+    if event.get("kind") != "tool_use" or event.get("tool") not in EDIT_TOOLS:
+        return ""
+    args = event.get("input")
+    named = next((args[k] for k in ("file_path", "filePath", "notebook_path") if k in args), None) if args else None
+    if not isinstance(named, str) or not named:
+        return ""
+    relative = os.path.relpath(os.path.normpath(os.path.join(root, named)), root)
+    return "" if relative == ".." or relative.startswith("../") else relative

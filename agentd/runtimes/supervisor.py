@@ -29,7 +29,7 @@ from agentd.gateway import Gateway, Refused, Upstream
 from agentd.harness.gate import Gate
 from agentd.harness.loop import RunEnded, as_json_line
 from agentd.harness.supervisor import HarnessRun
-from agentd.runtimes import Session, SessionContext, SessionResult
+from agentd.runtimes import Session, SessionContext, SessionResult, edited_path
 from agentd.runtimes.claude_code import ClaudeCode
 from agentd.runtimes.opencode import Opencode
 from agentd.sandbox import UNSANDBOXED, Bind, Sandbox, SandboxFailed
@@ -66,9 +66,16 @@ class RuntimeRun(HarnessRun):
         super().__init__(run_dir, secrets)
         self.driver: str = self.spec["driver"]
         self.executable: str = self.spec.get("runtime_command") or ""
+        self.edited: set[str] = set()
+        """Paths the runtime's edit tools asked for (its tool_use events): no build outputs, whatever they look like."""
 
     def event(self, event: dict[str, Any]) -> None:
         self.output.write("event", as_json_line(event))
+        if edited := edited_path(event, self.ws_dir / "repo"):
+            self.edited.add(edited)
+
+    def written(self) -> set[str]:
+        return self.edited
 
     async def _run(self) -> RunEnded:
         h = self.spec["harness"]

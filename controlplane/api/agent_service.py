@@ -114,6 +114,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
             patch=request.patch,
             summary=request.summary,
             intent=json.loads(request.intent_json) if request.intent_json else {},
+            left_out=tuple(request.left_out),
         )
         row = await self.store.run(changesets.publish, self.objects, published)
         self.notifier.notify()

@@ -126,6 +126,7 @@ def changeset(row: models.ChangeSet, task_key: str = "") -> types_pb2.ChangeSet:
         stacked_on=row.stacked_on,
         files=row.files,
         own_files=row.own_files,
+        left_out=row.left_out,
         patch_ref=row.patch_ref,
         summary=row.summary,
         created_at=ts(row.created_at),

@@ -224,6 +224,7 @@ RULES: dict[str, Rule] = {
     ),
     "drover.v1.PublishChangeSetRequest.files": Rule(max_items=100_000),
     "drover.v1.PublishChangeSetRequest.own_files": Rule(max_items=100_000),
+    "drover.v1.PublishChangeSetRequest.left_out": Rule(max_items=100_000),
     "drover.v1.PublishChangeSetRequest.patch": Rule(max_len=64 * MiB),
     "drover.v1.PublishChangeSetRequest.summary": Rule(max_len=64 * KiB),
     "drover.v1.PublishChangeSetRequest.intent_json": Rule(max_len=64 * KiB, json_object=True),

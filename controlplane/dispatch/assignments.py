@@ -70,6 +70,7 @@ class HarnessSpec:
     resume_session_id: str = ""
     resume_state: bytes = b""
     resume_answers: str = ""
+    build_outputs: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +188,7 @@ def _for_harness(
         thinking_json=json.dumps(dict(tier.thinking)) if tier.thinking else "",
         prompt=prompt,
         command_rules=tuple(project.commands),
+        build_outputs=tuple(project.build_outputs or ()),
         network=project.network,
         context_window_tokens=harness.context_window_tokens,
         fold_fraction=harness.fold_fraction,

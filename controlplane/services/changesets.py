@@ -28,6 +28,8 @@ class Published:
     patch: str
     summary: str = ""
     intent: dict[str, Any] = dataclasses.field(default_factory=dict)
+    left_out: tuple[str, ...] = ()
+    """Build outputs the commit left out, as the user reads them (a path, or "dir/ (N files)")."""
 
 
 def publish(s: Session, objects: ObjectStore, p: Published) -> ChangeSet:
@@ -56,6 +58,7 @@ def publish(s: Session, objects: ObjectStore, p: Published) -> ChangeSet:
         stacked_on=list(p.stacked_on),
         files=list(p.files),
         own_files=list(p.own_files),
+        left_out=list(p.left_out),
         summary=p.summary[:4000],
         intent=p.intent,
         created_at=utcnow(),

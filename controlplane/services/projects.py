@@ -11,6 +11,7 @@ from controlplane.domain.names import NAME
 from controlplane.store.events import add_event
 from controlplane.store.models import Change, Project
 from drover.core.allowlist import policy_from_strings
+from drover.core.build_outputs import check_patterns
 from drover.errors import FailedPrecondition, InvalidArgument, NotFound
 
 
@@ -25,6 +26,7 @@ def add_project(
     git_token_file: str = "",
     monthly_budget_usd: float = 0.0,
     answer_window_minutes: float = 15.0,
+    build_outputs: list[str] | None = None,
 ) -> Project:
     """Create a project, or update the repository, branch and pool of an existing one."""
     if not NAME.fullmatch(name):
@@ -53,6 +55,10 @@ def add_project(
     if not 0 <= answer_window_minutes <= 7 * 24 * 60:
         raise InvalidArgument("must be 0 (never park) to 10080 minutes", field="answer_window_minutes")
     project.answer_window_minutes = answer_window_minutes
+    try:
+        project.build_outputs = check_patterns(build_outputs or [])
+    except ValueError as err:
+        raise InvalidArgument(str(err), field="build_outputs") from None
     add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch, pool=pool)
     return project
 

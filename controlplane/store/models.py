@@ -62,6 +62,7 @@ class Project(Base):
     git_token_file: Mapped[str] = mapped_column(Text, default="")  # where the git token is; never the token
     monthly_budget_usd: Mapped[float] = mapped_column(default=0.0)  # 0: no Project budget
     answer_window_minutes: Mapped[float] = mapped_column(default=15.0)  # held longer: parked; 0: never parked
+    build_outputs: Mapped[list[Any]] = mapped_column(default=list)  # left out of ChangeSets; empty: the default
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
@@ -255,6 +256,7 @@ class ChangeSet(Base):
     summary: Mapped[str] = mapped_column(Text, default="")
     intent: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    left_out: Mapped[list[Any]] = mapped_column(default=list)  # build outputs not committed: "dir/ (N files)"
 
 
 class Meter(Base):

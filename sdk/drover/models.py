@@ -144,6 +144,8 @@ class ChangeSet:
     patch_ref: str  # object-store key of the patch
     summary: str
     created_at: dt.datetime | None
+    left_out: list[str] = dataclasses.field(default_factory=list)
+    """Build outputs the commit left out: a path, or a directory as "dir/ (N files)"."""
 
 
 @dataclasses.dataclass(frozen=True)

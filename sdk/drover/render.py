@@ -152,8 +152,11 @@ def changes_table(found: Iterable[Change]) -> str:
 
 def changesets_table(found: Iterable[ChangeSet]) -> str:
     return table(
-        ([c.id, c.task_key, c.branch, c.commit[:12], ",".join(c.own_files)] for c in found),
-        ["CHANGESET", "TASK", "BRANCH", "COMMIT", "OWN FILES"],
+        (
+            [c.id, c.task_key, c.branch, c.commit[:12], ",".join(c.own_files), ", ".join(c.left_out) or "-"]
+            for c in found
+        ),
+        ["CHANGESET", "TASK", "BRANCH", "COMMIT", "OWN FILES", "LEFT OUT"],
     )
 
 

@@ -291,3 +291,63 @@ def test_missing_dependency_branch_fails_cleanly(tmp_path: pathlib.Path, origin:
     with pytest.raises(WorkspaceError, match="cs-9"):
         open_workspace(path, origin, "main", [missing])
     assert path.is_dir() and not any(path.iterdir())
+
+
+def _origin_with(path: pathlib.Path, files: dict[str, str]) -> str:
+    """A repository with `files` (subdirectories allowed) in one commit on main."""
+    repo = pygit2.init_repository(str(path), initial_head="main")
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    repo.index.add_all()
+    repo.index.write()
+    sig = pygit2.Signature("Test", "test@drover.invalid")
+    repo.create_commit("HEAD", sig, sig, "initial", repo.index.write_tree(), [])
+    return str(path)
+
+
+def test_build_outputs_are_left_out_of_the_changeset(tmp_path: pathlib.Path) -> None:
+    """A one-line fix plus what running the tests wrote: only the fix is committed, the rest is listed."""
+    origin = _origin_with(
+        tmp_path / "origin", {"calc.py": "def add(a, b):\n    return a - b\n", "build/keep.txt": "kept\n"}
+    )
+    ws = open_workspace(tmp_path / "ws", origin, "main", [])
+    (ws.path / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    outputs = {
+        "__pycache__/calc.cpython-311.pyc": "\x00pyc",
+        ".pytest_cache/v/cache/nodeids": "[]",
+        "node_modules/x/index.js": "module.exports = 1\n",
+        "build/lib/calc.py": "copy\n",
+    }
+    for name, text in outputs.items():
+        (ws.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws.path / name).write_text(text)
+    (ws.path / "build" / "keep.txt").write_text("kept, and changed\n")  # tracked: published like any edit
+
+    result = ws.publish("ch1", "t1", "fix add")
+
+    assert result.files == result.own_files == ["build/keep.txt", "calc.py"]
+    assert set(tree_files(origin, result.branch)) == {"calc.py", "build/keep.txt"}
+    assert tree_files(origin, result.branch)["build/keep.txt"] == "kept, and changed\n"
+    assert result.left_out == sorted(outputs)
+    assert "pyc" not in result.patch and "node_modules" not in result.patch
+    assert all((ws.path / name).exists() for name in outputs)  # left out of the commit, not deleted
+    assert ws.publish("ch1", "t1", "fix add") == result  # publishing again decides the same
+
+
+def test_a_build_output_a_write_tool_asked_for_is_published(tmp_path: pathlib.Path, origin: str) -> None:
+    ws = open_workspace(tmp_path / "ws", origin, "main", [])
+    (ws.path / "dist").mkdir()
+    (ws.path / "dist" / "README.md").write_text("how to release\n")
+    (ws.path / "dist" / "app.whl").write_text("zip\n")
+    result = ws.publish("ch1", "t1", "release notes", asked_for={"dist/README.md"})
+    assert result.own_files == ["dist/README.md"] and result.left_out == ["dist/app.whl"]
+
+
+def test_a_project_list_replaces_the_default(tmp_path: pathlib.Path, origin: str) -> None:
+    ws = open_workspace(tmp_path / "ws", origin, "main", [])
+    (ws.path / "__pycache__").mkdir()
+    (ws.path / "__pycache__" / "app.cpython-311.pyc").write_text("pyc\n")
+    (ws.path / "out.bin").write_text("bin\n")
+    result = ws.publish("ch1", "t1", "x", leave_out=["*.bin"])
+    assert result.own_files == ["__pycache__/app.cpython-311.pyc"] and result.left_out == ["out.bin"]

@@ -22,12 +22,13 @@ import pathlib
 import shutil
 import tempfile
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 
 import pygit2
 from pygit2.enums import CredentialType, DiffOption, ResetMode
 
+from drover.core import build_outputs
 from drover.core.workspace import WorkspaceError, _clean, open_repository, prepare, redact_url, trusting_pygit2
 
 # agentd (root) hands each workspace to the session user and must still open and publish it;
@@ -76,6 +77,8 @@ class ChangeSetResult:
     """Paths that differ between start_commit and commit: this Task's own edits."""
     patch: str
     """Unified git diff (binary-safe) from start_commit to commit; start == base when not stacked."""
+    left_out: list[str] = dataclasses.field(default_factory=list)
+    """Build outputs in the workspace that the commit leaves out (drover.core.build_outputs), sorted."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,9 +154,20 @@ class Workspace:
             f"start_commit={self.start_commit!r}, stacked_on={self.stacked_on!r})"
         )
 
-    def publish(self, change_id: str, task_id: str, message: str) -> ChangeSetResult:
+    def publish(
+        self,
+        change_id: str,
+        task_id: str,
+        message: str,
+        leave_out: Sequence[str] = build_outputs.DEFAULT_BUILD_OUTPUTS,
+        asked_for: Collection[str] = (),
+    ) -> ChangeSetResult:
         """Commit everything in the workspace (adds, edits, deletions; .gitignore respected) on
         top of HEAD, force-update `drover/<change_id>/<task_id>` there and push it to origin.
+
+        Build outputs are left out: a path matching a pattern of `leave_out` that HEAD does not
+        track and no write tool asked for (`asked_for`, paths relative to the root) stays in the
+        workspace but not in the commit; the result lists them.
 
         When the tree equals HEAD's no commit is made and HEAD is published as it is: an
         untouched workspace publishes start_commit with own_files == [] (and files == [] unless
@@ -165,6 +179,7 @@ class Workspace:
         with _git_errors("cannot commit the workspace", self._token):
             repo.index.read()
             repo.index.add_all()  # also drops deleted files; ignored untracked files stay out
+            left_out = _leave_out(repo, leave_out, asked_for)
             repo.index.write()
             tree = repo.index.write_tree()
             head = None if repo.head_is_unborn else repo.head.target
@@ -185,7 +200,20 @@ class Workspace:
             files=_changed_paths(_diff(repo, self.base_commit, str(commit))),
             own_files=_changed_paths(_diff(repo, self.start_commit, str(commit))),
             patch=_diff(repo, self.start_commit, str(commit)).patch or "",
+            left_out=left_out,
         )
+
+
+def _leave_out(repo: pygit2.Repository, patterns: Sequence[str], asked_for: Collection[str]) -> list[str]:
+    """Drop from the index the build outputs HEAD does not track and no write tool asked for; answer them."""
+    tracked = pygit2.Index()
+    if not repo.head_is_unborn:
+        tracked.read_tree(repo.head.peel(pygit2.Tree))
+    known = {entry.path for entry in tracked}
+    left = build_outputs.left_out((entry.path for entry in repo.index), patterns, known, set(asked_for))
+    for path in left:
+        repo.index.remove(path)
+    return left
 
 
 def open_workspace(
