@@ -1,17 +1,15 @@
-"""`agentd [--config FILE] [flags]`."""
+"""`agentd [--config FILE] [flags]`. The daemon's modules are imported once the arguments are parsed:
+`agentd --version` and `--help` start without the model SDK, git or the gRPC stack."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import pathlib
 import sys
 
-from agentd import __version__, isolation
-from agentd.config import load
-from agentd.daemon import Agent
+from agentd import __version__
 from drover.core import logs
 
 
@@ -75,6 +73,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
+    import asyncio
+
+    from agentd import isolation
+    from agentd.config import load
+    from agentd.daemon import Agent
+
     file = args.pop("config")
     try:
         logs.configure(

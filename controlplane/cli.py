@@ -1,41 +1,45 @@
 """`controlplane serve | token create | token list | token revoke | project add | index build`: the control
-plane's composition root. Each command is one function; argparse dispatches to it."""
+plane's composition root. Each command is one function; argparse dispatches to it.
+
+Each command imports what it uses inside its function: `--version` and `--help` import no server,
+database or model code, and the token and project commands no server (issue 25: every command took
+seconds, mostly importing the model SDK)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import importlib.metadata
 import logging
 import os
 import pathlib
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy
-from sqlalchemy.orm import Session
-
-from controlplane.api.server import bootstrap_tokens, database_url, lock_data_dir, open_store, serve
-from controlplane.config import ConsoleLimits, ServerConfig, load_harness, load_memory
-from controlplane.context.canonical_tree import open_canonical
-from controlplane.context.recall import Recall
+from controlplane.domain.names import ROLES, TOKEN_KINDS
 from controlplane.project_cli import project_parsers
-from controlplane.services import token_files, tokens
-from controlplane.services.projects import git_token
-from controlplane.store.engine import Store, aware
-from controlplane.store.models import Project
+from controlplane.web.limits import ConsoleLimits
 from drover.core import logs
 from drover.errors import DroverError, InvalidArgument, NotFound
-from drover.render import closed_pipe, table
+from drover.extras import Version
 
-Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from controlplane.store.data_dir import DataDir
+    from controlplane.store.engine import Store
+
+Command = Callable[["Store", "DataDir", argparse.Namespace], None]
 
 
-def cmd_serve(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    import asyncio
+
+    from controlplane.api.server import bootstrap_tokens, serve
+    from controlplane.config import ServerConfig, load_harness, load_memory
+
     file = pathlib.Path(args.config) if args.config else None
-    config = ServerConfig(
+    server = ServerConfig(
         listen=args.listen,
         metrics_listen=args.metrics_listen,
         http_listen=args.http_listen,
@@ -61,14 +65,16 @@ def cmd_serve(store: Store, config: ServerConfig, args: argparse.Namespace) -> N
         ),
     )
     tokens_dir = config.data_dir / "tokens"
-    for name, path in bootstrap_tokens(store, tokens_dir, database_url(config)).items():
+    for name, path in bootstrap_tokens(store, tokens_dir, config.url).items():
         usual = tokens_dir / f"{name}.token"
         kept = "" if path == usual else f" ({usual} exists and is kept: it is not a token of this database)"
         print(f"wrote {name} token to {path}{kept}", flush=True)
-    asyncio.run(serve(config, store, file))
+    asyncio.run(serve(server, store, file))
 
 
-def cmd_token_create(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+def cmd_token_create(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    from controlplane.services import token_files, tokens
+
     if args.force and not args.out:
         raise InvalidArgument("--force replaces an --out file; give --out too", field="force")
     expires = tokens.parse_duration(args.expires_in) if args.expires_in else None
@@ -94,18 +100,30 @@ def cmd_token_create(store: Store, config: ServerConfig, args: argparse.Namespac
     print(f"wrote {args.kind} token {args.name!r} to {args.out}")
 
 
-def cmd_token_list(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+def cmd_token_list(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    from controlplane.services import tokens
+
     print(token_table(store.transaction(tokens.list_tokens)))
 
 
-def cmd_token_revoke(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+def cmd_token_revoke(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    from controlplane.services import tokens
+
     count = store.transaction(tokens.revoke, args.name, args.kind)
     print(
         f"revoked {count} token{'s' if count != 1 else ''} named {args.name!r}; they are refused from the next call on"
     )
 
 
-def cmd_index_build(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+def cmd_index_build(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    import asyncio
+
+    from controlplane.config import load_memory
+    from controlplane.context.canonical_tree import open_canonical
+    from controlplane.context.recall import Recall
+    from controlplane.services.projects import git_token
+    from controlplane.store.models import Project
+
     name, file = args.project, pathlib.Path(args.config) if args.config else None
     project = store.transaction(lambda s: s.get(Project, name))
     if project is None:
@@ -134,6 +152,8 @@ def cmd_index_build(store: Store, config: ServerConfig, args: argparse.Namespace
 
 def token_table(rows: list[Any]) -> str:
     """Tokens for a terminal: never the secret (only its hash is stored anyway)."""
+    from controlplane.store.engine import aware
+    from drover.render import table
 
     def when(value: Any) -> str:
         value = aware(value)
@@ -250,9 +270,9 @@ def _console_limits(s: Any) -> None:
 def _token_parsers(sub: Any) -> None:
     t = sub.add_parser("token", help="tokens").add_subparsers(dest="token_command", required=True)
     tc = _command(t, "create", cmd_token_create, "create a token and print it once")
-    tc.add_argument("--kind", choices=tokens.KINDS, required=True)
+    tc.add_argument("--kind", choices=TOKEN_KINDS, required=True)
     tc.add_argument("--name", required=True)
-    tc.add_argument("--role", choices=tokens.ROLES, default="")
+    tc.add_argument("--role", choices=ROLES, default="")
     tc.add_argument(
         "--project",
         action="append",
@@ -271,7 +291,7 @@ def _token_parsers(sub: Any) -> None:
     _command(t, "list", cmd_token_list, "every token: name, kind, role, pool, projects, created, last used, expiry")
     tr = _command(t, "revoke", cmd_token_revoke, "revoke every live token of a name, from the next call on")
     tr.add_argument("--name", required=True)
-    tr.add_argument("--kind", choices=tokens.KINDS, default="")
+    tr.add_argument("--kind", choices=TOKEN_KINDS, default="")
 
 
 def _index_parsers(sub: Any) -> None:
@@ -288,7 +308,7 @@ def parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 done, 2 usage or invalid input, 3 not found, 5 the database is unreachable, "
         "70 a bug in controlplane",
     )
-    p.add_argument("--version", action="version", version=f"controlplane {_version()}")
+    p.add_argument("--version", action=Version)
     sub = p.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _token_parsers(sub)
@@ -309,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if logging.getLogger().level > logging.DEBUG:  # the schema migrations' INFO lines are noise in a terminal
         logging.getLogger("alembic").setLevel(logging.WARNING)
-    config = ServerConfig(data_dir=pathlib.Path(args.data_dir), database_url=args.database_url)
+    import sqlalchemy.exc
+
+    from controlplane.store.data_dir import DataDir, lock_data_dir, open_store
+
+    config = DataDir(data_dir=pathlib.Path(args.data_dir), database_url=args.database_url)
     if args.func is cmd_serve:
         lock_data_dir(config.data_dir)  # before touching the database: a second control plane stops here
     try:
@@ -321,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         args.func(store, config, args)
         sys.stdout.flush()  # here, so a reader that went away is seen below and not at exit
     except BrokenPipeError:  # `controlplane token list | head -1`: the reader has what it wanted
+        from drover.render import closed_pipe
+
         return closed_pipe()
     except NotFound as err:
         print(f"controlplane: {err}", file=sys.stderr)
@@ -338,15 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _safe_url(config: ServerConfig) -> str:
-    return sqlalchemy.engine.make_url(database_url(config)).render_as_string(hide_password=True)
+def _safe_url(config: DataDir) -> str:
+    from sqlalchemy.engine import make_url
 
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("drover")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    return make_url(config.url).render_as_string(hide_password=True)
 
 
 if __name__ == "__main__":

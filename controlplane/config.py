@@ -14,23 +14,7 @@ from controlplane.domain.member_config import parse_classes, parse_modifiers, pa
 from controlplane.domain.members import PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier
 from controlplane.domain.pricing import Price
 from controlplane.store.meters import BudgetConfig
-
-
-@dataclasses.dataclass(frozen=True)
-class ConsoleLimits:
-    """What the web console's process admits; beyond a limit it answers 503 (the console is full) or 429
-    (this session has enough), so no number of browsers can take the API's CPU or memory."""
-
-    max_connections: int = 1000
-    """Open HTTP connections (and requests in progress) at once; 503 beyond."""
-    max_streams: int = 500
-    """Live server-sent event streams (transcripts, Change events) at once; 503 beyond."""
-    max_streams_per_session: int = 20
-    """Live streams of one signed-in token; 429 beyond."""
-    max_uploads: int = 64
-    """Form bodies being received at once (sign-in and actions); 503 beyond."""
-    body_timeout_seconds: float = 30.0
-    """A form body must arrive whole within this; 408 after."""
+from controlplane.web.limits import ConsoleLimits
 
 
 @dataclasses.dataclass(frozen=True)

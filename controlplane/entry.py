@@ -1,11 +1,14 @@
-"""The `controlplane` console script: the server extra's dependencies are checked before anything runs."""
+"""The `controlplane` console script: the server extra's modules are checked before anything runs."""
 
 from __future__ import annotations
 
-from drover.extras import missing
+from drover.extras import absent, missing
 
 
 def main() -> int:
+    name = absent("server")
+    if name:
+        return missing("controlplane", "server", ModuleNotFoundError(name=name))
     try:
         from controlplane.cli import main as run
     except ModuleNotFoundError as err:

@@ -7,21 +7,22 @@ import json
 import os
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from controlplane.config import ServerConfig
-from controlplane.context.canonical_tree import branches
-from controlplane.services.projects import add_project, list_projects, remove_project
-from controlplane.store.engine import Store
-from controlplane.store.models import Project
 from drover.core.workspace import WorkspaceError, redact_url
 from drover.errors import InvalidArgument, NotFound
-from drover.render import table
 
-Command = Callable[[Store, ServerConfig, argparse.Namespace], None]
+if TYPE_CHECKING:  # each command imports what it uses when it runs: `controlplane --help` starts fast
+    from controlplane.store.data_dir import DataDir
+    from controlplane.store.engine import Store
+    from controlplane.store.models import Project
+
+Command = Callable[["Store", "DataDir", argparse.Namespace], None]
 
 
-def cmd_project_add(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    from controlplane.services.projects import add_project
+
     repo = args.repo
     if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
         repo = str(pathlib.Path(repo).resolve())
@@ -48,6 +49,8 @@ def checked_branch(repo: str, branch: str, token_file: str) -> tuple[str, str]:
     repository must be readable and have the branch (default: the one its HEAD names)."""
     if not repo:
         return branch or "main", ""
+    from controlplane.context.canonical_tree import branches
+
     token = pathlib.Path(token_file).read_text().strip() if token_file else ""
     try:
         head, names = branches(repo, token)
@@ -79,7 +82,10 @@ def as_dict(p: Project) -> dict[str, Any]:
     }
 
 
-def cmd_project_list(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+def cmd_project_list(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    from controlplane.services.projects import list_projects
+    from drover.render import table
+
     found = [as_dict(p) for p in store.transaction(list_projects)]
     if args.json:
         print(json.dumps(found, indent=2))
@@ -88,14 +94,18 @@ def cmd_project_list(store: Store, config: ServerConfig, args: argparse.Namespac
     print(table(rows, ["NAME", "REPO", "BRANCH", "POOL", "NETWORK"]))
 
 
-def cmd_project_show(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+def cmd_project_show(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    from controlplane.store.models import Project
+
     found = store.transaction(lambda s: s.get(Project, args.name))
     if found is None:
         raise NotFound(f"no project {args.name!r}", field="name")
     print(json.dumps(as_dict(found), indent=2))
 
 
-def cmd_project_remove(store: Store, config: ServerConfig, args: argparse.Namespace) -> None:
+def cmd_project_remove(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    from controlplane.services.projects import remove_project
+
     store.transaction(remove_project, args.name)
     print(f"project {args.name} removed")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import fcntl
 import logging
 import os
 import pathlib
@@ -37,7 +36,7 @@ from controlplane.dispatch.router import Router
 from controlplane.services import agent_presence, token_files, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store import coordination
-from controlplane.store.engine import SCHEMA_LOCK, Store, sqlite_url
+from controlplane.store.engine import SCHEMA_LOCK, Store
 from controlplane.store.models import Token
 from controlplane.store.objects import DatabaseStore, DirectoryStore, ObjectStore
 from controlplane.web.serve import Console
@@ -60,50 +59,12 @@ SERVICE_NAMES = (
 )
 
 
-def database_url(config: ServerConfig) -> str:
-    return config.database_url or sqlite_url(config.data_dir)
-
-
-def open_store(config: ServerConfig) -> Store:
-    """The store, migrated. The data directory (database, tokens, objects, mirrors) is the control
-    plane's alone: mode 0700, and the SQLite files 0600."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(config.data_dir, 0o700)
-    store = Store(database_url(config))
-    store.migrate()
-    if not config.database_url:
-        for suffix in ("", "-wal", "-shm"):
-            db = config.data_dir / f"drover.db{suffix}"
-            if db.exists():
-                os.chmod(db, 0o600)
-    return store
-
-
 def object_store(config: ServerConfig, store: Store) -> ObjectStore:
     """A directory when one is configured or the database is SQLite; else the database (PostgreSQL),
     which every replica reads."""
     if config.object_store_dir is None and coordination.shared(store.url):
         return DatabaseStore(store.engine)
     return DirectoryStore(config.objects)
-
-
-def lock_data_dir(data_dir: pathlib.Path) -> int:
-    """Hold the data directory for this process's life: a second control plane on the same directory
-    (the same SQLite database, tokens and objects) refuses to start instead of serving beside it."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(data_dir / "controlplane.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise SystemExit(
-            f"controlplane: another control plane (pid {holder}) is serving from {data_dir}; "
-            "stop it first, or give this one its own --data-dir"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
-    return fd
 
 
 def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path, database: str) -> dict[str, pathlib.Path]:

@@ -20,3 +20,7 @@ MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}")
 EVENT_KIND = re.compile(r"[a-z0-9._-]{0,64}")
 COMMIT = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})?")
 BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,299}")
+
+ROLES = ("submit", "run.manage", "admin")
+"""A user token's roles; each includes the ones before it."""
+TOKEN_KINDS = ("agent", "user")

@@ -13,17 +13,11 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.domain.names import AGENT_NAME, NAME
+from controlplane.domain.names import AGENT_NAME, NAME, ROLES, TOKEN_KINDS
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event
 from controlplane.store.models import Project, Token, utcnow
 from drover.errors import InvalidArgument, NotFound
-
-ROLES = ("submit", "run.manage", "admin")  # each includes the ones before it
-
-
-KINDS = ("agent", "user")
-
 
 _DURATION = re.compile(r"(\d+)([smhdw])")
 
@@ -77,8 +71,8 @@ def create_token(
     expires_in: dt.timedelta | None = None,
 ) -> str:
     """Store a new token's hash; answers the token, which is shown once and never stored."""
-    if kind not in KINDS:
-        raise InvalidArgument(f"must be one of {', '.join(KINDS)}", field="kind")
+    if kind not in TOKEN_KINDS:
+        raise InvalidArgument(f"must be one of {', '.join(TOKEN_KINDS)}", field="kind")
     if not AGENT_NAME.fullmatch(name):
         raise InvalidArgument(f"{name!r} is not a name: letters, digits, '.', '_', ':', '@', '-'", field="name")
     projects = sorted(set(projects))

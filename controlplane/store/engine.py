@@ -19,14 +19,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane import metrics
 from controlplane.store import locks
 
 T = TypeVar("T")
@@ -70,8 +67,30 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
     return create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
 
 
+def head_revision() -> str:
+    """The newest migration's revision, from the file names: `versions/NNNN_what.py` holds revision "NNNN"
+    (tests/controlplane/store/test_store.py holds every file to it and compares with alembic's head)."""
+    return max(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+
+
+def revision(engine: Engine) -> str:
+    """The database's schema revision; "" before the first migration."""
+    with engine.connect() as conn:
+        try:
+            return str(conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() or "")
+        except DBAPIError:  # no alembic_version table yet
+            return ""
+
+
 def migrate(engine: Engine) -> None:
-    """Create or upgrade the schema to the newest revision."""
+    """Create or upgrade the schema to the newest revision. A database already there is only read:
+    importing alembic would cost a short-lived command (`controlplane token create`) a few tenths of a
+    second."""
+    if revision(engine) == head_revision():
+        return
+    from alembic import command
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as conn:
@@ -114,6 +133,8 @@ class Store:
                 reason = locks.retry_reason(err)
                 if reason is None or attempt == retries:
                     raise
+                from controlplane import metrics  # here: a short-lived command starts without prometheus
+
                 metrics.on_store_retry(reason)
                 log.info("%s: %s; running the transaction again", getattr(fn, "__name__", "unit"), reason)
                 time.sleep(locks.pause(attempt))

@@ -7,24 +7,24 @@ state (a budget, a precondition); 7 the control plane failed; 70 a bug in this C
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import pathlib
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
-
-from drover import changefile, follow, render
-from drover.client import Client
+from drover import follow, render
 from drover.errors import DroverError, Unauthenticated
-from drover.models import LogLine
+from drover.extras import Version
 from drover.render import format_change, format_event, format_run_event
 
+if TYPE_CHECKING:
+    from drover.client import Client
+    from drover.models import LogLine
+
 DEFAULT_TOKEN_FILE = ".drover/tokens/admin.token"
-Command = Callable[[Client, argparse.Namespace], int]
+Command = Callable[["Client", argparse.Namespace], int]
 EXIT = {
     "INVALID_ARGUMENT": 2,
     "NOT_FOUND": 3,
@@ -38,13 +38,6 @@ EXIT = {
 }
 """A server error's exit code by gRPC status; any other status is 7."""
 RUN_STATES = ("queued", "starting", "running", "succeeded", "failed", "cancelled")
-
-
-def version() -> str:
-    try:
-        return importlib.metadata.version("drover")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -106,6 +99,8 @@ def _watch(client: Client, change_id: str, args: argparse.Namespace) -> int:
 
 
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
+    from drover import changefile  # here: YAML is read by this command only
+
     change = client.submit_change_file(changefile.load(args.file))
     _show(args, change, lambda c: f"submitted change {c.id} ({len(c.tasks)} tasks)")
     return _watch(client, change.id, args) if args.watch else 0
@@ -328,7 +323,7 @@ def parser() -> argparse.ArgumentParser:
         "4 not signed in or not allowed, 5 control plane unavailable, 6 refused in the current state, "
         "7 the control plane failed, 70 a bug in drover",
     )
-    p.add_argument("--version", action="version", version=f"drover {version()}")
+    p.add_argument("--version", action=Version)
     _global_flags(p, defaults=True)
     sub = p.add_subparsers(dest="command", required=True)
     for name, help_text, func, arguments in COMMANDS:
@@ -340,6 +335,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    import grpc  # here, not at the top: `drover --help` and `--version` start without the gRPC stack
+
+    from drover.client import Client
+
     credentials = grpc.ssl_channel_credentials(pathlib.Path(args.tls_ca).read_bytes()) if args.tls_ca else None
     with Client(args.target, token=_token(args), credentials=credentials) as client:
         result: int = args.func(client, args)

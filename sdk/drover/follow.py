@@ -7,11 +7,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from drover.client import Client
 from drover.errors import DroverError
 from drover.models import Event, LogLine
+
+if TYPE_CHECKING:
+    from drover.client import Client
 
 T = TypeVar("T")
 RETRIED = frozenset({"UNAVAILABLE", "CANCELLED", "UNKNOWN", "DEADLINE_EXCEEDED"})
