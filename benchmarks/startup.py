@@ -29,6 +29,7 @@ def commands(data_dir: str) -> list[list[str]]:
         ["controlplane", "--version"],
         ["controlplane", "--help"],
         ["controlplane", "token", "create", "--kind", "user", "--name", "alice", "--role", "submit", *where],
+        ["controlplane", "token", "list", *where],
         ["controlplane", "project", "list", *where],
         ["drover", "--version"],
         ["drover", "--help"],
@@ -55,7 +56,9 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = os.path.join(tmp, "data")
-        subprocess.run([str(BIN / "controlplane"), "project", "list", "--data-dir", data_dir], check=True)
+        subprocess.run(
+            [str(BIN / "controlplane"), "project", "list", "--data-dir", data_dir], check=True, capture_output=True
+        )
         print(f"startup best of {args.runs} runs, wall seconds ({os.cpu_count()} cores)")
         for argv in commands(data_dir):
             print(f"{best_of(argv, args.runs):6.3f}  {' '.join(a if a != data_dir else 'DIR' for a in argv)}")

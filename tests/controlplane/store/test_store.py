@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import func, inspect, select, text
@@ -173,6 +175,30 @@ def test_migrating_twice_changes_nothing(empty_store: Store) -> None:
     assert versions(empty_store) == before
     assert schema_diff(empty_store) == []
     assert get(empty_store, Project, "web").repo == "repo", "data survives a second migrate"
+
+
+def test_the_head_read_from_file_names_is_alembics_head() -> None:
+    """`migrate` leaves a database at `head_revision()` to itself without importing alembic: every
+    migration file must be named for its revision, or a new one would not be applied."""
+    scripts = ScriptDirectory(str(store_module.MIGRATIONS))
+    for script in scripts.walk_revisions():
+        assert pathlib.Path(script.path).name.startswith(f"{script.revision}_"), script.path
+    assert store_module.head_revision() == scripts.get_current_head()
+
+
+def test_a_database_behind_the_head_is_migrated(empty_store: Store) -> None:
+    empty_store.migrate()
+    config = Config()
+    config.set_main_option("script_location", str(store_module.MIGRATIONS))
+    with empty_store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "-1")
+    behind = store_module.revision(empty_store.engine)
+    assert behind and behind != store_module.head_revision()
+    assert "meter_slices" not in inspect(empty_store.engine).get_table_names()
+    empty_store.migrate()
+    assert versions(empty_store) == [store_module.head_revision()]
+    assert schema_diff(empty_store) == []
 
 
 # --- submitting ------------------------------------------------------------------------------------
