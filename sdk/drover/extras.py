@@ -25,16 +25,13 @@ MODULES = {
         "anthropic",
         "httpx2",
         "tenacity",
-        "chromadb",
-        "onnxruntime",
-        "tokenizers",
-        "numpy",
         "starlette",
         "jinja2",
         "uvicorn",
     ),
 }
-"""The top-level modules each extra's distributions install (pyproject.toml's optional dependencies)."""
+"""The top-level modules each daemon's extra installs (pyproject.toml's optional dependencies). The memory
+extra is optional: the control plane runs without it and says so."""
 
 
 def absent(extra: str) -> str:

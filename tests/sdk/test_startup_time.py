@@ -122,7 +122,8 @@ def test_the_store_commands_still_say_when_the_database_is_unreachable() -> None
 
 def test_each_extras_module_list_names_the_extras_distributions() -> None:
     """The daemons check their extra's modules before running (they import them only when a command
-    needs them): the list must name what pyproject.toml's extra installs."""
+    needs them): the list must name what pyproject.toml's extra installs, and nothing else (semantic
+    memory's extra is optional: a control plane without it runs)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     provides: dict[str, set[str]] = {}
     for module, dists in importlib.metadata.packages_distributions().items():
