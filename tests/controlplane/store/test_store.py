@@ -195,7 +195,7 @@ def test_a_database_behind_the_head_is_migrated(empty_store: Store) -> None:
         command.downgrade(config, "-1")
     behind = store_module.revision(empty_store.engine)
     assert behind and behind != store_module.head_revision()
-    assert "meter_slices" not in inspect(empty_store.engine).get_table_names()
+    assert schema_diff(empty_store) != []
     empty_store.migrate()
     assert versions(empty_store) == [store_module.head_revision()]
     assert schema_diff(empty_store) == []
