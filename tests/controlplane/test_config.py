@@ -1,4 +1,4 @@
-"""The control plane's TOML configuration: the README's example loads as written, each setting's
+"""The control plane's TOML configuration: the example in docs/configuration.md loads as written, each setting's
 default lives on its dataclass, and a typo or a wrong type is refused with the table it is in."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from controlplane.context.recall import MemoryConfig
 from controlplane.store.meters import BudgetConfig
 from tests.conftest import ROOT
 
-README = ROOT / "README.md"
+CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"
 
 
 def _readme_example(tmp_path: pathlib.Path) -> pathlib.Path:
-    block = re.search(r"```toml\n(\[anthropic\].*?)```", README.read_text(), re.S)
-    assert block, "the README's configuration example"
+    block = re.search(r"```toml\n(\[anthropic\].*?)```", CONFIGURATION_DOC.read_text(), re.S)
+    assert block, "the configuration example of docs/configuration.md"
     key = tmp_path / "anthropic.key"
     key.write_text("sk-from-file\n")
     path = tmp_path / "controlplane.toml"

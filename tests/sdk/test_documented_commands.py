@@ -1,10 +1,10 @@
-"""Every `controlplane`, `drover` and `agentd` command line the README and the console's pages show parses
+"""Every `controlplane`, `drover` and `agentd` command line the README, docs/ and the console's pages show parses
 with the program's real argument parser, so a documented command cannot name a flag that does not exist
 or leave out one that is required (issue 25: `controlplane token create alice --role submit` was shown
 for months and fails with `the following arguments are required: --kind, --name`).
 
 Where commands are found:
-- README.md: lines of ```sh (or untagged) code blocks, after joining `\\` continuations, and inline
+- README.md and docs/*.md: lines of ```sh (or untagged) code blocks, after joining `\\` continuations, and inline
   `code` spans of the prose (a span may wrap across lines);
 - controlplane/web/templates/*.html: the text of `<code>` and `<pre>` elements.
 A line or span is a command when, after any `VAR=value` prefixes, its first word is one of the three
@@ -72,8 +72,8 @@ def _commands_in_line(line: str) -> Iterator[str]:
             yield " ".join(words)
 
 
-def readme_commands(text: str) -> Iterator[tuple[str, str]]:
-    """(where, command) for every command line of README text."""
+def readme_commands(text: str, name: str = "README.md") -> Iterator[tuple[str, str]]:
+    """(where, command) for every command line of the Markdown text of file `name`."""
     prose: list[str] = []
     block: str | None = None
     pending = ""
@@ -93,13 +93,13 @@ def readme_commands(text: str) -> Iterator[tuple[str, str]]:
             pending += line.rstrip()[:-1] + " "
             continue
         for command in _commands_in_line(pending + line):
-            yield f"README.md:{number}", command
+            yield f"{name}:{number}", command
         pending = ""
     joined = "\n".join(prose)
     for span in re.finditer(r"`([^`]+)`", joined):
         words = " ".join(span.group(1).replace("\\|", "|").split())  # `\|`: a pipe inside a table cell
         for command in _commands_in_line(words):
-            where = f"README.md:{joined.count(chr(10), 0, span.start()) + 1}"
+            where = f"{name}:{joined.count(chr(10), 0, span.start()) + 1}"
             words = command.split()
             names = len(words) == 2 and not words[1].startswith("-")
             yield (f"{where} (names a command)" if names else where), command
@@ -139,7 +139,9 @@ def subcommands(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def documented() -> list[tuple[str, str]]:
-    found = list(readme_commands((ROOT / "README.md").read_text()))
+    found: list[tuple[str, str]] = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        found += list(readme_commands(doc.read_text(), str(doc.relative_to(ROOT))))
     for path in sorted((ROOT / "controlplane" / "web" / "templates").glob("*.html")):
         found += list(template_commands(path))
     return found
