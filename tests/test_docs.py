@@ -98,6 +98,19 @@ def test_every_benchmark_is_shown_with_its_command_in_performance() -> None:
     assert not missing, f"benchmarks docs/performance.md does not show how to run: {missing}"
 
 
+def test_every_change_file_shown_loads(tmp_path: pathlib.Path) -> None:
+    """Each ```yaml block with `tasks:` is a Change file `drover submit` accepts (unknown keys are errors)."""
+    from drover import changefile
+
+    shown = [(doc, block) for doc in documents() for block in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S)]
+    changes = [(doc, block) for doc, block in shown if re.search(r"^tasks:", block, re.M)]
+    assert len(changes) >= 2, "the README's tour and docs/getting-started.md each show a Change file"
+    for n, (doc, block) in enumerate(changes):
+        path = tmp_path / f"change{n}.yaml"
+        path.write_text(block)
+        assert changefile.load(path)["tasks"], doc.relative_to(ROOT)
+
+
 @pytest.mark.parametrize(
     ("text", "broken"),
     [

@@ -1,6 +1,6 @@
 """`drover`: submit and follow Changes, look at runs and agents, from a terminal.
 
-Exit codes (EXIT below, and the README): 0 done; 1 the Change or run failed; 2 usage or invalid input;
+Exit codes (EXIT below, and docs/cli.md): 0 done; 1 the Change or run failed; 2 usage or invalid input;
 3 not found; 4 not signed in or not allowed; 5 control plane unavailable; 6 refused in the current
 state (a budget, a precondition); 7 the control plane failed; 70 a bug in this CLI."""
 

@@ -1,7 +1,7 @@
 """The web console in a real browser (headless Chromium from Debian's packages, driven by Selenium) against
 a real control plane and agentd: sign in, see the Task graph of a Change of three Tasks, watch a run's
 transcript grow live, cancel the run. A screenshot of each page is kept in test-artifacts/console/
-(DROVER_DOCS_SCREENSHOTS=1 also writes the README's pictures into docs/)."""
+(DROVER_DOCS_SCREENSHOTS=1 also writes the pictures of README.md and docs/operations.md into docs/)."""
 
 from __future__ import annotations
 

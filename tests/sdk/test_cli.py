@@ -234,7 +234,7 @@ def test_project_and_user_monthly_budgets_from_the_cli(fleet: Fleet) -> None:
 def test_project_add_checks_the_repository_and_defaults_to_its_head_branch(
     fleet: Fleet, tmp_path: pathlib.Path
 ) -> None:
-    """README's by-hand quick start against `git init` (branch master): no --branch, no surprise."""
+    """The by-hand commands of docs/getting-started.md against `git init` (branch master): no --branch, no surprise."""
     plane = fleet.start_plane()
     repo = tmp_path / "calc"
     subprocess.run(["git", "init", "-q", "-b", "master", str(repo)], check=True)
