@@ -128,6 +128,15 @@ def test_the_domain_is_pure() -> None:
     )
 
 
+def test_the_domain_imports_nothing_above_it() -> None:
+    upwards = [
+        line
+        for line in _importers("controlplane.domain", ("controlplane",))
+        if not line.split(" imports ")[1].startswith("controlplane.domain")
+    ]
+    assert upwards == []
+
+
 def _loaded_after(*modules: str) -> set[str]:
     """What a fresh interpreter holds in sys.modules after importing `modules` (import lines miss what
     a package's `__init__` or a dependency's pulls in; this does not)."""
