@@ -1,12 +1,15 @@
 """The layering the folders name, checked on every run: no import cycle between modules; the domain is pure
-(no sqlalchemy, grpc or protobuf); only controlplane.api touches the generated stubs; controlplane and
-agentd never import each other (what both need lives in drover.core); no module over 400 lines and no
-function over 60."""
+(no sqlalchemy, grpc or protobuf in its import lines, and none of them, anthropic or pygit2 in sys.modules
+after importing it); `import drover` loads no grpc, protobuf or yaml; only controlplane.api touches the
+generated stubs; controlplane and agentd never import each other (what both need lives in drover.core); no
+module over 400 lines and no function over 60."""
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -123,6 +126,45 @@ def test_the_domain_is_pure() -> None:
         )
         == []
     )
+
+
+def test_the_domain_imports_nothing_above_it() -> None:
+    upwards = [
+        line
+        for line in _importers("controlplane.domain", ("controlplane",))
+        if not line.split(" imports ")[1].startswith("controlplane.domain")
+    ]
+    assert upwards == []
+
+
+def _loaded_after(*modules: str) -> set[str]:
+    """What a fresh interpreter holds in sys.modules after importing `modules` (import lines miss what
+    a package's `__init__` or a dependency's pulls in; this does not)."""
+    code = "import sys\n" + "".join(f"import {m}\n" for m in modules) + "print(*sorted(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return set(done.stdout.split())
+
+
+def _heavy(loaded: set[str], heavy: set[str]) -> list[str]:
+    """Which of `heavy` were loaded (a package is in sys.modules whenever one of its modules is)."""
+    return sorted(heavy & loaded)
+
+
+def test_importing_the_domain_loads_no_io_library() -> None:
+    domain = sorted(
+        name for name in MODULES if name == "controlplane.domain" or name.startswith("controlplane.domain.")
+    )
+    assert len(domain) > 10, domain
+    loaded = _loaded_after(*domain)
+    assert _heavy(loaded, {"grpc", "google.protobuf", "sqlalchemy", "anthropic", "pygit2"}) == []
+    assert "drover.v1" not in loaded
+
+
+def test_import_drover_loads_no_grpc_protobuf_or_yaml() -> None:
+    """The servers' domain raises drover.errors: importing the SDK's package must not cost the client."""
+    assert _heavy(_loaded_after("drover"), {"grpc", "google.protobuf", "yaml"}) == []
+    assert _heavy(_loaded_after("drover.errors"), {"grpc", "google.protobuf", "yaml"}) == []
 
 
 def test_only_the_api_layer_touches_the_generated_stubs() -> None:
