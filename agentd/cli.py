@@ -89,7 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as err:
         print(f"agentd: {err}", file=sys.stderr)
         return 2
-    if not config.retry_auth:
+    try:
+        isolated = isolation.prepare(config)
+    except isolation.Refused as refused:
+        print(f"agentd: {refused}", file=sys.stderr)
+        return 2
+    if not config.retry_auth:  # after the settings and the sandbox: exit 2 says the host is wrong first
         try:
             config.token_file.read_bytes()
         except OSError as err:
@@ -99,11 +104,6 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 4
-    try:
-        isolated = isolation.prepare(config)
-    except isolation.Refused as refused:
-        print(f"agentd: {refused}", file=sys.stderr)
-        return 2
     log = logging.getLogger("agentd")
     for warning in isolated.warning.splitlines():
         log.warning("%s", warning)
