@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from agentd.harness.fold import (
+from agentd.drivers.harness.fold import (
     FOLD_SYSTEM,
     FoldPlan,
     estimate_tokens,

@@ -10,8 +10,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from agentd.gateway import Gateway, Refused, Upstream
-from agentd.messages_request import body_problem, rewrite
+from agentd.run.gateway import Gateway, Refused, Upstream
+from agentd.run.messages_request import body_problem, rewrite
 from drover.core.usage import Usage
 from drover.testing.fake_anthropic import FakeAnthropic, error, text
 

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from agentd.harness.edits import Edit, EditError, apply_edits
-from agentd.harness.paths import PathEscape, list_tree, resolve_inside
+from agentd.drivers.harness.edits import Edit, EditError, apply_edits
+from agentd.drivers.harness.paths import PathEscape, list_tree, resolve_inside
 from drover.core.allowlist import (
     DEFAULT_PYTHON_POLICY,
     CommandPolicy,

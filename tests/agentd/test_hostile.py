@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 
-from agentd.hostile import list_dir, read_regular
+from agentd.run.hostile import list_dir, read_regular
 
 
 def test_a_regular_file_is_read(tmp_path: pathlib.Path) -> None:

@@ -1,4 +1,4 @@
-"""agentd/logbatch.py: output is batched per stream, at a stream change, at 256 KiB and every 200 ms
+"""agentd/daemon/logbatch.py: output is batched per stream, at a stream change, at 256 KiB and every 200 ms
 (the size tests use 16 KiB batches)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from agentd.logbatch import RECORD_BYTES, LogBatcher
+from agentd.daemon.logbatch import RECORD_BYTES, LogBatcher
 
 KIB = 1024
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from agentd.runtimes import Input, SessionContext, SessionResult
-from agentd.runtimes.opencode import Opencode
+from agentd.drivers.runtimes import Input, SessionContext, SessionResult
+from agentd.drivers.runtimes.opencode import Opencode
 from drover.testing import runtimes
 from drover.testing.fake_anthropic import FakeAnthropic, stall, text, tool_use
 

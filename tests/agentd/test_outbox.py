@@ -1,4 +1,4 @@
-"""agentd/outbox.py: a run's messages are numbered, kept on disk and dropped only when acked."""
+"""agentd/daemon/outbox.py: a run's messages are numbered, kept on disk and dropped only when acked."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agentd.outbox import RunOutbox, SpoolFull
+from agentd.daemon.outbox import RunOutbox, SpoolFull
 
 
 def seqs(box: RunOutbox) -> list[int]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import tenacity
 
-from agentd import config
-from agentd.connection import ChannelSettings, channel_options, reconnect_wait
+from agentd.daemon import config
+from agentd.daemon.connection import ChannelSettings, channel_options, reconnect_wait
 
 
 @pytest.mark.parametrize("cap", [2.0, 30.0])

@@ -16,8 +16,8 @@ import uuid
 import grpc
 import pytest
 
-from agentd.config import state_dir
-from agentd.connection import heals_by_waiting
+from agentd.daemon.config import state_dir
+from agentd.daemon.connection import heals_by_waiting
 from tests.conftest import AgentD, Fleet, wait_for
 
 pytestmark = pytest.mark.timeout(180)

@@ -1,4 +1,4 @@
-"""Run slots, cgroups and run filesystems (agentd/run_slots.py, cgroups.py, run_disk.py): the pure parts
+"""Run slots, cgroups and run filesystems (agentd/daemon/run_slots.py, cgroups.py, run_disk.py): the pure parts
 on made-up inputs, the kernel parts for real where the host allows them (root, cgroup v1 here)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-import agentd.rlimits
-from agentd import cgroups, isolation, run_disk, run_slots
-from agentd.config import AgentConfig, load
-from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
+import agentd.run.rlimits
+from agentd.daemon import cgroups, isolation, run_disk, run_slots
+from agentd.daemon.config import AgentConfig, load
+from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -159,7 +159,7 @@ def test_a_slot_group_holds_a_command_and_is_made_afresh(hierarchy: tuple[cgroup
     fds = cgroups.open_procs([str(d) for d in dirs])
     try:  # what the launcher does: join through the descriptors, then exec
         child = subprocess.Popen(
-            [sys.executable, "-I", "-S", agentd.rlimits.__file__, "--cgroup-fds", ",".join(map(str, fds))]
+            [sys.executable, "-I", "-S", agentd.run.rlimits.__file__, "--cgroup-fds", ",".join(map(str, fds))]
             + ["--", "sleep", "60"],
             pass_fds=fds,
         )
@@ -203,9 +203,12 @@ def test_a_memory_bomb_in_a_slot_group_is_killed(
 
 
 def test_the_launcher_takes_cgroup_descriptors() -> None:
-    assert agentd.rlimits.parse(["--cgroup-fds", "5,6,7", "--nproc", "80"]) == {"cgroup-fds": "5,6,7", "nproc": "80"}
+    assert agentd.run.rlimits.parse(["--cgroup-fds", "5,6,7", "--nproc", "80"]) == {
+        "cgroup-fds": "5,6,7",
+        "nproc": "80",
+    }
     with pytest.raises(ValueError, match="takes a number"):
-        agentd.rlimits.parse(["--cgroup-fds", "5;6"])
+        agentd.run.rlimits.parse(["--cgroup-fds", "5;6"])
 
 
 def test_the_sandboxs_tmp_has_a_size_and_the_launcher_the_cgroups(tmp_path: pathlib.Path) -> None:

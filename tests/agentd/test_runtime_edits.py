@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from agentd.runtimes import edited_path
+from agentd.drivers.runtimes import edited_path
 
 ROOT = pathlib.Path("/spool/runs/r1/ws/repo")
 

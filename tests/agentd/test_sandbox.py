@@ -18,11 +18,11 @@ from collections.abc import Iterator
 
 import pytest
 
-import agentd.rlimits
-from agentd import isolation, run_slots
-from agentd.config import AgentConfig
-from agentd.confined import Confined, ready_pipe
-from agentd.sandbox import (
+import agentd.run.rlimits
+from agentd.daemon import isolation, run_slots
+from agentd.daemon.config import AgentConfig
+from agentd.run.confined import Confined, ready_pipe
+from agentd.run.sandbox import (
     ETC_ALLOWED,
     LAUNCHER_INSIDE,
     BubblewrapSandbox,
@@ -151,7 +151,7 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
         # environment is in a memory file only the launcher reads
         assert launch.env == {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"} and launch.cwd == "/"
         env_fd = int(argv[argv.index("--env-fd") + 1])
-        # and the seccomp filter (agentd/seccomp.py) in another, which bwrap reads
+        # and the seccomp filter (agentd/run/seccomp.py) in another, which bwrap reads
         filter_fd = int(argv[argv.index("--seccomp") + 1])
         assert launch.owned == (env_fd, filter_fd) and {env_fd, filter_fd} <= set(launch.pass_fds)
         assert os.pread(env_fd, 100, 0) == b"A=1\0"
@@ -179,7 +179,7 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
     bound = _bound(command)
     assert bound[str(tmp_path)] == str(tmp_path) and command[command.index("--bind") + 2] == str(tmp_path)
     assert inside[inside.index("--chdir") + 1] == str(tmp_path / "repo")  # once it is the user
-    assert bound[LAUNCHER_INSIDE] == agentd.rlimits.__file__
+    assert bound[LAUNCHER_INSIDE] == agentd.run.rlimits.__file__
     assert not set(bound) & {"/", "/etc", "/root", "/home", "/run", str(pathlib.Path.home())}
     etc = {path.removeprefix("/etc/") for path in bound if path.startswith("/etc/")}
     assert "/usr" in bound and etc and etc <= set(ETC_ALLOWED)
@@ -501,7 +501,7 @@ def run_as_nobody(code: str) -> subprocess.CompletedProcess[str]:
 UNPRIVILEGED = """
 import json, os, pathlib, subprocess, sys, tempfile
 sys.path[:0] = {paths!r}
-from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
+from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
 sandbox = BubblewrapSandbox(SandboxPolicy())
 work = pathlib.Path(tempfile.mkdtemp())
 launch = sandbox.wrap(["/bin/sh", "-c", "id -u; ls /proc | grep -c '^[0-9]'"], work, {{"PATH": "/usr/bin:/bin"}})

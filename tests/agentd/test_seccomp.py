@@ -20,10 +20,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentd import isolation, seccomp
-from agentd.config import AgentConfig
-from agentd.confined import Confined, ready_pipe
-from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
+from agentd.daemon import isolation
+from agentd.daemon.config import AgentConfig
+from agentd.run import seccomp
+from agentd.run.confined import Confined, ready_pipe
+from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
 
 HEADERS = {
     "x86_64": pathlib.Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
@@ -312,7 +313,7 @@ from tests.agentd.test_sandbox import AGENTD_PATHS, run_as_nobody  # noqa: E402
 UNPRIVILEGED = """
 import json, pathlib, subprocess, sys, tempfile
 sys.path[:0] = {paths!r}
-from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
+from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
 work = pathlib.Path(tempfile.mkdtemp())
 out = []
 for filtered in (True, False):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from agentd.harness.tools import (
+from agentd.drivers.harness.tools import (
     COMMAND_OUTPUT,
     MAX_READS,
     NO_WORKSPACE,
@@ -19,7 +19,7 @@ from agentd.harness.tools import (
     TaskTools,
     ToolResult,
 )
-from agentd.sandbox import BubblewrapSandbox, SandboxFailed, SandboxPolicy
+from agentd.run.sandbox import BubblewrapSandbox, SandboxFailed, SandboxPolicy
 from drover.core.allowlist import DEFAULT_PYTHON_POLICY
 from drover.core.filewindow import READ_LIMIT
 
