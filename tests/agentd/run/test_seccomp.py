@@ -308,7 +308,7 @@ def test_agentd_refuses_to_start_where_the_filter_cannot_apply(workspace: pathli
     assert "under a seccomp filter" in isolation.prepare(AgentConfig()).said
 
 
-from tests.agentd.test_sandbox import AGENTD_PATHS, run_as_nobody  # noqa: E402
+from tests.agentd.run.test_sandbox import AGENTD_PATHS, run_as_nobody  # noqa: E402
 
 UNPRIVILEGED = """
 import json, pathlib, subprocess, sys, tempfile
