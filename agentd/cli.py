@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
     import asyncio
 
-    from agentd import isolation
-    from agentd.config import load
-    from agentd.daemon import Agent
+    from agentd.daemon import isolation
+    from agentd.daemon.config import load
+    from agentd.daemon.daemon import Agent
 
     file = args.pop("config")
     try:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         config.spool,
         isolated.said,
     )
-    from agentd.connection import Rejected
+    from agentd.daemon.connection import Rejected
 
     try:
         asyncio.run(Agent(isolated.config).run())

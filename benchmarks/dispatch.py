@@ -188,12 +188,12 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 
 def templates(agentd: int) -> list[int]:
-    """agentd's supervisor template (agentd/prefork.py): the run supervisors it forks are its
+    """agentd's supervisor template (agentd/daemon/prefork.py): the run supervisors it forks are its
     children, not agentd's, so their CPU is in its own reaped children's figure."""
     found = []
     for entry in pathlib.Path("/proc").iterdir():
         try:
-            if not entry.name.isdigit() or b"agentd.prefork" not in (entry / "cmdline").read_bytes():
+            if not entry.name.isdigit() or b"agentd.daemon.prefork" not in (entry / "cmdline").read_bytes():
                 continue
             if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == agentd:
                 found.append(int(entry.name))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The model gateway's overhead per call: the same calls straight to the fake Messages API and through
-a run's gateway (agentd/gateway.py), side by side.
+a run's gateway (agentd/run/gateway.py), side by side.
 
     python benchmarks/gateway.py [--calls N] [--warmup W]
 
@@ -30,7 +30,7 @@ import anthropic
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentd.gateway import Gateway, Upstream
+from agentd.run.gateway import Gateway, Upstream
 from drover.core.usage import Usage
 
 KEY, TOKEN = "sk-bench-provider", "run-token-bench"

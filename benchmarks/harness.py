@@ -72,13 +72,13 @@ import itertools
 import pygit2
 from dispatch import BenchTimeout, Deadline, Proc, add_project, agentd_argv, log_tail, pct, start_plane, ts, wait_for
 
-from agentd.harness.loop import Harness, Limits
-from agentd.harness.supervisor import HarnessRun
-from agentd.harness.tools import Finished, TaskTools
-from agentd.harness.transcript import Transcript
-from agentd.launch import Launch
-from agentd.output import Output
-from agentd.sandbox import BubblewrapSandbox, PlainSandbox, Sandbox, SandboxPolicy
+from agentd.drivers.harness.loop import Harness, Limits
+from agentd.drivers.harness.supervisor import HarnessRun
+from agentd.drivers.harness.tools import Finished, TaskTools
+from agentd.drivers.harness.transcript import Transcript
+from agentd.run.launch import Launch
+from agentd.run.output import Output
+from agentd.run.sandbox import BubblewrapSandbox, PlainSandbox, Sandbox, SandboxPolicy
 from drover import Client
 from drover.core import (
     allowlist,
@@ -214,7 +214,7 @@ class TimedHarness(Harness):
 
 
 def tool_env(home: pathlib.Path, root: pathlib.Path) -> dict[str, str]:
-    """The environment the supervisor gives commands (agentd/harness/supervisor.py)."""
+    """The environment the supervisor gives commands (agentd/drivers/harness/supervisor.py)."""
     return {
         "PATH": CHILD_PATH,
         "LANG": "C.UTF-8",
@@ -611,7 +611,7 @@ def part_e2e(args: argparse.Namespace, tmp: pathlib.Path, deadline: Deadline) ->
         for _ in range(3):
             t0 = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-c", "import agentd.harness.supervisor"], cwd=REPO, check=True, timeout=120
+                [sys.executable, "-c", "import agentd.drivers.harness.supervisor"], cwd=REPO, check=True, timeout=120
             )
             imports.append((time.perf_counter() - t0) * 1000)
         print(f"  p50 over {len(runs)} runs (ms):", flush=True)
@@ -625,7 +625,7 @@ def part_e2e(args: argparse.Namespace, tmp: pathlib.Path, deadline: Deadline) ->
             ms = [v * 1000 for v in values]
             print(f"    {name:<36} p50 {pct(ms, 50):7.0f}  min {min(ms):7.0f}  max {max(ms):7.0f}", flush=True)
         print(
-            f"    (of started->1st model request: `python -c 'import agentd.harness.supervisor'` alone takes "
+            f"    (of started->1st model request: `python -c 'import agentd.drivers.harness.supervisor'` alone takes "
             f"p50 {pct(imports, 50):.0f} ms, min {min(imports):.0f} ms, over 3 fresh processes)",
             flush=True,
         )

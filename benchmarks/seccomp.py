@@ -4,7 +4,7 @@
     python benchmarks/seccomp.py [--calls N] [--rounds N] [--package NAME]
 
 Each round runs two commands in the sandbox as agentd runs them (as `nobody` when run as root), each
-once with the filter (agentd/seccomp.py) and once without, alternating:
+once with the filter (agentd/run/seccomp.py) and once without, alternating:
 
   getppid ns / ioctl ns / fork ns   CPU time per call, measured inside the command over --calls calls
               (minus an empty loop's): getppid is a call the kernel's filter cache answers, ioctl one
@@ -28,7 +28,7 @@ import tempfile
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agentd.sandbox import BubblewrapSandbox, SandboxPolicy
+from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
 
 PER_CALL = """
 import fcntl, os, sys, termios, time

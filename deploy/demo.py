@@ -24,8 +24,8 @@ import time
 
 import pygit2
 
-from agentd import config as agentd_config
-from agentd import isolation
+from agentd.daemon import config as agentd_config
+from agentd.daemon import isolation
 from drover import Client, follow
 from drover.models import LogLine
 from drover.render import format_change, format_event, labelled_lines

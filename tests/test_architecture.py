@@ -1,7 +1,8 @@
 """The layering the folders name, checked on every run: no import cycle between modules; the domain is pure
 (no sqlalchemy, grpc or protobuf in its import lines, and none of them, anthropic or pygit2 in sys.modules
 after importing it); `import drover` loads no grpc, protobuf or yaml; only controlplane.api touches the
-generated stubs; controlplane and agentd never import each other (what both need lives in drover.core); no
+generated stubs; controlplane and agentd never import each other (what both need lives in drover.core); agentd's
+daemon side (agentd.daemon) and run side (agentd.run, agentd.drivers) import each other only where listed; no
 module over 400 lines and no function over 60."""
 
 from __future__ import annotations
@@ -181,6 +182,55 @@ def test_controlplane_and_agentd_never_import_each_other() -> None:
     assert _importers("controlplane", ("agentd",)) == []
     assert _importers("agentd", ("controlplane",)) == []
     assert _importers("drover", ("controlplane", "agentd")) == []
+
+
+# agentd's folders name its processes: agentd.daemon is the long-lived daemon, agentd.run a run's
+# supervisor process and agentd.drivers the ways that supervisor works a Task. Neither side imports the
+# other's code, except these imports across the process boundary, each with its reason. An entry that
+# is no longer imported fails too, so the list only shrinks.
+ACROSS_THE_PROCESS_BOUNDARY = {
+    # the daemon reads and writes the RUN_DIR files the supervisor owns
+    ("agentd.daemon.runs", "agentd.run.output"): "read_records: output.jsonl, streamed to the control plane",
+    ("agentd.daemon.daemon", "agentd.run.session_input"): "deliver: appends people's input to inputs.jsonl",
+    ("agentd.daemon.isolation", "agentd.run.sandbox"): "the start-up check runs bubblewrap as runs will",
+    # the supervisor side uses daemon helpers
+    ("agentd.run.output", "agentd.daemon.logbatch"): "RECORD_BYTES: the record size both sides agree on",
+    ("agentd.run.output", "agentd.daemon.outbox"): "is_full: ENOSPC/EDQUOT",
+    ("agentd.run.session_input", "agentd.daemon.outbox"): "RunOutbox: deliver acknowledges in the outbox",
+    ("agentd.run.supervisor", "agentd.daemon.cgroups"): "joins and reads the cgroups the daemon made",
+    ("agentd.run.supervisor", "agentd.daemon.run_disk"): "mounts and releases the run's own filesystem",
+    ("agentd.drivers.harness.supervisor", "agentd.daemon.run_disk"): "releases the run's own filesystem",
+    ("agentd.drivers.harness.supervisor", "agentd.daemon.outbox"): "is_full: ENOSPC/EDQUOT",
+    ("agentd.drivers.harness.supervisor", "agentd.daemon.connection"): "ChannelSettings: its own channel",
+    ("agentd.drivers.harness.gate", "agentd.daemon.connection"): "open_channel to the control plane",
+}
+
+
+AGENTD_SIDES = {"agentd.daemon": "daemon", "agentd.run": "run", "agentd.drivers": "run"}
+
+
+def _side(module: str) -> str:
+    """Which process agentd `module` runs in: "daemon", "run" (a run's supervisor) or "" (agentd's root)."""
+    return next((side for top, side in AGENTD_SIDES.items() if module == top or module.startswith(top + ".")), "")
+
+
+def _across_the_process_boundary() -> set[tuple[str, str]]:
+    found = set()
+    for name, path in MODULES.items():
+        imported = _internal(_imports(name, path))
+        for module in imported:
+            if any(other.startswith(module + ".") for other in imported):
+                continue  # `from agentd.daemon import outbox` names the package only to reach the module
+            if _side(name) and _side(module) and _side(name) != _side(module):
+                found.add((name, module))
+    return found
+
+
+def test_agentd_daemon_and_run_sides_import_each_other_only_where_listed() -> None:
+    found = _across_the_process_boundary()
+    assert len(found) > 5  # the check sees the imports it is about
+    assert sorted(found - ACROSS_THE_PROCESS_BOUNDARY.keys()) == []
+    assert sorted(ACROSS_THE_PROCESS_BOUNDARY.keys() - found) == []
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -7,7 +7,7 @@ import dataclasses
 import re
 
 from agentd import cli as agentd_cli
-from agentd.config import AgentConfig
+from agentd.daemon.config import AgentConfig
 from controlplane import cli as controlplane_cli
 from tests.conftest import ROOT
 

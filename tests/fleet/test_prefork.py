@@ -8,7 +8,7 @@ import pathlib
 import signal
 import time
 
-from agentd.processes import start_time
+from agentd.daemon.processes import start_time
 from drover import Client
 from tests.conftest import AgentD, Fleet, host_processes, python_command, task, wait_for
 
@@ -29,7 +29,7 @@ def _templates(agent: AgentD) -> list[int]:
     """The agent's supervisor templates: the supervisors forked from one have its command line too,
     but their parent is the template, not agentd."""
     assert agent.proc is not None
-    marker = f"agentd.prefork\0supervisor\0{agent.spool}"
+    marker = f"agentd.daemon.prefork\0supervisor\0{agent.spool}"
     return [pid for pid in host_processes(marker) if _parent(pid) == agent.proc.pid]
 
 

@@ -377,8 +377,8 @@ print(json.dumps(found))
     seen = json.dumps(result["found"])
     for daemon in (
         "agentd.cli",
-        "agentd.supervisor",
-        "agentd.prefork",
+        "agentd.run.supervisor",
+        "agentd.daemon.prefork",
         "controlplane.cli",
         str(fleet.plane.data_dir),
         str(fleet.agents[0].spool),

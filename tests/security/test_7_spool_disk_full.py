@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from agentd.config import AgentConfig
-from agentd.outbox import Outbox
-from agentd.runs import Refused, Runs
+from agentd.daemon.config import AgentConfig
+from agentd.daemon.outbox import Outbox
+from agentd.daemon.runs import Refused, Runs
 from drover.v1 import agent_pb2
 from tests.conftest import Fleet, python_command, task, wait_for
 

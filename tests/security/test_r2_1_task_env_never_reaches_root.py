@@ -6,7 +6,7 @@ put in the workspace) ran as uid 0 on the host and read `admin.token`.
 Each test is the attack through a real control plane and agentd (root, so bubblewrap runs): the
 library's constructor records where it ran (uid, whether it sees the host's tokens) in a file on
 the host's /tmp, which only a process outside the sandbox can reach. Now bubblewrap gets a fixed
-environment in "/"; the Task's env reaches the command alone, inside (agentd/launch.py).
+environment in "/"; the Task's env reaches the command alone, inside (agentd/run/launch.py).
 """
 
 from __future__ import annotations

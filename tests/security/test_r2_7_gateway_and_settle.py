@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
-from agentd.connection import ChannelSettings
-from agentd.gateway import MAX_BODY, Gateway, Refused, Upstream
-from agentd.harness.gate import Gate
-from agentd.harness.loop import RunEnded
+from agentd.daemon.connection import ChannelSettings
+from agentd.drivers.harness.gate import Gate
+from agentd.drivers.harness.loop import RunEnded
+from agentd.run.gateway import MAX_BODY, Gateway, Refused, Upstream
 from drover.testing import fake_anthropic as fake
 from drover.v1 import agent_pb2
 from tests.conftest import API_KEY, Fleet, wait_for
@@ -55,7 +55,7 @@ def _start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path) -> tuple
 
 
 async def _gateway(fleet: Fleet, assign: Any) -> AsyncIterator[tuple[Gateway, str]]:
-    """The run's gateway as `agentd.runtimes.supervisor` builds it, served on loopback."""
+    """The run's gateway as `agentd.drivers.runtimes.supervisor` builds it, served on loopback."""
     gate = Gate(
         ChannelSettings(fleet.plane.target),
         fleet.plane.agent_token_file.read_text().strip(),

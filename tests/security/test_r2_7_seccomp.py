@@ -5,7 +5,7 @@ to an unprivileged user, the way most recent local privilege escalations began.
 
 Each test is the attempt through a real control plane and agentd (root, so runs execute as `nobody` in
 bubblewrap). Before, both commands succeeded (`unshare -U -r` printed uid 0 and mounted a tmpfs).
-Now bubblewrap applies agentd/seccomp.py's filter: unshare and clone with a namespace flag answer
+Now bubblewrap applies agentd/run/seccomp.py's filter: unshare and clone with a namespace flag answer
 EPERM, and the command's build work (threads, fork, git) runs as before. An agent configured with
 `seccomp = false` shows the filter is what stops it, and says so when it starts.
 """

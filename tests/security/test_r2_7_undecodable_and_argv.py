@@ -25,7 +25,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 import drover
-from agentd.sandbox import BubblewrapSandbox, PlainSandbox, SandboxPolicy
+from agentd.run.sandbox import BubblewrapSandbox, PlainSandbox, SandboxPolicy
 from drover import changefile
 from drover.v1 import agent_pb2, change_pb2, change_pb2_grpc, operations_pb2, operations_pb2_grpc
 from tests.conftest import Fleet, task

@@ -1,5 +1,5 @@
 """The Task tools the model is offered (seed 000): their names, descriptions and input schemas, and
-the limits the descriptions state. agentd runs them (agentd/harness/tools.py); the control plane
+the limits the descriptions state. agentd runs them (agentd/drivers/harness/tools.py); the control plane
 lists them in each run's Context Packet."""
 
 from __future__ import annotations

@@ -1,0 +1,148 @@
+"""Run slots: agentd runs at most `capacity` runs at once, each in a slot 0..capacity-1 of its own.
+
+As root (without a configured session_user) slot i runs as uid = gid = run_uid_base + i, so what the
+kernel counts per user (RLIMIT_NPROC, signals, files) is per run, and its cgroup (agentd/daemon/cgroups.py)
+holds the whole run. A run takes the lowest free slot when it starts; the slot, uid and gid are in
+its spec, so a restarted agentd knows which slots are taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterable
+
+from agentd.daemon import cgroups, run_disk
+from agentd.daemon.config import AgentConfig
+
+log = logging.getLogger("agentd.runs")
+
+
+def slotted(session_user: str, euid: int) -> bool:
+    """Whether each run slot runs as a uid of its own: as root, unless one session_user is configured."""
+    return euid == 0 and not session_user
+
+
+def lowest_free(taken: Iterable[int], count: int) -> int | None:
+    """The lowest slot of 0..count-1 not in `taken`; None when all are."""
+    used = set(taken)
+    return next((i for i in range(count) if i not in used), None)
+
+
+def ids(base: int, slot: int) -> tuple[int, int]:
+    """The uid and gid of a slot."""
+    return base + slot, base + slot
+
+
+def owned_ids(base: int, count: int, user_of: Callable[[int], str], group_of: Callable[[int], str]) -> list[str]:
+    """The slot ids an existing user or group already has, described ("uid 2000000001 is user x");
+    `user_of`/`group_of` answer a name or "" for an id."""
+    found = []
+    for slot in range(count):
+        uid, gid = ids(base, slot)
+        if user := user_of(uid):
+            found.append(f"uid {uid} is user {user!r}")
+        if group := group_of(gid):
+            found.append(f"gid {gid} is group {group!r}")
+    return found
+
+
+def processes_of(uid: int, proc: pathlib.Path = pathlib.Path("/proc")) -> list[int]:
+    """The pids of live processes any of whose uids (real, effective, saved) is `uid`."""
+    found = []
+    for entry in proc.glob("[0-9]*"):
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("Uid:"):
+                if str(uid) in line.split()[1:4]:
+                    found.append(int(entry.name))
+                break
+    return found
+
+
+def kill_leftovers(uid: int, timeout: float = 5.0) -> int:
+    """SIGKILL what a previous run of this slot left behind (outside a sandbox's PID namespace nothing
+    else ends it); answers how many there were."""
+    deadline = time.monotonic() + timeout
+    first = left = processes_of(uid)
+    while left and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+        left = processes_of(uid)
+    return len(first)
+
+
+class Refused(Exception):
+    """The agent will not take this run; the reason goes back to the control plane."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Places:
+    """What a run slot holds besides its uid: its cgroups, and the run filesystems in the work dir."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.hierarchy = _hierarchy(config)
+
+    def take(self, taken: Iterable[int]) -> tuple[int, list[str]]:
+        """The lowest free slot, readied, and its cgroup directories; Refused when there is none."""
+        index = lowest_free(taken, self.config.capacity)
+        if index is None:
+            raise Refused("at_capacity")
+        try:
+            return index, self.ready(index)
+        except OSError as err:
+            log.error("run slot %d: cannot make its cgroups: %s", index, err)
+            raise Refused(f"cgroup_error: {err}") from err
+
+    def ready(self, index: int) -> list[str]:
+        """Ready slot `index` for a new run: what a previous run of it left is killed, its cgroups made
+        afresh with this agent's limits. Answers the cgroup directories (none without cgroups); OSError
+        when the kernel refuses them."""
+        if slotted(self.config.session_user, os.geteuid()):
+            uid, _ = ids(self.config.run_uid_base, index)
+            if killed := kill_leftovers(uid):
+                log.warning("run slot %d: killed %d processes a previous run left behind", index, killed)
+        if self.hierarchy is None:
+            return []
+        limits = cgroups.Limits(self.config.run_memory_bytes, self.config.run_processes)
+        return [str(d) for d in cgroups.prepare_slot(self.hierarchy, self.config.name, index, limits)]
+
+    def release_disks(self, live: set[str]) -> None:
+        """Unmount and delete the filesystems of runs that are over (a supervisor died, or agentd stopped
+        before it cleaned up)."""
+        if self.config.keep_workspaces:
+            return
+        for workspace_dir in run_disk.leftovers(self.config.work_dir, live):
+            log.warning("run %s: releasing the filesystem its supervisor left behind", workspace_dir.name)
+            run_disk.release(workspace_dir)
+            shutil.rmtree(workspace_dir, ignore_errors=True)
+
+    def close(self) -> None:
+        """Remove this agent's (empty) cgroups: no run is live."""
+        if self.hierarchy is not None:
+            cgroups.remove_agent(self.hierarchy, self.config.name)
+
+
+def _hierarchy(config: AgentConfig) -> cgroups.Hierarchy | None:
+    """Where the runs' cgroups go (agentd/daemon/isolation.py checked at start that agentd can make them)."""
+    if not config.cgroups or os.geteuid() != 0:
+        return None
+    try:
+        return cgroups.detect()
+    except cgroups.Unavailable as err:
+        log.warning("runs get no cgroups: %s", err)
+        return None
