@@ -8,8 +8,7 @@ import re
 
 import pytest
 
-from controlplane.config import HarnessConfig, load_harness, load_memory
-from controlplane.context.recall import MemoryConfig
+from controlplane.config import HarnessConfig, MemoryConfig, load_harness, load_memory
 from controlplane.store.meters import BudgetConfig
 from tests.conftest import ROOT
 
