@@ -28,8 +28,8 @@ from controlplane.config import ServerConfig, load_harness
 from controlplane.context.recall import Recall
 from controlplane.context.warmer import Warmer
 from controlplane.dispatch import packet_pipeline, quota
-from controlplane.dispatch.assign import Dispatcher
 from controlplane.dispatch.composer import Composer
+from controlplane.dispatch.dispatcher import Dispatcher
 from controlplane.dispatch.liveness import Liveness
 from controlplane.dispatch.router import Router
 from controlplane.services import agent_presence, token_files, tokens
