@@ -125,10 +125,8 @@ def published(request: agent_pb2.PublishChangeSetRequest) -> changesets.Publishe
     """The request's fields by `Published`'s names (repeated ones as tuples); the intent from its JSON."""
     fields = {f.name for f in dataclasses.fields(changesets.Published)} - {"intent"}
     values = {name: getattr(request, name) for name in fields}
-    return changesets.Published(
-        **{name: v if isinstance(v, str) else tuple(v) for name, v in values.items()},
-        intent=json.loads(request.intent_json) if request.intent_json else {},
-    )
+    decoded: dict[str, Any] = {name: v if isinstance(v, str) else tuple(v) for name, v in values.items()}
+    return changesets.Published(**decoded, intent=json.loads(request.intent_json) if request.intent_json else {})
 
 
 def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0, cost: int = 0) -> types_pb2.Run:
