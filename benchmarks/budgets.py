@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 import sqlalchemy
 from sqlalchemy import select
 
-from controlplane.config import HarnessConfig, Tier
+from controlplane.config import BudgetConfig, HarnessConfig, Tier
 from controlplane.domain import graph, pricing
 from controlplane.services import change_lifecycle, model_calls, run_lifecycle
 from controlplane.services.projects import add_project
@@ -55,7 +55,7 @@ MODEL = "claude-sonnet-5-5"
 CONFIG = HarnessConfig(
     tiers={"sonnet": Tier(MODEL, 10_000_000, 1000)},
     default_tier="sonnet",
-    budgets=meters.BudgetConfig(provider_month_usd=1e9, agent_calls_per_day=0),
+    budgets=BudgetConfig(provider_month_usd=1e9, agent_calls_per_day=0),
 )
 
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from controlplane.config import ConsoleLimits
 from controlplane.domain.names import ROLES, TOKEN_KINDS
 from controlplane.project_cli import project_parsers
-from controlplane.web.limits import ConsoleLimits
 from drover.core import logs
 from drover.errors import DroverError, InvalidArgument, NotFound
 from drover.extras import Version
@@ -35,8 +35,8 @@ Command = Callable[["Store", "DataDir", argparse.Namespace], None]
 def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
     import asyncio
 
-    from controlplane.api.server import bootstrap_tokens, serve
     from controlplane.config import ServerConfig, load_harness, load_memory
+    from controlplane.server import bootstrap_tokens, serve
 
     file = pathlib.Path(args.config) if args.config else None
     server = ServerConfig(
@@ -119,9 +119,8 @@ def cmd_index_build(store: Store, config: DataDir, args: argparse.Namespace) -> 
     import asyncio
 
     from controlplane.config import load_memory
-    from controlplane.context.canonical_tree import open_canonical
+    from controlplane.context.canonical_tree import git_token, open_canonical
     from controlplane.context.recall import Recall
-    from controlplane.services.projects import git_token
     from controlplane.store.models import Project
 
     name, file = args.project, pathlib.Path(args.config) if args.config else None

@@ -8,13 +8,50 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from controlplane.context.recall import MemoryConfig
 from controlplane.domain import escalation
 from controlplane.domain.member_config import parse_classes, parse_modifiers, parse_quota_router
 from controlplane.domain.members import PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier
 from controlplane.domain.pricing import Price
-from controlplane.store.meters import BudgetConfig
-from controlplane.web.limits import ConsoleLimits
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetConfig:
+    provider_month_usd: float = 10.0
+    """The provider's budget per UTC calendar month, USD; 0: no limit."""
+    agent_calls_per_day: int = 1000
+    """Agent model calls (runs, conflict review, compaction) per UTC day, shared by the fleet; 0: no limit."""
+    classifier_calls_per_day: int = 200
+    """Routing classifier calls per UTC day, shared; 0: no limit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryConfig:
+    """Semantic memory (`[memory]`): chroma with an offline ONNX embedding model."""
+
+    enabled: bool = True
+    url: str = ""
+    """A chroma server (http://host:port) for a fleet; "": a PersistentClient in <data_dir>/chroma."""
+    model_dir: str = ""
+    """A directory with model.onnx and tokenizer.json; "": the packaged all-MiniLM-L6-v2."""
+    queries_per_day: int = 1000
+    """Query embeddings a day, on a meter all replicas share."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsoleLimits:
+    """What the web console's process admits; beyond a limit it answers 503 (the console is full) or 429
+    (this session has enough), so no number of browsers can take the API's CPU or memory."""
+
+    max_connections: int = 1000
+    """Open HTTP connections (and requests in progress) at once; 503 beyond."""
+    max_streams: int = 500
+    """Live server-sent event streams (transcripts, Change events) at once; 503 beyond."""
+    max_streams_per_session: int = 20
+    """Live streams of one signed-in token; 429 beyond."""
+    max_uploads: int = 64
+    """Form bodies being received at once (sign-in and actions); 503 beyond."""
+    body_timeout_seconds: float = 30.0
+    """A form body must arrive whole within this; 408 after."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import event as sa_event
 from sqlalchemy.orm import Session
 
+from controlplane.store import metric_hooks as store_hooks
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -184,3 +186,8 @@ def on_store_retry(reason: str) -> None:
     """A transaction rolled back by a deadlock, a serialization failure or a busy database, about to run
     again: counted at once (it committed nothing to wait for)."""
     STORE_RETRIES.labels(reason).inc()
+
+
+# The store reports through hooks (it imports nothing above it); importing this module connects them.
+store_hooks.metrics.on_event, store_hooks.metrics.on_run = on_event, on_run
+store_hooks.metrics.on_store_retry = on_store_retry

@@ -98,6 +98,72 @@ def test_no_import_cycle_between_modules() -> None:
     assert _cycle() == []
 
 
+def _unit(module: str) -> str:
+    """The control plane's part a module belongs to: its sub-package (api, web, services, dispatch, context,
+    store, domain) or, for a top-level module (config, metrics, server, cli...), the module itself."""
+    return module.split(".")[1]
+
+
+def _package_graph() -> dict[str, dict[str, list[str]]]:
+    """Part -> the parts it imports -> the module imports behind each edge (any depth of the file)."""
+    graph: dict[str, dict[str, list[str]]] = {}
+    for name, imported in GRAPH.items():
+        if not name.startswith("controlplane."):
+            continue
+        for target in imported:
+            # `from controlplane import metrics` names the package too; the module is the edge.
+            if target.startswith("controlplane.") and _unit(target) != _unit(name):
+                graph.setdefault(_unit(name), {}).setdefault(_unit(target), []).append(f"{name} -> {target}")
+    return graph
+
+
+def _package_cycles(graph: dict[str, dict[str, list[str]]]) -> list[str]:
+    """Each group of parts that import each other (a strongly connected component), with the edges
+    inside it; empty when the parts form layers."""
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), {}):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    reaches = {part: reach(part) for part in graph}
+    groups = {
+        tuple(sorted(p for p in graph if p == part or (p in reaches[part] and part in reaches[p])))
+        for part in graph
+        if part in reaches[part]
+    }
+
+    def edge(a: str, b: str) -> str:
+        why = sorted(graph[a][b])
+        return f"  {a} -> {b} ({why[0]}{f', +{len(why) - 1} more' if len(why) > 1 else ''})"
+
+    return [
+        " <-> ".join(group) + ":\n" + "\n".join(edge(a, b) for a in group for b in sorted(graph[a]) if b in group)
+        for group in sorted(groups)
+    ]
+
+
+def test_no_import_cycle_between_packages() -> None:
+    """Module cycles are not the only loops: `api` importing `web` while `web` imports `api` is one too,
+    though no single module cycle shows it. The composition root (controlplane/server.py) sits above both."""
+    cycles = _package_cycles(_package_graph())
+    assert cycles == [], "parts of the control plane that import each other:\n" + "\n".join(cycles)
+
+
+def test_the_store_imports_only_the_domain() -> None:
+    """The store reports to metrics through hooks (store/metric_hooks.py), never by importing them."""
+    upwards = [
+        line
+        for line in _importers("controlplane.store", ("controlplane",))
+        if not line.split(" imports ")[1].startswith(("controlplane.store", "controlplane.domain"))
+    ]
+    assert upwards == [], "\n".join(upwards)
+
+
 def _importers(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
     return sorted(
         f"{name} imports {m}"

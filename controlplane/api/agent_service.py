@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -102,20 +101,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.PublishChangeSetRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.ChangeSetRef:
         await self.store.read(tenancy.agent_run, request.run_id, auth.current().token_id)
-        published = changesets.Published(
-            run_id=request.run_id,
-            branch=request.branch,
-            commit=request.commit,
-            base_commit=request.base_commit,
-            start_commit=request.start_commit,
-            stacked_on=tuple(request.stacked_on),
-            files=tuple(request.files),
-            own_files=tuple(request.own_files),
-            patch=request.patch,
-            summary=request.summary,
-            intent=json.loads(request.intent_json) if request.intent_json else {},
-            left_out=tuple(request.left_out),
-        )
+        published = convert.published(request)
         row = await self.store.run(changesets.publish, self.objects, published)
         self.notifier.notify()
         return agent_pb2.ChangeSetRef(changeset_id=row.id, patch_ref=row.patch_ref)

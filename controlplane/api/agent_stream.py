@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from controlplane.api import auth, convert, status, validation
 from controlplane.config import ServerConfig
-from controlplane.dispatch.assign import resume_assignments
 from controlplane.dispatch.assignments import Assignment
+from controlplane.dispatch.dispatcher import resume_assignments
 from controlplane.services import agent_presence, run_input, run_lifecycle, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store import locks

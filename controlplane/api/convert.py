@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from typing import Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
 from controlplane.dispatch import assignments
 from controlplane.domain import graph, resources
-from controlplane.services import run_lifecycle
+from controlplane.services import changesets, run_lifecycle
 from controlplane.store import models
 from controlplane.store.engine import aware
 from drover.v1 import agent_pb2, change_pb2, types_pb2
@@ -113,24 +114,19 @@ def change(row: models.Change, tasks: list[types_pb2.Task]) -> types_pb2.Change:
 
 
 def changeset(row: models.ChangeSet, task_key: str = "") -> types_pb2.ChangeSet:
+    """Every field of the message the row holds under the same name (the message is the list)."""
+    same = {f.name for f in types_pb2.ChangeSet.DESCRIPTOR.fields} - {"task_key", "created_at"}
     return types_pb2.ChangeSet(
-        id=row.id,
-        change_id=row.change_id,
-        task_id=row.task_id,
-        task_key=task_key,
-        run_id=row.run_id,
-        branch=row.branch,
-        commit=row.commit,
-        base_commit=row.base_commit,
-        start_commit=row.start_commit,
-        stacked_on=row.stacked_on,
-        files=row.files,
-        own_files=row.own_files,
-        left_out=row.left_out,
-        patch_ref=row.patch_ref,
-        summary=row.summary,
-        created_at=ts(row.created_at),
+        **{name: getattr(row, name) for name in same}, task_key=task_key, created_at=ts(row.created_at)
     )
+
+
+def published(request: agent_pb2.PublishChangeSetRequest) -> changesets.Published:
+    """The request's fields by `Published`'s names (repeated ones as tuples); the intent from its JSON."""
+    fields = {f.name for f in dataclasses.fields(changesets.Published)} - {"intent"}
+    values = {name: getattr(request, name) for name in fields}
+    decoded: dict[str, Any] = {name: v if isinstance(v, str) else tuple(v) for name, v in values.items()}
+    return changesets.Published(**decoded, intent=json.loads(request.intent_json) if request.intent_json else {})
 
 
 def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0, cost: int = 0) -> types_pb2.Run:

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 
 from controlplane.api import validation
-from controlplane.domain.errors import error_id
+from controlplane.domain.error_ids import error_id
 from drover.errors import DroverError, trailing_metadata
 
 log = logging.getLogger("drover.rpc")

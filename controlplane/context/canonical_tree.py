@@ -11,7 +11,18 @@ import tempfile
 
 import pygit2
 
+from controlplane.store.models import Project
 from drover.core.workspace import WorkspaceError, redact_url
+
+
+def git_token(project: Project) -> str:
+    """The project's git token, read from its file at the moment it is needed (never stored)."""
+    if not project.git_token_file:
+        return ""
+    try:
+        return pathlib.Path(project.git_token_file).read_text().strip()
+    except OSError:
+        return ""
 
 
 def _callbacks(token: str) -> pygit2.RemoteCallbacks | None:

@@ -5,7 +5,6 @@ or the model cannot be loaded, runs start without semantic items and their packe
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import pathlib
@@ -17,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
+from controlplane.config import MemoryConfig
 from controlplane.context import retrieval
 from controlplane.domain import packet
 from controlplane.store import meters
@@ -26,17 +26,6 @@ from controlplane.store.models import Change, ChangeSet, utcnow
 
 log = logging.getLogger("drover.memory")
 MAX_FILE_BYTES = 200_000
-QUERIES_PER_DAY = 1000
-
-
-@dataclasses.dataclass(frozen=True)
-class MemoryConfig:
-    enabled: bool = True
-    url: str = ""
-    """A chroma server (http://host:port) for a fleet; "": a PersistentClient in <data_dir>/chroma."""
-    model_dir: str = ""
-    """A directory with model.onnx and tokenizer.json; "": the packaged all-MiniLM-L6-v2."""
-    queries_per_day: int = QUERIES_PER_DAY
 
 
 def take_query(s: Session, cap: int) -> bool:

@@ -16,10 +16,9 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.context.canonical_tree import open_canonical
+from controlplane.context.canonical_tree import git_token, open_canonical
 from controlplane.context.import_graph import Graphs
 from controlplane.context.recall import Recall
-from controlplane.services.projects import git_token
 from controlplane.store.engine import Store
 from controlplane.store.models import Project
 from drover.core.workspace import WorkspaceError

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig
+from controlplane.context.canonical_tree import git_token
 from controlplane.dispatch.quota import credential
 from controlplane.domain import graph, packet, tiers
 from controlplane.domain.members import Member
 from controlplane.services import questions
-from controlplane.services.projects import git_token
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.models import Change, Project, Run, Task
 from controlplane.store.objects import ObjectStore, packet_key

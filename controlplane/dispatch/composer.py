@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.context.canonical_tree import git_token
 from controlplane.domain import graph
 from controlplane.services import change_lifecycle
 from controlplane.services.notify import Notifier
-from controlplane.services.projects import git_token
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.engine import Store
 from controlplane.store.models import Change, Project

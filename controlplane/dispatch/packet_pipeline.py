@@ -19,10 +19,9 @@ from sqlalchemy.orm import Session
 
 from controlplane import metrics
 from controlplane.context import import_graph, retrieval
-from controlplane.context.canonical_tree import open_canonical
+from controlplane.context.canonical_tree import git_token, open_canonical
 from controlplane.dispatch.assignments import workspace_mode
 from controlplane.domain import packet
-from controlplane.services.projects import git_token
 from controlplane.store import events
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.engine import Store, aware

@@ -19,7 +19,7 @@ from controlplane.context.recall import Recall
 from controlplane.dispatch import classifier, packet_pipeline
 from controlplane.dispatch.quota import ObservedFailures, QuotaProbe
 from controlplane.domain import graph, members, pricing, run_states, tiers
-from controlplane.domain.errors import error_id
+from controlplane.domain.error_ids import error_id
 from controlplane.services import run_lifecycle
 from controlplane.services.notify import Notifier
 from controlplane.store import events, meters

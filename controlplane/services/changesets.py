@@ -17,6 +17,9 @@ from drover.errors import FailedPrecondition, InvalidArgument, NotFound
 
 @dataclasses.dataclass(frozen=True)
 class Published:
+    """What a run publishes: the one list of a ChangeSet's fields. The API decodes PublishChangeSet into it
+    field by field, and the ChangeSet row takes each field but the patch (stored as an object)."""
+
     run_id: str
     branch: str
     commit: str
@@ -46,21 +49,13 @@ def publish(s: Session, objects: ObjectStore, p: Published) -> ChangeSet:
         raise InvalidArgument(f"must be drover/{run.change_id}/<task> with a commit", field="branch")
     change = s.get(Change, run.change_id)
     assert change is not None
+    columns = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "patch"}
+    columns["summary"] = p.summary[:4000]
     changeset = ChangeSet(
+        **{name: list(value) if isinstance(value, tuple) else value for name, value in columns.items()},
         id=new_id("cs"),
         change_id=run.change_id,
         task_id=run.task_id,
-        run_id=run.id,
-        branch=p.branch,
-        commit=p.commit,
-        base_commit=p.base_commit,
-        start_commit=p.start_commit,
-        stacked_on=list(p.stacked_on),
-        files=list(p.files),
-        own_files=list(p.own_files),
-        left_out=list(p.left_out),
-        summary=p.summary[:4000],
-        intent=p.intent,
         created_at=utcnow(),
         patch_ref="",
     )

@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
-from controlplane.config import HarnessConfig
+from controlplane.config import BudgetConfig, HarnessConfig
 from controlplane.domain import pricing
 from controlplane.store import meters
 from controlplane.store.events import new_id, run_event
@@ -152,7 +152,7 @@ def _hold(
     run_id: str,
     call_id: str,
     estimate: int,
-    budgets: meters.BudgetConfig,
+    budgets: BudgetConfig,
     used: int,
     cap: int,
 ) -> Reservation | None:
@@ -193,7 +193,7 @@ class _Facts:
     existing: str
     existing_estimate: int
 
-    def meters(self, now: dt.datetime, budgets: meters.BudgetConfig) -> list[meters.MeterSpec]:
+    def meters(self, now: dt.datetime, budgets: BudgetConfig) -> list[meters.MeterSpec]:
         return meters.meters_for(
             now,
             self.change_id,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
-
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -61,16 +59,6 @@ def add_project(
         raise InvalidArgument(str(err), field="build_outputs") from None
     add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch, pool=pool)
     return project
-
-
-def git_token(project: Project) -> str:
-    """The project's git token, read from its file at the moment it is needed (never stored)."""
-    if not project.git_token_file:
-        return ""
-    try:
-        return pathlib.Path(project.git_token_file).read_text().strip()
-    except OSError:
-        return ""
 
 
 def list_projects(s: Session) -> list[Project]:

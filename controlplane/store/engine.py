@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.store import locks
+from controlplane.store.metric_hooks import metrics
 
 T = TypeVar("T")
 log = logging.getLogger("drover.store")
@@ -133,8 +134,6 @@ class Store:
                 reason = locks.retry_reason(err)
                 if reason is None or attempt == retries:
                     raise
-                from controlplane import metrics  # here: a short-lived command starts without prometheus
-
                 metrics.on_store_retry(reason)
                 log.info("%s: %s; running the transaction again", getattr(fn, "__name__", "unit"), reason)
                 time.sleep(locks.pause(attempt))

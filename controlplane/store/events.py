@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controlplane import metrics
+from controlplane.store.metric_hooks import metrics
 from controlplane.store.models import Event, Run, utcnow
 
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controlplane import metrics
 from controlplane.store import locks
 from controlplane.store.engine import RETRIES, Store
+from controlplane.store.metric_hooks import metrics
 
 MAX_BATCH = 256
 BATCH_RETRIES = 3

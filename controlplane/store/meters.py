@@ -60,16 +60,6 @@ _PREFIXES = {
 
 
 @dataclasses.dataclass(frozen=True)
-class BudgetConfig:
-    provider_month_usd: float = 10.0
-    """The provider's budget per UTC calendar month, USD; 0: no limit."""
-    agent_calls_per_day: int = 1000
-    """Agent model calls (runs, conflict review, compaction) per UTC day, shared by the fleet; 0: no limit."""
-    classifier_calls_per_day: int = 200
-    """Routing classifier calls per UTC day, shared; 0: no limit."""
-
-
-@dataclasses.dataclass(frozen=True)
 class MeterSpec:
     key: str
     kind: str

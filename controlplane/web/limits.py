@@ -9,22 +9,7 @@ import dataclasses
 import hashlib
 from collections.abc import Iterator
 
-
-@dataclasses.dataclass(frozen=True)
-class ConsoleLimits:
-    """What the web console's process admits; beyond a limit it answers 503 (the console is full) or 429
-    (this session has enough), so no number of browsers can take the API's CPU or memory."""
-
-    max_connections: int = 1000
-    """Open HTTP connections (and requests in progress) at once; 503 beyond."""
-    max_streams: int = 500
-    """Live server-sent event streams (transcripts, Change events) at once; 503 beyond."""
-    max_streams_per_session: int = 20
-    """Live streams of one signed-in token; 429 beyond."""
-    max_uploads: int = 64
-    """Form bodies being received at once (sign-in and actions); 503 beyond."""
-    body_timeout_seconds: float = 30.0
-    """A form body must arrive whole within this; 408 after."""
+from controlplane.config import ConsoleLimits
 
 
 @dataclasses.dataclass(frozen=True)

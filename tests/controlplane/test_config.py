@@ -8,9 +8,7 @@ import re
 
 import pytest
 
-from controlplane.config import HarnessConfig, load_harness, load_memory
-from controlplane.context.recall import MemoryConfig
-from controlplane.store.meters import BudgetConfig
+from controlplane.config import BudgetConfig, HarnessConfig, MemoryConfig, load_harness, load_memory
 from tests.conftest import ROOT
 
 CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"

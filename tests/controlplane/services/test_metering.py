@@ -10,13 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.config import HarnessConfig, Tier
+from controlplane.config import BudgetConfig, HarnessConfig, Tier
 from controlplane.domain import graph, pricing
 from controlplane.services import change_lifecycle, model_calls, run_lifecycle
 from controlplane.services.projects import add_project
 from controlplane.store import meters
 from controlplane.store.engine import Store
-from controlplane.store.meters import BudgetConfig
 from controlplane.store.models import Event, ModelCall, Project, Run, Token
 
 SONNET = pricing.Price.of(3, 15)

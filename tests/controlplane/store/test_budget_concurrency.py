@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from controlplane.config import HarnessConfig, Tier
+from controlplane.config import BudgetConfig, HarnessConfig, Tier
 from controlplane.domain import graph, pricing
 from controlplane.services import change_lifecycle, model_calls, run_lifecycle
 from controlplane.services.projects import add_project
@@ -34,7 +34,7 @@ BUDGET_MICROS = 100 * ESTIMATE
 CONFIG = HarnessConfig(
     tiers={"sonnet": Tier(MODEL, 1_000_000, 1000)},
     default_tier="sonnet",
-    budgets=meters.BudgetConfig(provider_month_usd=1_000_000.0, agent_calls_per_day=0),
+    budgets=BudgetConfig(provider_month_usd=1_000_000.0, agent_calls_per_day=0),
 )
 
 

@@ -1,5 +1,5 @@
-"""Errors: the control plane raises the classes of `drover.errors`, the one hierarchy the SDK raises
-too; `controlplane.api.status` reports each as its gRPC status, with its field."""
+"""Ids for unexpected errors. The errors themselves are the classes of `drover.errors`, the one hierarchy
+the SDK raises too; `controlplane.api.status` reports each as its gRPC status, with its field."""
 
 from __future__ import annotations
 

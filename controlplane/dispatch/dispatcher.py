@@ -21,7 +21,7 @@ from controlplane.dispatch.assignments import Assignment
 from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
 from controlplane.domain.claims import task_resources
-from controlplane.domain.errors import error_id
+from controlplane.domain.error_ids import error_id
 from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments
 from controlplane.services import claims, run_lifecycle
 from controlplane.services.notify import Notifier
