@@ -90,6 +90,15 @@ STORE_RETRIES = Counter(
 )
 for _reason in ("deadlock", "serialization", "sqlite_locked", "batch_split"):
     STORE_RETRIES.labels(_reason)  # shown at 0 from the start
+WATCH_WAKEUPS = Counter(
+    "drover_watch_wakeups_total",
+    "Times a WatchChange stream woke to read its Change again, by cause: event (an event of that Change "
+    "committed here) or poll (its poll interval passed: other replicas' writes, a revoked token).",
+    ["cause"],
+    registry=REGISTRY,
+)
+for _cause in ("event", "poll"):
+    WATCH_WAKEUPS.labels(_cause)
 MEMORY_INDEX_FILES = Gauge(
     "drover_memory_index_files",
     "Files a project's semantic memory build embeds (state=total) and has embedded so far (state=done); "
@@ -191,3 +200,8 @@ def on_store_retry(reason: str) -> None:
 # The store reports through hooks (it imports nothing above it); importing this module connects them.
 store_hooks.metrics.on_event, store_hooks.metrics.on_run = on_event, on_run
 store_hooks.metrics.on_store_retry = on_store_retry
+
+
+def on_watch_wakeup(cause: str) -> None:
+    """A WatchChange stream woke from its sleep (cause: event or poll)."""
+    WATCH_WAKEUPS.labels(cause).inc()

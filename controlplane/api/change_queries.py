@@ -122,6 +122,14 @@ def change_status(s: Session, change_id: str, scope: Scope = None) -> str:
     return visible_change(s, change_id, scope).status
 
 
+def watch_page(
+    s: Session, change_id: str, after_id: int, scope: Scope = None
+) -> tuple[str, paging.Page[types_pb2.Event]]:
+    """A Change's status and its events after `after_id`, read in one snapshot: no events and a final
+    status means the stream is over."""
+    return change_status(s, change_id, scope), events(s, change_id=change_id, after_id=after_id, scope=scope)
+
+
 def events(
     s: Session,
     *,

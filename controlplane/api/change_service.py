@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from controlplane import metrics
 from controlplane.api import auth, change_queries, convert, validation
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
@@ -83,25 +84,22 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         self, request: change_pb2.WatchChangeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[types_pb2.Event]:
         who = auth.current()
-        await self.store.run(
-            change_queries.change_status, request.change_id, who.projects
-        )  # NOT_FOUND before streaming
+        # Reads only, on the read connections; asleep until an event of this Change commits here.
+        await self.store.read(change_queries.change_status, request.change_id, who.projects)  # NOT_FOUND first
         after = request.after_event_id
-        while True:
-            await still_allowed(self.store, who)
-            status = await self.store.run(change_queries.change_status, request.change_id, who.projects)
-            page = await self.store.run(
-                lambda s, after=after: change_queries.events(
-                    s, change_id=request.change_id, after_id=after, scope=who.projects
-                )
-            )
-            for event in page.items:
-                after = event.id
-                yield event
-            if not page.items and status in graph.TERMINAL_CHANGE:
-                return
-            if not page.items:
-                await self.notifier.wait(WATCH_POLL_SECONDS)
+        with self.store.wakeups.watching(request.change_id) as watch:
+            while True:
+                seen = watch.version  # before reading: a commit during the read is not slept through
+                await still_allowed(self.store, who)
+                status, page = await self.store.read(change_queries.watch_page, request.change_id, after, who.projects)
+                for event in page.items:
+                    after = event.id
+                    yield event
+                if not page.items and status in graph.TERMINAL_CHANGE:
+                    return
+                if not page.items:
+                    woken = await watch.wait(seen, WATCH_POLL_SECONDS)
+                    metrics.on_watch_wakeup("event" if woken else "poll")
 
     @reporting
     async def CancelChange(

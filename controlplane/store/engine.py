@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.store import locks
 from controlplane.store.metric_hooks import metrics
+from controlplane.store.wakeups import CHANGED, ChangeWakeups
 
 T = TypeVar("T")
 log = logging.getLogger("drover.store")
@@ -116,6 +117,8 @@ class Store:
         self._read_executor = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="store-read")
         self.holder = uuid.uuid4().hex[:12]
         """This process's name among the holders of meter escrow slices (one per writer thread)."""
+        self.wakeups = ChangeWakeups()
+        """Who waits for a Change's next events; told after each `run` that appended some commits."""
 
     def migrate(self) -> None:
         migrate(self.engine)
@@ -124,12 +127,17 @@ class Store:
         """fn(session, *args) in one transaction. A deadlock victim, a serialization failure or a busy
         SQLite database rolled it all back: it runs again from the start, up to `retries` times
         (`controlplane.store.locks`), and only then does the error reach the caller."""
+        return self._transaction(fn, *args, retries=retries)[0]
+
+    def _transaction(self, fn: Callable[..., T], *args: Any, retries: int = RETRIES) -> tuple[T, set[str]]:
+        """The transaction's answer and the Changes it appended events to (`wakeups.note_change`)."""
         for attempt in range(retries + 1):
             try:
                 with self.sessions.begin() as session:
                     # Two transactions of one thread never overlap: a thread's escrow slices are its own.
                     session.info["holder"] = f"{self.holder}.{threading.get_ident()}"
-                    return fn(session, *args)
+                    result = fn(session, *args)
+                return result, session.info.get(CHANGED, set())
             except DBAPIError as err:
                 reason = locks.retry_reason(err)
                 if reason is None or attempt == retries:
@@ -140,9 +148,14 @@ class Store:
         raise AssertionError("unreachable")
 
     async def run(self, fn: Callable[..., T], *args: Any, retries: int = RETRIES) -> T:
+        """fn(session, *args) in one write transaction on the writer's threads; watchers of the Changes
+        it appended events to are woken once it has committed."""
         loop = asyncio.get_running_loop()
-        call = functools.partial(self.transaction, fn, *args, retries=retries)
-        return await loop.run_in_executor(self._executor, call)
+        call = functools.partial(self._transaction, fn, *args, retries=retries)
+        result, changed = await loop.run_in_executor(self._executor, call)
+        if changed:
+            self.wakeups.committed(changed)
+        return result
 
     def read_now(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(session, *args) in a read-only transaction, in this thread (a metrics scrape)."""

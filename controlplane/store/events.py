@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.store.metric_hooks import metrics
 from controlplane.store.models import Event, Run, utcnow
+from controlplane.store.wakeups import note_change
 
 
 def new_id(prefix: str) -> str:
@@ -23,6 +24,7 @@ def add_event(
         kind=kind, change_id=change_id, task_id=task_id, run_id=run_id, agent=agent, data=data, created_at=utcnow()
     )
     s.add(event)
+    note_change(s, change_id)
     metrics.on_event(s, kind, data)
     return event
 
