@@ -313,9 +313,8 @@ async def prepare(
     began = time.perf_counter()
     compiled = await asyncio.to_thread(compile_for, g, where, semantic, note, graph)
     metrics.PACKET_COMPILE.observe(time.perf_counter() - began)
-    objects.put(
-        packet_key(g.project, g.change_id, g.task_id, compiled.sha256), compiled.data
-    )  # before the row names it
+    key = packet_key(g.project, g.change_id, g.task_id, compiled.sha256)
+    await asyncio.to_thread(objects.put, key, compiled.data)  # off the loop (a database round trip), before the row
     await store.run(record, run_id, compiled.sha256, list(compiled.dropped), "graph" if graph else "scan")
     return compiled.sha256
 
