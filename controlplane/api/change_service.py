@@ -56,19 +56,19 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         change_id = await self.store.run(change_lifecycle.submit_change, spec, who.name, who.projects)
         self.notifier.notify()
         self.wake()
-        return await self.store.run(change_queries.get_change, change_id)
+        return await self.store.read(change_queries.get_change, change_id)
 
     @reporting
     async def GetChange(
         self, request: change_pb2.GetChangeRequest, context: grpc.aio.ServicerContext
     ) -> types_pb2.Change:
-        return await self.store.run(change_queries.get_change, request.change_id, auth.current().projects)
+        return await self.store.read(change_queries.get_change, request.change_id, auth.current().projects)
 
     @reporting
     async def ListChanges(
         self, request: change_pb2.ListChangesRequest, context: grpc.aio.ServicerContext
     ) -> change_pb2.ListChangesResponse:
-        page = await self.store.run(
+        page = await self.store.read(
             change_queries.list_changes,
             request.project,
             request.page_size or request.limit,
@@ -114,13 +114,13 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         self.agents.tell_cancel([(r.id, r.agent) for r in runs], "change cancelled")
         self.notifier.notify()
         self.wake()
-        return await self.store.run(change_queries.get_change, request.change_id)
+        return await self.store.read(change_queries.get_change, request.change_id)
 
     @reporting
     async def ListChangeSets(
         self, request: change_pb2.ListChangeSetsRequest, context: grpc.aio.ServicerContext
     ) -> change_pb2.ListChangeSetsResponse:
-        page = await self.store.run(
+        page = await self.store.read(
             change_queries.changesets, request.change_id, request.page_size, request.page_token, auth.current().projects
         )
         return change_pb2.ListChangeSetsResponse(changesets=page.items, next_page_token=page.next_token)
@@ -129,7 +129,7 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
     async def GetPatch(
         self, request: change_pb2.GetPatchRequest, context: grpc.aio.ServicerContext
     ) -> change_pb2.Patch:
-        text = await self.store.run(change_queries.patch, self.objects, request.changeset_id, auth.current().projects)
+        text = await self.store.read(change_queries.patch, self.objects, request.changeset_id, auth.current().projects)
         return change_pb2.Patch(changeset_id=request.changeset_id, text=text)
 
     @reporting
@@ -149,10 +149,10 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         )
         self.notifier.notify()
         self.wake()
-        return await self.store.run(change_queries.get_change, request.change_id)
+        return await self.store.read(change_queries.get_change, request.change_id)
 
     @reporting
     async def GetSpend(
         self, request: change_pb2.GetSpendRequest, context: grpc.aio.ServicerContext
     ) -> change_pb2.Spend:
-        return await self.store.run(change_queries.spend, request.change_id, auth.current().projects)
+        return await self.store.read(change_queries.spend, request.change_id, auth.current().projects)
