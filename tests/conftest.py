@@ -27,6 +27,33 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 """The repository's top folder."""
 PG_ADMIN_URL = os.environ.get("DROVER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
+SLOW_FOLDERS = ("fleet", "security")
+"""Whole-system tests: a control plane and agentds as processes, real runtimes, fresh virtual environments."""
+SLOW_FIXTURES = frozenset({"fleet", "pg_fleet"})
+"""Fixtures that start real daemons; a test using one is slow wherever it lives."""
+SLOW_MODULES = frozenset(
+    {
+        "test_packaging.py",  # pip installs the checkout into a fresh virtual environment
+        "test_startup_time.py",  # times every console script, best of 3
+        "test_refusals.py",  # agentd processes against a control plane
+        "test_cli_habits.py",
+        "test_cli.py",
+        "test_token_files.py",
+        "test_benchmarks.py",  # runs every benchmark once
+        "test_budget_concurrency.py",  # 50 reserver processes against one meter, SQLite and PostgreSQL
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`pytest -m "not slow"` is the fast set a developer runs while working; CI runs everything."""
+    tests = ROOT / "tests"
+    for item in items:
+        parts = item.path.relative_to(tests).parts
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if parts[0] in SLOW_FOLDERS or item.path.name in SLOW_MODULES or fixtures & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+
 
 def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
     """Poll `check` until it returns something truthy; fail the test after `timeout`."""
