@@ -10,6 +10,7 @@ import pathlib
 import sys
 
 from agentd import __version__
+from agentd.errors import ControlPlaneRejected, StartRefused
 from drover.core import logs
 
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         isolated = isolation.prepare(config)
-    except isolation.Refused as refused:
+    except StartRefused as refused:
         print(f"agentd: {refused}", file=sys.stderr)
         return 2
     if not config.retry_auth:  # after the settings and the sandbox: exit 2 says the host is wrong first
@@ -115,11 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         config.spool,
         isolated.said,
     )
-    from agentd.daemon.connection import Rejected
 
     try:
         asyncio.run(Agent(isolated.config).run())
-    except Rejected as rejected:  # waiting does not heal it: say so and stop, so systemd need not loop
+    except ControlPlaneRejected as rejected:  # waiting does not heal it: say so and stop, so systemd need not loop
         print(f"agentd: {rejected}; fix the token or name, or start with --retry-auth to keep trying", file=sys.stderr)
         return 4
     return 0

@@ -7,7 +7,7 @@ a run's gateway (agentd/run/gateway.py), side by side.
 The fake provider (drover.testing.fake_anthropic) runs as its own process with zero model latency, so
 the difference is the gateway: HTTP parsing (h11), the token check, the model rewrite, forwarding
 with httpx2, reading the usage from the JSON or the SSE stream on the way, and the reserve and
-settle calls. Here reserve and settle answer in-process at once: the budget gate's two gRPC calls to
+settle calls. Here reserve and settle answer in-process at once: the control-plane client's two gRPC calls to
 the control plane are not in these figures (benchmarks/budgets.py measures reserve+settle on the
 control plane's database). The client is the real `anthropic` SDK, as a runtime would use it, one
 call after another, each kind interleaved so drifting load hits both alike. Nothing is asserted.

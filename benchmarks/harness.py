@@ -12,7 +12,7 @@ latency, so every figure is Drover's own overhead. Nothing is asserted; figures 
    sandbox (bubblewrap when its probe passes, as agentd starts), the transcript (written and fsynced per entry) and the
    supervisor's emit (output.jsonl) -- against FakeAnthropic served from a thread of this process
    (it shares the GIL with the harness, as a separate server would not). No control plane: the
-   budget gate's ReserveModelCall/SettleModelCall gRPC calls are not in these figures (part 2 has
+   control-plane client's ReserveModelCall/SettleModelCall gRPC calls are not in these figures (part 2 has
    them). A round trip is one Harness.step(): build the conversation, one model call, the tool,
    the transcript entries (reply, tool_started, tool_done). The script is K cheap tool calls
    (read_file of a small file and list_files, alternating; the 12-reads-per-run cap is reset so
@@ -72,8 +72,8 @@ import itertools
 import pygit2
 from dispatch import BenchTimeout, Deadline, Proc, add_project, agentd_argv, log_tail, pct, start_plane, ts, wait_for
 
+from agentd.drivers.harness.driver import HarnessDriver
 from agentd.drivers.harness.loop import Harness, Limits
-from agentd.drivers.harness.supervisor import HarnessRun
 from agentd.drivers.harness.tools import Finished, TaskTools
 from agentd.drivers.harness.transcript import Transcript
 from agentd.run.launch import Launch
@@ -214,7 +214,7 @@ class TimedHarness(Harness):
 
 
 def tool_env(home: pathlib.Path, root: pathlib.Path) -> dict[str, str]:
-    """The environment the supervisor gives commands (agentd/drivers/harness/supervisor.py)."""
+    """The environment the supervisor gives commands (agentd/drivers/harness/driver.py)."""
     return {
         "PATH": CHILD_PATH,
         "LANG": "C.UTF-8",
@@ -244,11 +244,12 @@ async def harness_run(
     transcript = TimedTranscript(run_dir / "transcript.jsonl")
     transcript.clock = clock
     output = Output(run_dir / "output.jsonl", [API_KEY], 8 << 20)
-    run = types.SimpleNamespace(already=-1, output=output, transcript=transcript)
+    emitter = HarnessDriver()  # the driver's own emit, over this run's output and transcript
+    emitter.run, emitter.already, emitter.transcript = types.SimpleNamespace(output=output), -1, transcript  # type: ignore[assignment]
 
     def emit(index: int, entry: dict[str, Any]) -> None:
         with clock.part("emit"):
-            HarnessRun.emit(run, index, entry)  # type: ignore[arg-type]  # the supervisor's own emit
+            emitter.emit(index, entry)
 
     limits = Limits(max_calls=len(script) + 1, max_output_tokens=16_000)
     tools = make_tools(
@@ -611,7 +612,7 @@ def part_e2e(args: argparse.Namespace, tmp: pathlib.Path, deadline: Deadline) ->
         for _ in range(3):
             t0 = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-c", "import agentd.drivers.harness.supervisor"], cwd=REPO, check=True, timeout=120
+                [sys.executable, "-c", "import agentd.drivers.harness.driver"], cwd=REPO, check=True, timeout=120
             )
             imports.append((time.perf_counter() - t0) * 1000)
         print(f"  p50 over {len(runs)} runs (ms):", flush=True)
@@ -625,7 +626,7 @@ def part_e2e(args: argparse.Namespace, tmp: pathlib.Path, deadline: Deadline) ->
             ms = [v * 1000 for v in values]
             print(f"    {name:<36} p50 {pct(ms, 50):7.0f}  min {min(ms):7.0f}  max {max(ms):7.0f}", flush=True)
         print(
-            f"    (of started->1st model request: `python -c 'import agentd.drivers.harness.supervisor'` alone takes "
+            f"    (of started->1st model request: `python -c 'import agentd.drivers.harness.driver'` alone takes "
             f"p50 {pct(imports, 50):.0f} ms, min {min(imports):.0f} ms, over 3 fresh processes)",
             flush=True,
         )

@@ -255,20 +255,17 @@ def test_controlplane_and_agentd_never_import_each_other() -> None:
 # other's code, except these imports across the process boundary, each with its reason. An entry that
 # is no longer imported fails too, so the list only shrinks.
 ACROSS_THE_PROCESS_BOUNDARY = {
-    # the daemon reads and writes the RUN_DIR files the supervisor owns
+    # the daemon writes and reads the RUN_DIR files the supervisor owns
+    ("agentd.daemon.assignment", "agentd.run.spec"): "decodes the assignment into the RunSpec it writes",
+    ("agentd.daemon.runs", "agentd.run.spec"): "writes assignment.json, reads it back after a restart",
     ("agentd.daemon.runs", "agentd.run.output"): "read_records: output.jsonl, streamed to the control plane",
-    ("agentd.daemon.daemon", "agentd.run.session_input"): "deliver: appends people's input to inputs.jsonl",
+    ("agentd.daemon.daemon", "agentd.run.session_input"): "appends people's input to inputs.jsonl",
     ("agentd.daemon.isolation", "agentd.run.sandbox"): "the start-up check runs bubblewrap as runs will",
     # the supervisor side uses daemon helpers
     ("agentd.run.output", "agentd.daemon.logbatch"): "RECORD_BYTES: the record size both sides agree on",
-    ("agentd.run.output", "agentd.daemon.outbox"): "is_full: ENOSPC/EDQUOT",
-    ("agentd.run.session_input", "agentd.daemon.outbox"): "RunOutbox: deliver acknowledges in the outbox",
     ("agentd.run.supervisor", "agentd.daemon.cgroups"): "joins and reads the cgroups the daemon made",
     ("agentd.run.supervisor", "agentd.daemon.run_disk"): "mounts and releases the run's own filesystem",
-    ("agentd.drivers.harness.supervisor", "agentd.daemon.run_disk"): "releases the run's own filesystem",
-    ("agentd.drivers.harness.supervisor", "agentd.daemon.outbox"): "is_full: ENOSPC/EDQUOT",
-    ("agentd.drivers.harness.supervisor", "agentd.daemon.connection"): "ChannelSettings: its own channel",
-    ("agentd.drivers.harness.gate", "agentd.daemon.connection"): "open_channel to the control plane",
+    ("agentd.run.control_plane", "agentd.daemon.connection"): "open_channel: dials the control plane as agentd does",
 }
 
 
@@ -311,3 +308,93 @@ def test_modules_and_functions_stay_small(name: str) -> None:
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert long == [], f"{path.relative_to(ROOT)}: {long}"
+
+
+# --- agentd's run side: one skeleton, drivers behind one Protocol, protobuf stopped at the edge -------
+
+PROTOBUF_AT_THE_EDGE = {
+    "agentd.daemon.connection": "the stream to the control plane",
+    "agentd.daemon.daemon": "dispatches the control plane's messages; decodes each assignment",
+    "agentd.run.control_plane": "GrpcControlPlane: the supervisor's unary calls",
+}
+
+
+def test_protobuf_stops_at_agentds_edge() -> None:
+    """Past the edge a run is a RunSpec (agentd/run/spec.py), never a message or a dict of one."""
+    found = {line.split(" imports ")[0] for line in _importers("agentd", ("drover.v1", "google.protobuf"))}
+    assert found == PROTOBUF_AT_THE_EDGE.keys()
+
+
+def test_no_string_key_lookups_of_a_runs_spec() -> None:
+    """Every field of the assignment is an attribute of RunSpec or HarnessSpec, with its default there."""
+    lookups = [
+        f"{name}: {line.strip()}"
+        for name, path in MODULES.items()
+        if name.startswith(("agentd.run", "agentd.drivers"))
+        for line in path.read_text().splitlines()
+        if any(pattern in line for pattern in ('spec["', "spec.get(", 'harness["', "h.get(", 'h["'))
+    ]
+    assert lookups == []
+
+
+def test_a_runs_supervisor_loads_no_grpc_protobuf_or_database() -> None:
+    """A command run's supervisor never dials the control plane: nothing of grpc is imported for it."""
+    loaded = _loaded_after("agentd.run", "agentd.run.supervisor", "agentd.drivers.command")
+    assert _heavy(loaded, {"grpc", "google.protobuf", "sqlalchemy", "anthropic", "drover.v1"}) == []
+
+
+def test_every_driver_is_one_module_behind_the_driver_protocol() -> None:
+    from agentd.daemon.runs import DRIVERS as STARTED
+    from agentd.run.supervisor import DRIVERS, Driver, load_driver
+
+    assert STARTED == DRIVERS
+    for name in DRIVERS:
+        module = load_driver(name)
+        assert callable(module.driver), name
+        cls = module.driver.__annotations__["return"]
+        made = getattr(module, cls)
+        for member in ("drive", "crash_code", "output_slack"):
+            assert hasattr(made, member), (name, member)
+    assert set(Driver.__dict__) >= {"drive"}
+
+
+def _classes() -> dict[str, tuple[str, list[str]]]:
+    """agentd's classes: name -> (module, names of its bases); a name defined twice is kept as module:name."""
+    found = {}
+    for name, path in MODULES.items():
+        if name.startswith("agentd"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    bases = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases]
+                    found[f"{name}:{node.name}" if node.name in found else node.name] = (name, bases)
+    return found
+
+
+def test_agentd_has_one_exception_hierarchy() -> None:
+    """Every exception agentd raises of its own derives from agentd.errors.AgentdError; no two share a name."""
+    classes = _classes()
+
+    def is_exception(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        bases = classes.get(name, ("", []))[1]
+        return any(b in ("Exception", "OSError") or (b in classes and is_exception(b, seen | {name})) for b in bases)
+
+    def under_root(name: str) -> bool:
+        return name == "AgentdError" or any(under_root(b) for b in classes.get(name, ("", []))[1] if b in classes)
+
+    exceptions = [name for name in classes if is_exception(name)]
+    assert len(exceptions) > 10
+    assert [name for name in exceptions if ":" in name] == []  # one class of each name
+    assert [name for name in exceptions if not under_root(name)] == []
+
+
+def test_no_inheritance_chains_in_agentd() -> None:
+    """A class of agentd derives from another of agentd's only to join the exception hierarchy."""
+    classes = _classes()
+
+    def depth(name: str) -> int:
+        own = [b for b in classes[name][1] if b in classes]
+        return 1 + max((depth(b) for b in own), default=0)
+
+    chains = {name: depth(name) for name, (module, _) in classes.items() if module != "agentd.errors"}
+    deep = {name: d for name, d in chains.items() if d > 1 and "AgentdError" not in classes[name][1]}
+    assert deep == {}

@@ -24,16 +24,14 @@ import signal
 import time
 from collections.abc import Iterable, Sequence
 
+from agentd.errors import CgroupsUnavailable
+
 ROOT = pathlib.Path("/sys/fs/cgroup")
 PARENT = "drover"
 V1_REQUIRED = ("memory", "pids")
 V1_OPTIONAL = ("cpu",)
 CPU_SHARES = 1024  # v1 default weight: every slot the same
 CPU_WEIGHT = 100  # v2 default weight
-
-
-class Unavailable(Exception):
-    """agentd cannot make cgroups here; the message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,24 +49,24 @@ class Limits:
 
 
 def detect(root: pathlib.Path = ROOT, mounts: str | None = None) -> Hierarchy:
-    """The cgroup hierarchy of this host with memory and pids control, or Unavailable. `mounts` is
+    """The cgroup hierarchy of this host with memory and pids control, or CgroupsUnavailable. `mounts` is
     /proc/self/mounts (read when not given): v1 hierarchies are found by their mount options."""
     controllers = root / "cgroup.controllers"
     if controllers.exists():
         have = set(controllers.read_text().split())
         lacking = sorted({"memory", "pids"} - have)
         if lacking:
-            raise Unavailable(f"cgroup v2 at {root} lacks the {', '.join(lacking)} controller")
+            raise CgroupsUnavailable(f"cgroup v2 at {root} lacks the {', '.join(lacking)} controller")
         return Hierarchy(2, {"unified": root})
     if mounts is None:
         try:
             mounts = pathlib.Path("/proc/self/mounts").read_text()
         except OSError as err:
-            raise Unavailable(f"cannot read the mounts: {err}") from None
+            raise CgroupsUnavailable(f"cannot read the mounts: {err}") from None
     found = v1_mounts(mounts)
     missing = [name for name in V1_REQUIRED if name not in found]
     if missing:
-        raise Unavailable(f"no cgroup v2 at {root} and no v1 {', '.join(missing)} hierarchy")
+        raise CgroupsUnavailable(f"no cgroup v2 at {root} and no v1 {', '.join(missing)} hierarchy")
     return Hierarchy(1, {name: found[name] for name in (*V1_REQUIRED, *V1_OPTIONAL) if name in found})
 
 
@@ -108,7 +106,7 @@ def _enable_v2(directory: pathlib.Path) -> None:
 
 
 def prepare_agent(hierarchy: Hierarchy, agent: str) -> None:
-    """Make drover/<agent>/ in each hierarchy (Unavailable when agentd may not)."""
+    """Make drover/<agent>/ in each hierarchy (CgroupsUnavailable when agentd may not)."""
     try:
         for mount in hierarchy.mounts.values():
             agent_dir = mount / PARENT / group_name(agent)
@@ -118,7 +116,7 @@ def prepare_agent(hierarchy: Hierarchy, agent: str) -> None:
                 _enable_v2(mount / PARENT)
                 _enable_v2(agent_dir)
     except OSError as err:
-        raise Unavailable(f"cannot make cgroups under {PARENT}/ ({err})") from None
+        raise CgroupsUnavailable(f"cannot make cgroups under {PARENT}/ ({err})") from None
 
 
 def procs(directory: pathlib.Path) -> list[int]:

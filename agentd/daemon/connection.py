@@ -19,19 +19,12 @@ import tenacity
 
 from agentd.daemon.config import AgentConfig
 from agentd.daemon.outbox import Outbox
+from agentd.errors import ControlPlaneLost, ControlPlaneRejected
 from drover.v1 import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger("agentd.connection")
 WELCOME_TIMEOUT_SECONDS = 60.0
 """A control plane that takes the stream but does not answer hello this long is tried again."""
-
-
-class SessionLost(Exception):
-    """The stream to the control plane ended or could not be opened."""
-
-
-class Rejected(Exception):
-    """The control plane refused this agent in a way that waiting does not heal (`heals_by_waiting`)."""
 
 
 UNHEALING = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
@@ -166,7 +159,7 @@ class Connection:
     async def run_forever(self) -> None:
         while True:
             retrying = tenacity.AsyncRetrying(
-                retry=tenacity.retry_if_exception_type(SessionLost),
+                retry=tenacity.retry_if_exception_type(ControlPlaneLost),
                 wait=reconnect_wait(self.config.reconnect_max_seconds),
                 before_sleep=lambda state: log.warning(
                     "control plane %s unreachable (%s); retrying in %.1f s",
@@ -180,7 +173,7 @@ class Connection:
                 with attempt:
                     try:
                         await self._session()
-                    except SessionLost:
+                    except ControlPlaneLost:
                         self.target += 1  # the next replica, if there are several
                         raise
             # A session that was up and then ended: dial again at once, backoff starting afresh.
@@ -193,7 +186,7 @@ class Connection:
         try:
             token = self.config.token_file.read_text().strip()
         except OSError as err:
-            raise SessionLost(f"cannot read the token file {self.config.token_file}: {err.strerror}") from err
+            raise ControlPlaneLost(f"cannot read the token file {self.config.token_file}: {err.strerror}") from err
         channel = open_channel(ChannelSettings.of(self.config), self.target)
         established = False
         try:
@@ -202,9 +195,9 @@ class Connection:
             try:
                 first = await asyncio.wait_for(self._hello(call), WELCOME_TIMEOUT_SECONDS)
             except TimeoutError as err:
-                raise SessionLost(f"no answer to hello within {WELCOME_TIMEOUT_SECONDS:g} s") from err
+                raise ControlPlaneLost(f"no answer to hello within {WELCOME_TIMEOUT_SECONDS:g} s") from err
             if first is grpc.aio.EOF or first.WhichOneof("body") != "welcome":
-                raise SessionLost("the control plane did not answer hello")
+                raise ControlPlaneLost("the control plane did not answer hello")
             established = True
             self.on_welcome(first.welcome)
             self.connected.set()
@@ -223,19 +216,19 @@ class Connection:
                 await asyncio.gather(sender, return_exceptions=True)
         except grpc.aio.AioRpcError as err:
             if not established and not heals_by_waiting(err.code(), self.config.retry_auth):
-                raise Rejected(
+                raise ControlPlaneRejected(
                     f"the control plane {self._target_name()} refused agent {self.config.name!r} "
                     f"(token file {self.config.token_file}): {err.code().name}: {err.details()}"
                 ) from err
             if not established:
-                raise SessionLost(f"{err.code().name}: {err.details()}") from err
+                raise ControlPlaneLost(f"{err.code().name}: {err.details()}") from err
             log.warning("stream to the control plane ended: %s %s", err.code().name, err.details())
             self.target += 1  # it may have died: try the next replica first
         finally:
             self.connected.clear()
             await channel.close()
         if not established:
-            raise SessionLost("stream closed before welcome")
+            raise ControlPlaneLost("stream closed before welcome")
 
     async def _hello(self, call: Any) -> Any:
         await call.write(agent_pb2.AgentMessage(hello=self.hello()))

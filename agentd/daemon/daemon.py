@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pathlib
 import signal
 
 from agentd import __version__
 from agentd.daemon import metrics
+from agentd.daemon.assignment import decode
 from agentd.daemon.config import AgentConfig
 from agentd.daemon.connection import Connection, to_wire
-from agentd.daemon.outbox import Outbox
-from agentd.daemon.run_slots import Refused
+from agentd.daemon.outbox import Outbox, RunOutbox
 from agentd.daemon.runs import Runs
+from agentd.errors import RunRefused
 from agentd.run import session_input
 from drover.v1 import agent_pb2
 
@@ -63,7 +65,7 @@ class Agent:
         elif body == "input":
             slot = self.runs.slots.get(message.input.run_id)
             if slot is not None and slot.live and slot.driver != "command":  # else the run has ended
-                session_input.deliver(slot.dir, slot.box, message.input)
+                deliver_input(slot.dir, slot.box, message.input)
         elif body == "drain" and message.drain.undrain:
             self.draining = False
             log.warning("undrained: taking new runs again")
@@ -71,13 +73,14 @@ class Agent:
             self.draining = True
             log.warning("draining: taking no new runs")
 
-    def _assign(self, assignment: agent_pb2.RunAssignment) -> None:
+    def _assign(self, message: agent_pb2.RunAssignment) -> None:
+        assignment = decode(message)  # agentd's edge: past here a RunSpec, never protobuf
         try:
             if self.draining:
-                raise Refused("draining")
+                raise RunRefused("draining")
             self.runs.start(assignment)
-            log.info("run %s (%s) started", assignment.run_id, assignment.task_key)
-        except Refused as refused:
+            log.info("run %s (%s) started", assignment.run_id, assignment.spec.task_key)
+        except RunRefused as refused:
             log.info("run %s refused: %s", assignment.run_id, refused.reason)
             self.connection.send_direct(
                 to_wire(assignment.run_id, {"seq": 1, "kind": "refused", "reason": refused.reason})
@@ -102,3 +105,18 @@ class Agent:
         await self.runs.close()
         if connection.done() and not connection.cancelled() and connection.exception():
             raise connection.exception()  # type: ignore[misc]
+
+
+def deliver_input(run_dir: pathlib.Path, box: RunOutbox, given: agent_pb2.SessionInput) -> None:
+    """Keep a person's input on disk for the run's supervisor (agentd/run/session_input.py), each
+    input_seq once and in order, and report it received through the run's outbox."""
+    path = run_dir / session_input.FILE
+    if given.input_seq != session_input.stored_through(path) + 1:
+        return  # had (and reported) already, or out of order: the next reconnect sends it again
+    try:
+        session_input.store(path, given.input_seq, given.kind, given.text, given.input_id, given.question_id)
+        box.append("input_received", input_seq=given.input_seq)
+    except OSError as err:
+        log.error("run %s: cannot keep input %d: %s", run_dir.name, given.input_seq, err)
+        return
+    log.info("run %s: input %d (%s) received", run_dir.name, given.input_seq, given.kind)

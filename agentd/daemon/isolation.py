@@ -13,16 +13,13 @@ import shutil
 
 from agentd.daemon import cgroups, run_disk, run_slots
 from agentd.daemon.config import AgentConfig
+from agentd.errors import CgroupsUnavailable, StartRefused
 from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy, user_ids
 
 NO_SECCOMP = (
     "seccomp = false: sandboxed commands run WITHOUT the seccomp filter: they can create user namespaces "
     "(and be root in them), mount inside them, and reach keyrings, bpf, perf events and io_uring"
 )
-
-
-class Refused(Exception):
-    """agentd will not start; the message says why and what to do."""
 
 
 def no_sandbox_message(reason: str) -> str:
@@ -80,9 +77,9 @@ def limits(config: AgentConfig, euid: int) -> tuple[AgentConfig, list[str]]:
     else:
         try:
             if euid != 0:
-                raise cgroups.Unavailable("agentd does not run as root")
+                raise CgroupsUnavailable("agentd does not run as root")
             cgroups.prepare_agent(cgroups.detect(), config.name)
-        except (cgroups.Unavailable, OSError) as err:
+        except (CgroupsUnavailable, OSError) as err:
             warnings.append(
                 f"!!! no cgroup per run ({err}): memory and processes are limited per process only; one run "
                 "can starve the others of memory (set cgroups = false to silence this) !!!"
@@ -118,13 +115,13 @@ def prepare(config: AgentConfig) -> Isolation:
         try:
             uid, _ = user_ids(user)
         except ValueError as err:
-            raise Refused(f"session_user: {err}") from None
+            raise StartRefused(f"session_user: {err}") from None
         if euid != 0 and uid != euid:
-            raise Refused(f"session_user {user!r}: running Tasks as another user needs agentd to run as root")
+            raise StartRefused(f"session_user {user!r}: running Tasks as another user needs agentd to run as root")
     if run_slots.slotted(config.session_user, euid):
         taken = run_slots.owned_ids(config.run_uid_base, config.capacity, _user_of, _group_of)
         if taken:
-            raise Refused(
+            raise StartRefused(
                 f"run_uid_base: the run slots' ids must belong to no user or group, but {'; '.join(taken)}: "
                 "choose another run_uid_base"
             )
@@ -147,12 +144,12 @@ def prepare(config: AgentConfig) -> Isolation:
         return Isolation(config, f"{who}, WITHOUT a sandbox", "\n".join(warnings))
     reason = probe(config)
     if reason and config.seccomp and not probe(dataclasses.replace(config, seccomp=False)):
-        raise Refused(
+        raise StartRefused(
             f"bubblewrap works here but cannot apply agentd's seccomp filter ({reason}). Set seccomp = false "
             f"(env DROVER_AGENTD_SECCOMP=0) to run Tasks without it; {NO_SECCOMP.split(': ', 1)[1]}"
         )
     if reason:
-        raise Refused(no_sandbox_message(reason))
+        raise StartRefused(no_sandbox_message(reason))
     if not config.seccomp:
         warnings.append(NO_SECCOMP)
         return Isolation(

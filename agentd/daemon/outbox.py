@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import logging
 import os
 import pathlib
 from typing import Any
 
+from agentd import run_dir as run_dir_files
+from agentd.errors import AgentdError, is_full
+
 log = logging.getLogger("agentd.outbox")
-FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-class SpoolFull(OSError):
+class SpoolFull(OSError, AgentdError):
     """The spool's filesystem has no room left (ENOSPC or EDQUOT); nothing was written."""
 
 
@@ -38,11 +39,6 @@ def free_bytes(path: pathlib.Path) -> int:
     except OSError:
         return 0
     return st.f_bavail * st.f_frsize
-
-
-def is_full(err: BaseException) -> bool:
-    """A write failed because the disk or the quota is full."""
-    return isinstance(err, OSError) and err.errno in FULL
 
 
 def _read_acked(path: pathlib.Path) -> int:
@@ -61,7 +57,7 @@ class RunOutbox:
 
     def __init__(self, run_dir: pathlib.Path, load: bool = True) -> None:
         self.run_dir = run_dir
-        self.path = run_dir / "outbox.jsonl"
+        self.path = run_dir / run_dir_files.OUTBOX
         self.pending: list[dict[str, Any]] = []
         self.last_seq = 0
         self.end = 0  # output.jsonl offset covered by stored messages

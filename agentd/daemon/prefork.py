@@ -1,12 +1,12 @@
 """The supervisor template: one process per agentd that has imported every supervisor's code and forks
 a supervisor per run, so a run starts in milliseconds instead of an interpreter start and a second of
-imports (`agentd.drivers.harness.supervisor` imports the anthropic SDK).
+imports (`agentd.drivers.harness.driver` imports the anthropic SDK).
 
     python -m agentd.daemon.prefork supervisor SPOOL MODULE [MODULE...]
 
 agentd starts it with one end of a SOCK_SEQPACKET socket pair on stdin. The template imports the
 MODULEs, says it is ready (READY), then serves messages in order: PRELOAD + a module name imports
-that module too (a driver's supervisor, the first time agentd runs one; LOADED answers); FORK comes
+that module too (a driver, the first time agentd runs one; LOADED answers); FORK comes
 with a descriptor, one end of a socket pair agentd made for one run. For that the template forks; it
 reads nothing of the request itself, so no run's secrets are ever in its memory. The child (the run's
 supervisor):
@@ -17,7 +17,8 @@ supervisor):
 3. points stdin and stdout at /dev/null and stderr at RUN_DIR/supervisor.log;
 4. writes RUN_DIR/supervisor.pid (pid and start time, as agentd/daemon/processes.py does), then answers
    `ok PID` on the descriptor, or `error ERRNO MESSAGE` if any step failed (and exits);
-5. runs the module's `serve(run_dir, secrets)`, exactly what its `python -m` entry point runs.
+5. runs the module's `serve(run_dir, secrets)` (agentd.run.supervisor's, whatever the driver), exactly
+   what its `python -m` entry point runs.
 
 The template reaps its children when SIGCHLD says they exited; a child puts SIGCHLD back before it
 does anything. It exits when agentd's end of its socket closes; the supervisors it forked go on.
@@ -38,6 +39,8 @@ import socket
 import sys
 import traceback
 from typing import Any
+
+from agentd import run_dir as run_dir_files
 
 READY, LOADED = b"R", b"L"  # template -> agentd: the first MODULEs are imported; a PRELOAD is done
 FORK, PRELOAD = b"F", b"P"  # agentd -> template: fork (with a descriptor); import a module (its name follows)
@@ -98,7 +101,7 @@ def _child(fd: int) -> int:
         run_dir = str(request["run_dir"])
         _redirect_stdio(run_dir)
         pid = os.getpid()
-        with open(os.path.join(run_dir, "supervisor.pid"), "w") as f:
+        with open(os.path.join(run_dir, run_dir_files.SUPERVISOR_PID), "w") as f:
             f.write(f"{pid} {start_time(pid)}")
         channel.sendall(f"ok {pid}\n".encode())
         channel.close()
@@ -119,7 +122,7 @@ def _read_all(channel: socket.socket) -> bytes:
 
 def _redirect_stdio(run_dir: str) -> None:
     null = os.open(os.devnull, os.O_RDWR)
-    log = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log = os.open(os.path.join(run_dir, run_dir_files.SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     for fd, target in ((0, null), (1, null), (2, log)):
         os.dup2(target, fd)
     os.close(null)

@@ -17,21 +17,24 @@ import sys
 import time
 from typing import Any
 
+from agentd import run_dir as run_dir_files
 from agentd.daemon.prefork import ANSWER_TIMEOUT as ANSWER_SECONDS
 from agentd.daemon.prefork import FORK, LOADED, PRELOAD, READY, start_time
 
 log = logging.getLogger("agentd.processes")
 RESTART_SECONDS = 30.0
-# What the template imports at once: the command supervisor. A harness or runtime supervisor (the
-# anthropic SDK: ~3 s of CPU) is imported when this agent first runs one.
-BASE_MODULES = ("agentd.run.supervisor", "drover.core.gitspace")
+SUPERVISOR = "agentd.run.supervisor"
+"""Every run's supervisor: `python -m agentd.run.supervisor RUN_DIR`, whatever its driver."""
+# What the template imports at once: the supervisor and the command driver. The harness's or a runtime's
+# driver (the anthropic SDK: ~3 s of CPU) is imported when this agent first runs one.
+BASE_MODULES = (SUPERVISOR, "agentd.drivers.command", "drover.core.gitspace")
 
 
-def spawn(run_dir: pathlib.Path, module: str, secrets: dict[str, Any]) -> subprocess.Popen[bytes]:
-    """`python -m module RUN_DIR`, detached, its secrets on stdin (they never touch the disk)."""
-    with open(run_dir / "supervisor.log", "ab") as errlog:
+def spawn(run_dir: pathlib.Path, secrets: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """`python -m agentd.run.supervisor RUN_DIR`, detached, its secrets on stdin (they never touch the disk)."""
+    with open(run_dir / run_dir_files.SUPERVISOR_LOG, "ab") as errlog:
         process = subprocess.Popen(
-            [sys.executable, "-m", module, str(run_dir)],
+            [sys.executable, "-m", SUPERVISOR, str(run_dir)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=errlog,
@@ -43,7 +46,7 @@ def spawn(run_dir: pathlib.Path, module: str, secrets: dict[str, Any]) -> subpro
     process.stdin.write(json.dumps(secrets).encode())
     process.stdin.close()
     try:
-        (run_dir / "supervisor.pid").write_text(f"{process.pid} {start_time(process.pid)}")
+        (run_dir / run_dir_files.SUPERVISOR_PID).write_text(f"{process.pid} {start_time(process.pid)}")
     except OSError:
         # Without its pid on disk a restarted agentd could not tell the supervisor is alive: stop it
         # now, before it starts anything (the supervisor leads its own process group).
@@ -57,7 +60,7 @@ def spawn(run_dir: pathlib.Path, module: str, secrets: dict[str, Any]) -> subpro
 def alive(run_dir: pathlib.Path) -> bool:
     """Whether the supervisor whose pid file is in `run_dir` is still that same live process."""
     try:
-        pid_text, _, started = (run_dir / "supervisor.pid").read_text().partition(" ")
+        pid_text, _, started = (run_dir / run_dir_files.SUPERVISOR_PID).read_text().partition(" ")
     except OSError:
         return False
     return bool(started) and start_time(int(pid_text)) == started
@@ -97,7 +100,8 @@ class Template:
         log.info("supervisor template started (pid %d)", self.process.pid)
 
     def fork(self, run_dir: pathlib.Path, module: str, secrets: dict[str, Any]) -> int | None:
-        """The pid of a supervisor forked for the run, None when the template cannot take it now.
+        """The pid of a supervisor forked for the run whose driver is `module`, None when the template
+        cannot take it now.
         OSError when the supervisor could not set itself up (its errno: ENOSPC for a full spool)."""
         if not self._usable(module):
             return None
@@ -111,7 +115,7 @@ class Template:
                 self.process.kill()
                 return None
             ours.settimeout(ANSWER_SECONDS)
-            ours.sendall(json.dumps({"module": module, "run_dir": str(run_dir), "secrets": secrets}).encode())
+            ours.sendall(json.dumps({"module": SUPERVISOR, "run_dir": str(run_dir), "secrets": secrets}).encode())
             ours.shutdown(socket.SHUT_WR)
             answer = ours.makefile("rb").readline().decode(errors="replace").split(" ", 2)
         if answer[0] == "ok":

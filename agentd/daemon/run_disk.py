@@ -16,16 +16,14 @@ import pathlib
 import subprocess
 import tempfile
 
+from agentd.errors import DiskFailed
+
 SUFFIX = ".disk"
 # no journal (a run's workspace dies with it) and no reserve to grow (its size is fixed): ~5 ms, not ~12
 MKFS = ["mkfs.ext4", "-q", "-F", "-O", "^has_journal,^resize_inode"]
 MKFS += ["-E", "root_owner=0:0,nodiscard,lazy_itable_init=1"]
 MOUNT_OPTIONS = "loop,nosuid,nodev"
 PROBE_BYTES = 16 * 1024**2
-
-
-class DiskFailed(Exception):
-    """The run's filesystem could not be made or mounted; the message says why."""
 
 
 def image_of(workspace_dir: pathlib.Path) -> pathlib.Path:

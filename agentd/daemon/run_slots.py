@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 from agentd.daemon import cgroups, run_disk
 from agentd.daemon.config import AgentConfig
+from agentd.errors import CgroupsUnavailable, RunRefused
 
 log = logging.getLogger("agentd.runs")
 
@@ -82,14 +83,6 @@ def kill_leftovers(uid: int, timeout: float = 5.0) -> int:
     return len(first)
 
 
-class Refused(Exception):
-    """The agent will not take this run; the reason goes back to the control plane."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 class Places:
     """What a run slot holds besides its uid: its cgroups, and the run filesystems in the work dir."""
 
@@ -98,15 +91,15 @@ class Places:
         self.hierarchy = _hierarchy(config)
 
     def take(self, taken: Iterable[int]) -> tuple[int, list[str]]:
-        """The lowest free slot, readied, and its cgroup directories; Refused when there is none."""
+        """The lowest free slot, readied, and its cgroup directories; RunRefused when there is none."""
         index = lowest_free(taken, self.config.capacity)
         if index is None:
-            raise Refused("at_capacity")
+            raise RunRefused("at_capacity")
         try:
             return index, self.ready(index)
         except OSError as err:
             log.error("run slot %d: cannot make its cgroups: %s", index, err)
-            raise Refused(f"cgroup_error: {err}") from err
+            raise RunRefused(f"cgroup_error: {err}") from err
 
     def ready(self, index: int) -> list[str]:
         """Ready slot `index` for a new run: what a previous run of it left is killed, its cgroups made
@@ -143,6 +136,6 @@ def _hierarchy(config: AgentConfig) -> cgroups.Hierarchy | None:
         return None
     try:
         return cgroups.detect()
-    except cgroups.Unavailable as err:
+    except CgroupsUnavailable as err:
         log.warning("runs get no cgroups: %s", err)
         return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import pathlib
@@ -15,24 +14,28 @@ import subprocess
 import time
 from typing import Any
 
+from agentd import run_dir as run_dir_files
 from agentd.daemon import processes, run_slots
+from agentd.daemon.assignment import Assignment, place
 from agentd.daemon.config import AgentConfig
 from agentd.daemon.connection import ChannelSettings
 from agentd.daemon.logbatch import LogBatcher
 from agentd.daemon.outbox import Outbox, RunOutbox, free_bytes, is_full
-from agentd.daemon.run_slots import Refused
-from agentd.daemon.run_spec import run_spec
+from agentd.errors import RunRefused
 from agentd.run.output import read_records
+from agentd.run.spec import RunSpec
 
 log = logging.getLogger("agentd.runs")
 POLL_SECONDS = 0.05
 MAX_STARTS = 4  # a harness supervisor is started at most this often for one run (3 resumes)
-SUPERVISORS = {
-    "command": "agentd.run.supervisor",
-    "harness": "agentd.drivers.harness.supervisor",
-    "claude-code": "agentd.drivers.runtimes.supervisor",
-    "opencode": "agentd.drivers.runtimes.supervisor",
+DRIVERS = {
+    "command": "agentd.drivers.command",
+    "harness": "agentd.drivers.harness.driver",
+    "claude-code": "agentd.drivers.runtime",
+    "opencode": "agentd.drivers.runtime",
 }
+"""The module of each way of working a Task: every run's supervisor (agentd/run/supervisor.py) imports
+its driver's; the supervisor template imports it ahead, the first time this agent runs one."""
 
 
 @dataclasses.dataclass
@@ -110,10 +113,10 @@ class Runs:
 
     def _recover(self, run_dir: pathlib.Path) -> None:
         try:
-            spec = json.loads((run_dir / "assignment.json").read_text())
-            driver, slot_index = spec.get("driver", "command"), int(spec.get("slot", -1))
-        except (FileNotFoundError, ValueError):
-            if not (run_dir / "outbox.jsonl").exists():  # the run never started here
+            spec = RunSpec.load(run_dir)
+            driver, slot_index = spec.driver, spec.slot
+        except (FileNotFoundError, ValueError, TypeError):
+            if not (run_dir / run_dir_files.OUTBOX).exists():  # the run never started here
                 shutil.rmtree(run_dir, ignore_errors=True)
                 return
             driver, slot_index = "command", -1  # torn, yet the run started: follow it, without harness resumes
@@ -135,70 +138,68 @@ class Runs:
 
     # --- start, cancel, ack ---------------------------------------------------------------------
 
-    def start(self, assignment: Any) -> None:
-        """Start a run from its assignment (a drover.v1.RunAssignment), or resume a harness run."""
-        existing = self.slots.get(assignment.run_id)
+    def start(self, assignment: Assignment) -> None:
+        """Start a run from its assignment, or resume a harness run."""
+        run_id, driver = assignment.run_id, assignment.spec.driver
+        existing = self.slots.get(run_id)
         if existing is not None:
             if assignment.resume and existing.awaiting_resume:
                 self._resume(existing, assignment)
             return  # otherwise a duplicate assignment after a reconnect
-        if assignment.driver not in SUPERVISORS or assignment.driver not in self.config.drivers():
-            raise Refused(f"no_driver: this agent has no {assignment.driver!r} driver")
+        if driver not in DRIVERS or driver not in self.config.drivers():
+            raise RunRefused(f"no_driver: this agent has no {driver!r} driver")
         if self.busy >= self.config.capacity:
-            raise Refused("at_capacity")
-        if assignment.driver == "command" and not assignment.command.argv:
-            raise Refused("no_command")
+            raise RunRefused("at_capacity")
+        if driver == "command" and not assignment.spec.argv:
+            raise RunRefused("no_command")
         if free_bytes(self.root) < self.config.min_free_spool_bytes:
-            raise Refused("disk_full")
-        run_dir = self.root / assignment.run_id
-        slot_index, groups = self.places.take(s.slot for s in self.slots.values() if s.live)  # or Refused
-        spec = run_spec(assignment, self.config, slot_index, groups)
+            raise RunRefused("disk_full")
+        run_dir = self.root / run_id
+        slot_index, groups = self.places.take(s.slot for s in self.slots.values() if s.live)  # or RunRefused
+        spec = place(assignment.spec, self.config, slot_index, groups)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "assignment.json").write_text(json.dumps(spec))
+            spec.save(run_dir)
             box = RunOutbox(run_dir)
-            slot = RunSlot(assignment.run_id, run_dir, box, driver=assignment.driver, slot=slot_index)
+            slot = RunSlot(run_id, run_dir, box, driver=driver, slot=slot_index)
             box.append("started", end=0)
-            self._launch(slot, dict(assignment.secret_env))
+            self._launch(slot, assignment.secret_env)
         except OSError as err:  # nothing was sent yet: undo the half-made run and refuse it
-            self.secrets.pop(assignment.run_id, None)
+            self.secrets.pop(run_id, None)
             shutil.rmtree(run_dir, ignore_errors=True)
-            shutil.rmtree(spec["workspace_dir"], ignore_errors=True)
-            log.error("run %s: cannot store it in the spool: %s", assignment.run_id, err)
-            raise Refused("disk_full" if is_full(err) else f"spool_error: {err.strerror}") from err
+            shutil.rmtree(spec.workspace_dir, ignore_errors=True)
+            log.error("run %s: cannot store it in the spool: %s", run_id, err)
+            raise RunRefused("disk_full" if is_full(err) else f"spool_error: {err.strerror}") from err
         self._add(slot)
 
     def _launch(self, slot: RunSlot, secret_env: dict[str, str]) -> None:
         """Start the run's supervisor. A full spool raises (the caller refuses or fails the run);
         any other failure ends the run as start_failed."""
         try:
-            secrets: dict[str, Any] = secret_env
+            secrets: dict[str, Any] = {"secret_env": secret_env}
             if slot.driver != "command":
                 if slot.driver == "harness":
                     self.secrets[slot.run_id] = secret_env  # in memory only, to resume a supervisor that died
-                # The gate dials the control plane exactly as agentd does: TLS settings are file paths.
-                secrets = {
-                    "secret_env": secret_env,
-                    "channel": dataclasses.asdict(ChannelSettings.of(self.config)),
-                    "agent_token": self.config.token_file.read_text().strip(),
-                }
-            slot.process = self._spawn(slot.dir, SUPERVISORS[slot.driver], secrets)
+                # Its control-plane client dials exactly as agentd does: TLS settings are file paths.
+                secrets["channel"] = dataclasses.asdict(ChannelSettings.of(self.config))
+                secrets["agent_token"] = self.config.token_file.read_text().strip()
+            slot.process = self._spawn(slot.dir, DRIVERS[slot.driver], secrets)
             slot.awaiting_resume = False
         except OSError as err:
             if is_full(err):
                 raise
             self._fail(slot, "start_failed", f"cannot start the supervisor: {err}")
 
-    def _resume(self, slot: RunSlot, assignment: Any) -> None:
+    def _resume(self, slot: RunSlot, assignment: Assignment) -> None:
         log.warning("run %s: resuming its harness from the transcript", slot.run_id)
         try:
-            self._launch(slot, dict(assignment.secret_env))
+            self._launch(slot, assignment.secret_env)
         except OSError as err:
             self._fail(slot, "disk_full", f"cannot resume the run, the spool is full: {err}")
 
     def _starts(self, slot: RunSlot) -> int:
         try:
-            return int((slot.dir / "incarnation").read_text())
+            return int((slot.dir / run_dir_files.INCARNATION).read_text())
         except (OSError, ValueError):
             return 1
 
@@ -209,7 +210,7 @@ class Runs:
         os.chmod(self.config.work_dir, 0o711)
         if self.template is not None and self.template.fork(run_dir, module, secrets) is not None:
             return None
-        return processes.spawn(run_dir, module, secrets)
+        return processes.spawn(run_dir, secrets)
 
     def cancel(self, run_id: str) -> None:
         slot = self.slots.get(run_id)
@@ -220,7 +221,7 @@ class Runs:
 
     def _stop(self, slot: RunSlot) -> None:
         try:
-            (slot.dir / "cancel").touch()  # the supervisor looks for it every 100 ms
+            (slot.dir / run_dir_files.CANCEL).touch()  # the supervisor looks for it every 100 ms
         except OSError as err:
             log.error("run %s: cannot ask its supervisor to stop: %s", slot.run_id, err)
 
@@ -232,7 +233,7 @@ class Runs:
             # A supervisor told to stop records "cancelled"; this marker lets a restarted agentd,
             # which may never have sent the result below, report the run as disk_full again.
             with contextlib.suppress(OSError):
-                (slot.dir / "disk_full").touch()
+                (slot.dir / run_dir_files.DISK_FULL).touch()
         if self._supervisor_alive(slot):
             self._stop(slot)
         result = {"status": "failed", "exit_code": -1, "reason": reason, "error": error}
@@ -319,7 +320,7 @@ class Runs:
         offset = slot.box.end
         dead_checks = 0
         while not slot.box.finished:
-            read_to, records = read_records(slot.dir / "output.jsonl", offset, run_id)
+            read_to, records = read_records(slot.dir / run_dir_files.OUTPUT, offset, run_id)
             now = time.monotonic()
             for end, record in records:
                 if "exit" in record:
@@ -370,7 +371,7 @@ class Runs:
 
     def _exit(self, slot: RunSlot, result: dict[str, Any]) -> dict[str, Any]:
         """The result to report from a supervisor's exit record."""
-        if result.get("status") == "cancelled" and (slot.dir / "disk_full").exists():
+        if result.get("status") == "cancelled" and (slot.dir / run_dir_files.DISK_FULL).exists():
             return {
                 **result,
                 "status": "failed",

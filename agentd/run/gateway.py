@@ -2,8 +2,8 @@
 
 A runtime never sees the provider key. It calls this endpoint with a per-run token as its API key;
 the gateway, in the run's supervisor outside the sandbox, checks the token, applies the routed
-member's model and the tier's output cap, reserves the call on every meter (ReserveModelCall, the
-harness's budget gate), forwards it with the real credential, reads the usage from the JSON answer
+member's model and the tier's output cap, reserves the call on every meter (ReserveModelCall, through
+the run's ControlPlane), forwards it with the real credential, reads the usage from the JSON answer
 or the SSE stream as it passes, and settles the exact cost. A budget refusal is answered with an
 Anthropic-shaped 403 `permission_error`, which runtimes do not retry, and is remembered so the run
 ends with the refusal's reason.
@@ -29,6 +29,8 @@ from typing import Any
 import h11
 import httpx2
 
+from agentd.errors import ModelCallRefused
+from agentd.run.control_plane import ControlPlane, ModelCall
 from agentd.run.messages_request import COUNT_TOKENS, MESSAGES, body_problem, rewrite
 from drover.core.usage import Usage
 
@@ -44,20 +46,6 @@ ROUTES = (MESSAGES, COUNT_TOKENS, QUESTIONS)
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "content-type", "accept", "user-agent")
 ANSWER_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry", "cache-control")
 OAUTH_BETA = "oauth-2025-04-20"
-
-
-class Refused(Exception):
-    """The control plane refused the call; `code` is its refusal (spend_limited, run_call_cap, ...)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-Reserve = Callable[[str, str, int, int], Awaitable[str]]
-"""(key, model, max_output_tokens, estimated_input_tokens) -> reservation id; raises Refused."""
-Settle = Callable[[str, Usage | None, str], Awaitable[None]]
-"""(reservation id, usage or None, error class or "")."""
 
 
 @dataclasses.dataclass
@@ -158,18 +146,20 @@ class Gateway:
         model: str,
         max_output_tokens: int,
         upstream: Upstream,
-        reserve: Reserve,
-        settle: Settle,
+        control_plane: ControlPlane,
         key_prefix: str = "gw",
         ask: Callable[[str, bool], Awaitable[str]] | None = None,
+        say: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.token, self.model, self.max_output_tokens = token, model, max_output_tokens
-        self.upstream, self._reserve, self._settle = upstream, reserve, settle
+        self.upstream, self.control_plane = upstream, control_plane
         self.key_prefix = key_prefix
         self.ask = ask
+        self.say = say
+        """Writes a line to the run's system log (a refusal)."""
         self.calls = 0
         """Model calls forwarded (reserved) so far."""
-        self.refused: Refused | None = None
+        self.refused: ModelCallRefused | None = None
         """The first refusal, if the control plane refused a call."""
         self.rejected_tokens = 0
         """Requests with a missing or wrong token."""
@@ -283,8 +273,10 @@ class Gateway:
         self.calls += 1
         key = f"{self.key_prefix}:{self.calls}"
         try:
-            reservation = await self._reserve(key, self.model, int(payload["max_tokens"]), len(body) // 4)
-        except Refused as refused:
+            call = ModelCall(key, self.model, "agent", int(payload["max_tokens"]), len(body) // 4)
+            reservation = (await self.control_plane.reserve(call)).id
+        except ModelCallRefused as refused:
+            self.say(f"model gateway: {refused}")
             self.refused = refused
             return await self._refuse(conn, writer, refused)
         await self._forward(conn, writer, path, headers, payload, reservation)
@@ -307,7 +299,7 @@ class Gateway:
             given = bearer[7:].strip()
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
 
-    async def _refuse(self, conn: h11.Connection, writer: Any, refused: Refused) -> None:
+    async def _refuse(self, conn: h11.Connection, writer: Any, refused: ModelCallRefused) -> None:
         message = f"Drover refused the model call: {refused.code}. {refused} The run stops here."
         await self._send(conn, writer, 403, error_body("permission_error", message))
 
@@ -352,7 +344,7 @@ class Gateway:
                 raise ConnectionError("the provider's answer broke off") from err
         finally:
             if reservation:
-                await self._settle(reservation, reader.usage, reader.error)
+                await self.control_plane.settle(reservation, reader.usage, reader.error)
 
     async def _send(self, conn: h11.Connection, writer: Any, status: int, body: bytes) -> None:
         headers = [("content-type", "application/json"), ("content-length", str(len(body)))]

@@ -11,7 +11,7 @@ import pathlib
 from typing import Any
 
 from agentd.daemon.logbatch import RECORD_BYTES
-from agentd.daemon.outbox import is_full
+from agentd.errors import is_full
 
 log = logging.getLogger("agentd.output")
 

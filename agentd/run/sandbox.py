@@ -51,10 +51,6 @@ class Bind:
     writable: bool = False
 
 
-class SandboxFailed(Exception):
-    """bubblewrap could not set the sandbox up; the run fails as `sandbox_failed`."""
-
-
 @dataclasses.dataclass(frozen=True)
 class SandboxPolicy:
     """What a command may do. Limits apply per process (RLIMIT_*), inherited by its children."""

@@ -5,18 +5,29 @@ it got in RUN_DIR/inputs.applied."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import logging
 import os
 import pathlib
 from typing import Any
 
-from agentd.daemon.outbox import RunOutbox
+from agentd import run_dir as run_dir_files
 
-log = logging.getLogger("agentd.runs")
+FILE = run_dir_files.INPUTS
+APPLIED = run_dir_files.INPUTS_APPLIED
 
-FILE = "inputs.jsonl"
-APPLIED = "inputs.applied"
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """A person's input to a running session: a message waits for the end of the turn; an interrupt
+    stops the turn at once, then its text (if any) is the next message; an answer to a question; park
+    (the control plane says: held too long, park the session)."""
+
+    kind: str  # message | interrupt | answer | park
+    text: str = ""
+    id: str = ""
+    seq: int = 0
+    question_id: str = ""
 
 
 def read(path: pathlib.Path) -> list[dict[str, Any]]:
@@ -83,16 +94,15 @@ def mark_applied(run_dir: pathlib.Path, seq: int) -> None:
     os.replace(tmp, run_dir / APPLIED)
 
 
-def deliver(run_dir: pathlib.Path, box: RunOutbox, given: Any) -> None:
-    """Keep a person's input (a drover.v1.SessionInput) on disk for the run's supervisor, each input_seq
-    once and in order, and report it received through the run's outbox."""
-    path = run_dir / FILE
-    if given.input_seq != stored_through(path) + 1:
-        return  # had (and reported) already, or out of order: the next reconnect sends it again
-    try:
-        store(path, given.input_seq, given.kind, given.text, given.input_id, given.question_id)
-        box.append("input_received", input_seq=given.input_seq)
-    except OSError as err:
-        log.error("run %s: cannot keep input %d: %s", run_dir.name, given.input_seq, err)
-        return
-    log.info("run %s: input %d (%s) received", run_dir.name, given.input_seq, given.kind)
+def inputs(run_dir: pathlib.Path, after: int) -> list[Input]:
+    """The inputs stored after seq `after`, in order."""
+    return [
+        Input(
+            str(record["kind"]),
+            str(record.get("text") or ""),
+            str(record.get("id", "")),
+            int(record["seq"]),
+            str(record.get("question_id", "")),
+        )
+        for record in read(run_dir / FILE)[after:]
+    ]

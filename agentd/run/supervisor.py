@@ -1,68 +1,90 @@
-"""The supervisor of one run: `python -m agentd.run.supervisor RUN_DIR`, secrets as JSON on stdin.
+"""The supervisor of one run: `python -m agentd.run.supervisor RUN_DIR`, secrets as JSON on stdin
+({"secret_env", and for a model-driven run "agent_token" and "channel": agentd's ChannelSettings, TLS as
+file paths}); they never touch the disk.
 
-It is started detached from agentd (its own session), so a run outlives an agentd
-restart. It prepares the workspace, hands it to the session user, runs the command in
-the sandbox the spec names (agentd/run/sandbox.py) with a minimal environment, and appends
-every piece of output, stream-tagged and in arrival order, to RUN_DIR/output.jsonl; the
-last record is the exit. agentd tails that file; nothing else is shared between the two.
-"""
+One skeleton for every way of working a Task: the run's spec (agentd/run/spec.py) names its driver
+(agentd/drivers/: command, harness, claude-code, opencode), and the supervisor walks
+
+    workspace -> sandbox -> drive -> publish -> exit record
+
+with the driver doing the drive (and choosing its workspace and sandbox through `Run`). It is started
+detached from agentd (its own session), so a run outlives an agentd restart, and appends everything
+the run says, stream-tagged and in arrival order, to RUN_DIR/output.jsonl (agentd/run/output.py); the
+last record is the exit. agentd tails that file; nothing else is shared between the two. A harness
+run started again on the same RUN_DIR resumes from its transcript."""
 
 from __future__ import annotations
 
-import codecs
+import asyncio
+import base64
 import dataclasses
+import gzip
+import importlib
 import json
 import os
 import pathlib
-import selectors
 import signal
-import subprocess
 import sys
-import time
-from typing import Any
+import traceback
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
+from agentd import run_dir as run_dir_files
 from agentd.daemon import cgroups, run_disk
-from agentd.run.confined import Confined, ready_pipe
+from agentd.errors import DiskFailed, RunEnded, SandboxFailed, is_full
 from agentd.run.output import Output
-from agentd.run.sandbox import (
-    BWRAP,
-    UNSANDBOXED,
-    Bind,
-    Sandbox,
-    SandboxPolicy,
-    for_mode,
-)
-from drover.core import workspace
+from agentd.run.sandbox import BWRAP, UNSANDBOXED, Bind, Sandbox, SandboxPolicy, for_mode
+from agentd.run.spec import RunSpec
+from drover.core import build_outputs, workspace
 
-CHUNK = 64 * 1024
+if TYPE_CHECKING:
+    from agentd.run.control_plane import ControlPlane
+    from drover.core import gitspace
+
 GIT_TOKEN = "DROVER_GIT_TOKEN"
 """The secret agentd clones and pushes with; never given to a command."""
+PARKED = "WIP: parked while waiting for answers"
+MAX_STATE = 3 << 20
+"""A parked session's state (gzip) is kept up to this size, else not at all."""
+DRIVERS = {
+    "command": "agentd.drivers.command",
+    "harness": "agentd.drivers.harness.driver",
+    "claude-code": "agentd.drivers.runtime",
+    "opencode": "agentd.drivers.runtime",
+}
+"""The module of each way of working a Task; each has `driver(spec) -> Driver`."""
 
 
-class RunEnds(Exception):
-    """How the run ended: the exit record's status, exit code, reason and error."""
+class Driver(Protocol):
+    """One way of working a Task (agentd/drivers/)."""
 
-    def __init__(self, status: str, exit_code: int, reason: str, error: str = "", line: str = "") -> None:
-        super().__init__(f"{status}: {reason}")
-        self.status, self.exit_code, self.reason, self.error = status, exit_code, reason, error
-        self.line = line
-        """What the run's system log says about it, if anything."""
+    crash_code: str
+    """The run's reason when the driver itself fails (a bug, an unreachable control plane)."""
+    output_slack: int
+    """Output recorded past the run's limit (a command's exit and system lines)."""
+
+    async def drive(self, run: Run) -> RunEnded:
+        """Work the Task in `run`'s workspace and sandbox; answers (or raises) how the run ended."""
+        ...
 
 
-class Supervisor:
-    def __init__(self, run_dir: pathlib.Path, secret_env: dict[str, str]) -> None:
+class Run:
+    """What every driver gets: the run's spec, secrets and output, and the skeleton's steps."""
+
+    def __init__(self, run_dir: pathlib.Path, secrets: dict[str, Any], output_slack: int = 0) -> None:
         self.run_dir = run_dir
-        self.spec = json.loads((run_dir / "assignment.json").read_text())
-        self.secret_env = secret_env
-        self.output = Output(
-            run_dir / "output.jsonl",
-            list(secret_env.values()),
-            int(self.spec.get("output_limit_bytes", 8 * 1024 * 1024)) + 64 * 1024,
-        )
-        self.cancel_file = run_dir / "cancel"
-        self.child: subprocess.Popen[bytes] | None = None
-        self.kill_grace = float(self.spec.get("kill_grace_seconds", 10))
-        self.stderr_tail = ""  # bwrap says why it failed on the command's stderr
+        self.spec = RunSpec.load(run_dir)
+        self.secret_env: dict[str, str] = dict(secrets.get("secret_env") or {})
+        self.agent_token: str = secrets.get("agent_token", "")
+        self.channel: dict[str, Any] = secrets.get("channel") or {"control_plane": ""}
+        self.hidden = [*self.secret_env.values(), *([self.agent_token] if self.agent_token else [])]
+        self.output = Output(run_dir / run_dir_files.OUTPUT, self.hidden, self.spec.output_limit_bytes + output_slack)
+        self.cancel_file = run_dir / run_dir_files.CANCEL
+        self.ws_dir = self.spec.workspace
+        self.repo_dir, self.home = self.ws_dir / "repo", self.ws_dir / "home"
+        self.workspace: gitspace.Workspace | None = None
+        """A Task's workspace that publishes a ChangeSet (None: a command's clone, or no repository)."""
+        self._control_plane: ControlPlane | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -71,262 +93,294 @@ class Supervisor:
         run the same way: its output can no longer be stored (the exit record says disk_full)."""
         return self.cancel_file.exists() or self.output.full
 
-    def run(self) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        ws = pathlib.Path(self.spec["workspace_dir"])
-        repo_dir, home = ws / "repo", ws / "home"
-        try:
-            self._run(repo_dir, home)
-        finally:
-            if not self.spec.get("keep_workspace"):
-                run_disk.release(ws)
-                workspace.remove(ws)
-
-    def _run(self, repo_dir: pathlib.Path, home: pathlib.Path) -> None:
-        """Workspace, sandbox, command: each step ends the run with its outcome when it cannot go on."""
-        try:
-            self._check_cancel()
-            self._workspace(repo_dir, home)
-            sandbox = self._sandbox(repo_dir)
-            self._check_cancel()
-            child, processes = self._start(sandbox, repo_dir, home)
-            self._wait(child, processes)
-        except RunEnds as end:
-            if end.line:
-                self.output.write("system", f"{end.line}\n")
-            hit = limits_hit(self.spec)
-            for line in hit:
-                self.output.write("system", f"{line}\n")
-            self.output.exit(end.status, end.exit_code, end.reason, "; ".join(filter(None, [end.error, *hit])))
-
-    def _check_cancel(self) -> None:
+    def check_cancel(self) -> None:
         if self.cancelled:
-            raise RunEnds("cancelled", -1, "cancelled")
+            raise RunEnded("cancelled", code="cancelled", exit_code=-1)
 
-    def _workspace(self, repo_dir: pathlib.Path, home: pathlib.Path) -> None:
-        """Clone the project (merging the dependencies' ChangeSets) and make HOME beside it."""
+    @property
+    def control_plane(self) -> ControlPlane:
+        """The run's client of the control plane (reserve, settle, ask, publish, input)."""
+        if self._control_plane is None:
+            from agentd.run.control_plane import GrpcControlPlane
+
+            self._control_plane = GrpcControlPlane(self.channel, self.agent_token, self.spec.run_id, self.run_dir)
+        return self._control_plane
+
+    # --- the workspace ---------------------------------------------------------------------------
+
+    def clone(self) -> None:
+        """A command's workspace: the project cloned (the dependencies' ChangeSets merged) and HOME beside it."""
         spec = self.spec
-        if spec.get("repo"):
+        if spec.repo:
             self.output.write(
                 "system",
-                f"workspace: cloning {workspace.redact_url(spec['repo'])} "
-                f"at {spec.get('branch') or 'its default branch'}\n",
+                f"workspace: cloning {workspace.redact_url(spec.repo)} at {spec.branch or 'its default branch'}\n",
             )
         token = self.secret_env.get(GIT_TOKEN, "")
-        try:
-            attach_disk(spec)
-            if spec.get("stack"):  # a dependent Task runs on its dependencies' ChangeSets
-                from drover.core import gitspace  # pygit2 only for runs that need it: ~60 ms sooner without
+        self.attach_disk()
+        if spec.stack:  # a dependent Task runs on its dependencies' ChangeSets
+            from drover.core import gitspace  # pygit2 only for runs that need it: ~60 ms sooner without
 
-                stack = [gitspace.StackItem(**item) for item in spec["stack"]]
-                self.output.write("system", f"workspace: merging {len(stack)} ChangeSets\n")
-                commit = gitspace.open_workspace(
-                    repo_dir, spec["repo"], spec.get("branch", ""), stack, token
-                ).start_commit
-            else:
-                commit = workspace.prepare(repo_dir, spec.get("repo", ""), spec.get("branch", ""), token)
-            home.mkdir(parents=True, exist_ok=True)
-        except workspace.WorkspaceError as err:
-            conflict = type(err).__name__ == "MergeConflict"
-            raise RunEnds(
-                "failed",
-                -1,
-                "dependency_merge_conflict" if conflict else "workspace_failed",
-                str(err),
-                line=f"workspace: {err}",
-            ) from None
+            self.output.write("system", f"workspace: merging {len(spec.stack)} ChangeSets\n")
+            commit = gitspace.open_workspace(self.repo_dir, spec.repo, spec.branch, self._stack(), token).start_commit
+        else:
+            commit = workspace.prepare(self.repo_dir, spec.repo, spec.branch, token)
+        self.home.mkdir(parents=True, exist_ok=True)
         if commit:
             self.output.write("system", f"workspace: at commit {commit}\n")
 
-    def _sandbox(self, repo_dir: pathlib.Path) -> Sandbox:
-        """The sandbox the spec names, with the workspace handed to its session user."""
+    def open_task_workspace(self) -> tuple[pathlib.Path | None, bool]:
+        """A model-driven Task's workspace by its mode: none, read (a clone), write (a Workspace that
+        publishes; resumed as the run left it, or from a parked session's WIP branch). Answers the
+        repository's root (None: no repository) and whether the Task may change it."""
+        from drover.core import gitspace
+
+        h, spec = self.spec.harness, self.spec
+        token = self.secret_env.get(GIT_TOKEN, "")
+        state = self.run_dir / run_dir_files.WORKSPACE
+        if h.workspace_mode == "none":
+            return None, False
+        self.attach_disk()
+        if h.workspace_mode == "read":
+            if not workspace.has_repository(self.repo_dir):
+                workspace.prepare(self.repo_dir, spec.repo, spec.branch, token)
+            return self.repo_dir, False
+        if h.resume_branch and not state.exists():  # resuming a parked session: its WIP branch
+            saved = json.loads(h.resume_workspace_json or "{}")
+            self.output.write("system", f"workspace: resuming {h.resume_branch}\n")
+            workspace.prepare(self.repo_dir, spec.repo, h.resume_branch, token)
+            gitspace.detach(self.repo_dir)
+            state.write_text(json.dumps(saved))
+        if state.exists() and workspace.has_repository(self.repo_dir):  # resumed: as the run left it
+            saved = json.loads(state.read_text())
+            self.workspace = gitspace.Workspace(
+                self.repo_dir,
+                saved["base_commit"],
+                saved["start_commit"],
+                saved["stacked_on"],
+                token,
+                gitspace.DEFAULT_IDENTITY,
+                spec.repo,
+            )
+            return self.repo_dir, True
+        stack = self._stack()
+        merging = f", merging {len(stack)} ChangeSets" if stack else ""
+        self.output.write("system", f"workspace: cloning {workspace.redact_url(spec.repo)} at {spec.branch}{merging}\n")
+        self.workspace = gitspace.open_workspace(self.repo_dir, spec.repo, spec.branch, stack, token)
+        state.write_text(
+            json.dumps(
+                {
+                    "base_commit": self.workspace.base_commit,
+                    "start_commit": self.workspace.start_commit,
+                    "stacked_on": self.workspace.stacked_on,
+                }
+            )
+        )
+        return self.repo_dir, True
+
+    def _stack(self) -> list[gitspace.StackItem]:
+        from drover.core import gitspace
+
+        return [gitspace.StackItem(**dataclasses.asdict(item)) for item in self.spec.stack]
+
+    def attach_disk(self) -> None:
+        """Mount the run's own filesystem on its workspace (agentd/daemon/run_disk.py), when it has one."""
+        if self.spec.run_disk_bytes > 0:
+            try:
+                run_disk.attach(self.ws_dir, self.spec.run_disk_bytes)
+            except DiskFailed as err:
+                raise workspace.WorkspaceError(str(err)) from None
+
+    # --- the sandbox -----------------------------------------------------------------------------
+
+    def sandbox(self, network: bool, hand_over: Sequence[pathlib.Path | None] = (), **limits: int) -> Sandbox:
+        """The sandbox the spec names, as the run slot's uid or the session user, in the run's cgroups,
+        with `hand_over` (the workspace and HOME, never the git directory beside them) handed to that
+        user. `limits` replace SandboxPolicy's. SandboxFailed when it cannot be set up."""
         try:
-            sandbox = sandbox_for(self.spec, bool(self.spec.get("network")))
-            for path in (repo_dir, repo_dir.parent / "home"):  # never the git directory beside them
-                workspace.hand_over(path, sandbox.policy.ids())
+            sandbox = sandbox_for(self.spec, network, **limits)
+            for path in hand_over:
+                if path is not None:
+                    workspace.hand_over(path, sandbox.policy.ids())
         except (ValueError, OSError) as err:
-            raise RunEnds("failed", -1, "sandbox_failed", str(err), line=f"sandbox: {err}") from None
+            raise SandboxFailed(str(err)) from None
         if not sandbox.isolated:
             self.output.write("system", f"WARNING: {UNSANDBOXED}\n")
         return sandbox
 
-    def _start(
-        self, sandbox: Sandbox, repo_dir: pathlib.Path, home: pathlib.Path
-    ) -> tuple[subprocess.Popen[bytes], Confined]:
-        """Start the command in its sandbox with exactly its environment."""
-        spec = self.spec
+    def hand_over(self, path: pathlib.Path, sandbox: Sandbox) -> None:
+        """`path` owned by the user the sandbox's commands run as."""
+        workspace.hand_over(path, sandbox.policy.ids())
+
+    def command_env(self, root: pathlib.Path | None, home: pathlib.Path) -> tuple[dict[str, str], list[Bind]]:
+        """The environment every command of the run starts from, and what git inside needs: agentd's
+        repository, read-only at root/.git (the Task's own env and the driver's come on top)."""
         env = {
-            "PATH": spec.get("path") or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "LANG": "C.UTF-8",
             "TZ": "UTC",
             "HOME": str(home),
-            "DROVER_WORKSPACE": str(repo_dir),
-            "DROVER_RUN_ID": spec["run_id"],
-            "DROVER_TASK_KEY": spec.get("task_key", ""),
+            "DROVER_WORKSPACE": str(root or ""),
+            "DROVER_RUN_ID": self.spec.run_id,
         }
         binds = []
-        if workspace.has_repository(repo_dir):  # git works inside on agentd's repository, read-only
+        if root is not None and workspace.has_repository(root):
             env.update(workspace.SAFE_DIRECTORY_ENV)
-            binds.append(Bind(workspace.git_dir(repo_dir), str(repo_dir / ".git")))
-        env.update(spec.get("env", {}))
-        # the git token stays with agentd, which clones and pushes: the command never gets it
-        env.update({name: value for name, value in self.secret_env.items() if name != GIT_TOKEN})
-        argv = spec["argv"]
-        read, write = ready_pipe() if sandbox.isolated else (None, None)
+            binds.append(Bind(workspace.git_dir(root), str(root / ".git")))
+        return env, binds
+
+    # --- publishing and parking ------------------------------------------------------------------
+
+    @property
+    def build_outputs(self) -> list[str]:
+        """The patterns of files a ChangeSet leaves out: the project's, else the default ones."""
+        return list(self.spec.harness.build_outputs or build_outputs.DEFAULT_BUILD_OUTPUTS)
+
+    async def commit_workspace(self, message: str, written: set[str]) -> gitspace.ChangeSetResult:
+        """Commit and push the workspace on the Task's branch, build outputs left out unless a write
+        tool wrote them (`written`, relative to the root)."""
+        assert self.workspace is not None
+        return await asyncio.to_thread(
+            self.workspace.publish, self.spec.change_id, self.spec.task_id, message, self.build_outputs, written
+        )
+
+    async def publish(self, ended: RunEnded, written: set[str]) -> RunEnded:
+        """The Task's work as its ChangeSet: committed, pushed, published to the control plane."""
+        summary = ended.intent.get("summary", "") or ended.reason
+        result = await self.commit_workspace(f"{self.spec.task_key}: {summary}"[:500], written)
+        left_out = build_outputs.summary(result.left_out, self.build_outputs)
+        changeset_id = await self.control_plane.publish(result, summary, ended.intent, left_out)
+        left = f"; left out as build outputs: {', '.join(left_out)}" if left_out else ""
+        self.output.write(
+            "system", f"published ChangeSet {changeset_id} on {result.branch} ({len(result.own_files)} files{left})\n"
+        )
+        return ended
+
+    def resume_state(self) -> bytes:
+        """A parked session's state (gunzipped) when this run resumes one, else b""."""
+        packed = self.spec.harness.resume_state
         try:
-            # bwrap runs as root before any namespace exists: it gets a fixed environment in "/", and
-            # the Task's env reaches the command alone (agentd/run/launch.py)
-            writable = [repo_dir, home]
-            with sandbox.wrap(argv, repo_dir, env, writable=writable, ready_fd=write, binds=binds) as launch:
-                child = subprocess.Popen(
-                    launch.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    **launch.spawn_kwargs(),
-                )
-        except (OSError, ValueError) as err:
-            if read is not None:
-                os.close(read)
-            why = err.strerror if isinstance(err, OSError) else str(err)
-            raise RunEnds(
-                "failed", -1, "start_failed", f"cannot start {argv[0]}: {why}", line=f"cannot start {argv[0]}: {why}"
-            ) from None
-        finally:
-            if write is not None:
-                os.close(write)  # the launcher holds it now
-        self.child = child
-        return child, Confined(child.pid, read, lambda: child.returncode is not None)
+            return gzip.decompress(packed) if packed else b""
+        except (ValueError, OSError, EOFError):
+            return b""
 
-    def _wait(self, child: subprocess.Popen[bytes], processes: Confined) -> None:
-        """Copy output until the command ends (or is stopped), then say how it ended."""
-        timeout = float(self.spec.get("timeout_seconds") or 0)
-        stopped = self._pump(child, processes, timeout)
-        code = child.wait()
-        processes.kill()  # nothing of the run outlives it (in the sandbox, its init saw to that)
-        started = processes.started
-        processes.close()
-        if not started and not stopped:
-            error = self.stderr_tail.strip().splitlines()[-1:] or [f"bubblewrap exited with {code}"]
-            raise RunEnds(
-                "failed", code, "sandbox_failed", error[0], line=f"sandbox: the command did not start: {error[0]}"
+    async def park(self, ended: RunEnded, session_id: str, state: bytes | None, written: set[str]) -> RunEnded:
+        """Commit the workspace as WIP on the Task's branch (no ChangeSet) and keep the session's state
+        (secrets redacted, gzip, at most 3 MiB) for the run that resumes it."""
+        parked: dict[str, Any] = {"session_id": session_id}
+        if self.workspace is not None:
+            result = await self.commit_workspace(PARKED, written)
+            parked.update(
+                branch=result.branch,
+                commit=result.commit,
+                workspace={
+                    "base_commit": result.base_commit,
+                    "start_commit": result.start_commit,
+                    "stacked_on": result.stacked_on,
+                },
             )
-        if stopped == "timeout":
-            raise RunEnds("failed", code, "timeout", f"timed out after {timeout:.0f} s")
-        if stopped == "cancelled":
-            raise RunEnds("cancelled", code, "cancelled")
-        if code == 0:
-            raise RunEnds("succeeded", 0, "")
-        raise RunEnds("failed", code, "exit_code", f"exited with {code}")
+            self.output.write("system", f"parked: the workspace is {result.commit[:12]} on {result.branch}\n")
+        if state:
+            text = state.decode(errors="replace")
+            for secret in sorted((s for s in self.hidden if len(s) >= 4), key=len, reverse=True):
+                text = text.replace(secret, "***")
+            packed = gzip.compress(text.encode())
+            if len(packed) <= MAX_STATE:
+                ended.extra["state"] = base64.b64encode(packed).decode()
+            else:
+                self.output.write("system", f"parked: the session's state ({len(packed)} bytes) is not kept\n")
+        ended.extra["parked"] = json.dumps(parked)
+        return ended
 
-    def _pump(self, child: subprocess.Popen[bytes], processes: Confined, timeout: float) -> str:
-        """Copy output until both pipes close; stop the command's processes on cancel or timeout.
-        Answers "timeout", "cancelled" or "" (the command ended by itself)."""
-        assert child.stdout is not None and child.stderr is not None
-        sel = selectors.DefaultSelector()
-        decoders = {}
-        for name, pipe in (("stdout", child.stdout), ("stderr", child.stderr)):
-            os.set_blocking(pipe.fileno(), False)
-            sel.register(pipe, selectors.EVENT_READ, name)
-            decoders[name] = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        deadline = time.monotonic() + timeout if timeout > 0 else None
-        stopping_since: float | None = None
-        stopped = ""
-        open_pipes = 2
-        while open_pipes:
-            now = time.monotonic()
-            cancelled = stopping_since is None and self.cancelled
-            if stopping_since is None and (cancelled or (deadline is not None and now >= deadline)):
-                stopped = "cancelled" if cancelled else "timeout"
-                self.output.write(
-                    "system",
-                    "cancelled: stopping the process group\n"
-                    if cancelled
-                    else f"timed out after {timeout:.0f} s: stopping the process group\n",
-                )
-                processes.terminate()
-                stopping_since = now
-            if stopping_since is not None and now - stopping_since >= self.kill_grace:
-                processes.kill()
-                stopping_since = float("inf")
-            for key, _ in sel.select(timeout=0.1):
-                ready = key.fileobj
-                assert not isinstance(ready, int)
-                try:
-                    data = os.read(ready.fileno(), CHUNK)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    sel.unregister(ready)
-                    open_pipes -= 1
-                    self.output.write(key.data, decoders[key.data].decode(b"", final=True))
-                    continue
-                text = decoders[key.data].decode(data)
-                if key.data == "stderr":
-                    self.stderr_tail = (self.stderr_tail + text)[-2000:]
-                self.output.write(key.data, text)
-            # The leader exited; stragglers that hold the pipes are stopped too (in the sandbox its init
-            # has taken them already).
-            if child.poll() is not None and stopping_since is None and processes.alive():
-                processes.terminate()
-                stopping_since = time.monotonic()
-        return stopped
+    # --- the skeleton ----------------------------------------------------------------------------
+
+    async def supervise(self, driver: Driver) -> None:
+        """Drive the run to its end, whatever happens, then write the exit record and clean up."""
+        try:
+            ended = await self._drive(driver)
+            self.finish(ended)
+        finally:
+            if self._control_plane is not None:
+                await self._control_plane.close()
+            if not self.spec.keep_workspace:
+                run_disk.release(self.ws_dir)
+                workspace.remove(self.ws_dir)
+
+    async def _drive(self, driver: Driver) -> RunEnded:
+        try:
+            self.check_cancel()
+            return await driver.drive(self)
+        except RunEnded as ended:
+            return ended
+        except workspace.WorkspaceError as err:
+            conflict = type(err).__name__ == "MergeConflict"
+            code = "dependency_merge_conflict" if conflict else "workspace_failed"
+            return RunEnded("failed", str(err), code=code, exit_code=-1, line=f"workspace: {err}")
+        except SandboxFailed as err:  # never run the Task's commands any other way
+            return RunEnded("failed", str(err), code="sandbox_failed", exit_code=-1, line=f"sandbox: {err}")
+        except Exception as err:  # a bug or an unreachable control plane: end the run, say why
+            traceback.print_exc()
+            if is_full(err):  # the transcript or the workspace state could not be written
+                return RunEnded("failed", f"disk_full: {err}", code="disk_full")
+            return RunEnded("failed", f"{driver.crash_code}: {type(err).__name__}: {err}", code=driver.crash_code)
+
+    def finish(self, ended: RunEnded) -> None:
+        """The exit record, after what the run's system log should say about how it ended."""
+        if ended.line:
+            self.output.write("system", f"{ended.line}\n")
+        hit = limits_hit(self.spec)
+        for line in hit:
+            self.output.write("system", f"{line}\n")
+        error = "; ".join(filter(None, ["" if ended.ok else ended.reason, *hit]))
+        self.output.exit(ended.status, ended.exit_code, ended.code, error, **ended.extra)
 
 
-def sandbox_for(spec: dict[str, Any], network: bool, **limits: int) -> Sandbox:
-    """The sandbox the run's spec names, as its slot's uid or session user, in its cgroups; a spec from
-    before modes existed means bubblewrap. ValueError when the user does not exist or a cgroup cannot
-    be opened. `limits` replace SandboxPolicy's."""
-    groups = spec.get("cgroups") or []
-    processes = int(spec.get("run_processes", 512))
-    held: dict[str, Any] = {"processes": processes + 16 if groups else processes}  # pids.max stops forks first
-    if "run_tmp_bytes" in spec:
-        held["tmp_bytes"] = int(spec["run_tmp_bytes"])
+def sandbox_for(spec: RunSpec, network: bool, **limits: int) -> Sandbox:
+    """The sandbox the run's spec names, as its slot's uid or session user, in its cgroups. ValueError
+    when the user does not exist or a cgroup cannot be opened. `limits` replace SandboxPolicy's."""
+    held: dict[str, Any] = {"processes": spec.run_processes + 16 if spec.cgroups else spec.run_processes}
+    if spec.run_tmp_bytes is not None:  # pids.max stops forks first, RLIMIT_NPROC after
+        held["tmp_bytes"] = spec.run_tmp_bytes
     policy = SandboxPolicy(
-        network=network,
-        user=spec.get("session_user", ""),
-        uid=int(spec.get("uid", -1)),
-        gid=int(spec.get("gid", -1)),
-        seccomp=spec.get("seccomp", True),
-        **{**held, **limits},
+        network=network, user=spec.session_user, uid=spec.uid, gid=spec.gid, seccomp=spec.seccomp, **{**held, **limits}
     )
     policy.ids()  # ValueError for an unknown user
-    if groups:
+    if spec.cgroups:
         try:
-            fds = cgroups.open_procs(groups)  # held open for the supervisor's life: every command joins them
+            fds = cgroups.open_procs(list(spec.cgroups))  # held open for the supervisor's life: every command joins
         except OSError as err:
             raise ValueError(f"cannot open the run's cgroups: {err}") from None
         policy = dataclasses.replace(policy, cgroup_fds=fds)
-    return for_mode(spec.get("sandbox", "bubblewrap"), policy, spec.get("bwrap") or BWRAP)
+    return for_mode(spec.sandbox, policy, spec.bwrap or BWRAP)
 
 
-def attach_disk(spec: dict[str, Any]) -> None:
-    """Mount the run's own filesystem on its workspace (agentd/daemon/run_disk.py), when it has one.
-    WorkspaceError when it cannot."""
-    if int(spec.get("run_disk_bytes") or 0) > 0:
-        try:
-            run_disk.attach(pathlib.Path(spec["workspace_dir"]), int(spec["run_disk_bytes"]))
-        except run_disk.DiskFailed as err:
-            raise workspace.WorkspaceError(str(err)) from None
-
-
-def limits_hit(spec: dict[str, Any]) -> list[str]:
+def limits_hit(spec: RunSpec) -> list[str]:
     """What of the run's cgroup limits it ran into, a sentence each."""
-    groups = spec.get("cgroups") or []
-    if not groups:
+    if not spec.cgroups:
         return []
-    return cgroups.limits_hit(groups, int(spec.get("run_memory_bytes", 0)), int(spec.get("run_processes", 0)))
+    return cgroups.limits_hit(list(spec.cgroups), spec.run_memory_bytes, spec.run_processes)
 
 
-def serve(run_dir: str, secret_env: dict[str, str]) -> None:
+def load_driver(name: str) -> Any:
+    """The driver module of `name` (agentd/drivers/)."""
+    if name not in DRIVERS:
+        raise ValueError(f"no driver {name!r}")
+    return importlib.import_module(DRIVERS[name])
+
+
+def serve(run_dir: str, secrets: dict[str, Any]) -> None:
     """Supervise the run in `run_dir` (also what agentd/daemon/prefork.py calls in a forked supervisor)."""
-    Supervisor(pathlib.Path(run_dir), secret_env).run()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spec = RunSpec.load(pathlib.Path(run_dir))
+    driver: Driver = load_driver(spec.driver).driver(spec)
+    run = Run(pathlib.Path(run_dir), secrets, driver.output_slack)
+    asyncio.run(run.supervise(driver))
 
 
 def main() -> None:
-    secret_env = json.loads(sys.stdin.read() or "{}")
+    secrets = json.loads(sys.stdin.read() or "{}")
     sys.stdin.close()
-    serve(sys.argv[1], secret_env)
+    serve(sys.argv[1], secrets)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 uncapped (a usage report counting cache writes on top of input settled 105,750 of a 100,000
 micro-dollar limit).
 
-The real agentd gateway, wired as a runtime's supervisor wires it (its budget gate dials the real
+The real agentd gateway, wired as a runtime's supervisor wires it (its control-plane client dials the real
 control plane with the agent token of the run's agent), in front of the scripted fake Messages API.
 The run is assigned to a hand-driven agent, so the test holds the run as agentd would."""
 
@@ -16,6 +16,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,9 +24,8 @@ import httpx
 import pytest
 
 from agentd.daemon.connection import ChannelSettings
-from agentd.drivers.harness.gate import Gate
-from agentd.drivers.harness.loop import RunEnded
-from agentd.run.gateway import MAX_BODY, Gateway, Refused, Upstream
+from agentd.run.control_plane import GrpcControlPlane
+from agentd.run.gateway import MAX_BODY, Gateway, Upstream
 from drover.testing import fake_anthropic as fake
 from drover.v1 import agent_pb2
 from tests.conftest import API_KEY, Fleet, wait_for
@@ -55,23 +55,13 @@ def _start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path) -> tuple
 
 
 async def _gateway(fleet: Fleet, assign: Any) -> AsyncIterator[tuple[Gateway, str]]:
-    """The run's gateway as `agentd.drivers.runtimes.supervisor` builds it, served on loopback."""
-    gate = Gate(
+    """The run's gateway as `agentd.drivers.runtime` builds it, served on loopback."""
+    control_plane = GrpcControlPlane(
         ChannelSettings(fleet.plane.target),
         fleet.plane.agent_token_file.read_text().strip(),
         assign.run_id,
-        assign.model,
-        assign.harness.max_output_tokens,
-        incarnation=1,
-        call_number=lambda: 0,
+        pathlib.Path(tempfile.mkdtemp(prefix="drover-r2-7-")),
     )
-
-    async def reserve(key: str, model: str, max_output_tokens: int, estimate: int) -> str:
-        try:
-            return await gate.reserve_call(key, model, max_output_tokens, estimate)
-        except RunEnded as refused:
-            raise Refused(refused.code, refused.reason) from None
-
     gateway = Gateway(
         token=RUN_TOKEN,
         model=assign.model,
@@ -79,8 +69,7 @@ async def _gateway(fleet: Fleet, assign: Any) -> AsyncIterator[tuple[Gateway, st
         upstream=Upstream(
             assign.base_url, assign.secret_env["ANTHROPIC_API_KEY"], assign.harness.billing or "PayPerApi"
         ),
-        reserve=reserve,
-        settle=gate.settle_call,
+        control_plane=control_plane,
         key_prefix="gw:1",
     )
     server = await asyncio.start_server(gateway.serve, "127.0.0.1", 0)
@@ -89,7 +78,7 @@ async def _gateway(fleet: Fleet, assign: Any) -> AsyncIterator[tuple[Gateway, st
     finally:
         server.close()
         await gateway.close()
-        await gate.close()
+        await control_plane.close()
 
 
 def _call(max_tokens: Any = 1000, **extra: Any) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agentd.errors import AgentdError
+
 
 @dataclass(frozen=True)
 class Edit:
@@ -20,7 +22,7 @@ class Edit:
     new_text: str
 
 
-class EditError(Exception):
+class EditError(AgentdError):
     """Edit number `index` (0-based, in the order given) could not be applied: `reason`."""
 
     def __init__(self, index: int, reason: str) -> None:

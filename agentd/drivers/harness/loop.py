@@ -15,7 +15,8 @@ from typing import Any, Protocol, TypeVar
 from agentd.drivers.harness import fold
 from agentd.drivers.harness.tools import Finished, TaskTools
 from agentd.drivers.harness.transcript import INTERRUPTED, Transcript, messages
-from agentd.drivers.runtimes import Input
+from agentd.errors import AgentdError, RunEnded
+from agentd.run.session_input import Input
 from drover.core.model import ModelError, ModelReply
 
 T = TypeVar("T")
@@ -45,18 +46,8 @@ class ModelClient(Protocol):
 STOPPED = "stopped: a person interrupted this step before the tool finished; its effects are unknown"
 
 
-class Interrupted(Exception):
+class Interrupted(AgentdError):
     """A person's interrupt stopped the step under way."""
-
-
-class RunEnded(Exception):
-    """The run is over; `outcome` is one of the harness outcomes."""
-
-    def __init__(self, outcome: str, reason: str = "", intent: dict[str, Any] | None = None, code: str = "") -> None:
-        super().__init__(f"{outcome}: {reason}" if reason else outcome)
-        self.outcome, self.reason, self.intent = outcome, reason, intent or {}
-        self.code = code or outcome  # the run's reason as the control plane records it
-        self.extra: dict[str, Any] = {}  # more for the exit record (a parked session's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +188,7 @@ class Harness:
         await self._maybe_fold()
         conversation = messages(self.transcript)
         conversation[-1] = {**conversation[-1], "content": cached(conversation[-1]["content"])}
-        self.request_tokens = self._context_tokens()  # the budget gate reserves on this estimate
+        self.request_tokens = self._context_tokens()  # the meter reserves on this estimate
         reply = await self._interruptible(
             self.model.complete(
                 system=cached([{"type": "text", "text": SYSTEM}]),

@@ -11,13 +11,15 @@ import errno
 import os
 import pathlib
 
+from agentd.errors import AgentdError
+
 GIT_DIR = ".git"
 
 LIST_LIMIT = 2000
 """Entries list_files returns at most, before its truncation marker."""
 
 
-class PathEscape(Exception):
+class PathEscape(AgentdError):
     """The file tools may not use `path`: `reason` says why (safe to show the model)."""
 
     def __init__(self, path: str, reason: str) -> None:

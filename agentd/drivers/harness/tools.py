@@ -14,8 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentd.drivers.harness import edits, paths
+from agentd.errors import AgentdError, SandboxFailed
 from agentd.run.confined import Confined, ready_pipe
-from agentd.run.sandbox import Bind, Sandbox, SandboxFailed
+from agentd.run.sandbox import Bind, Sandbox
+from agentd.run.spawn import start as sandboxed
 from drover.core import allowlist, filewindow
 from drover.core.tool_specs import (
     COMMAND_OUTPUT,
@@ -28,7 +30,7 @@ from drover.core.tool_specs import (
 NO_WORKSPACE = "This Task has no workspace"
 
 
-class Finished(Exception):
+class Finished(AgentdError):
     """complete_task or fail_task ended the run."""
 
     def __init__(self, outcome: str, reason: str, intent: dict[str, Any]) -> None:
@@ -183,16 +185,16 @@ class TaskTools:
         allowlist.check_command(argv, self.policy)
         read, write = ready_pipe() if self.sandbox.isolated else (None, None)
         try:
-            with self.sandbox.wrap(
-                argv, self.root, dict(self.env), writable=self.shown, ready_fd=write, binds=self.binds
-            ) as launch:
-                proc = await asyncio.create_subprocess_exec(
-                    *launch.argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT,
-                    **launch.spawn_kwargs(),
-                )
+            proc = await sandboxed(
+                self.sandbox,
+                argv,
+                self.root,
+                dict(self.env),
+                writable=self.shown,
+                binds=self.binds,
+                ready_fd=write,
+                stderr=asyncio.subprocess.STDOUT,
+            )
         except BaseException:
             if read is not None:
                 os.close(read)

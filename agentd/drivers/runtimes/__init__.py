@@ -3,7 +3,7 @@
 A runtime is a `Session`: it writes its configuration into the run's $HOME, says how to start the
 program, then drives the running process: sends the prompt, turns what the program prints into
 run events (seed 003's kinds: text, tool_use, tool_result, result, user), delivers input between
-turns, and reports how the session ended. The supervisor (`agentd.drivers.runtimes.supervisor`) owns the
+turns, and reports how the session ended. The runtime driver (`agentd.drivers.runtime`) owns the
 workspace, the sandbox, the model gateway and publishing; a Session owns only its protocol."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import os
 import pathlib
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from agentd.run.session_input import Input
 
 TOOL_RESULT_BYTES = 4000
 """A tool_result event carries at most this much of the tool's output (seed 003)."""
@@ -63,17 +65,6 @@ class SessionResult:
     cost_usd: float = 0.0
     error: str = ""
     session_id: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class Input:
-    """A person's input to a running session: a message waits for the end of the turn; an interrupt
-    stops the turn at once, then its text (if any) is the next message."""
-
-    kind: str  # message | interrupt
-    text: str = ""
-    id: str = ""
-    seq: int = 0
 
 
 Emit = Callable[[dict[str, Any]], None]

@@ -11,17 +11,18 @@ import json
 from typing import Any
 
 from agentd.drivers.runtimes import Emit, clip
+from agentd.errors import AgentdError
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 EXIT_SECONDS = 5.0
 """How long the program may take to exit once its stdin is closed, before it is terminated."""
 
 
-class _Broken(Exception):
+class _Broken(AgentdError):
     """The program misbehaved (exited, printed garbage, fell silent): the session cannot go on."""
 
 
-class _RpcError(Exception):
+class _RpcError(AgentdError):
     """A JSON-RPC error response."""
 
     def __init__(self, error: Any) -> None:

@@ -16,8 +16,9 @@ import json
 import re
 from typing import Any
 
-from agentd.drivers.runtimes import Emit, Input, SessionContext, SessionResult, clip
+from agentd.drivers.runtimes import Emit, SessionContext, SessionResult, clip
 from agentd.run import hostile
+from agentd.run.session_input import Input
 
 OFFLINE = {
     "IS_SANDBOX": "1",  # bypassPermissions as root is allowed only in a sandbox

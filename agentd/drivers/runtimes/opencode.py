@@ -21,8 +21,9 @@ import dataclasses
 import json
 from typing import Any
 
-from agentd.drivers.runtimes import Emit, Input, SessionContext, SessionResult, clip
+from agentd.drivers.runtimes import Emit, SessionContext, SessionResult, clip
 from agentd.drivers.runtimes.acp import EXIT_SECONDS, _Broken, _Connection, _RpcError
+from agentd.run.session_input import Input
 
 PROTOCOL_VERSION = 1
 STARTUP_SECONDS = 120.0

@@ -106,7 +106,7 @@ class AnthropicModel:
         before_attempt: Callable[[int], Awaitable[object]] | None = None,
     ) -> None:
         self.model = model
-        self._before_attempt = before_attempt  # the budget gate: it may raise to stop the call
+        self._before_attempt = before_attempt  # the run's meter: it may raise to stop the call
         self.policy = policy
         self._sleep = sleep
         self._on_attempt = on_attempt

@@ -16,6 +16,7 @@ import pytest
 import agentd.run.rlimits
 from agentd.daemon import cgroups, isolation, run_disk, run_slots
 from agentd.daemon.config import AgentConfig, load
+from agentd.errors import CgroupsUnavailable, RunRefused, StartRefused
 from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -42,7 +43,7 @@ def test_slot_ids_and_those_a_user_or_group_already_has() -> None:
 def test_agentd_refuses_run_slot_ids_that_belong_to_a_user() -> None:
     if os.geteuid() != 0:
         pytest.skip("slots exist only as root")
-    with pytest.raises(isolation.Refused, match=r"run_uid_base: .*uid 65534 is user 'nobody'"):
+    with pytest.raises(StartRefused, match=r"run_uid_base: .*uid 65534 is user 'nobody'"):
         isolation.prepare(AgentConfig(run_uid_base=65534, capacity=1))
 
 
@@ -87,7 +88,7 @@ def test_v1_hierarchies_are_found_by_their_mount_options(tmp_path: pathlib.Path)
         "pids": pathlib.Path("/sys/fs/cgroup/pids"),
         "cpu": pathlib.Path("/sys/fs/cgroup/cpu,cpuacct"),
     }
-    with pytest.raises(cgroups.Unavailable, match="no v1 pids hierarchy"):
+    with pytest.raises(CgroupsUnavailable, match="no v1 pids hierarchy"):
         cgroups.detect(tmp_path, MOUNTS.replace(",pids", ""))
 
 
@@ -98,7 +99,7 @@ def test_v2_is_the_unified_hierarchy_with_memory_and_pids(tmp_path: pathlib.Path
         tmp_path / "drover" / "a_b_c" / "slot-1"
     ]
     (tmp_path / "cgroup.controllers").write_text("cpu io\n")
-    with pytest.raises(cgroups.Unavailable, match="lacks the memory, pids controller"):
+    with pytest.raises(CgroupsUnavailable, match="lacks the memory, pids controller"):
         cgroups.detect(tmp_path, "")
 
 
@@ -141,7 +142,7 @@ def hierarchy() -> Iterator[tuple[cgroups.Hierarchy, str]]:
         found = cgroups.detect()
         agent = f"test-{uuid.uuid4().hex[:8]}"
         cgroups.prepare_agent(found, agent)
-    except cgroups.Unavailable as err:
+    except CgroupsUnavailable as err:
         pytest.skip(f"no cgroups here: {err}")
     yield found, agent
     cgroups.remove_agent(found, agent)
@@ -243,5 +244,5 @@ def test_places_give_the_lowest_free_slot_or_refuse_at_capacity(tmp_path: pathli
     config = AgentConfig(name=f"test-{uuid.uuid4().hex[:8]}", capacity=2, cgroups=False, work_dir=tmp_path)
     places = run_slots.Places(config)
     assert places.take([]) == (0, []) and places.take([0]) == (1, [])
-    with pytest.raises(run_slots.Refused, match="at_capacity"):
+    with pytest.raises(RunRefused, match="at_capacity"):
         places.take([1, 0])

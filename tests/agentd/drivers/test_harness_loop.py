@@ -15,7 +15,7 @@ from agentd.drivers.harness.fold import estimate_tokens
 from agentd.drivers.harness.loop import SYSTEM, Harness, Limits, RunEnded, events_for
 from agentd.drivers.harness.tools import TaskTools
 from agentd.drivers.harness.transcript import INTERRUPTED, Transcript
-from agentd.drivers.runtimes import Input
+from agentd.run.session_input import Input
 from drover.core.allowlist import DEFAULT_PYTHON_POLICY
 from drover.core.model import AnthropicModel
 from drover.core.retry import RetryPolicy

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from agentd.drivers.runtimes import Input, SessionContext, SessionResult
+from agentd.drivers.runtimes import SessionContext, SessionResult
 from agentd.drivers.runtimes.opencode import Opencode
+from agentd.run.session_input import Input
 from drover.testing import runtimes
 from drover.testing.fake_anthropic import FakeAnthropic, stall, text, tool_use
 

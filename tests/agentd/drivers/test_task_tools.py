@@ -19,7 +19,8 @@ from agentd.drivers.harness.tools import (
     TaskTools,
     ToolResult,
 )
-from agentd.run.sandbox import BubblewrapSandbox, SandboxFailed, SandboxPolicy
+from agentd.errors import SandboxFailed
+from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
 from drover.core.allowlist import DEFAULT_PYTHON_POLICY
 from drover.core.filewindow import READ_LIMIT
 

@@ -10,7 +10,9 @@ from typing import Any
 import anthropic
 import pytest
 
-from agentd.run.gateway import Gateway, Refused, Upstream
+from agentd.errors import ModelCallRefused
+from agentd.run.control_plane import ModelCall, Reservation
+from agentd.run.gateway import Gateway, Upstream
 from agentd.run.messages_request import body_problem, rewrite
 from drover.core.usage import Usage
 from drover.testing.fake_anthropic import FakeAnthropic, error, text
@@ -22,18 +24,19 @@ MODEL = "claude-sonnet-5-5"
 
 
 class Meters:
-    """The control plane's side of the gateway, as the budget gate would answer."""
+    """The control plane's side of the gateway (reserve and settle of agentd/run/control_plane.py's
+    ControlPlane), answering as the control plane would."""
 
     def __init__(self, refuse: str = "") -> None:
         self.refuse = refuse
         self.reserved: list[tuple[str, str, int, int]] = []
         self.settled: list[tuple[str, Usage | None, str]] = []
 
-    async def reserve(self, key: str, model: str, max_output_tokens: int, estimate: int) -> str:
+    async def reserve(self, call: ModelCall) -> Reservation:
         if self.refuse:
-            raise Refused(self.refuse, f"the control plane refused the model call: {self.refuse}")
-        self.reserved.append((key, model, max_output_tokens, estimate))
-        return f"res_{len(self.reserved)}"
+            raise ModelCallRefused(self.refuse, f"the control plane refused the model call: {self.refuse}")
+        self.reserved.append((call.key, call.model, call.max_output_tokens, call.estimated_input_tokens))
+        return Reservation(f"res_{len(self.reserved)}")
 
     async def settle(self, reservation: str, usage: Usage | None, error: str) -> None:
         self.settled.append((reservation, usage, error))
@@ -51,8 +54,7 @@ async def serve(provider: FakeAnthropic, meters: Meters) -> AsyncIterator[tuple[
         model=MODEL,
         max_output_tokens=4000,
         upstream=Upstream(provider.base_url, PROVIDER_KEY),
-        reserve=meters.reserve,
-        settle=meters.settle,
+        control_plane=meters,  # reserve and settle are all the gateway calls
     )
     server = await asyncio.start_server(gateway.serve, "127.0.0.1", 0)
     try:
@@ -171,8 +173,7 @@ async def test_a_subscription_member_is_called_with_its_oauth_token_which_the_ru
         model=MODEL,
         max_output_tokens=4000,
         upstream=Upstream(provider.base_url, oauth, billing="Subscription"),
-        reserve=meters.reserve,
-        settle=meters.settle,
+        control_plane=meters,  # reserve and settle are all the gateway calls
     )
     server = await asyncio.start_server(gateway.serve, "127.0.0.1", 0)
     try:

@@ -21,6 +21,7 @@ import pytest
 import agentd.run.rlimits
 from agentd.daemon import isolation, run_slots
 from agentd.daemon.config import AgentConfig
+from agentd.errors import StartRefused
 from agentd.run.confined import Confined, ready_pipe
 from agentd.run.sandbox import (
     ETC_ALLOWED,
@@ -125,12 +126,12 @@ def test_agentd_decides_at_start_and_refuses_without_a_working_sandbox() -> None
     assert "each in bubblewrap" in ready.said and not ready.warning and not ready.config.unsafe_no_sandbox
     if os.geteuid() == 0:
         assert "each run slot executes as a uid of its own (2000000000..2000000000)" in ready.said
-    with pytest.raises(isolation.Refused, match="apt-get install bubblewrap") as refused:
+    with pytest.raises(StartRefused, match="apt-get install bubblewrap") as refused:
         isolation.prepare(AgentConfig(bwrap="/nonexistent/bwrap"))
     assert "--unsafe-no-sandbox" in str(refused.value)
     unsafe = isolation.prepare(AgentConfig(bwrap="/nonexistent/bwrap", unsafe_no_sandbox=True))
     assert "WITHOUT a sandbox" in unsafe.said and "WITHOUT a sandbox" in unsafe.warning
-    with pytest.raises(isolation.Refused, match="does not exist"):
+    with pytest.raises(StartRefused, match="does not exist"):
         isolation.prepare(AgentConfig(session_user="no-such-user-here"))
 
 

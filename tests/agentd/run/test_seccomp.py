@@ -22,6 +22,7 @@ import pytest
 
 from agentd.daemon import isolation
 from agentd.daemon.config import AgentConfig
+from agentd.errors import StartRefused
 from agentd.run import seccomp
 from agentd.run.confined import Confined, ready_pipe
 from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
@@ -299,9 +300,7 @@ def test_agentd_refuses_to_start_where_the_filter_cannot_apply(workspace: pathli
         ' exit 1;; esac\nexec /usr/bin/bwrap "$@"\n'
     )
     bwrap.chmod(0o755)
-    with pytest.raises(
-        isolation.Refused, match=r"cannot apply agentd's seccomp filter .*Invalid argument.*seccomp = false"
-    ):
+    with pytest.raises(StartRefused, match=r"cannot apply agentd's seccomp filter .*Invalid argument.*seccomp = false"):
         isolation.prepare(AgentConfig(bwrap=str(bwrap)))
     started = isolation.prepare(AgentConfig(bwrap=str(bwrap), seccomp=False))
     assert "WITHOUT a seccomp filter" in started.said and "create user namespaces" in started.warning

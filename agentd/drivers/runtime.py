@@ -1,11 +1,10 @@
-"""The supervisor of one external-runtime run: `python -m agentd.drivers.runtimes.supervisor RUN_DIR`.
+"""The external-runtime driver (claude-code, opencode): a real coding-agent program works the Task as a
+session (agentd/drivers/runtimes/), its model calls through the run's model gateway.
 
-Like the harness's (agentd/drivers/harness/supervisor.py, whose workspace, budget gate and publishing it
-reuses), it is detached from agentd, gets its secrets on stdin and writes everything to
-RUN_DIR/output.jsonl. It opens the workspace, starts the run's model gateway (outside the sandbox:
-the provider's key stays here), writes the runtime's configuration into the session's $HOME, runs
-the runtime in the sandbox as the session user, streams its events, and when the session ends
-well publishes what it left in the workspace as the Task's ChangeSet.
+It starts the run's model gateway (outside the sandbox: the provider's key stays in the supervisor),
+writes the runtime's configuration into the session's $HOME, runs the runtime in the sandbox as the
+session user, streams its events, and when the session ends well the skeleton publishes what it left in
+the workspace as the Task's ChangeSet.
 
 The runtime reaches the gateway by TCP on loopback; in a sandbox without network, through a Unix
 socket bound into the sandbox and agentd/run/forwarder.py listening on the sandbox's own loopback."""
@@ -14,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import pathlib
 import secrets as tokens
@@ -24,22 +22,26 @@ import sys
 import tempfile
 from typing import Any
 
-from agentd.drivers.harness.gate import Gate
-from agentd.drivers.harness.loop import RunEnded, as_json_line
-from agentd.drivers.harness.supervisor import HarnessRun
+from agentd import run_dir as run_dir_files
+from agentd.drivers.harness.driver import incarnation
+from agentd.drivers.harness.loop import as_json_line
+from agentd.drivers.harness.transcript import Transcript
 from agentd.drivers.runtimes import Session, SessionContext, SessionResult, edited_path
 from agentd.drivers.runtimes.claude_code import ClaudeCode
 from agentd.drivers.runtimes.opencode import Opencode
+from agentd.errors import RunEnded
 from agentd.run import session_input
-from agentd.run.gateway import Gateway, Refused, Upstream
-from agentd.run.sandbox import UNSANDBOXED, Bind, Sandbox, SandboxFailed
-from agentd.run.supervisor import sandbox_for
-from drover.core import workspace
+from agentd.run.conversation import Conversation
+from agentd.run.gateway import Gateway, Upstream
+from agentd.run.sandbox import Bind, Sandbox
+from agentd.run.spawn import start as sandboxed
+from agentd.run.spec import RunSpec
+from agentd.run.supervisor import Run
 
 SESSIONS: dict[str, type[Any]] = {"claude-code": ClaudeCode, "opencode": Opencode}
-FORWARDER = pathlib.Path(__file__).resolve().parents[2] / "run" / "forwarder.py"
+FORWARDER = pathlib.Path(__file__).resolve().parents[1] / "run" / "forwarder.py"
 FORWARDER_INSIDE = "/run/drover/forwarder.py"
-QUESTIONS_MCP = pathlib.Path(__file__).resolve().parents[2] / "run" / "questions_mcp.py"
+QUESTIONS_MCP = pathlib.Path(__file__).resolve().parents[1] / "run" / "questions_mcp.py"
 QUESTIONS_MCP_INSIDE = "/run/drover/questions_mcp.py"
 GATEWAY_INSIDE = "/run/drover/gateway.sock"
 GATEWAY_PORT = 8421
@@ -49,6 +51,10 @@ RUNTIME_ADDRESS_SPACE = 64 * 1024**3
 more address space than they use; at the sandbox's default 4 GiB opencode cannot start a shell."""
 REFUSAL_GRACE_SECONDS = 30.0
 """After a budget refusal the runtime has this long to end its turn before it is stopped."""
+
+
+def driver(spec: RunSpec) -> RuntimeDriver:
+    return RuntimeDriver(SESSIONS[spec.driver]())
 
 
 def install_root(executable: str) -> pathlib.Path:
@@ -61,40 +67,35 @@ def install_root(executable: str) -> pathlib.Path:
     return real.parent
 
 
-class RuntimeRun(HarnessRun):
-    def __init__(self, run_dir: pathlib.Path, secrets: dict[str, Any]) -> None:
-        super().__init__(run_dir, secrets)
-        self.driver: str = self.spec["driver"]
-        self.executable: str = self.spec.get("runtime_command") or ""
+class RuntimeDriver:
+    crash_code = "harness_error"
+    output_slack = 0
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
         self.edited: set[str] = set()
         """Paths the runtime's edit tools asked for (its tool_use events): no build outputs, whatever they look like."""
 
     def event(self, event: dict[str, Any]) -> None:
-        self.output.write("event", as_json_line(event))
-        if edited := edited_path(event, self.ws_dir / "repo"):
+        self.run.output.write("event", as_json_line(event))
+        if edited := edited_path(event, self.run.repo_dir):
             self.edited.add(edited)
 
-    def written(self) -> set[str]:
-        return self.edited
-
-    async def _run(self) -> RunEnded:
-        h = self.spec["harness"]
-        session: Session = SESSIONS[self.driver]()
-        if not self.executable:
-            return RunEnded("failed", f"no_driver: this agent has no {self.driver} command", code="start_failed")
-        root, _ = self.open_root()
+    async def drive(self, run: Run) -> RunEnded:
+        self.run = run
+        spec, h = run.spec, run.spec.harness
+        if not spec.runtime_command:
+            return RunEnded("failed", f"no_driver: this agent has no {spec.driver} command", code="start_failed")
+        # the transcript keeps the questions asked (a restarted supervisor is still held)
+        transcript = Transcript(run.run_dir / run_dir_files.TRANSCRIPT)
+        self.conversation = Conversation(run.control_plane, transcript, run.output, incarnation(run))
+        root, _ = run.open_task_workspace()
         if root is None:  # a Task without a repository still needs a folder to work in
-            root = self.ws_dir / "repo"
+            root = run.repo_dir
             root.mkdir(parents=True, exist_ok=True)
-        try:
-            sandbox = sandbox_for(self.spec, bool(h.get("network")), memory_bytes=RUNTIME_ADDRESS_SPACE)
-        except ValueError as err:
-            raise SandboxFailed(str(err)) from None
-        if not sandbox.isolated:
-            self.output.write("system", f"WARNING: {UNSANDBOXED}\n")
-        gate = self._gate(self.spec["model"], int(h["max_output_tokens"]), lambda: 0)
-        gateway = self._gateway(gate)
-        through_socket = sandbox.isolated and not bool(h.get("network"))
+        sandbox = run.sandbox(h.network, memory_bytes=RUNTIME_ADDRESS_SPACE)
+        gateway = self._gateway()
+        through_socket = sandbox.isolated and not h.network
         scratch = pathlib.Path(tempfile.mkdtemp(prefix="drover-gw-"))  # short: a socket path has 108 bytes
         try:
             if through_socket:
@@ -106,84 +107,72 @@ class RuntimeRun(HarnessRun):
                 base_url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
             async with server:
                 ctx = SessionContext(
-                    executable=self.executable,
+                    executable=spec.runtime_command,
                     workspace=root,
-                    home=self.ws_dir / "home",
-                    model=self.spec["model"],
+                    home=run.home,
+                    model=spec.model,
                     base_url=base_url,
                     token=gateway.token,
-                    instructions=h.get("instructions") or "",
+                    instructions=h.instructions,
                     mcp_command=(
                         sys.executable,
                         "-I",
                         "-S",
                         QUESTIONS_MCP_INSIDE if sandbox.isolated else str(QUESTIONS_MCP),
                     ),
-                    held=self.held,
-                    **{"prompt": self.spec["prompt"], **self._resume_parts()},
+                    held=self.conversation.held,
+                    **{"prompt": spec.prompt, **self._resume_parts()},
                 )
-                ended = await self._session(session, ctx, sandbox, scratch if through_socket else None, gateway)
-            if ended.outcome == "completed" and self.workspace is not None:
-                ended = await self._publish(gate, ended)
+                ended = await self._session(ctx, sandbox, scratch if through_socket else None, gateway)
+            if ended.outcome == "completed" and run.workspace is not None:
+                ended = await run.publish(ended, self.edited)
             elif ended.outcome == "parked":
-                self.event({"kind": "session", "parked": True, "session_id": session.session_id})
-                ended = await self.park(ended, session.session_id, session.state(ctx))
+                self.event({"kind": "session", "parked": True, "session_id": self.session.session_id})
+                ended = await run.park(ended, self.session.session_id, self.session.state(ctx), self.edited)
             return ended
         finally:
             await gateway.close()
-            await gate.close()
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _gateway(self, gate: Gate) -> Gateway:
+    def _gateway(self) -> Gateway:
         """The run's model gateway: a fresh token in (redacted from everything the run writes), the
-        member's credential out, every call through the budget gate."""
-        h = self.spec["harness"]
+        member's credential out, every call reserved and settled through the control plane."""
+        run, h = self.run, self.run.spec.harness
         gateway = Gateway(
             token=tokens.token_urlsafe(32),
-            model=self.spec["model"],
-            max_output_tokens=int(h["max_output_tokens"]),
+            model=run.spec.model,
+            max_output_tokens=h.max_output_tokens,
             upstream=Upstream(
-                self.spec["base_url"],
-                self.secret_env.get("ANTHROPIC_API_KEY", ""),
-                h.get("billing") or "PayPerApi",
-                float(h.get("stall_timeout_seconds") or 120),
+                run.spec.base_url, run.secret_env.get("ANTHROPIC_API_KEY", ""), h.billing, h.stall_timeout_seconds
             ),
-            reserve=lambda key, model, out, estimate: self._reserve(gate, key, model, out, estimate),
-            settle=gate.settle_call,
-            key_prefix=f"gw:{self.incarnation}",
-            ask=lambda text, blocking: self.ask_question(gate, text, blocking),
+            control_plane=run.control_plane,
+            key_prefix=f"gw:{self.conversation.incarnation}",
+            ask=self.conversation.ask,
+            say=lambda line: run.output.write("system", f"{line}\n"),
         )
-        self.output.hide(gateway.token)
-        self.hidden.append(gateway.token)
+        run.output.hide(gateway.token)
+        run.hidden.append(gateway.token)
         return gateway
 
     def _resume_parts(self) -> dict[str, Any]:
         """A run that resumes a parked session: its id and state, and the answers as the first message (with
         no state to resume, a new session gets the Task's prompt and the answers)."""
-        h = self.spec["harness"]
-        answers = h.get("resume_answers") or ""
-        if not answers:
+        spec, h = self.run.spec, self.run.spec.harness
+        if not h.resume_answers:
             return {}
-        state = self.resume_state()
-        if h.get("resume_session_id") and state:
-            return {"resume_session_id": h["resume_session_id"], "resume_state": state, "prompt": answers}
-        return {"prompt": f"{self.spec['prompt']}\n\n{answers}\n"}
-
-    async def _reserve(self, gate: Any, key: str, model: str, max_output_tokens: int, estimate: int) -> str:
-        try:
-            reservation: str = await gate.reserve_call(key, model, max_output_tokens, estimate)
-        except RunEnded as refused:
-            self.output.write("system", f"model gateway: {refused.reason}\n")
-            raise Refused(refused.code, refused.reason) from None
-        return reservation
+        state = self.run.resume_state()
+        if h.resume_session_id and state:
+            return {"resume_session_id": h.resume_session_id, "resume_state": state, "prompt": h.resume_answers}
+        return {"prompt": f"{spec.prompt}\n\n{h.resume_answers}\n"}
 
     async def _session(
-        self, session: Session, ctx: SessionContext, sandbox: Sandbox, socket_dir: pathlib.Path | None, gateway: Gateway
+        self, ctx: SessionContext, sandbox: Sandbox, socket_dir: pathlib.Path | None, gateway: Gateway
     ) -> RunEnded:
+        session, run = self.session, self.run
         ctx.home.mkdir(parents=True, exist_ok=True)
         session.setup(ctx)
         for path in (ctx.workspace, ctx.home):  # the session user owns its workspace and $HOME, never the git dir
-            workspace.hand_over(path, sandbox.policy.ids())
+            run.hand_over(path, sandbox)
         argv = session.argv(ctx)
         binds = [
             Bind(install_root(ctx.executable), str(install_root(ctx.executable))),
@@ -193,37 +182,25 @@ class RuntimeRun(HarnessRun):
             argv = [sys.executable, "-I", "-S", FORWARDER_INSIDE, "--port", str(GATEWAY_PORT)]
             argv += ["--socket", GATEWAY_INSIDE, "--", *session.argv(ctx)]
             binds += [Bind(FORWARDER, FORWARDER_INSIDE), Bind(socket_dir / "gw.sock", GATEWAY_INSIDE, writable=True)]
-        git: dict[str, str] = {}
-        if workspace.has_repository(ctx.workspace):  # git inside reads agentd's repository, read-only
-            git = dict(workspace.SAFE_DIRECTORY_ENV)
-            binds.append(Bind(workspace.git_dir(ctx.workspace), str(ctx.workspace / ".git")))
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "LANG": "C.UTF-8",
-            "TZ": "UTC",
-            "HOME": str(ctx.home),
-            "DROVER_WORKSPACE": str(ctx.workspace),
-            "DROVER_RUN_ID": self.spec["run_id"],
-            **git,
-            **session.env(ctx),
-        }
+        env, git_binds = run.command_env(ctx.workspace, ctx.home)
+        env.update(session.env(ctx))
         try:
-            writable = [ctx.workspace, ctx.home]
-            with sandbox.wrap(argv, ctx.workspace, env, writable=writable, binds=binds) as launch:
-                process = await asyncio.create_subprocess_exec(
-                    *launch.argv,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    limit=16 << 20,  # a stream-json line carries whole tool results
-                    **launch.spawn_kwargs(),
-                )
+            process = await sandboxed(
+                sandbox,
+                argv,
+                ctx.workspace,
+                env,
+                writable=[ctx.workspace, ctx.home],
+                binds=[*binds, *git_binds],
+                stdin=asyncio.subprocess.PIPE,
+                limit=16 << 20,  # a stream-json line carries whole tool results
+            )
         except (OSError, ValueError) as err:
             return RunEnded("failed", f"start_failed: cannot start {ctx.executable}: {err}", code="start_failed")
-        self.output.write("system", f"{session.name}: session started ({os.path.basename(ctx.executable)})\n")
+        run.output.write("system", f"{session.name}: session started ({os.path.basename(ctx.executable)})\n")
         stderr = asyncio.ensure_future(self._stderr(process))
-        feeding = asyncio.ensure_future(self.feed_inputs(session_input.applied_through(self.run_dir)))
-        driving = asyncio.ensure_future(session.drive(process, ctx, self.event, self.inputs))
+        feeding = asyncio.ensure_future(self.conversation.feed(session_input.applied_through(run.run_dir)))
+        driving = asyncio.ensure_future(session.drive(process, ctx, self.event, self.conversation.inputs))
         stopped = await self._watch_session(driving, process, gateway)
         feeding.cancel()
         with contextlib.suppress(ProcessLookupError):
@@ -263,7 +240,7 @@ class RuntimeRun(HarnessRun):
     ) -> RunEnded | None:
         """Wait for the session; the cancel file, the timeout or a refusal left unanswered stop it."""
         loop = asyncio.get_running_loop()
-        timeout = int(self.spec.get("timeout_seconds") or 0)
+        timeout = self.run.spec.timeout_seconds
         deadline = loop.time() + timeout if timeout > 0 else None
         refused_at: float | None = None
         while not driving.done():
@@ -274,9 +251,9 @@ class RuntimeRun(HarnessRun):
             if gateway.refused is not None and refused_at is None:
                 refused_at = now
             stop = ""
-            if self.cancel_file.exists() or self.output.full:
+            if self.run.cancelled:
                 stop = "cancelled"
-            elif self.park_requested:
+            elif self.conversation.park_requested:
                 stop = "parked"
             elif deadline is not None and now >= deadline:
                 stop = "timeout"
@@ -297,19 +274,4 @@ class RuntimeRun(HarnessRun):
     async def _stderr(self, process: asyncio.subprocess.Process) -> None:
         assert process.stderr is not None
         while line := await process.stderr.readline():
-            self.output.write("stderr", line.decode(errors="replace"))
-
-
-def serve(run_dir: str, secrets: dict[str, Any]) -> None:
-    """Supervise the runtime's run in `run_dir` (also what agentd/daemon/prefork.py calls in a forked supervisor)."""
-    asyncio.run(RuntimeRun(pathlib.Path(run_dir), secrets).run())
-
-
-def main() -> None:
-    secrets = json.loads(sys.stdin.read() or "{}")
-    sys.stdin.close()
-    serve(sys.argv[1], secrets)
-
-
-if __name__ == "__main__":
-    main()
+            self.run.output.write("stderr", line.decode(errors="replace"))

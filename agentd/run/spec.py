@@ -1,0 +1,187 @@
+"""A run's spec: what its supervisor is told, decoded once from the control plane's RunAssignment at
+agentd's edge (agentd/daemon/assignment.py) and placed on this agent (agentd/daemon/runs.py), then
+written to RUN_DIR/assignment.json. Every default lives here; nothing past the edge sees protobuf or a
+dict of it. Its secrets are not in it: they reach the supervisor on stdin."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+from agentd import run_dir as run_dir_files
+
+FILE = run_dir_files.ASSIGNMENT
+DEFAULT_OUTPUT_LIMIT = 8 << 20
+"""Output kept per run when the control plane names no limit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StackedChangeSet:
+    """A dependency's published ChangeSet, merged into the workspace before the run."""
+
+    changeset_id: str = ""
+    task_id: str = ""
+    branch: str = ""
+    commit: str = ""
+    created_at: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessSpec:
+    """What a model-driven run needs beyond the workspace (the harness, Claude Code, opencode)."""
+
+    workspace_mode: str = "write"
+    """write (implement, migrate, test), read, none (no repository)."""
+    max_calls: int = 0
+    max_output_tokens: int = 0
+    thinking_json: str = ""
+    prompt: str = ""
+    command_rules: tuple[str, ...] = ()
+    """The project's command allowlist; empty: the default Python one."""
+    network: bool = False
+    context_window_tokens: int = 200_000
+    fold_fraction: float = 0.7
+    fold_model: str = ""
+    """Empty: the run's own model."""
+    stall_timeout_seconds: float = 120.0
+    max_attempts: int = 4
+    instructions: str = ""
+    billing: str = "PayPerApi"
+    resume_branch: str = ""
+    resume_workspace_json: str = ""
+    resume_session_id: str = ""
+    resume_state: bytes = b""
+    """A parked session's state, gzip (never written to disk in the clear: base64 in assignment.json)."""
+    resume_answers: str = ""
+    build_outputs: tuple[str, ...] = ()
+    """Patterns of build outputs a ChangeSet leaves out; empty: the default list."""
+
+    @property
+    def thinking(self) -> dict[str, Any] | None:
+        return json.loads(self.thinking_json) if self.thinking_json else None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    driver: str = "command"
+    """command, harness, or an external runtime: claude-code, opencode."""
+    change_id: str = ""
+    task_id: str = ""
+    task_key: str = ""
+    kind: str = ""
+    # a command run's
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    timeout_seconds: int = 0
+    """0: none."""
+    network: bool = False
+    # the workspace
+    repo: str = ""
+    branch: str = ""
+    stack: tuple[StackedChangeSet, ...] = ()
+    # a model-driven run's
+    model: str = ""
+    base_url: str = ""
+    tier: str = ""
+    prompt: str = ""
+    harness: HarnessSpec = HarnessSpec()
+    output_limit_bytes: int = DEFAULT_OUTPUT_LIMIT
+    # placed on this agent (agentd/daemon/runs.py): its settings and the run's slot
+    workspace_dir: str = ""
+    keep_workspace: bool = False
+    kill_grace_seconds: float = 10.0
+    session_user: str = ""
+    slot: int = -1
+    cgroups: tuple[str, ...] = ()
+    uid: int = -1
+    gid: int = -1
+    run_memory_bytes: int = 0
+    run_processes: int = 512
+    run_disk_bytes: int = 0
+    run_tmp_bytes: int | None = None
+    """None: the sandbox's default."""
+    sandbox: str = "bubblewrap"
+    """bubblewrap, or none (agentd --unsafe-no-sandbox); decided once at start, never fallen back from."""
+    bwrap: str = ""
+    """The bubblewrap executable; empty: bwrap on PATH."""
+    seccomp: bool = True
+    runtime_command: str = ""
+    """An external runtime's executable on this agent."""
+
+    @property
+    def workspace(self) -> pathlib.Path:
+        return pathlib.Path(self.workspace_dir)
+
+    @property
+    def commands_network(self) -> bool:
+        """Whether the run's commands may use the network: a command's own setting, else the harness's."""
+        return self.network if self.driver == "command" else self.harness.network
+
+    def to_json(self) -> str:
+        return json.dumps(_plain(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        """The spec written by to_json (by this agentd or an earlier one: unknown keys are ignored,
+        missing ones take their defaults). ValueError when it is not a spec."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
+            raise ValueError("not a run spec")
+        return _decode(cls, data)
+
+    @classmethod
+    def load(cls, run_dir: pathlib.Path) -> RunSpec:
+        return cls.from_json((run_dir / FILE).read_text())
+
+    def save(self, run_dir: pathlib.Path) -> None:
+        (run_dir / FILE).write_text(self.to_json())
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return value
+
+
+NESTED: dict[str, type[Any]] = {"harness": HarnessSpec, "stack": StackedChangeSet}
+
+
+def _decode(cls: type[Any], data: dict[str, Any]) -> Any:
+    """A frozen spec from its plain form: each field coerced to its declared type."""
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name not in data or (data[field.name] is None and field.name != "run_tmp_bytes"):
+            continue
+        raw = data[field.name]
+        kind = str(field.type)
+        if field.name == "harness":
+            values[field.name] = _decode(HarnessSpec, raw if isinstance(raw, dict) else {})
+        elif field.name == "stack":
+            values[field.name] = tuple(_decode(StackedChangeSet, item) for item in raw if isinstance(item, dict))
+        elif kind.startswith("tuple"):
+            values[field.name] = tuple(str(v) for v in raw)
+        elif kind.startswith("dict"):
+            values[field.name] = {str(k): str(v) for k, v in dict(raw).items()}
+        elif kind == "bytes":
+            values[field.name] = base64.b64decode(raw) if raw else b""
+        elif kind == "bool":
+            values[field.name] = bool(raw)
+        elif kind == "int":
+            values[field.name] = int(raw)
+        elif kind == "float":
+            values[field.name] = float(raw)
+        elif kind == "int | None":
+            values[field.name] = None if raw is None else int(raw)
+        else:
+            values[field.name] = str(raw)
+    return cls(**values)
