@@ -14,9 +14,11 @@ from collections.abc import Callable
 
 import pytest
 
+from agentd.daemon.assignment import decode
 from agentd.daemon.config import AgentConfig
 from agentd.daemon.outbox import Outbox
-from agentd.daemon.runs import Refused, Runs
+from agentd.daemon.runs import Runs
+from agentd.errors import RunRefused
 from drover.v1 import agent_pb2
 from tests.conftest import Fleet, python_command, task, wait_for
 
@@ -140,13 +142,13 @@ def test_a_new_run_the_spool_has_no_room_for_is_refused_and_leaves_nothing_behin
     small_disk: Callable[[pathlib.Path, str], pathlib.Path], tmp_path: pathlib.Path
 ) -> None:
     spool = small_disk(tmp_path / "spool", "64k")
-    assignment = agent_pb2.RunAssignment(
-        run_id="r-full", driver="command", command=agent_pb2.CommandSpec(argv=["true"])
+    assignment = decode(
+        agent_pb2.RunAssignment(run_id="r-full", driver="command", command=agent_pb2.CommandSpec(argv=["true"]))
     )
     runs = Runs(AgentConfig(spool_dir=spool, work_dir=tmp_path / "work", min_free_spool_bytes=0), Outbox())
     runs.recover()
     fill(spool / "filler")
-    with pytest.raises(Refused) as refused:
+    with pytest.raises(RunRefused) as refused:
         runs.start(assignment)  # the floor is 0: the write itself fails
     assert refused.value.reason == "disk_full"
     assert list((spool / "runs").iterdir()) == [] and runs.slots == {}
@@ -154,7 +156,7 @@ def test_a_new_run_the_spool_has_no_room_for_is_refused_and_leaves_nothing_behin
     (spool / "filler").unlink()
     fill(spool / "filler", leave=32 * 1024)
     guarded = Runs(AgentConfig(spool_dir=spool, work_dir=tmp_path / "work", min_free_spool_bytes=48 * 1024), Outbox())
-    with pytest.raises(Refused) as refused:
+    with pytest.raises(RunRefused) as refused:
         guarded.start(assignment)  # below the floor: refused before anything is written
     assert refused.value.reason == "disk_full"
     assert list((spool / "runs").iterdir()) == []
