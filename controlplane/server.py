@@ -97,7 +97,14 @@ class ControlPlane:
         )
         self.agents.on_change, self.agents.on_refused = self.dispatcher.wake, self.dispatcher.refused
         self.liveness = Liveness(
-            store, config, self.notifier, self.agents, self.dispatcher.wake, leading=leading, replica=self.replica.id
+            store,
+            config,
+            self.notifier,
+            self.agents,
+            self.dispatcher.wake,
+            leading=leading,
+            replica=self.replica.id,
+            objects=self.objects,
         )
         self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading)
         self.warmer = Warmer(store, config.data_dir / "mirrors", packet_pipeline.GRAPHS, self.recall, leading)

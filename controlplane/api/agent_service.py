@@ -93,7 +93,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
 
         cost, run_cost = await self.calls.apply(settle)
         if request.error:  # a 429 or quota error blocks the member while its quota is unknown
-            self.router.observe(await self.store.run(model_calls.member_of, request.reservation_id), request.error)
+            self.router.observe(await self.store.read(model_calls.member_of, request.reservation_id), request.error)
         return agent_pb2.SettleModelCallResponse(cost_micros=cost, run_cost_micros=run_cost)
 
     @reporting

@@ -228,6 +228,7 @@ class AgentSessions:
                 self.config.lifecycle,
                 self.replica,
                 dt.timedelta(seconds=self.config.agent_silence_seconds),
+                self.objects,
             )
         except DroverError as err:  # the name belongs to another agent token
             await status.abort(context, err)

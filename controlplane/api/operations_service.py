@@ -31,7 +31,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
     async def ListAgents(
         self, request: operations_pb2.ListAgentsRequest, context: grpc.aio.ServicerContext
     ) -> operations_pb2.ListAgentsResponse:
-        page = await self.store.run(
+        page = await self.store.read(
             run_queries.list_agents,
             request.connected_only,
             request.page_size,
@@ -47,7 +47,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         scope = auth.current().projects
         await self.store.run(agent_presence.drain_agent, request.name, True, scope)
         self.agents.tell_drain(request.name)
-        return await self.store.run(run_queries.agent, request.name, scope)
+        return await self.store.read(run_queries.agent, request.name, scope)
 
     @reporting
     async def UndrainAgent(
@@ -57,14 +57,14 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         await self.store.run(agent_presence.drain_agent, request.name, False, scope)
         self.agents.tell_drain(request.name, undrain=True)
         self.wake()
-        return await self.store.run(run_queries.agent, request.name, scope)
+        return await self.store.read(run_queries.agent, request.name, scope)
 
     @reporting
     async def ListRuns(
         self, request: operations_pb2.ListRunsRequest, context: grpc.aio.ServicerContext
     ) -> operations_pb2.ListRunsResponse:
         scope = auth.current().projects
-        page = await self.store.run(
+        page = await self.store.read(
             lambda s: run_queries.list_runs(
                 s,
                 change_id=request.change_id,
@@ -79,7 +79,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
 
     @reporting
     async def GetRun(self, request: operations_pb2.GetRunRequest, context: grpc.aio.ServicerContext) -> types_pb2.Run:
-        return await self.store.run(run_queries.get_run, request.run_id, auth.current().projects)
+        return await self.store.read(run_queries.get_run, request.run_id, auth.current().projects)
 
     @reporting
     async def CancelRun(
@@ -91,7 +91,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
             self.agents.tell_cancel([(run.id, run.agent)], reason)
         self.notifier.notify()
         self.wake()
-        return await self.store.run(run_queries.get_run, request.run_id)
+        return await self.store.read(run_queries.get_run, request.run_id)
 
     @reporting
     async def TailRunLogs(
@@ -100,7 +100,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         who = auth.current()
         after = request.after_seq
         while True:
-            lines, state = await self.store.run(
+            lines, state = await self.store.read(
                 lambda s, after=after: run_queries.run_logs(s, request.run_id, after, scope=who.projects)
             )
             for line in lines:
@@ -118,7 +118,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         self, request: operations_pb2.ListEventsRequest, context: grpc.aio.ServicerContext
     ) -> operations_pb2.ListEventsResponse:
         scope = auth.current().projects
-        page = await self.store.run(
+        page = await self.store.read(
             lambda s: change_queries.events(
                 s,
                 change_id=request.change_id,
@@ -138,7 +138,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         self, request: operations_pb2.GetUsageRequest, context: grpc.aio.ServicerContext
     ) -> operations_pb2.GetUsageResponse:
         who = auth.current()
-        page = await self.store.run(
+        page = await self.store.read(
             lambda s: run_queries.usage(
                 s, request.prefix, request.page_size, request.page_token, user=who.name, scope=who.projects
             )
@@ -150,7 +150,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         self, request: operations_pb2.ListReceiptsRequest, context: grpc.aio.ServicerContext
     ) -> operations_pb2.ListReceiptsResponse:
         scope = auth.current().projects
-        page = await self.store.run(
+        page = await self.store.read(
             lambda s: change_queries.receipts(
                 s,
                 change_id=request.change_id,
@@ -166,7 +166,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
     async def ListClaims(
         self, request: operations_pb2.ListClaimsRequest, context: grpc.aio.ServicerContext
     ) -> operations_pb2.ListClaimsResponse:
-        page = await self.store.run(
+        page = await self.store.read(
             run_queries.list_claims,
             request.change_id,
             request.include_released,
@@ -180,7 +180,7 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
     async def GetPacket(
         self, request: operations_pb2.GetPacketRequest, context: grpc.aio.ServicerContext
     ) -> operations_pb2.Packet:
-        context_hash, text = await self.store.run(
+        context_hash, text = await self.store.read(
             run_queries.packet_of, self.objects, request.run_id, auth.current().projects
         )
         return operations_pb2.Packet(run_id=request.run_id, context_hash=context_hash, json=text)

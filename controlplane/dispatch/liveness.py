@@ -21,6 +21,7 @@ from controlplane.services.notify import Notifier
 from controlplane.store import escrow
 from controlplane.store.engine import Store
 from controlplane.store.models import Run, utcnow
+from controlplane.store.objects import ObjectStore
 
 log = logging.getLogger("drover.liveness")
 RESERVATION_TTL = dt.timedelta(minutes=15)
@@ -49,8 +50,11 @@ class Liveness:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         leading: Callable[[], Awaitable[bool]] | None = None,
         replica: str = "",
+        objects: ObjectStore | None = None,
     ) -> None:
         self.store, self.config, self.notifier, self.agents = store, config, notifier, agents
+        self.objects = objects
+        """Where the tool logs of the runs it fails are written."""
         self.wake, self.clock, self.sleep = wake, clock, sleep
         self.leading = leading or _always
         self.replica = replica
@@ -103,7 +107,7 @@ class Liveness:
         if expired:
             log.warning("the leases of %d agents expired (their replica is gone): %s", len(expired), expired)
         failed = await self.store.run(
-            agent_presence.fail_lost_runs, self.lost_window, now, self.config.lifecycle, up_since
+            agent_presence.fail_lost_runs, self.lost_window, now, self.config.lifecycle, up_since, self.objects
         )
         self._last_judged = now
         await self.store.run(model_calls.settle_expired, RESERVATION_TTL)

@@ -14,6 +14,7 @@ from controlplane.services.tenancy import Scope, visible_agent
 from controlplane.store.engine import aware
 from controlplane.store.events import add_event
 from controlplane.store.models import Agent, Run, Token, utcnow
+from controlplane.store.objects import ObjectStore
 from drover.errors import PermissionDenied
 
 FORGET = 1 << 62  # an applied seq that makes an agent drop every message of a run
@@ -39,6 +40,7 @@ def agent_connected(
     policy: escalation.Policy | None = None,
     replica: str = "",
     lease: dt.timedelta = dt.timedelta(seconds=30),
+    objects: ObjectStore | None = None,
 ) -> HelloResult:
     """Record a connected agent. A name is bound to the agent token that first registered it: another
     token may take it only once that one is revoked or expired, and only for the same pool."""
@@ -62,10 +64,12 @@ def agent_connected(
     agent.replica, agent.lease_until = replica, utcnow() + lease
     agent.draining = draining  # a drain lasts as long as the agentd process that was told
     add_event(s, "agent.connected", agent=name, capacity=capacity, labels=labels)
-    return _reconcile(s, name, listed, policy)
+    return _reconcile(s, name, listed, policy, objects)
 
 
-def _reconcile(s: Session, name: str, listed: set[str], policy: escalation.Policy | None) -> HelloResult:
+def _reconcile(
+    s: Session, name: str, listed: set[str], policy: escalation.Policy | None, objects: ObjectStore | None
+) -> HelloResult:
     """The agent's active runs against those its hello listed: what it must resume, cancel or forget."""
     applied: dict[str, int] = {}
     to_cancel: list[str] = []
@@ -86,6 +90,7 @@ def _reconcile(s: Session, name: str, listed: set[str], policy: escalation.Polic
                 reason="agent_restarted",
                 error=f"agent {name} came back without this run",
                 policy=policy,
+                objects=objects,
             )
     for run_id in listed - applied.keys():
         # Ended here already (agent_lost, or a result whose ack was lost): take the rest of its output,
@@ -146,6 +151,7 @@ def fail_lost_runs(
     now: dt.datetime | None = None,
     policy: escalation.Policy | None = None,
     up_since: dt.datetime | None = None,
+    objects: ObjectStore | None = None,
 ) -> list[str]:
     """Fail the active runs of agents gone for longer than `window` while a control plane was up: since
     they were last heard, or since `up_since` (the judging process's start) if that is later."""
@@ -164,6 +170,7 @@ def fail_lost_runs(
                 reason="agent_lost",
                 error=f"agent {agent.name} gone over {int(window.total_seconds())} s while a control plane was up",
                 policy=policy,
+                objects=objects,
             )
             failed.append(run.id)
     return failed

@@ -68,13 +68,17 @@ def finish_run(
     reason: str = "",
     error: str = "",
     policy: escalation.Policy | None = None,
+    objects: ObjectStore | None = None,
 ) -> None:
-    """End `run`; a failed harness run may queue the Task's next attempt, within `policy`."""
+    """End `run`; a failed harness run may queue the Task's next attempt, within `policy`. Its tool log
+    goes to `objects` now (a run that never reached an agent, ended without them, has none)."""
     locks.lock_changes(s, [run.change_id])  # the Change before the run is written (lock order)
     if run.state == "starting" and status != "failed":
         move(s, run, "running")  # a session that ended was a session that started
     move(s, run, status)
     run.exit_code, run.reason, run.finished_at = exit_code, reason, utcnow()
+    if objects is not None:
+        tool_logs.write(s, objects, run)
     data: dict[str, Any] = {"status": status, "exit_code": exit_code, "reason": reason}
     if error:
         data["error"] = error[:2000]
@@ -291,8 +295,7 @@ def apply_run_message(
     elif msg.kind == "input_received":
         run_input.received(s, run, msg.input_seq)
     elif msg.kind == "log" and msg.stream == "tool":
-        if objects is not None:
-            tool_logs.record(s, objects, run, msg.seq, msg.text)
+        tool_logs.record(s, run, msg.seq, msg.text)
     elif msg.kind == "log":
         _append_output(s, run, msg.seq, msg.stream, msg.text, output_limit)
     elif msg.kind == "finished" and run.state in run_states.ACTIVE:
@@ -301,9 +304,13 @@ def apply_run_message(
             _keep_parked(s, run, msg, objects)
         if status == "succeeded" and run.state == "starting":
             move(s, run, "running")
-        finish_run(s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error, policy=policy)
+        finish_run(
+            s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error, policy=policy, objects=objects
+        )
     elif msg.kind == "finished":  # ended here first (judged lost): the agent's word may still count
         take_late_result(s, run, msg.status, msg.exit_code, msg.reason, msg.error)
+        if objects is not None:  # with the tool calls that came after the end, before this last word
+            tool_logs.write(s, objects, run)
     return run.last_seq
 
 

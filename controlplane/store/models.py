@@ -141,6 +141,19 @@ class RunLog(Base):
     __table_args__ = (Index("ix_run_logs_run_seq", "run_id", "seq"),)
 
 
+class ToolLogEntry(Base):
+    """One tool-stream message of a run as it came (whole JSON lines, or a piece of a long one), stored
+    once: the run's tool log is these in seq order (`services/tool_logs.py`)."""
+
+    __tablename__ = "tool_log_entries"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    __table_args__ = (Index("ix_tool_log_entries_run_seq", "run_id", "seq"),)
+
+
 class RunInput(Base):
     """A person's input to a running session: sent until the run's agent reports it received."""
 

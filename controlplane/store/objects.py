@@ -30,7 +30,8 @@ def packet_key(project: str, change_id: str, task_id: str, context_hash: str) ->
 
 
 def tool_log_key(project: str, change_id: str, task_id: str, run_id: str) -> str:
-    """Where a run's full tool inputs and outputs are kept."""
+    """Where a run's full tool inputs and outputs are kept, written when it ends (until then its
+    `tool_log_entries` rows hold them)."""
     return f"context/{project}/{change_id}/{task_id}/tools-{run_id}.json"
 
 
