@@ -65,11 +65,13 @@ RUNTIMES_INPUT = block_lines(page("runtimes.md"), "drover say")
 RUNTIMES_QUESTIONS = block_lines(page("runtimes.md"), "drover questions")
 TOKEN_LINE = block_lines(page("operations.md"), "grpcurl")[0]
 PROSE = [
-    "drover events | head -1",  # docs/cli.md, exit codes (docs/concepts.md's `drover raise-budget CHANGE USD` is cli.md's)
+    "drover events | head -1",  # docs/cli.md, exit codes (concepts.md's `drover raise-budget CHANGE USD` is cli.md's)
     "drover usage --prefix change-usd:<id>",  # docs/security.md
 ]
 
+FAKE_ON_ITS_OWN = "python -m drover.testing.fake_anthropic --port 8099 --script script.json"  # docs/development.md
 RUN_FROM_THE_PAGES: dict[str, str] = {
+    FAKE_ON_ITS_OWN: "FAKE_ON_ITS_OWN",
     **dict.fromkeys(CLI, "cli.md"),
     **dict.fromkeys([TOKEN_LINE, *OPERATIONS_GRPCURL], "operations.md"),
     **dict.fromkeys(RUNTIMES_INPUT + RUNTIMES_QUESTIONS, "runtimes.md"),
@@ -440,7 +442,7 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
         {},
         grpc_json(lambda a, ids: 0 < len(a["events"]) <= 50 and all(e["kind"].startswith("run.") for e in a["events"])),
     ),
-    "WatchChange": ({}, prints("\"change.finished\"", "\"status\": \"succeeded\"")),
+    "WatchChange": ({}, prints('"change.finished"', '"status": "succeeded"')),
     "ListChangeSets": (
         {},
         grpc_json(lambda a, ids: a["changesets"][0]["branch"].startswith(f"drover/{ids['CHANGE']}/")),
@@ -461,3 +463,31 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     "ListQuestions": ({}, grpc_json(lambda a, ids: [q["id"] for q in a["questions"]] == [ids["q3"]])),
     "AnswerQuestion": ({"q_...": "q3"}, reaches_the_session(fake.tool_use("complete_task", {"summary": "asked"}))),
 }
+
+
+def test_the_fake_messages_api_runs_on_its_own(tmp_path: pathlib.Path) -> None:
+    """docs/development.md: the fake as a process with the page's script (port 0 for 8099: any free port)."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    prose = " ".join(text.split())
+    assert FAKE_ON_ITS_OWN in prose
+    shown = re.search(r"`(\{\"step\": \"tool_use\".*?\})`", prose)
+    assert shown, "docs/development.md no longer shows a script step"
+    step = json.loads(shown.group(1))
+    (tmp_path / "script.json").write_text(json.dumps([step]))
+    argv = [sys.executable if w == "python" else w for w in FAKE_ON_ITS_OWN.replace("8099", "0").split()]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
+        assert url, "the fake did not say where it listens"
+        import anthropic
+
+        client = anthropic.Anthropic(base_url=url.group(1), api_key="any")
+        answer = client.messages.create(
+            model="claude-sonnet-4-5", max_tokens=100, messages=[{"role": "user", "content": "go"}]
+        )
+        (use,) = [block for block in answer.content if block.type == "tool_use"]
+        assert (use.name, use.input) == ("complete_task", {"summary": "done"})
+    finally:
+        proc.terminate()
+        proc.wait(10)
