@@ -233,6 +233,7 @@ def running_run(client: Any, change_id: str) -> str:
 
 QUESTIONS = ["Which port?", "Which host?", "Which name?"]
 ASK = {"key": "ask", "kind": "implement", "objective": "ask before you start", "complexity": "medium"}
+ASK["files"] = ["calc.py"]  # a claim, live while the session is held
 
 
 def test_the_commands_of_the_pages_run_as_written(world: World) -> None:
@@ -407,7 +408,7 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     "drover events": ({"ID": "zero"}, follows("run.started", "{fix}")),
     "drover events | head -1": ({}, one_line),
     "drover packet": ({}, prints("make add add")),
-    "drover claims": ({}, prints("")),
+    "drover claims": ({"C": "held"}, prints("calc.py", "{held_run}")),
     "drover spend": ({}, prints("sonnet")),
     "drover usage": ({}, prints("change-usd:{CHANGE}")),
     "drover raise-budget": ({"CHANGE": "held"}, then(lambda c, ids: c.get_change(ids["held"]).budget_usd == 2.5)),
@@ -452,7 +453,7 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     "GetSpend": ({}, prints("sonnet")),
     "GetUsage": ({}, grpc_json(lambda a, ids: all(m["key"].startswith("provider-usd:") for m in a["meters"]))),
     "ListReceipts": ({}, grpc_json(lambda a, ids: ids["fix"] in [r["run_id"] for r in a["receipts"]])),
-    "ListClaims": ({}, grpc_json(lambda a, ids: isinstance(a, dict))),
+    "ListClaims": ({}, grpc_json(lambda a, ids: ids["held_run"] in [c["run_id"] for c in a["claims"]])),
     "GetPacket": ({}, prints("make add add")),
     "SendInput": (RUNNING, reaches_the_session(reply())),
     "ListChanges": ({}, grpc_json(first_page)),
