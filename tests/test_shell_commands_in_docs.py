@@ -83,7 +83,7 @@ NOT_COMMANDS: dict[str, str] = {
     "python -m unittest": "what the demo's test Task runs, not a step for the reader",
     "python -X importtime": "names the tool the import times were measured with",
     "python -m agentd.daemon.prefork supervisor SPOOL ...": "a process as ps shows it",
-    "python -m agentd.run.supervisor": "a process as ps shows it",
+    "python -m agentd.run.supervisor RUN_DIR": "a process as ps shows it",
     "python -m controlplane.web.child": "the console's process as ps shows it",
     "python3 -m venv": "the size of an empty virtual environment, for comparison",
     "pytest [args]": "an entry of the default command allowlist",
