@@ -49,7 +49,7 @@ def run_spec(assignment: Any, config: AgentConfig, slot: int = 0, cgroups: Seque
         "seccomp": config.seccomp,
     }
     if run_slots.slotted(config.session_user, os.geteuid()):
-        spec["uid"], spec["gid"] = run_slots.ids(config.run_uid_base, slot)
+        spec["uid"], spec["gid"] = run_slots.ids(config.uid_base, slot)
     if assignment.limits.get("output_bytes", 0) > 0:  # the supervisors stop recording past it
         spec["output_limit_bytes"] = assignment.limits["output_bytes"]
     if assignment.driver != "command":
