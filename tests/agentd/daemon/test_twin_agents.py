@@ -16,7 +16,7 @@ from agentd.daemon import cgroups
 from agentd.daemon.config import AgentConfig
 from tests.conftest import Fleet, host_processes, python_command, task, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # two control planes and two agentds
 
 NAME = f"twin-{uuid.uuid4().hex[:6]}"
 
