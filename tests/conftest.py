@@ -58,9 +58,10 @@ SHARED_FIXTURE_MODULES = frozenset(
 )
 """Modules whose tests share a module-scoped fleet or venv: kept on one worker (an xdist_group), so the
 fixture is made once, not once per worker."""
-WORKERS = 3
-"""Parallel workers of `pytest` (pytest-xdist) unless -n is given: the fastest count that stayed reliable on
-2 cores (docs/development.md); most tests wait on processes they started, not on the CPU."""
+WORKERS = 2
+"""Parallel workers of `pytest` (pytest-xdist) unless -n is given (docs/development.md): on 2 cores the fast
+set took 5:15 serially, 2:53 with 2 workers, 3:04 with 3; a third adds CPU load under the timing-sensitive
+tests (startup times, 50 reserver processes, daemons starting within 60 s)."""
 
 
 @pytest.hookimpl(tryfirst=True)
