@@ -45,6 +45,37 @@ SLOW_MODULES = frozenset(
 )
 
 
+SHARED_FIXTURE_MODULES = frozenset(
+    {
+        "test_console.py",  # a fleet for the module
+        "test_packaging.py",  # a fresh venv for the module
+        "test_2_command_task_cannot_escape.py",
+        "test_r2_1_task_env_never_reaches_root.py",
+        "test_r2_3_runs_cannot_starve_each_other.py",
+        "test_r2_7_seccomp.py",
+        "test_r2_7_undecodable_and_argv.py",
+    }
+)
+"""Modules whose tests share a module-scoped fleet or venv: kept on one worker (an xdist_group), so the
+fixture is made once, not once per worker."""
+WORKERS = 2
+"""Parallel workers of `pytest` (pytest-xdist) unless -n is given (docs/development.md): on 2 cores the fast
+set took 5:15 serially, 2:53 with 2 workers, 3:04 with 3; a third adds CPU load under the timing-sensitive
+tests (startup times, 50 reserver processes, daemons starting within 60 s)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`pytest` runs WORKERS workers, tests spread one by one except an xdist_group's, which share one
+    worker. `-n N` chooses another count, `-n 0` or `-p no:xdist` runs serially in this process."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if config.option.numprocesses is None and not config.option.collectonly and not config.option.usepdb:
+        config.option.numprocesses = WORKERS
+    if config.option.dist == "no" and config.option.numprocesses:
+        config.option.dist = "loadgroup"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`pytest -m "not slow"` is the fast set a developer runs while working; CI runs everything."""
     tests = ROOT / "tests"
@@ -53,6 +84,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         if parts[0] in SLOW_FOLDERS or item.path.name in SLOW_MODULES or fixtures & SLOW_FIXTURES:
             item.add_marker(pytest.mark.slow)
+        if item.path.name in SHARED_FIXTURE_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
@@ -64,6 +97,20 @@ def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or check}")
+        time.sleep(interval)
+
+
+def holds(check: Callable[[], object], seconds: float, interval: float = 0.05, what: str = "") -> None:
+    """Assert `check` stays truthy for `seconds`: for the event that must not come (a reconnect, a model
+    call, a death) where no later event rules it out. Fails as soon as it comes, saying what broke."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if not check():
+            raise AssertionError(
+                f"no longer true after {seconds - (deadline - time.monotonic()):.1f} s: {what or check}"
+            )
+        if time.monotonic() > deadline:
+            return
         time.sleep(interval)
 
 

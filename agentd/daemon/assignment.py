@@ -87,7 +87,7 @@ def place(spec: RunSpec, config: AgentConfig, slot: int = 0, cgroups: Sequence[s
     directories are `cgroups` (none: rlimits alone)."""
     uid, gid = -1, -1
     if run_slots.slotted(config.session_user, os.geteuid()):
-        uid, gid = run_slots.ids(config.run_uid_base, slot)
+        uid, gid = run_slots.ids(config.uid_base, slot)
     return dataclasses.replace(
         spec,
         timeout_seconds=spec.timeout_seconds or config.default_timeout_seconds,

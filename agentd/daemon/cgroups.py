@@ -5,7 +5,10 @@ children of 4 GiB hold 24 GiB) and RLIMIT_NPROC per user. A run's command joins 
 before it execs (agentd/run/rlimits.py writes itself into the `cgroup.procs` descriptors the supervisor
 passes it), so everything it starts is counted together and cannot leave.
 
-Groups live at `<hierarchy>/drover/<agent>/slot-<i>`: with cgroup v2 one directory in the unified
+Groups live at `<hierarchy>/drover/<agent>-<instance>/slot-<i>`, where <instance> is 8 hex digits of a
+hash of agentd's spool directory (AgentConfig.instance): two agentds of one name on one host (two
+checkouts, two test runs) must not empty each other's slots, while a restarted agentd with the same spool
+finds its own groups again. With cgroup v2 one directory in the unified
 hierarchy (memory.max, memory.swap.max, pids.max, cpu.weight), with v1 one directory in each of the
 memory, pids and (when mounted) cpu hierarchies (memory.limit_in_bytes and memsw, pids.max,
 cpu.shares). agentd makes a slot's group afresh before each run, so its counters are the run's.
@@ -83,14 +86,15 @@ def v1_mounts(mounts: str) -> dict[str, pathlib.Path]:
     return found
 
 
-def group_name(agent: str) -> str:
-    """The agent's directory name under drover/: its name with anything but [A-Za-z0-9._-] replaced."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", agent)[:100] or "agent"
+def group_name(agent: str, instance: str) -> str:
+    """An agentd's directory name under drover/: its name with anything but [A-Za-z0-9._-] replaced,
+    then `-` and its instance (agentd/daemon/config.py: a hash of its spool directory)."""
+    return f"{re.sub(r'[^A-Za-z0-9._-]', '_', agent)[:100] or 'agent'}-{instance}"
 
 
-def slot_dirs(hierarchy: Hierarchy, agent: str, slot: int) -> list[pathlib.Path]:
-    """The group directories of run slot `slot` (one per v1 hierarchy, one for v2)."""
-    return [mount / PARENT / group_name(agent) / f"slot-{slot}" for mount in hierarchy.mounts.values()]
+def slot_dirs(hierarchy: Hierarchy, group: str, slot: int) -> list[pathlib.Path]:
+    """The group directories of run slot `slot` of agentd group `group` (one per v1 hierarchy, one for v2)."""
+    return [mount / PARENT / group / f"slot-{slot}" for mount in hierarchy.mounts.values()]
 
 
 def _write(path: pathlib.Path, value: str) -> None:
@@ -105,11 +109,11 @@ def _enable_v2(directory: pathlib.Path) -> None:
     _write(directory / "cgroup.subtree_control", wanted)
 
 
-def prepare_agent(hierarchy: Hierarchy, agent: str) -> None:
-    """Make drover/<agent>/ in each hierarchy (CgroupsUnavailable when agentd may not)."""
+def prepare_agent(hierarchy: Hierarchy, group: str) -> None:
+    """Make drover/<group>/ (group_name) in each hierarchy (CgroupsUnavailable when agentd may not)."""
     try:
         for mount in hierarchy.mounts.values():
-            agent_dir = mount / PARENT / group_name(agent)
+            agent_dir = mount / PARENT / group
             agent_dir.mkdir(parents=True, exist_ok=True)
             if hierarchy.version == 2:
                 _enable_v2(mount)
@@ -137,10 +141,10 @@ def empty(directories: Iterable[pathlib.Path], timeout: float = 5.0) -> None:
             time.sleep(0.02)
 
 
-def prepare_slot(hierarchy: Hierarchy, agent: str, slot: int, limits: Limits) -> list[pathlib.Path]:
+def prepare_slot(hierarchy: Hierarchy, group: str, slot: int, limits: Limits) -> list[pathlib.Path]:
     """The slot's groups made afresh (a previous run's processes killed, its counters gone) with the
     run's limits. OSError when the kernel refuses."""
-    directories = slot_dirs(hierarchy, agent, slot)
+    directories = slot_dirs(hierarchy, group, slot)
     empty(directories)
     for directory in directories:
         if directory.exists():
@@ -168,10 +172,10 @@ def prepare_slot(hierarchy: Hierarchy, agent: str, slot: int, limits: Limits) ->
     return directories
 
 
-def remove_agent(hierarchy: Hierarchy, agent: str) -> None:
-    """Remove the agent's empty slot groups (at shutdown; busy ones stay)."""
+def remove_agent(hierarchy: Hierarchy, group: str) -> None:
+    """Remove the agentd's empty slot groups (at shutdown; busy ones stay)."""
     for mount in hierarchy.mounts.values():
-        agent_dir = mount / PARENT / group_name(agent)
+        agent_dir = mount / PARENT / group
         for directory in sorted(agent_dir.glob("slot-*")):
             with contextlib.suppress(OSError):
                 directory.rmdir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import pathlib
 import shutil
@@ -13,6 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 ENV_PREFIX = "DROVER_AGENTD_"
+AUTO_UID_BASE = 2_000_000_000
+UID_BLOCK = 4096
+"""run_uid_base = 0 (the default): the slots' uids are one of UID_BLOCKS blocks of UID_BLOCK ids from
+AUTO_UID_BASE, the block chosen by the spool's hash (up to 3,073,741,824: below 2^32 - 1)."""
+UID_BLOCKS = 2**18
 DRIVER_KEYS = frozenset({"claude_command", "opencode_command"})
 
 
@@ -53,10 +59,12 @@ class AgentConfig:
     default: runs then share per-user limits (one run forking to RLIMIT_NPROC stops the others from
     forking) and can signal each other's leftovers. "": as root, each run slot its own uid
     (run_uid_base); otherwise agentd's own user."""
-    run_uid_base: int = 2_000_000_000
-    """As root without session_user, run slot i (0..capacity-1) runs as uid = gid = run_uid_base + i.
-    No user or group may own those ids (agentd refuses to start); agentds sharing a host need bases
-    at least `capacity` apart."""
+    run_uid_base: int = 0
+    """As root without session_user, run slot i (0..capacity-1) runs as uid = gid = base + i (`uid_base`).
+    0: a base of 2,000,000,000 + 4096 x (a number from a hash of the spool directory), so agentds
+    sharing a host get uids of their own and a restart with the same spool the same ones. No user or
+    group may own those ids (agentd refuses to start); agentds sharing a host with bases set by hand
+    need them at least `capacity` apart."""
     cgroups: bool = True
     """Hold each run's memory, processes and CPU share in a cgroup of its slot (v2, or v1 memory, pids
     and cpu); false, or where agentd cannot make them: the per-process rlimits alone (a loud warning)."""
@@ -115,6 +123,19 @@ class AgentConfig:
         if str(self.spool_dir) not in ("", "."):
             return self.spool_dir
         return state_dir(os.geteuid(), os.environ) / self.name / "spool"
+
+    @property
+    def instance(self) -> str:
+        """8 hex digits of a hash of the spool's full path: tells apart agentds of one name on one host
+        (their cgroups, their run uids), and stays the same when agentd restarts with the same spool."""
+        return hashlib.sha256(str(self.spool.resolve()).encode()).hexdigest()[:8]
+
+    @property
+    def uid_base(self) -> int:
+        """The uid of run slot 0: run_uid_base, or when that is 0 a block of this instance's own."""
+        if self.run_uid_base:
+            return self.run_uid_base
+        return AUTO_UID_BASE + int(self.instance, 16) % UID_BLOCKS * UID_BLOCK
 
 
 def state_dir(euid: int, env: Mapping[str, str]) -> pathlib.Path:
@@ -190,6 +211,8 @@ def load(file: pathlib.Path | None, env: Mapping[str, str], flags: Mapping[str, 
             raise ValueError(f"{name}: must be positive")
     if config.run_disk_bytes < 0:
         raise ValueError("run_disk_bytes: must be 0 (off) or positive")
-    if not 0 < config.run_uid_base <= 2**32 - 2 - config.capacity:
-        raise ValueError("run_uid_base: must leave room below 2^32 - 1 for `capacity` uids")
+    if config.run_uid_base == 0 and config.capacity > UID_BLOCK:
+        raise ValueError(f"run_uid_base: set it when capacity is more than {UID_BLOCK} (0 gives {UID_BLOCK} uids)")
+    if config.run_uid_base and not 0 < config.run_uid_base <= 2**32 - 2 - config.capacity:
+        raise ValueError("run_uid_base: must be 0 (one of its own) or leave room below 2^32 - 1 for `capacity` uids")
     return config

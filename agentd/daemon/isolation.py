@@ -60,7 +60,7 @@ class Isolation:
 def probe(config: AgentConfig) -> str:
     """Why bubblewrap cannot run this agent's Tasks here, or "" when it can."""
     if run_slots.slotted(config.session_user, os.geteuid()):
-        uid, gid = run_slots.ids(config.run_uid_base, 0)
+        uid, gid = run_slots.ids(config.uid_base, 0)
         return BubblewrapSandbox(SandboxPolicy(uid=uid, gid=gid, seccomp=config.seccomp), config.bwrap).probe()
     return BubblewrapSandbox(SandboxPolicy(user=config.session_user, seccomp=config.seccomp), config.bwrap).probe()
 
@@ -78,7 +78,7 @@ def limits(config: AgentConfig, euid: int) -> tuple[AgentConfig, list[str]]:
         try:
             if euid != 0:
                 raise CgroupsUnavailable("agentd does not run as root")
-            cgroups.prepare_agent(cgroups.detect(), config.name)
+            cgroups.prepare_agent(cgroups.detect(), cgroups.group_name(config.name, config.instance))
         except (CgroupsUnavailable, OSError) as err:
             warnings.append(
                 f"!!! no cgroup per run ({err}): memory and processes are limited per process only; one run "
@@ -108,7 +108,7 @@ def limits(config: AgentConfig, euid: int) -> tuple[AgentConfig, list[str]]:
 
 
 def prepare(config: AgentConfig) -> Isolation:
-    """How runs will be isolated, or Refused when agentd must not start."""
+    """How runs will be isolated, or StartRefused when agentd must not start."""
     euid = os.geteuid()
     user = config.session_user
     if user:
@@ -119,14 +119,14 @@ def prepare(config: AgentConfig) -> Isolation:
         if euid != 0 and uid != euid:
             raise StartRefused(f"session_user {user!r}: running Tasks as another user needs agentd to run as root")
     if run_slots.slotted(config.session_user, euid):
-        taken = run_slots.owned_ids(config.run_uid_base, config.capacity, _user_of, _group_of)
+        taken = run_slots.owned_ids(config.uid_base, config.capacity, _user_of, _group_of)
         if taken:
             raise StartRefused(
                 f"run_uid_base: the run slots' ids must belong to no user or group, but {'; '.join(taken)}: "
                 "choose another run_uid_base"
             )
-        last = config.run_uid_base + config.capacity - 1
-        who = f"each run slot executes as a uid of its own ({config.run_uid_base}..{last})"
+        last = config.uid_base + config.capacity - 1
+        who = f"each run slot executes as a uid of its own ({config.uid_base}..{last})"
     elif not user:
         who = "runs execute as agentd's own user"
     else:

@@ -1,6 +1,6 @@
 """Run slots: agentd runs at most `capacity` runs at once, each in a slot 0..capacity-1 of its own.
 
-As root (without a configured session_user) slot i runs as uid = gid = run_uid_base + i, so what the
+As root (without a configured session_user) slot i runs as uid = gid = uid_base + i (config.py), so what the
 kernel counts per user (RLIMIT_NPROC, signals, files) is per run, and its cgroup (agentd/daemon/cgroups.py)
 holds the whole run. A run takes the lowest free slot when it starts; the slot, uid and gid are in
 its spec, so a restarted agentd knows which slots are taken.
@@ -89,6 +89,7 @@ class Places:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.hierarchy = _hierarchy(config)
+        self.group = cgroups.group_name(config.name, config.instance)
 
     def take(self, taken: Iterable[int]) -> tuple[int, list[str]]:
         """The lowest free slot, readied, and its cgroup directories; RunRefused when there is none."""
@@ -106,13 +107,13 @@ class Places:
         afresh with this agent's limits. Answers the cgroup directories (none without cgroups); OSError
         when the kernel refuses them."""
         if slotted(self.config.session_user, os.geteuid()):
-            uid, _ = ids(self.config.run_uid_base, index)
+            uid, _ = ids(self.config.uid_base, index)
             if killed := kill_leftovers(uid):
                 log.warning("run slot %d: killed %d processes a previous run left behind", index, killed)
         if self.hierarchy is None:
             return []
         limits = cgroups.Limits(self.config.run_memory_bytes, self.config.run_processes)
-        return [str(d) for d in cgroups.prepare_slot(self.hierarchy, self.config.name, index, limits)]
+        return [str(d) for d in cgroups.prepare_slot(self.hierarchy, self.group, index, limits)]
 
     def release_disks(self, live: set[str]) -> None:
         """Unmount and delete the filesystems of runs that are over (a supervisor died, or agentd stopped
@@ -127,7 +128,7 @@ class Places:
     def close(self) -> None:
         """Remove this agent's (empty) cgroups: no run is live."""
         if self.hierarchy is not None:
-            cgroups.remove_agent(self.hierarchy, self.config.name)
+            cgroups.remove_agent(self.hierarchy, self.group)
 
 
 def _hierarchy(config: AgentConfig) -> cgroups.Hierarchy | None:

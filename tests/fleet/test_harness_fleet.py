@@ -10,6 +10,7 @@ import sys
 import time
 
 import pygit2
+import pytest
 
 from drover import Client
 from drover.testing import fake_anthropic as fake
@@ -144,6 +145,7 @@ SLOW_TEST = (
 )
 
 
+@pytest.mark.xdist_group("test_slow.py")  # pgrep/pkill -f test_slow.py: one at a time
 def test_cancel_during_a_running_tool_stops_it(
     fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
 ) -> None:
@@ -170,6 +172,7 @@ def test_cancel_during_a_running_tool_stops_it(
     assert subprocess.run(["pgrep", "-f", "test_slow.py"], capture_output=True).returncode == 1
 
 
+@pytest.mark.xdist_group("test_slow.py")  # pgrep/pkill -f test_slow.py: one at a time
 def test_a_harness_run_resumes_after_agentd_and_its_supervisor_are_killed(
     fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
 ) -> None:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import time
 
 from agentd.daemon.processes import start_time
 from drover import Client
-from tests.conftest import AgentD, Fleet, host_processes, python_command, task, wait_for
+from tests.conftest import AgentD, Fleet, holds, host_processes, python_command, task, wait_for
 
 # Holds the run until the test creates `release` in its workspace (all it sees of the host).
 HOLD = python_command(
@@ -127,8 +126,7 @@ def test_no_prefork_starts_each_supervisor_as_a_fresh_interpreter(fleet: Fleet) 
     fleet.start_plane()
     fleet.plane.add_project("forks")
     agent = fleet.agent("plain", extra=("--no-prefork",))
-    time.sleep(1)
-    assert not _templates(agent)
+    holds(lambda: not _templates(agent), 1, what="no supervisor template")
     with fleet.plane.client() as client:
         change_id, run_id = _hold(client)
         assert agent.proc is not None

@@ -15,7 +15,7 @@ from drover.errors import FailedPrecondition, NotFound, PermissionDenied
 from drover.models import Question, Run
 from drover.testing import fake_anthropic as fake
 from drover.testing import runtimes
-from tests.conftest import API_KEY, Fleet, wait_for
+from tests.conftest import API_KEY, Fleet, holds, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +242,7 @@ def test_a_harness_question_holds_the_run_until_it_is_answered(
         change = client.submit_change("calc", "a port", [task("port", runtime="harness")])
         asked = open_question(client, change.id)
         wait_for(lambda: len(model.requests) == 2, 30, what="the turn after the question")
-        time.sleep(1.5)
+        holds(lambda: len(model.requests) == 2, 1.5, what="no model call while the question is open")
         held = client.get_run(asked.run_id)
         fleet.plane.add_project("other")
         with (
@@ -285,7 +285,7 @@ def test_a_claude_code_question_through_its_mcp_server_holds_the_session_until_a
         change = client.submit_change("calc", "style", [task("style")])
         asked = open_question(client, change.id)
         wait_for(lambda: len(model.requests) == 2, 30, what="the turn after the question")
-        time.sleep(1.5)
+        holds(lambda: len(model.requests) == 2, 1.5, what="no model call while the question is open")
         held = client.get_run(asked.run_id)
         client.answer_question(asked.id, "Spaces.")
         list(client.watch(change.id))
@@ -316,7 +316,7 @@ def test_an_opencode_question_through_its_mcp_server_holds_the_session_until_ans
         change = client.submit_change("calc", "a database", [task("db", runtime="opencode")])
         asked = open_question(client, change.id)
         wait_for(lambda: len(model.requests) == 2, 30, what="the turn after the question")
-        time.sleep(1.5)
+        holds(lambda: len(model.requests) == 2, 1.5, what="no model call while the question is open")
         held = client.get_run(asked.run_id)
         client.answer_question(asked.id, "PostgreSQL.")
         list(client.watch(change.id))
@@ -488,7 +488,7 @@ def test_a_held_harness_run_stays_held_after_agentd_and_its_supervisor_are_kille
         fleet.stop_supervisors()  # the machine went down while the run waited for its answer
         agent.start()
         wait_for(lambda: "resuming its harness" in agent.log(), 30, what="the harness to resume")
-        time.sleep(3)
+        holds(lambda: len(model.requests) == 2, 3, what="no model call from the resumed, held run")
         calls_while_held = len(model.requests)
         client.answer_question(asked.id, "8080")
         list(client.watch(change.id))

@@ -21,7 +21,9 @@ import pytest
 from drover.testing import fake_anthropic as fake
 from tests.conftest import API_KEY, ROOT, make_repo, wait_for
 
-pytestmark = pytest.mark.timeout(300)
+# The README's commands as written: the default ports (50051, the console's 8080) and agentd's default
+# name and spool (/var/lib/drover-agentd/<host>), which test_refusals.py's default-spool test shares.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("readme-defaults")]
 
 DOCSTRINGS = '"""Arithmetic."""\n\n\ndef add(a, b):\n    """The sum of a and b."""\n    return a + b\n'
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from agentd.daemon.config import AgentConfig
 from tests.conftest import Fleet, host_processes, python_command, task, wait_for
 
 ATTEMPTS = [
@@ -348,7 +349,8 @@ def test_running_as_root(fleet: Fleet) -> None:
     uid, euid, groups = result["found"]
     assert uid != 0 and euid != 0 and 0 not in groups
     if os.geteuid() == 0:  # its run slot's own uid (issue 24), no user's
-        assert uid == euid and 2_000_000_000 <= uid < 2_000_000_002 and groups == [uid]
+        base = AgentConfig(spool_dir=fleet.agents[0].spool).uid_base  # its agentd's block (from 2,000,000,000)
+        assert uid == euid and base <= uid < base + 2 and base >= 2_000_000_000 and groups == [uid]
 
 
 def test_etc_shadow(fleet: Fleet) -> None:

@@ -20,7 +20,7 @@ from agentd.daemon.outbox import Outbox
 from agentd.daemon.runs import Runs
 from agentd.errors import RunRefused
 from drover.v1 import agent_pb2
-from tests.conftest import Fleet, python_command, task, wait_for
+from tests.conftest import Fleet, holds, python_command, task, wait_for
 
 FLOOR = 256 * 1024  # min_free_spool_bytes of the agent on the 2 MiB spool
 ENDED = ("succeeded", "failed", "cancelled")
@@ -129,7 +129,7 @@ def test_a_full_spool_fails_the_run_as_disk_full_refuses_new_runs_and_survives_a
             30,
             what="agentd to connect again",
         )
-        time.sleep(1)
+        holds(lambda: agent.proc.poll() is None, 1, what="agentd on the full spool")
         assert agent.proc.poll() is None, "agentd died on the full spool:\n" + agent.log()
         (spool / "filler").unlink()
         third = client.submit_change("full", "room again", [task("third", python_command("print('ok')"))])

@@ -8,6 +8,7 @@ across checkouts) and run offline against `drover.testing.fake_anthropic`.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pathlib
 import shutil
@@ -23,19 +24,25 @@ def folder() -> pathlib.Path:
 
 
 def executable(name: str) -> str:
-    """The path of `claude` or `opencode`, installing the pinned packages with npm when missing."""
+    """The path of `claude` or `opencode`, installing the pinned packages with npm when missing. Safe to
+    call from several processes at once (parallel test workers, two checkouts): one installs under a lock
+    file beside the folder, the others wait for it and find the install done."""
     path = folder() / "node_modules" / ".bin" / name
-    if not path.exists() or not _pinned(folder()):
-        npm = shutil.which("npm")
-        if npm is None:
-            raise RuntimeError("npm is not installed: Debian's nodejs and npm packages install it")
-        folder().mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(folder()), *PACKAGES.values()],
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
+    if path.exists() and _pinned(folder()):
+        return str(path)
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("npm is not installed: Debian's nodejs and npm packages install it")
+    folder().mkdir(parents=True, exist_ok=True)
+    with open(folder().parent / f"{folder().name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if not path.exists() or not _pinned(folder()):
+            subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(folder()), *PACKAGES.values()],
+                check=True,
+                capture_output=True,
+                timeout=900,
+            )
     return str(path)
 
 

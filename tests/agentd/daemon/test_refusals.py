@@ -107,6 +107,7 @@ def test_a_name_bound_to_another_token_stops_agentd(fleet: Fleet, tmp_path: path
     assert "PERMISSION_DENIED: hello.name: the agent name 'vm-7' belongs to another agent token" in impostor.log()
 
 
+@pytest.mark.xdist_group("readme-defaults")  # may make and remove /var/lib/drover-agentd, the tour's spool's parent
 def test_agentd_leaves_its_working_directory_alone(fleet: Fleet, tmp_path: pathlib.Path) -> None:
     """No --spool-dir: the spool goes to the documented state directory (as root /var/lib/drover-agentd),
     and nothing appears where agentd was started."""

@@ -52,6 +52,8 @@ def test_the_run_settings_are_checked() -> None:
         load(None, {"DROVER_AGENTD_RUN_MEMORY_BYTES": "0"}, {})
     with pytest.raises(ValueError, match="run_uid_base"):
         load(None, {"DROVER_AGENTD_RUN_UID_BASE": str(2**32 - 2)}, {"capacity": 4})
+    with pytest.raises(ValueError, match="run_uid_base: set it when capacity is more than 4096"):
+        load(None, {}, {"capacity": 4097})
     config = load(None, {"DROVER_AGENTD_CGROUPS": "false", "DROVER_AGENTD_RUN_DISK_BYTES": "0"}, {})
     assert not config.cgroups and config.run_disk_bytes == 0 and config.run_processes == 512
 
@@ -95,8 +97,9 @@ def test_v1_hierarchies_are_found_by_their_mount_options(tmp_path: pathlib.Path)
 def test_v2_is_the_unified_hierarchy_with_memory_and_pids(tmp_path: pathlib.Path) -> None:
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids rdma\n")
     assert cgroups.detect(tmp_path, "") == cgroups.Hierarchy(2, {"unified": tmp_path})
-    assert cgroups.slot_dirs(cgroups.Hierarchy(2, {"unified": tmp_path}), "a/b c", 1) == [
-        tmp_path / "drover" / "a_b_c" / "slot-1"
+    group = cgroups.group_name("a/b c", "0f1e2d3c")
+    assert cgroups.slot_dirs(cgroups.Hierarchy(2, {"unified": tmp_path}), group, 1) == [
+        tmp_path / "drover" / "a_b_c-0f1e2d3c" / "slot-1"
     ]
     (tmp_path / "cgroup.controllers").write_text("cpu io\n")
     with pytest.raises(CgroupsUnavailable, match="lacks the memory, pids controller"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import time
 
-from tests.conftest import Fleet, python_command, task
+from tests.conftest import Fleet, holds, python_command, task
 
 SLEEP = python_command("import time; print('sleeping', flush=True); time.sleep(120)")
 
@@ -64,8 +64,15 @@ def test_keepalive_pings_every_second_do_not_break_an_idle_stream(fleet: Fleet, 
     config = tmp_path / "pinger.toml"
     config.write_text("keepalive_seconds = 1\n")
     fleet.agent("pinger", extra=("--config", str(config)))
-    time.sleep(8)  # idle, pinging every second
     with plane.client() as client:
+        # Idle, pinging every second: no event says "n pings went by", so the stream is watched for 8 s
+        # (a server that minded the pings would GOAWAY by the third) and the test fails when it drops.
+        holds(
+            lambda: not client.list_events(kind="agent.disconnected"),
+            8,
+            interval=0.5,
+            what="the idle stream (agent.disconnected came)",
+        )
         connects = client.list_events(kind="agent.connected")
         _final, runs, _ = _finish(fleet, [task("still-there", ["true"])])
     assert len(connects) == 1, "the stream was dropped and re-opened"

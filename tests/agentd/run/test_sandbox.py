@@ -125,7 +125,8 @@ def test_agentd_decides_at_start_and_refuses_without_a_working_sandbox() -> None
     ready = isolation.prepare(AgentConfig())
     assert "each in bubblewrap" in ready.said and not ready.warning and not ready.config.unsafe_no_sandbox
     if os.geteuid() == 0:
-        assert "each run slot executes as a uid of its own (2000000000..2000000000)" in ready.said
+        base = AgentConfig().uid_base  # the default spool's own block, from 2,000,000,000
+        assert f"each run slot executes as a uid of its own ({base}..{base})" in ready.said and base >= 2_000_000_000
     with pytest.raises(StartRefused, match="apt-get install bubblewrap") as refused:
         isolation.prepare(AgentConfig(bwrap="/nonexistent/bwrap"))
     assert "--unsafe-no-sandbox" in str(refused.value)
