@@ -30,6 +30,7 @@ import anthropic
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agentd.run.control_plane import ModelCall, Reservation
 from agentd.run.gateway import Gateway, Upstream
 from drover.core.usage import Usage
 
@@ -68,19 +69,21 @@ async def one(client: anthropic.AsyncAnthropic, stream: bool) -> float:
 async def measure(base_url: str, calls: int, warmup: int) -> dict[str, list[float]]:
     settled: list[Usage | None] = []
 
-    async def reserve(key: str, model: str, out: int, estimate: int) -> str:
-        return key
+    class InProcess:
+        """The control plane's reserve and settle, answered at once (agentd/run/control_plane.py)."""
 
-    async def settle(reservation: str, usage: Usage | None, error: str) -> None:
-        settled.append(usage)
+        async def reserve(self, call: ModelCall) -> Reservation:
+            return Reservation(call.key)
+
+        async def settle(self, reservation: str, usage: Usage | None, error: str) -> None:
+            settled.append(usage)
 
     gateway = Gateway(
         token=TOKEN,
         model="claude-sonnet-5-5",
         max_output_tokens=4000,
         upstream=Upstream(base_url, KEY),
-        reserve=reserve,
-        settle=settle,
+        control_plane=InProcess(),  # type: ignore[arg-type]  # reserve and settle are all it calls
     )
     server = await asyncio.start_server(gateway.serve, "127.0.0.1", 0)
     through = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"

@@ -58,10 +58,10 @@ SHARED_FIXTURE_MODULES = frozenset(
 )
 """Modules whose tests share a module-scoped fleet or venv: kept on one worker (an xdist_group), so the
 fixture is made once, not once per worker."""
-WORKERS = 2
-"""Parallel workers of `pytest` (pytest-xdist) unless -n is given (docs/development.md): on 2 cores the fast
-set took 5:15 serially, 2:53 with 2 workers, 3:04 with 3; a third adds CPU load under the timing-sensitive
-tests (startup times, 50 reserver processes, daemons starting within 60 s)."""
+WORKERS = 0
+"""Parallel workers of `pytest` (pytest-xdist) unless -n is given (docs/development.md): 0, serial. On 2 cores
+the fast set took 5:15 serially and 2:53 with `-n 2`, but the whole suite took 36:42 with 2 workers against
+25:22 serially (clean-clone CI): its daemons already use both cores."""
 
 
 @pytest.hookimpl(tryfirst=True)
