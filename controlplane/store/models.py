@@ -49,6 +49,7 @@ class Token(Base):
     expires_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     last_used_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    created_by: Mapped[str] = mapped_column(String(200), default="")  # the token that minted it; "": the host
 
 
 class Project(Base):
@@ -63,7 +64,22 @@ class Project(Base):
     monthly_budget_usd: Mapped[float] = mapped_column(default=0.0)  # 0: no Project budget
     answer_window_minutes: Mapped[float] = mapped_column(default=15.0)  # held longer: parked; 0: never parked
     build_outputs: Mapped[list[Any]] = mapped_column(default=list)  # left out of ChangeSets; empty: the default
+    # workspace preparation (seed 003 "Workspace preparation")
+    setup: Mapped[list[Any]] = mapped_column(default=list)  # commands run after the clone, in order
+    setup_network: Mapped[bool] = mapped_column(Boolean, default=True)  # setup may use the network
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)  # every run's environment (no secrets)
+    git_name: Mapped[str] = mapped_column(String(200), default="")  # ChangeSet commits' author; "": Drover's
+    git_email: Mapped[str] = mapped_column(String(200), default="")
+    branch_template: Mapped[str] = mapped_column(String(300), default="")  # "": drover/{change}/{task}
+    cache_key_files: Mapped[list[Any]] = mapped_column(default=list)  # their contents key the prepared workspace
+    # the git credential sent through the API: sealed with the operator's key, never returned
+    git_credential_kind: Mapped[str] = mapped_column(String(16), default="")  # token | ssh_key; "": none
+    git_credential_sealed: Mapped[str] = mapped_column(Text, default="")
+    git_credential_fingerprint: Mapped[str] = mapped_column(String(16), default="")
+    git_credential_set_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    git_credential_set_by: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
 
 
 class Change(Base):
@@ -125,6 +141,9 @@ class Run(Base):
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     output_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     output_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    branch: Mapped[str] = mapped_column(String(300), default="")  # where its ChangeSet is pushed
+    setup_cached: Mapped[bool] = mapped_column(Boolean, default=False)  # its workspace came prepared
+    setup_seconds: Mapped[float] = mapped_column(default=0.0)  # spent preparing the workspace
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)

@@ -280,8 +280,15 @@ class StackedChangeSet(_message.Message):
     def __init__(self, changeset_id: _Optional[str] = ..., task_id: _Optional[str] = ..., branch: _Optional[str] = ..., commit: _Optional[str] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class CommandSpec(_message.Message):
-    __slots__ = ("argv", "env", "timeout_seconds", "network")
+    __slots__ = ("argv", "env", "timeout_seconds", "network", "files", "workdir")
     class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class FilesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -292,23 +299,48 @@ class CommandSpec(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
     timeout_seconds: int
     network: bool
-    def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[bool] = ...) -> None: ...
+    files: _containers.ScalarMap[str, str]
+    workdir: str
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[bool] = ..., files: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ...) -> None: ...
 
 class WorkspaceSpec(_message.Message):
-    __slots__ = ("project", "repo", "branch", "stack")
+    __slots__ = ("project", "repo", "branch", "stack", "setup", "setup_network", "env", "git_name", "git_email", "task_branch", "cache_key_files")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     REPO_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     STACK_FIELD_NUMBER: _ClassVar[int]
+    SETUP_FIELD_NUMBER: _ClassVar[int]
+    SETUP_NETWORK_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    GIT_NAME_FIELD_NUMBER: _ClassVar[int]
+    GIT_EMAIL_FIELD_NUMBER: _ClassVar[int]
+    TASK_BRANCH_FIELD_NUMBER: _ClassVar[int]
+    CACHE_KEY_FILES_FIELD_NUMBER: _ClassVar[int]
     project: str
     repo: str
     branch: str
     stack: _containers.RepeatedCompositeFieldContainer[StackedChangeSet]
-    def __init__(self, project: _Optional[str] = ..., repo: _Optional[str] = ..., branch: _Optional[str] = ..., stack: _Optional[_Iterable[_Union[StackedChangeSet, _Mapping]]] = ...) -> None: ...
+    setup: _containers.RepeatedScalarFieldContainer[str]
+    setup_network: bool
+    env: _containers.ScalarMap[str, str]
+    git_name: str
+    git_email: str
+    task_branch: str
+    cache_key_files: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, project: _Optional[str] = ..., repo: _Optional[str] = ..., branch: _Optional[str] = ..., stack: _Optional[_Iterable[_Union[StackedChangeSet, _Mapping]]] = ..., setup: _Optional[_Iterable[str]] = ..., setup_network: _Optional[bool] = ..., env: _Optional[_Mapping[str, str]] = ..., git_name: _Optional[str] = ..., git_email: _Optional[str] = ..., task_branch: _Optional[str] = ..., cache_key_files: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelRun(_message.Message):
     __slots__ = ("run_id", "reason")

@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Task(_message.Message):
-    __slots__ = ("id", "key", "kind", "objective", "depends_on", "command", "env", "timeout_seconds", "status", "files", "resources", "size", "complexity", "risk", "required_capabilities", "flags", "latest_run_id", "reason", "runtime")
+    __slots__ = ("id", "key", "kind", "objective", "depends_on", "command", "env", "timeout_seconds", "status", "files", "resources", "size", "complexity", "risk", "required_capabilities", "flags", "latest_run_id", "reason", "runtime", "workspace_files", "workdir")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,13 @@ class Task(_message.Message):
         key: str
         value: bool
         def __init__(self, key: _Optional[str] = ..., value: _Optional[bool] = ...) -> None: ...
+    class WorkspaceFilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +52,8 @@ class Task(_message.Message):
     LATEST_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FILES_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
     id: str
     key: str
     kind: str
@@ -64,7 +73,9 @@ class Task(_message.Message):
     latest_run_id: str
     reason: str
     runtime: str
-    def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., kind: _Optional[str] = ..., objective: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ..., status: _Optional[str] = ..., files: _Optional[_Iterable[str]] = ..., resources: _Optional[_Iterable[str]] = ..., size: _Optional[str] = ..., complexity: _Optional[str] = ..., risk: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., flags: _Optional[_Mapping[str, bool]] = ..., latest_run_id: _Optional[str] = ..., reason: _Optional[str] = ..., runtime: _Optional[str] = ...) -> None: ...
+    workspace_files: _containers.ScalarMap[str, str]
+    workdir: str
+    def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., kind: _Optional[str] = ..., objective: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[int] = ..., status: _Optional[str] = ..., files: _Optional[_Iterable[str]] = ..., resources: _Optional[_Iterable[str]] = ..., size: _Optional[str] = ..., complexity: _Optional[str] = ..., risk: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., flags: _Optional[_Mapping[str, bool]] = ..., latest_run_id: _Optional[str] = ..., reason: _Optional[str] = ..., runtime: _Optional[str] = ..., workspace_files: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ...) -> None: ...
 
 class Change(_message.Message):
     __slots__ = ("id", "project", "goal", "criteria", "invariants", "budget_usd", "tasks", "status", "submitted_by", "created_at", "finished_at", "candidate_branch", "candidate_commit", "reason", "conflicts", "notices")
@@ -173,7 +184,7 @@ class ChangeSet(_message.Message):
     def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., run_id: _Optional[str] = ..., branch: _Optional[str] = ..., commit: _Optional[str] = ..., base_commit: _Optional[str] = ..., start_commit: _Optional[str] = ..., stacked_on: _Optional[_Iterable[str]] = ..., files: _Optional[_Iterable[str]] = ..., own_files: _Optional[_Iterable[str]] = ..., patch_ref: _Optional[str] = ..., summary: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., left_out: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "change_id", "task_id", "task_key", "state", "agent", "attempt", "exit_code", "reason", "created_at", "started_at", "finished_at", "output_bytes", "output_truncated", "cancel_requested", "project", "tier", "model", "context_hash", "outcome", "model_calls", "cost_micros", "driver")
+    __slots__ = ("id", "change_id", "task_id", "task_key", "state", "agent", "attempt", "exit_code", "reason", "created_at", "started_at", "finished_at", "output_bytes", "output_truncated", "cancel_requested", "project", "tier", "model", "context_hash", "outcome", "model_calls", "cost_micros", "driver", "branch", "setup_cached", "setup_seconds")
     ID_FIELD_NUMBER: _ClassVar[int]
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +208,9 @@ class Run(_message.Message):
     MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
     COST_MICROS_FIELD_NUMBER: _ClassVar[int]
     DRIVER_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    SETUP_CACHED_FIELD_NUMBER: _ClassVar[int]
+    SETUP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     id: str
     change_id: str
     task_id: str
@@ -220,7 +234,10 @@ class Run(_message.Message):
     model_calls: int
     cost_micros: int
     driver: str
-    def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., output_bytes: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., project: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., context_hash: _Optional[str] = ..., outcome: _Optional[str] = ..., model_calls: _Optional[int] = ..., cost_micros: _Optional[int] = ..., driver: _Optional[str] = ...) -> None: ...
+    branch: str
+    setup_cached: bool
+    setup_seconds: float
+    def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., output_bytes: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., project: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., context_hash: _Optional[str] = ..., outcome: _Optional[str] = ..., model_calls: _Optional[int] = ..., cost_micros: _Optional[int] = ..., driver: _Optional[str] = ..., branch: _Optional[str] = ..., setup_cached: _Optional[bool] = ..., setup_seconds: _Optional[float] = ...) -> None: ...
 
 class RunInput(_message.Message):
     __slots__ = ("id", "run_id", "seq", "kind", "text", "state", "sent_by", "created_at", "received_at", "question_id")
