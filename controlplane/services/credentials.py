@@ -1,0 +1,130 @@
+"""A project's git credential sent through the API (seed 003 `PUT .../credentials/git`): sealed with
+the operator's key (Fernet: AES-128-CBC with HMAC-SHA256, from `cryptography`) before it is stored,
+never returned, logged or put in an event; opened only to hand it to a run of the project's pool.
+
+The key is the operator's: the file `credential_key_file` names, or DROVER_CREDENTIAL_KEY (a Fernet
+key: 32 url-safe base64 bytes, `controlplane credential-key` makes one). Several keys may be given,
+newest first, one per line (or comma-separated): sealing uses the first, opening tries each, so an
+operator rotates the key by prepending a new one and, later, `controlplane credential-reseal`."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+
+from sqlalchemy.orm import Session
+
+from controlplane.store.events import add_event
+from controlplane.store.models import Project, utcnow
+from drover.errors import FailedPrecondition, InvalidArgument, NotFound
+
+KINDS = ("token", "ssh_key")
+MAX_SECRET = 16 * 1024
+KEY_ENV = "DROVER_CREDENTIAL_KEY"
+
+
+class Sealer:
+    """Seals and opens credentials with the operator's keys (None: no key configured)."""
+
+    def __init__(self, keys: list[bytes]) -> None:
+        from cryptography.fernet import Fernet, MultiFernet
+
+        self._fernet = MultiFernet([Fernet(k) for k in keys]) if keys else None
+
+    @classmethod
+    def from_config(cls, key_file: str = "") -> Sealer:
+        """The keys of `key_file`, else of DROVER_CREDENTIAL_KEY; ValueError naming the source when a
+        key is not a Fernet key."""
+        text, source = "", ""
+        if key_file:
+            text, source = pathlib.Path(key_file).read_text(), key_file
+        elif os.environ.get(KEY_ENV):
+            text, source = os.environ[KEY_ENV], KEY_ENV
+        keys = [k.strip().encode() for k in text.replace(",", "\n").splitlines() if k.strip()]
+        try:
+            return cls(keys)
+        except ValueError:
+            raise ValueError(f"{source}: not a Fernet key (32 url-safe base64 bytes)") from None
+
+    @property
+    def configured(self) -> bool:
+        return self._fernet is not None
+
+    def seal(self, secret: str) -> str:
+        if self._fernet is None:
+            raise FailedPrecondition(
+                f"no credential key: set credential_key_file or {KEY_ENV} on the control plane", field="secret"
+            )
+        return self._fernet.encrypt(secret.encode()).decode()
+
+    def open(self, sealed: str) -> str:
+        """The secret; ValueError when no key opens it (a lost or wrong key)."""
+        from cryptography.fernet import InvalidToken
+
+        if self._fernet is None:
+            raise ValueError(f"no credential key to open the stored credential ({KEY_ENV})")
+        try:
+            return self._fernet.decrypt(sealed.encode()).decode()
+        except InvalidToken:
+            raise ValueError("the stored git credential does not open with the configured key") from None
+
+    def reseal(self, sealed: str) -> str:
+        """Sealed again with the newest key (key rotation)."""
+        assert self._fernet is not None
+        return self._fernet.rotate(sealed.encode()).decode()
+
+
+def new_key() -> str:
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
+def fingerprint(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
+def set_git_credential(s: Session, sealer: Sealer, project: str, kind: str, secret: str, by: str) -> Project:
+    """Store (or replace) the project's git credential, sealed. The event names who, never what."""
+    row = s.get(Project, project)
+    if row is None:
+        raise NotFound(f"no project {project!r}", field="project")
+    if kind not in KINDS:
+        raise InvalidArgument(f"must be one of {', '.join(KINDS)}", field="kind")
+    secret = secret.strip() + ("\n" if kind == "ssh_key" else "")
+    if not secret.strip() or len(secret) > MAX_SECRET or "\x00" in secret:
+        raise InvalidArgument(f"must be 1 to {MAX_SECRET} bytes, without NUL", field="secret")
+    if kind == "token" and any(c.isspace() for c in secret):
+        raise InvalidArgument("a token has no whitespace", field="secret")
+    if kind == "ssh_key" and "PRIVATE KEY-----" not in secret:
+        raise InvalidArgument("must be a private key in OpenSSH or PEM form", field="secret")
+    row.git_credential_sealed = sealer.seal(secret)
+    row.git_credential_kind = kind
+    row.git_credential_fingerprint = fingerprint(secret)
+    row.git_credential_set_at = utcnow()
+    row.git_credential_set_by = by
+    row.updated_at = utcnow()
+    add_event(s, "project.credential_set", project=project, credential_kind=kind, by=by, fingerprint=fingerprint(secret))
+    return row
+
+
+def delete_git_credential(s: Session, project: str, by: str) -> Project:
+    row = s.get(Project, project)
+    if row is None:
+        raise NotFound(f"no project {project!r}", field="project")
+    if not row.git_credential_kind:
+        raise FailedPrecondition(f"project {project!r} has no git credential", field="project")
+    row.git_credential_sealed, row.git_credential_kind, row.git_credential_fingerprint = "", "", ""
+    row.git_credential_set_at, row.git_credential_set_by = None, ""
+    row.updated_at = utcnow()
+    add_event(s, "project.credential_deleted", project=project, by=by)
+    return row
+
+
+def git_credential(project: Project, sealer: Sealer) -> tuple[str, str]:
+    """(kind, secret) of the project's credential sent through the API; ("", "") when none is set.
+    ValueError when it is set but does not open (the run then fails saying so)."""
+    if not project.git_credential_kind or not project.git_credential_sealed:
+        return "", ""
+    return project.git_credential_kind, sealer.open(project.git_credential_sealed)
