@@ -29,19 +29,39 @@ def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> 
     token_file = str(pathlib.Path(args.git_token_file).resolve()) if args.git_token_file else ""
     branch, note = checked_branch(repo, args.branch, token_file)
     store.transaction(
-        add_project,
-        args.name,
-        repo,
-        branch,
-        args.pool,
-        args.allow,
-        args.network,
-        token_file,
-        args.monthly_budget_usd,
-        args.answer_window_minutes,
-        args.build_output,
+        lambda s: add_project(
+            s,
+            args.name,
+            repo,
+            branch,
+            args.pool,
+            args.allow,
+            args.network,
+            token_file,
+            args.monthly_budget_usd,
+            args.answer_window_minutes,
+            args.build_output,
+            setup=args.setup,
+            setup_network=not args.no_setup_network,
+            env=env_pairs(args.env),
+            git_name=args.git_name,
+            git_email=args.git_email,
+            branch_template=args.branch_template,
+            cache_key_files=args.cache_key_file,
+        )
     )
     print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
+
+
+def env_pairs(pairs: list[str]) -> dict[str, str]:
+    """`NAME=VALUE` arguments as a mapping (InvalidArgument naming `env` for one without '=')."""
+    env = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq:
+            raise InvalidArgument(f"{pair!r} is not NAME=VALUE", field="env")
+        env[name] = value
+    return env
 
 
 def checked_branch(repo: str, branch: str, token_file: str) -> tuple[str, str]:
@@ -79,6 +99,14 @@ def as_dict(p: Project) -> dict[str, Any]:
         "monthly_budget_usd": p.monthly_budget_usd,
         "answer_window_minutes": p.answer_window_minutes,
         "build_outputs": list(p.build_outputs or []),
+        "setup": list(p.setup or []),
+        "setup_network": p.setup_network,
+        "env": dict(p.env or {}),
+        "git_name": p.git_name,
+        "git_email": p.git_email,
+        "branch_template": p.branch_template,
+        "cache_key_files": list(p.cache_key_files or []),
+        "git_credential": p.git_credential_kind,
     }
 
 
@@ -146,6 +174,33 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
         "--git-token-file",
         default="",
         help="file holding the git token for an https repository; read when a run starts, never stored",
+    )
+    pa.add_argument(
+        "--setup",
+        action="append",
+        default=[],
+        metavar="COMMAND",
+        help="a command run in the sandbox after the clone, before the Task's work (repeatable, in order), "
+        "e.g. 'pip install -e .'",
+    )
+    pa.add_argument("--no-setup-network", action="store_true", help="setup may not use the network either")
+    pa.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="every run's environment (not secrets)"
+    )
+    pa.add_argument("--git-name", default="", help="author of ChangeSet commits (default: Drover Agent)")
+    pa.add_argument("--git-email", default="", help="its email (default: agent@drover.invalid)")
+    pa.add_argument(
+        "--branch-template",
+        default="",
+        help="the branch of each Task's ChangeSet: {change}, {task}, {slug} (default: drover/{change}/{task})",
+    )
+    pa.add_argument(
+        "--cache-key-file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a file (or glob) whose contents key the agents' prepared workspaces, e.g. 'requirements*.txt' "
+        "(repeatable)",
     )
     command(pr, "list", cmd_project_list, "every project").add_argument("--json", action="store_true")
     command(pr, "show", cmd_project_show, "one project's settings, as JSON").add_argument("name")

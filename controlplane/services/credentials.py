@@ -105,7 +105,9 @@ def set_git_credential(s: Session, sealer: Sealer, project: str, kind: str, secr
     row.git_credential_set_at = utcnow()
     row.git_credential_set_by = by
     row.updated_at = utcnow()
-    add_event(s, "project.credential_set", project=project, credential_kind=kind, by=by, fingerprint=fingerprint(secret))
+    add_event(
+        s, "project.credential_set", project=project, credential_kind=kind, by=by, fingerprint=fingerprint(secret)
+    )
     return row
 
 

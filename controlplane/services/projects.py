@@ -5,9 +5,10 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controlplane.domain import preparation
 from controlplane.domain.names import NAME
 from controlplane.store.events import add_event
-from controlplane.store.models import Change, Project
+from controlplane.store.models import Change, Project, utcnow
 from drover.core.allowlist import policy_from_strings
 from drover.core.build_outputs import check_patterns
 from drover.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -25,6 +26,14 @@ def add_project(
     monthly_budget_usd: float = 0.0,
     answer_window_minutes: float = 15.0,
     build_outputs: list[str] | None = None,
+    *,
+    setup: list[str] | None = None,
+    setup_network: bool = True,
+    env: dict[str, str] | None = None,
+    git_name: str = "",
+    git_email: str = "",
+    branch_template: str = "",
+    cache_key_files: list[str] | None = None,
 ) -> Project:
     """Create a project, or update the repository, branch and pool of an existing one."""
     if not NAME.fullmatch(name):
@@ -57,6 +66,14 @@ def add_project(
         project.build_outputs = check_patterns(build_outputs or [])
     except ValueError as err:
         raise InvalidArgument(str(err), field="build_outputs") from None
+    project.setup = preparation.check_setup(setup or [])
+    project.setup_network = setup_network
+    project.env = preparation.check_env(env or {})
+    project.git_name, project.git_email = preparation.check_identity(git_name, git_email)
+    project.branch_template = preparation.check_branch_template(branch_template)
+    project.cache_key_files = preparation.check_cache_key_files(cache_key_files or [])
+    if not created:
+        project.updated_at = utcnow()
     add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch, pool=pool)
     return project
 
