@@ -175,6 +175,14 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
         default="",
         help="file holding the git token for an https repository; read when a run starts, never stored",
     )
+    preparation_flags(pa)
+    command(pr, "list", cmd_project_list, "every project").add_argument("--json", action="store_true")
+    command(pr, "show", cmd_project_show, "one project's settings, as JSON").add_argument("name")
+    command(pr, "remove", cmd_project_remove, "remove a project that has no Changes").add_argument("name")
+
+
+def preparation_flags(pa: argparse.ArgumentParser) -> None:
+    """How each run's workspace is prepared: setup commands, the project's env, git identity, branches."""
     pa.add_argument(
         "--setup",
         action="append",
@@ -202,6 +210,3 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
         help="a file (or glob) whose contents key the agents' prepared workspaces, e.g. 'requirements*.txt' "
         "(repeatable)",
     )
-    command(pr, "list", cmd_project_list, "every project").add_argument("--json", action="store_true")
-    command(pr, "show", cmd_project_show, "one project's settings, as JSON").add_argument("name")
-    command(pr, "remove", cmd_project_remove, "remove a project that has no Changes").add_argument("name")

@@ -66,16 +66,29 @@ def add_project(
         project.build_outputs = check_patterns(build_outputs or [])
     except ValueError as err:
         raise InvalidArgument(str(err), field="build_outputs") from None
-    project.setup = preparation.check_setup(setup or [])
-    project.setup_network = setup_network
-    project.env = preparation.check_env(env or {})
-    project.git_name, project.git_email = preparation.check_identity(git_name, git_email)
-    project.branch_template = preparation.check_branch_template(branch_template)
-    project.cache_key_files = preparation.check_cache_key_files(cache_key_files or [])
+    prepare_workspaces(project, setup, setup_network, env, (git_name, git_email), branch_template, cache_key_files)
     if not created:
         project.updated_at = utcnow()
     add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch, pool=pool)
     return project
+
+
+def prepare_workspaces(
+    project: Project,
+    setup: list[str] | None,
+    setup_network: bool,
+    env: dict[str, str] | None,
+    identity: tuple[str, str],
+    branch_template: str,
+    cache_key_files: list[str] | None,
+) -> None:
+    """Set how each run's workspace is prepared, each setting checked (InvalidArgument naming it)."""
+    project.setup = preparation.check_setup(setup or [])
+    project.setup_network = setup_network
+    project.env = preparation.check_env(env or {})
+    project.git_name, project.git_email = preparation.check_identity(*identity)
+    project.branch_template = preparation.check_branch_template(branch_template)
+    project.cache_key_files = preparation.check_cache_key_files(cache_key_files or [])
 
 
 def list_projects(s: Session) -> list[Project]:

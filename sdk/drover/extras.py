@@ -28,6 +28,7 @@ MODULES = {
         "starlette",
         "jinja2",
         "uvicorn",
+        "cryptography",
     ),
 }
 """The top-level modules each daemon's extra installs (pyproject.toml's optional dependencies). The memory
