@@ -56,6 +56,7 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         allow_plaintext=args.allow_plaintext,
+        credential_key_file=args.credential_key_file,
         console=ConsoleLimits(
             max_connections=args.console_max_connections,
             max_streams=args.console_max_streams,
@@ -231,6 +232,12 @@ def _serve_parser(sub: Any) -> None:
     s.add_argument("--grace-seconds", type=float, default=10.0)
     s.add_argument("--tls-cert", default=env("DROVER_TLS_CERT", ""), help="PEM certificate chain")
     s.add_argument("--tls-key", default=env("DROVER_TLS_KEY", ""), help="PEM private key")
+    s.add_argument(
+        "--credential-key-file",
+        default=env("DROVER_CREDENTIAL_KEY_FILE", ""),
+        help="the key(s) sealing git credentials sent through the API, newest first "
+        "(`controlplane credential-key` makes one; default: env DROVER_CREDENTIAL_KEY)",
+    )
     s.add_argument(
         "--tls-client-ca",
         default=env("DROVER_TLS_CLIENT_CA", ""),

@@ -97,6 +97,9 @@ class ServerConfig:
     """The highest budget a Change may be submitted with or raised to (USD); default 10,000."""
     console: ConsoleLimits = ConsoleLimits()
     """The web console process's connection, stream and upload limits."""
+    credential_key_file: str = ""
+    """The operator's key(s) that seal git credentials sent through the API (Fernet, newest first, one
+    per line); empty: DROVER_CREDENTIAL_KEY, else none (setting a credential is then refused)."""
 
     @property
     def objects(self) -> pathlib.Path:

@@ -33,6 +33,7 @@ from controlplane.dispatch.dispatcher import Dispatcher
 from controlplane.dispatch.liveness import Liveness
 from controlplane.dispatch.router import Router
 from controlplane.services import agent_presence, token_files, tokens
+from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
 from controlplane.store import coordination
 from controlplane.store.engine import SCHEMA_LOCK, Store
@@ -85,6 +86,7 @@ class ControlPlane:
             log.warning("%s", warning)
         self.replica = Replica(store.url)
         self.objects = object_store(config, store)
+        self.sealer = Sealer.from_config(config.credential_key_file)
         self.recall = Recall(store, config.data_dir, config.memory)
         self.router = Router(
             store, config.harness, self.notifier, self.objects, config.data_dir / "mirrors", self.recall
