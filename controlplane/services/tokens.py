@@ -69,8 +69,10 @@ def create_token(
     pool: str = "",
     projects: Iterable[str] = (),
     expires_in: dt.timedelta | None = None,
+    created_by: str = "",
 ) -> str:
-    """Store a new token's hash; answers the token, which is shown once and never stored."""
+    """Store a new token's hash; answers the token, which is shown once and never stored. `created_by`
+    names the token that minted it ("": the host's `controlplane token create`)."""
     if kind not in TOKEN_KINDS:
         raise InvalidArgument(f"must be one of {', '.join(TOKEN_KINDS)}", field="kind")
     if not AGENT_NAME.fullmatch(name):
@@ -107,8 +109,10 @@ def create_token(
             projects=projects,
             created_at=now,
             expires_at=now + expires_in if expires_in else None,
+            created_by=created_by,
         )
     )
+    add_event(s, "token.created", name=name, token_kind=kind, role=role, projects=projects, by=created_by or "host")
     return token
 
 
@@ -150,16 +154,25 @@ def list_tokens(s: Session) -> list[Token]:
     return list(s.scalars(select(Token).order_by(Token.kind, Token.name, Token.id)))
 
 
-def revoke(s: Session, name: str, kind: str = "") -> int:
-    """Revoke every live token named `name` (of `kind` when given); answers how many."""
+def within(row: Token, scope: frozenset[str] | None) -> bool:
+    """Whether a caller scoped to `scope` sees (and may revoke) the token `row`: an unscoped caller sees
+    every token; a scoped one the user tokens whose projects all lie within its own."""
+    if scope is None:
+        return True
+    return row.kind == "user" and bool(row.projects) and set(row.projects) <= scope
+
+
+def revoke(s: Session, name: str, kind: str = "", scope: frozenset[str] | None = None, by: str = "host") -> int:
+    """Revoke every live token named `name` (of `kind` when given) that a caller scoped to `scope` sees;
+    answers how many. The others do not exist for it: NOT_FOUND as for a name never used."""
     q = select(Token).where(Token.name == name, Token.revoked_at.is_(None))
     if kind:
         q = q.where(Token.kind == kind)
-    rows = list(s.scalars(q))
+    rows = [row for row in s.scalars(q) if within(row, scope)]
     if not rows:
         raise NotFound(f"no live token named {name!r}", field="name")
     now = utcnow()
     for row in rows:
         row.revoked_at = now
-    add_event(s, "token.revoked", name=name, token_kind=rows[0].kind, count=len(rows))
+    add_event(s, "token.revoked", name=name, token_kind=rows[0].kind, count=len(rows), by=by)
     return len(rows)
