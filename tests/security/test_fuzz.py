@@ -31,6 +31,10 @@ from drover.v1 import (
     change_pb2_grpc,
     operations_pb2,
     operations_pb2_grpc,
+    project_pb2,
+    project_pb2_grpc,
+    token_pb2,
+    token_pb2_grpc,
     types_pb2,
 )
 from tests.conftest import Fleet, python_command, task
@@ -211,12 +215,25 @@ def counts(engine: sqlalchemy.Engine) -> dict[str, int]:
         return dict(zip(TABLES, conn.exec_driver_sql(COUNT_ROWS).one(), strict=True))
 
 
+SERVICE_MODULES = (change_pb2, operations_pb2, agent_pb2, project_pb2, token_pb2)
+
+
+def test_every_served_service_is_fuzzed() -> None:
+    """A service added to the API without being added here would go unfuzzed."""
+    from controlplane.api.endpoint import SERVICE_NAMES
+
+    fuzzed = {s.full_name for m in SERVICE_MODULES for s in m.DESCRIPTOR.services_by_name.values()}
+    assert set(SERVICE_NAMES) <= fuzzed
+
+
 def _methods() -> list[tuple[str, Any, str]]:
     out = []
     for module, stub in (
         (change_pb2, change_pb2_grpc.ChangeServiceStub),
         (operations_pb2, operations_pb2_grpc.OperationsServiceStub),
         (agent_pb2, agent_pb2_grpc.AgentServiceStub),
+        (project_pb2, project_pb2_grpc.ProjectServiceStub),
+        (token_pb2, token_pb2_grpc.TokenServiceStub),
     ):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
@@ -286,7 +303,7 @@ def _fuzz_method(
 
 
 def _service_descriptor(name: str) -> Any:
-    for module in (change_pb2, operations_pb2, agent_pb2):
+    for module in SERVICE_MODULES:
         if name in module.DESCRIPTOR.services_by_name:
             return module.DESCRIPTOR.services_by_name[name]
     raise KeyError(name)
