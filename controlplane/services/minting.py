@@ -57,8 +57,8 @@ def mint(s: Session, minter: tokens.Principal, want: TokenRequest) -> tuple[Toke
     s.flush()
     row = s.scalar(select(Token).where(Token.token_hash == tokens.hash_token(secret)))
     assert row is not None
-    ends = aware(held.expires_at)
-    if ends is not None and (row.expires_at is None or aware(row.expires_at) > ends):  # the same instant at most
+    ends, own = aware(held.expires_at), aware(row.expires_at)
+    if ends is not None and (own is None or own > ends):  # computed a moment apart: the same instant at most
         row.expires_at = held.expires_at
     return row, secret
 
