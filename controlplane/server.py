@@ -65,8 +65,8 @@ def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path, database: str) -> d
         if s.scalar(select(func.count()).select_from(Token)):
             return {}
         return {
-            "admin": tokens.create_token(s, "user", "admin", "admin"),
-            "agent": tokens.create_token(s, "agent", "agent"),
+            "admin": tokens.create_token(s, "user", "admin", "admin", event=False),
+            "agent": tokens.create_token(s, "agent", "agent", event=False),
         }
 
     label = token_files.database_label(database)

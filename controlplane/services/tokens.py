@@ -70,9 +70,11 @@ def create_token(
     projects: Iterable[str] = (),
     expires_in: dt.timedelta | None = None,
     created_by: str = "",
+    event: bool = True,
 ) -> str:
     """Store a new token's hash; answers the token, which is shown once and never stored. `created_by`
-    names the token that minted it ("": the host's `controlplane token create`)."""
+    names the token that minted it ("": the host's `controlplane token create`); the first start's own
+    two tokens record no event (`event`), so a fresh control plane's history starts with what users did."""
     if kind not in TOKEN_KINDS:
         raise InvalidArgument(f"must be one of {', '.join(TOKEN_KINDS)}", field="kind")
     if not AGENT_NAME.fullmatch(name):
@@ -112,7 +114,8 @@ def create_token(
             created_by=created_by,
         )
     )
-    add_event(s, "token.created", name=name, token_kind=kind, role=role, projects=projects, by=created_by or "host")
+    if event:
+        add_event(s, "token.created", name=name, token_kind=kind, role=role, projects=projects, by=created_by or "host")
     return token
 
 

@@ -192,7 +192,7 @@ def test_a_git_credential_goes_in_once_sealed_and_never_comes_back(fleet: Fleet)
         database += wal.read_bytes()
     assert secret.encode() not in database
     assert secret not in "".join(p.read_text(errors="replace") for p in plane.data_dir.glob("*.log"))
-    kinds = [d for d in events(plane, "project.credential_set")]
+    kinds = events(plane, "project.credential_set")
     assert len(kinds) == 3 and all(secret not in str(d) for d in kinds)
     with sqlite3.connect(plane.data_dir / "drover.db") as db:
         sealed = db.execute("SELECT git_credential_sealed FROM projects WHERE name='web'").fetchone()[0]
