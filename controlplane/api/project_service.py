@@ -167,6 +167,8 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
         def update(s: Session) -> project_pb2.Project:
             row = tenancy.visible_project(s, name, who.projects, field="project.name")
             _repo_change(row, changes)
+            if changes.get("pool", row.pool) != row.pool:  # whose agents run its Tasks is the fleet's to say
+                tenancy.unscoped(who.projects, "moving a project to another pool", "project.pool")
             return project_message(projects.update_project(s, row, changes, who.name))
 
         return await self.store.run(update)

@@ -98,6 +98,7 @@ def test_a_scoped_token_sees_and_changes_only_its_projects(fleet: Fleet) -> None
         assert refusal(drover.NotFound, ann.projects.set_git_credential, "b", "token", "t0k").field == "project"
 
         assert ann.projects.update("a", setup=["make"]).setup == ["make"]  # its own: yes
+        assert refusal(drover.PermissionDenied, ann.projects.update, "a", pool="gpu").field == "project.pool"
         assert refusal(drover.PermissionDenied, ann.projects.delete, "a")  # but deleting needs every project
         assert refusal(drover.PermissionDenied, ann.projects.create, "c")
 
