@@ -133,7 +133,12 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
         name = request.project.name
         paths = [f for f in projects.FIELDS if f != "git_token_file" or request.project.git_token_file]
         with in_project():
-            want = projects.ProjectSettings(**settings_from(request.project, paths))
+            given = settings_from(request.project, paths)
+            # proto3 cannot tell an unset double from 0: creating, 0 is the default (update sets 0: never park)
+            given["answer_window_minutes"] = (
+                given["answer_window_minutes"] or projects.ProjectSettings.answer_window_minutes
+            )
+            want = projects.ProjectSettings(**given)
             # The repository is read before the transaction: a slow remote never holds the writer.
             branch, _ = await asyncio.to_thread(projects.checked_branch, want.repo, request.project.branch)
             want = dataclasses.replace(want, branch=branch)

@@ -34,6 +34,7 @@ def test_an_admin_creates_reads_updates_and_deletes_a_project(fleet: Fleet, tmp_
         made = admin.projects.create("web", repo=str(repo), setup=["pip install -e ."], env={"MODE": "test"})
         assert (made.name, made.repo, made.branch, made.setup_network) == ("web", str(repo), "main", True)
         assert made.env == {"MODE": "test"} and made.git_credential.kind == ""
+        assert made.answer_window_minutes == 15  # unset in the request: the default, as on the host
         assert [p.name for p in admin.projects.list()] == ["web"]
 
         changed = admin.projects.update("web", pool="gpu", setup_network=False, git_name="Bot")
