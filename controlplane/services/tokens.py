@@ -23,6 +23,7 @@ _DURATION = re.compile(r"(\d+)([smhdw])")
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_LIFETIME_SECONDS = 100 * 365 * 86400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,8 @@ def parse_duration(text: str) -> dt.timedelta:
     seconds = sum(int(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0:
         raise InvalidArgument("must be longer than 0 s", field="expires_in")
+    if seconds > MAX_LIFETIME_SECONDS:  # past it the expiry date overflows; "never" is the empty duration
+        raise InvalidArgument("at most 100 years (leave it empty for a token that never expires)", field="expires_in")
     return dt.timedelta(seconds=seconds)
 
 
