@@ -1,6 +1,7 @@
 """The console's projects and tokens: /projects and /projects/NAME show a project's settings and which
 git credential it has (kind, fingerprint; never the secret), /tokens lists the tokens the visitor may see,
-revokes them and mints new ones (the token shown once, on the page that answers the form). Each is one
+revokes them and mints new ones (the token shown once, on the page that answers the form); an admin of
+every project adds one from /projects. Each is one
 API call as the signed-in user, so the API's rules hold here as with grpcurl."""
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ async def project(v: Visit) -> Response:
     name = v.request.path_params["name"]
     found = from_proto(await v.call("ProjectService/GetProject", project_pb2.GetProjectRequest(name=name)), Project)
     return v.render("project.html", project=found, title=f"Project {name}")
+
+
+async def create_project(v: Visit) -> Response:
+    """A project from the form's name, repository and branch; its other settings through the CLI or API."""
+    f = v.form
+    wanted = project_pb2.Project(
+        name=f.get("name", "").strip(), repo=f.get("repo", "").strip(), branch=f.get("branch", "").strip()
+    )
+    made = await v.call("ProjectService/CreateProject", project_pb2.CreateProjectRequest(project=wanted))
+    return RedirectResponse(f"/projects/{made.name}", status_code=303)
 
 
 async def _tokens(v: Visit) -> list[Token]:
@@ -53,4 +64,8 @@ async def revoke_token(v: Visit) -> Response:
 
 
 PAGES: dict[str, Handler] = {"/projects": projects, "/projects/{name}": project, "/tokens": tokens}
-ACTIONS: dict[str, Handler] = {"/tokens": create_token, "/tokens/{name}/revoke": revoke_token}
+ACTIONS: dict[str, Handler] = {
+    "/projects": create_project,
+    "/tokens": create_token,
+    "/tokens/{name}/revoke": revoke_token,
+}

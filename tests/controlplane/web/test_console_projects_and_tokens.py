@@ -50,11 +50,17 @@ def test_the_project_pages_show_settings_and_the_credential_but_never_the_secret
             assert shown in page.text
         assert secret not in page.text and secret not in listing.text
         assert http.get("/projects/nope").status_code == 404
+        csrf = session.csrf_token(plane.admin_token)
+        added = http.post("/projects", data={"csrf": csrf, "name": "from-form", "repo": "", "branch": ""})
+        assert added.status_code == 303 and added.headers["location"] == "/projects/from-form"
+        refused = http.post("/projects", data={"csrf": csrf, "name": "from-form"})
+        assert refused.status_code == 409 and "project.name" in refused.text  # ALREADY_EXISTS, naming the field
     with signed_in(url, scoped) as http:
         assert "secretive" not in http.get("/projects").text
         assert http.get("/projects/secretive").status_code == 404  # as if it did not exist
         assert 'href="/tokens"' not in http.get("/projects").text  # not an admin: no tokens page offered
         assert http.get("/tokens").status_code == 403
+        assert 'action="/projects"' not in http.get("/projects").text  # no form it would be refused
 
 
 def test_the_tokens_page_mints_once_and_revokes(fleet: Fleet) -> None:
