@@ -44,6 +44,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
     p.add_argument(
+        "--prepared-cache-dir",
+        dest="prepared_cache_dir",
+        help="projects' trees after setup, kept for later runs (default NAME/prepared beside the spool)",
+    )
+    p.add_argument(
+        "--prepared-cache-max-bytes",
+        dest="prepared_cache_max_bytes",
+        type=int,
+        help="the prepared workspaces' size, at most; least recently used go first; 0: no cache (default 20 GiB)",
+    )
+    p.add_argument(
         "--no-prefork",
         dest="prefork",
         action="store_false",

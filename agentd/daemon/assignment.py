@@ -66,6 +66,7 @@ def decode(message: Any) -> Assignment:
         env=dict(message.command.env),
         timeout_seconds=message.command.timeout_seconds,
         network=message.command.network,
+        project=message.workspace.project,
         repo=message.workspace.repo,
         branch=message.workspace.branch,
         stack=tuple(
@@ -108,4 +109,6 @@ def place(spec: RunSpec, config: AgentConfig, slot: int = 0, cgroups: Sequence[s
         bwrap=config.bwrap,
         seccomp=config.seccomp,
         runtime_command=config.runtime_commands().get(spec.driver, ""),
+        prepared_cache_dir=str(config.prepared_cache) if config.prepared_cache_max_bytes > 0 else "",
+        prepared_cache_max_bytes=config.prepared_cache_max_bytes,
     )

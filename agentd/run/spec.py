@@ -80,6 +80,8 @@ class RunSpec:
     """0: none."""
     network: bool = False
     # the workspace
+    project: str = ""
+    """The project's name: agentd's prepared workspaces are kept per project."""
     repo: str = ""
     branch: str = ""
     stack: tuple[StackedChangeSet, ...] = ()
@@ -111,6 +113,9 @@ class RunSpec:
     seccomp: bool = True
     runtime_command: str = ""
     """An external runtime's executable on this agent."""
+    prepared_cache_dir: str = ""
+    """agentd's prepared-workspace cache (agentd/run/prepared_cache.py); "": none."""
+    prepared_cache_max_bytes: int = 0
 
     @property
     def workspace(self) -> pathlib.Path:
