@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentd import run_dir as run_dir_files
 from agentd.daemon import cgroups, run_disk
-from agentd.errors import DiskFailed, RunEnded, SandboxFailed, is_full
+from agentd.errors import DiskFailed, RunEnded, SandboxFailed, SetupFailed, is_full
 from agentd.run.output import Output
 from agentd.run.sandbox import BWRAP, UNSANDBOXED, Bind, Sandbox, SandboxPolicy, for_mode
 from agentd.run.spec import RunSpec
@@ -84,6 +84,7 @@ class Run:
         self.repo_dir, self.home = self.ws_dir / "repo", self.ws_dir / "home"
         self.workspace: gitspace.Workspace | None = None
         """A Task's workspace that publishes a ChangeSet (None: a command's clone, or no repository)."""
+        self.prepared = (0.0, False)  # setup's seconds and whether it came prepared (agentd/run/preparation.py)
         self._control_plane: ControlPlane | None = None
 
     @property
@@ -159,14 +160,16 @@ class Run:
                 saved["start_commit"],
                 saved["stacked_on"],
                 token,
-                gitspace.DEFAULT_IDENTITY,
+                spec.preparation.identity,
                 spec.repo,
             )
             return self.repo_dir, True
         stack = self._stack()
         merging = f", merging {len(stack)} ChangeSets" if stack else ""
         self.output.write("system", f"workspace: cloning {workspace.redact_url(spec.repo)} at {spec.branch}{merging}\n")
-        self.workspace = gitspace.open_workspace(self.repo_dir, spec.repo, spec.branch, stack, token)
+        self.workspace = gitspace.open_workspace(
+            self.repo_dir, spec.repo, spec.branch, stack, token, spec.preparation.identity
+        )
         state.write_text(
             json.dumps(
                 {
@@ -220,14 +223,21 @@ class Run:
             "LANG": "C.UTF-8",
             "TZ": "UTC",
             "HOME": str(home),
+            **self.spec.preparation.env,  # the project's env and DROVER_CHANGE_ID, _TASK_KEY, _BRANCH
             "DROVER_WORKSPACE": str(root or ""),
             "DROVER_RUN_ID": self.spec.run_id,
         }
         binds = []
         if root is not None and workspace.has_repository(root):
             env.update(workspace.SAFE_DIRECTORY_ENV)
+            env.update(self.spec.preparation.git_env)  # commits made in the sandbox have the project's identity
             binds.append(Bind(workspace.git_dir(root), str(root / ".git")))
         return env, binds
+
+    @property
+    def command_secrets(self) -> dict[str, str]:
+        """The run's secrets a command gets: all but the git token, which stays with agentd (it clones, pushes)."""
+        return {name: value for name, value in self.secret_env.items() if name != GIT_TOKEN}
 
     # --- publishing and parking ------------------------------------------------------------------
 
@@ -240,9 +250,9 @@ class Run:
         """Commit and push the workspace on the Task's branch, build outputs left out unless a write
         tool wrote them (`written`, relative to the root)."""
         assert self.workspace is not None
-        return await asyncio.to_thread(
-            self.workspace.publish, self.spec.change_id, self.spec.task_id, message, self.build_outputs, written
-        )
+        s, branch = self.spec, self.spec.preparation.task_branch  # "": drover/<change>/<task>
+        publish, outputs = self.workspace.publish, self.build_outputs
+        return await asyncio.to_thread(publish, s.change_id, s.task_id, message, outputs, written, branch)
 
     async def publish(self, ended: RunEnded, written: set[str]) -> RunEnded:
         """The Task's work as its ChangeSet: committed, pushed, published to the control plane."""
@@ -318,6 +328,8 @@ class Run:
             return RunEnded("failed", str(err), code=code, exit_code=-1, line=f"workspace: {err}")
         except SandboxFailed as err:  # never run the Task's commands any other way
             return RunEnded("failed", str(err), code="sandbox_failed", exit_code=-1, line=f"sandbox: {err}")
+        except SetupFailed as err:  # the project's setup, not the Task's work: the run says which command
+            return RunEnded("failed", str(err), code="setup_failed", exit_code=err.exit_code, line=f"setup: {err}")
         except Exception as err:  # a bug or an unreachable control plane: end the run, say why
             traceback.print_exc()
             if is_full(err):  # the transcript or the workspace state could not be written
@@ -332,7 +344,8 @@ class Run:
         for line in hit:
             self.output.write("system", f"{line}\n")
         error = "; ".join(filter(None, ["" if ended.ok else ended.reason, *hit]))
-        self.output.exit(ended.status, ended.exit_code, ended.code, error, **ended.extra)
+        extra = {"setup_seconds": self.prepared[0], "setup_cached": self.prepared[1], **ended.extra}
+        self.output.exit(ended.status, ended.exit_code, ended.code, error, **extra)
 
 
 def sandbox_for(spec: RunSpec, network: bool, **limits: int) -> Sandbox:
