@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from agentd import run_dir as run_dir_files
 from agentd.errors import RunEnded, SetupFailed
+from agentd.run import prepared_workspace
 from agentd.run.command import Command, Invocation
 from agentd.run.output import Output
 from agentd.run.spec import RunSpec
@@ -63,11 +64,22 @@ def prepare(root: pathlib.Path, spec: RunSpec, execute: Execute, output: Output)
 
 
 def setup_workspace(run: Run, root: pathlib.Path) -> None:
-    """The run's setup in its sandbox, once: a supervisor started again on the run finds it done."""
+    """The run's setup, once: from agentd's prepared workspaces when one matches (setup skipped), else
+    in its sandbox. A supervisor started again on the run finds it done."""
     done = run.run_dir / run_dir_files.PREPARED
-    spec = run.spec
-    if not spec.preparation.setup or done.exists():
+    if not run.spec.preparation.setup:
         return
+    if done.exists():
+        run.prepared = prepared_workspace.Setup.load(done)
+        return
+    run.check_cancel()
+    run.prepared = prepared_workspace.prepare_with_cache(run.spec, root, run.output, lambda: run_setup(run, root))
+    run.prepared.save(done)
+
+
+def run_setup(run: Run, root: pathlib.Path) -> float:
+    """The project's setup commands in the run's sandbox; answers their seconds."""
+    spec = run.spec
     network = spec.preparation.setup_network or spec.commands_network
     sandbox = run.sandbox(network, hand_over=(root, run.home))
     env, binds = run.command_env(root, run.home)
@@ -78,10 +90,7 @@ def setup_workspace(run: Run, root: pathlib.Path) -> None:
         what = Invocation(argv, root, env, [root, run.home], binds, float(spec.timeout_seconds or 0), prefix)
         return Command(run.output, lambda: run.cancelled, spec.kill_grace_seconds, what).follow(sandbox)
 
-    run.check_cancel()
-    prepared = prepare(root, spec, execute, run.output)
-    run.prepared = (prepared.seconds, prepared.cached)
-    done.write_text(f"{prepared.seconds:.3f}\n")
+    return prepare(root, spec, execute, run.output).seconds
 
 
 def place_files(run: Run, root: pathlib.Path) -> pathlib.Path:

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import pathlib
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 
+from agentd.run import prepared_key
 from agentd.run.output import Output
-from agentd.run.prepared_cache import Entry, copy_tree, hold
+from agentd.run.prepared_cache import Entry, PreparedCache, copy_tree, hold
 from agentd.run.sandbox import Bind
+from agentd.run.spec import RunSpec
 from drover.core import workspace
 
 LAYERS = ".prepared"
@@ -31,8 +36,8 @@ RUN_ENV_PREFIX = "DROVER_"
 
 
 @dataclasses.dataclass(frozen=True)
-class Prepared:
-    """How the run's workspace was prepared."""
+class Setup:
+    """How the run's setup went (reported in its exit record)."""
 
     cached: bool = False
     """It came from the cache and setup was skipped."""
@@ -41,11 +46,63 @@ class Prepared:
     origin: str = ""
     """On a hit, where setup ran (the sandbox shows the worktree there too)."""
 
+    def save(self, path: pathlib.Path) -> None:
+        path.write_text(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def load(cls, path: pathlib.Path) -> Setup:
+        """What `save` wrote (a supervisor started again on the run); Setup() when it cannot be read."""
+        try:
+            saved = json.loads(path.read_text())
+            return cls(bool(saved["cached"]), float(saved["seconds"]), str(saved["origin"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls()
+
     def binds(self, repo_dir: pathlib.Path) -> list[Bind]:
         """What a command's sandbox shows beyond the worktree."""
         if not self.cached or not self.origin or self.origin == str(repo_dir):
             return []
         return [Bind(repo_dir, self.origin, writable=True)]
+
+
+def cache_of(spec: RunSpec) -> PreparedCache | None:
+    """The agent's cache, or None when it is off or the run has no setup to skip."""
+    if not spec.prepared_cache_dir or spec.prepared_cache_max_bytes <= 0 or not spec.preparation.setup:
+        return None
+    return PreparedCache(pathlib.Path(spec.prepared_cache_dir), spec.prepared_cache_max_bytes)
+
+
+def key_of(spec: RunSpec, repo_dir: pathlib.Path) -> str:
+    prep = spec.preparation
+    env = {name: value for name, value in prep.env.items() if not name.startswith(RUN_ENV_PREFIX)}
+    return prepared_key.cache_key(spec.repo, spec.branch, prep.setup, env, repo_dir, prep.cache_key_files)
+
+
+def prepare_with_cache(spec: RunSpec, repo_dir: pathlib.Path, output: Output, setup: Callable[[], float]) -> Setup:
+    """Start the cloned worktree `repo_dir` from a cached entry, else run `setup` (which answers its
+    seconds, or raises when it fails) and keep what it made."""
+    started = time.monotonic()
+    cache = cache_of(spec)
+    if cache is None:
+        return Setup(False, setup() if spec.preparation.setup else 0.0)
+    key = key_of(spec, repo_dir)
+    project = spec.project or spec.repo
+    entry = cache.lookup(project, key)
+    if entry is not None and start_from(entry, repo_dir, output):
+        output.write("system", f"setup: skipped, the workspace came prepared (key {key[:12]})\n")
+        return Setup(True, time.monotonic() - started, entry.origin)
+    output.write("system", f"setup: no prepared workspace for key {key[:12]}: running setup\n")
+    seconds = setup()
+    if spec.stack:  # a tree built from other Tasks' ChangeSets is not the project's to share
+        return Setup(False, seconds)
+    try:
+        stored = cache.store(project, key, repo_dir, *tracked(repo_dir), str(repo_dir))
+    except OSError as err:
+        output.write("system", f"setup: the prepared workspace could not be kept: {err}\n")
+        return Setup(False, seconds)
+    if stored is not None:
+        output.write("system", f"setup: prepared workspace kept for the next runs (key {key[:12]})\n")
+    return Setup(False, seconds)
 
 
 def tracked(repo_dir: pathlib.Path) -> tuple[str, list[str]]:

@@ -3,15 +3,13 @@
 file paths}); they never touch the disk.
 
 One skeleton for every way of working a Task: the run's spec (agentd/run/spec.py) names its driver
-(agentd/drivers/: command, harness, claude-code, opencode), and the supervisor walks
-
-    workspace -> sandbox -> drive -> publish -> exit record
-
-with the driver doing the drive (and choosing its workspace and sandbox through `Run`). It is started
-detached from agentd (its own session), so a run outlives an agentd restart, and appends everything
-the run says, stream-tagged and in arrival order, to RUN_DIR/output.jsonl (agentd/run/output.py); the
-last record is the exit. agentd tails that file; nothing else is shared between the two. A harness
-run started again on the same RUN_DIR resumes from its transcript."""
+(agentd/drivers/: command, harness, claude-code, opencode), and the supervisor walks `workspace ->
+sandbox -> drive -> publish -> exit record` with the driver doing the drive (and choosing its
+workspace and sandbox through `Run`). It is started detached from agentd (its own session), so a run
+outlives an agentd restart, and appends everything the run says, stream-tagged and in arrival order,
+to RUN_DIR/output.jsonl (agentd/run/output.py); the last record is the exit. agentd tails that file;
+nothing else is shared between the two. A harness run started again on the same RUN_DIR resumes from
+its transcript."""
 
 from __future__ import annotations
 
@@ -32,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agentd import run_dir as run_dir_files
 from agentd.daemon import cgroups, run_disk
 from agentd.errors import DiskFailed, RunEnded, SandboxFailed, SetupFailed, is_full
+from agentd.run import prepared_workspace
 from agentd.run.output import Output
 from agentd.run.sandbox import BWRAP, UNSANDBOXED, Bind, Sandbox, SandboxPolicy, for_mode
 from agentd.run.spec import RunSpec
@@ -84,7 +83,7 @@ class Run:
         self.repo_dir, self.home = self.ws_dir / "repo", self.ws_dir / "home"
         self.workspace: gitspace.Workspace | None = None
         """A Task's workspace that publishes a ChangeSet (None: a command's clone, or no repository)."""
-        self.prepared = (0.0, False)  # setup's seconds and whether it came prepared (agentd/run/preparation.py)
+        self.prepared = prepared_workspace.Setup()  # how setup went (run, or skipped: agentd/run/preparation.py)
         self._control_plane: ControlPlane | None = None
 
     @property
@@ -232,7 +231,7 @@ class Run:
             env.update(workspace.SAFE_DIRECTORY_ENV)
             env.update(self.spec.preparation.git_env)  # commits made in the sandbox have the project's identity
             binds.append(Bind(workspace.git_dir(root), str(root / ".git")))
-        return env, binds
+        return env, binds + (self.prepared.binds(root) if root is not None else [])
 
     @property
     def command_secrets(self) -> dict[str, str]:
@@ -312,6 +311,7 @@ class Run:
         finally:
             if self._control_plane is not None:
                 await self._control_plane.close()
+            prepared_workspace.release(self.repo_dir)  # a prepared workspace's overlay, when it has one
             if not self.spec.keep_workspace:
                 run_disk.release(self.ws_dir)
                 workspace.remove(self.ws_dir)
@@ -344,7 +344,7 @@ class Run:
         for line in hit:
             self.output.write("system", f"{line}\n")
         error = "; ".join(filter(None, ["" if ended.ok else ended.reason, *hit]))
-        extra = {"setup_seconds": self.prepared[0], "setup_cached": self.prepared[1], **ended.extra}
+        extra = {"setup_seconds": self.prepared.seconds, "setup_cached": self.prepared.cached, **ended.extra}
         self.output.exit(ended.status, ended.exit_code, ended.code, error, **extra)
 
 
