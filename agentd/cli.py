@@ -78,7 +78,7 @@ def prepared_cache_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prepared-cache-dir",
         dest="prepared_cache_dir",
-        help="projects' trees after setup, kept for later runs (default NAME/prepared beside the spool)",
+        help="projects' trees after setup, kept for later runs (default: prepared, beside the spool directory)",
     )
     p.add_argument(
         "--prepared-cache-max-bytes",

@@ -47,8 +47,8 @@ class AgentConfig:
     """New runs are refused (`disk_full`) while the spool's filesystem has less free space than this."""
     prepared_cache_dir: pathlib.Path = pathlib.Path("")
     """Prepared workspaces (a project's tree after its setup commands, reused by the next run with the
-    same setup, env and cache_key_files); default <state_dir>/<name>/prepared. Only agentd reads it:
-    runs see their own copy."""
+    same setup, env and cache_key_files); default `prepared` beside the spool directory
+    (<state_dir>/<name>/prepared). Only agentd reads it: runs see their own copy."""
     prepared_cache_max_bytes: int = 20 * 1024**3
     """The prepared workspaces' size, at most (the least recently used go first); 0: no cache, every
     run runs its project's setup."""
@@ -133,9 +133,10 @@ class AgentConfig:
 
     @property
     def prepared_cache(self) -> pathlib.Path:
+        """prepared_cache_dir, else `prepared` beside the spool (<state_dir>/<name>/prepared by default)."""
         if str(self.prepared_cache_dir) not in ("", "."):
             return self.prepared_cache_dir
-        return state_dir(os.geteuid(), os.environ) / self.name / "prepared"
+        return self.spool.parent / "prepared"
 
     @property
     def instance(self) -> str:
