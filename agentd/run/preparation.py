@@ -11,6 +11,7 @@ workspace from agentd's side treats it as hostile: setup ran in it, so any path 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import stat
@@ -24,6 +25,7 @@ from agentd.run.command import Command, Invocation
 from agentd.run.output import Output
 from agentd.run.spec import RunSpec
 from agentd.run.supervisor import Run
+from drover.core import workspace
 from drover.core.workspace import WorkspaceError
 
 PREFIX = "[setup] "
@@ -63,10 +65,16 @@ def prepare(root: pathlib.Path, spec: RunSpec, execute: Execute, output: Output)
 
 
 def setup_workspace(run: Run, root: pathlib.Path) -> None:
-    """The run's setup in its sandbox, once: a supervisor started again on the run finds it done."""
+    """The run's setup in its sandbox, once: a supervisor started again on the run finds it done. What
+    setup left untracked is kept out of the Task's ChangeSet (unless the Task writes it)."""
     done = run.run_dir / run_dir_files.PREPARED
     spec = run.spec
-    if not spec.preparation.setup or done.exists():
+    if done.exists():
+        kept = json.loads(done.read_text())
+        run.prepared = {"setup_seconds": float(kept["seconds"]), "setup_cached": bool(kept["cached"])}
+        run.setup_made = list(kept["made"])
+        return
+    if not spec.preparation.setup:
         return
     network = spec.preparation.setup_network or spec.commands_network
     sandbox = run.sandbox(network, hand_over=(root, run.home))
@@ -80,8 +88,20 @@ def setup_workspace(run: Run, root: pathlib.Path) -> None:
 
     run.check_cancel()
     prepared = prepare(root, spec, execute, run.output)
-    run.prepared = (prepared.seconds, prepared.cached)
-    done.write_text(f"{prepared.seconds:.3f}\n")
+    run.prepared = {"setup_seconds": prepared.seconds, "setup_cached": prepared.cached}
+    run.setup_made = untracked(root)
+    done.write_text(json.dumps({"seconds": prepared.seconds, "cached": prepared.cached, "made": run.setup_made}))
+
+
+def untracked(root: pathlib.Path) -> list[str]:
+    """What git does not track in the workspace, as anchored build-output patterns (`/dir/`, `/file`):
+    an untracked directory once, not each file in it. [] without a repository."""
+    if not workspace.has_repository(root):
+        return []
+    repo = workspace.open_repository(root)
+    found = repo.status(untracked_files="normal", ignored=False)
+    new = workspace.trusting_pygit2().enums.FileStatus.WT_NEW
+    return sorted("/" + path for path, flags in found.items() if flags & new)
 
 
 def place_files(run: Run, root: pathlib.Path) -> pathlib.Path:
