@@ -11,6 +11,7 @@ workspace from agentd's side treats it as hostile: setup ran in it, so any path 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 import stat
@@ -25,6 +26,7 @@ from agentd.run.command import Command, Invocation
 from agentd.run.output import Output
 from agentd.run.spec import RunSpec
 from agentd.run.supervisor import Run
+from drover.core import workspace
 from drover.core.workspace import WorkspaceError
 
 PREFIX = "[setup] "
@@ -65,16 +67,17 @@ def prepare(root: pathlib.Path, spec: RunSpec, execute: Execute, output: Output)
 
 def setup_workspace(run: Run, root: pathlib.Path) -> None:
     """The run's setup, once: from agentd's prepared workspaces when one matches (setup skipped), else
-    in its sandbox. A supervisor started again on the run finds it done."""
+    in its sandbox; a supervisor started again on the run finds it done. What setup left untracked is
+    kept out of the Task's ChangeSet (unless the Task writes it)."""
     done = run.run_dir / run_dir_files.PREPARED
-    if not run.spec.preparation.setup:
-        return
     if done.exists():
         run.prepared = prepared_workspace.Setup.load(done)
-        return
-    run.check_cancel()
-    run.prepared = prepared_workspace.prepare_with_cache(run.spec, root, run.output, lambda: run_setup(run, root))
-    run.prepared.save(done)
+    elif run.spec.preparation.setup:
+        run.check_cancel()
+        setup = prepared_workspace.prepare_with_cache(run.spec, root, run.output, lambda: run_setup(run, root))
+        run.prepared = dataclasses.replace(setup, made=tuple(untracked(root)))
+        run.prepared.save(done)
+    run.setup_made = list(run.prepared.made)
 
 
 def run_setup(run: Run, root: pathlib.Path) -> float:
@@ -91,6 +94,17 @@ def run_setup(run: Run, root: pathlib.Path) -> float:
         return Command(run.output, lambda: run.cancelled, spec.kill_grace_seconds, what).follow(sandbox)
 
     return prepare(root, spec, execute, run.output).seconds
+
+
+def untracked(root: pathlib.Path) -> list[str]:
+    """What git does not track in the workspace, as anchored build-output patterns (`/dir/`, `/file`):
+    an untracked directory once, not each file in it. [] without a repository."""
+    if not workspace.has_repository(root):
+        return []
+    repo = workspace.open_repository(root)
+    found = repo.status(untracked_files="normal", ignored=False)
+    new = workspace.trusting_pygit2().enums.FileStatus.WT_NEW
+    return sorted("/" + path for path, flags in found.items() if flags & new)
 
 
 def place_files(run: Run, root: pathlib.Path) -> pathlib.Path:

@@ -45,6 +45,13 @@ class Setup:
     """Spent on setup, or on a hit on starting from the entry."""
     origin: str = ""
     """On a hit, where setup ran (the sandbox shows the worktree there too)."""
+    made: tuple[str, ...] = ()
+    """What setup left untracked, as anchored patterns (`/.venv/`): kept out of the Task's ChangeSet."""
+
+    @property
+    def reported(self) -> dict[str, float | bool]:
+        """For the run's exit record (RunFinished)."""
+        return {"setup_seconds": self.seconds, "setup_cached": self.cached}
 
     def save(self, path: pathlib.Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self)))
@@ -54,7 +61,8 @@ class Setup:
         """What `save` wrote (a supervisor started again on the run); Setup() when it cannot be read."""
         try:
             saved = json.loads(path.read_text())
-            return cls(bool(saved["cached"]), float(saved["seconds"]), str(saved["origin"]))
+            made = tuple(str(pattern) for pattern in saved["made"])
+            return cls(bool(saved["cached"]), float(saved["seconds"]), str(saved["origin"]), made)
         except (OSError, ValueError, KeyError, TypeError):
             return cls()
 

@@ -4,12 +4,12 @@ file paths}); they never touch the disk.
 
 One skeleton for every way of working a Task: the run's spec (agentd/run/spec.py) names its driver
 (agentd/drivers/: command, harness, claude-code, opencode), and the supervisor walks `workspace ->
-sandbox -> drive -> publish -> exit record` with the driver doing the drive (and choosing its
-workspace and sandbox through `Run`). It is started detached from agentd (its own session), so a run
-outlives an agentd restart, and appends everything the run says, stream-tagged and in arrival order,
-to RUN_DIR/output.jsonl (agentd/run/output.py); the last record is the exit. agentd tails that file;
-nothing else is shared between the two. A harness run started again on the same RUN_DIR resumes from
-its transcript."""
+setup -> sandbox -> drive -> publish -> exit record` with the driver doing the drive (and choosing its
+workspace, setup and sandbox through `Run`). It is started detached from agentd (its own session), so
+a run outlives an agentd restart, and appends everything the run says, stream-tagged and in arrival
+order, to RUN_DIR/output.jsonl (agentd/run/output.py); the last record is the exit. agentd tails that
+file; nothing else is shared between the two. A harness run started again on the same RUN_DIR
+resumes from its transcript."""
 
 from __future__ import annotations
 
@@ -83,7 +83,8 @@ class Run:
         self.repo_dir, self.home = self.ws_dir / "repo", self.ws_dir / "home"
         self.workspace: gitspace.Workspace | None = None
         """A Task's workspace that publishes a ChangeSet (None: a command's clone, or no repository)."""
-        self.prepared = prepared_workspace.Setup()  # how setup went (run, or skipped: agentd/run/preparation.py)
+        # how setup went (run, or skipped for a prepared workspace) and what it left untracked (preparation.py)
+        self.prepared, self.setup_made = prepared_workspace.Setup(), list[str]()
         self._control_plane: ControlPlane | None = None
 
     @property
@@ -242,8 +243,8 @@ class Run:
 
     @property
     def build_outputs(self) -> list[str]:
-        """The patterns of files a ChangeSet leaves out: the project's, else the default ones."""
-        return list(self.spec.harness.build_outputs or build_outputs.DEFAULT_BUILD_OUTPUTS)
+        """The patterns of files a ChangeSet leaves out: the project's, else the default ones, and setup's."""
+        return [*(self.spec.harness.build_outputs or build_outputs.DEFAULT_BUILD_OUTPUTS), *self.setup_made]
 
     async def commit_workspace(self, message: str, written: set[str]) -> gitspace.ChangeSetResult:
         """Commit and push the workspace on the Task's branch, build outputs left out unless a write
@@ -344,8 +345,7 @@ class Run:
         for line in hit:
             self.output.write("system", f"{line}\n")
         error = "; ".join(filter(None, ["" if ended.ok else ended.reason, *hit]))
-        extra = {"setup_seconds": self.prepared.seconds, "setup_cached": self.prepared.cached, **ended.extra}
-        self.output.exit(ended.status, ended.exit_code, ended.code, error, **extra)
+        self.output.exit(ended.status, ended.exit_code, ended.code, error, **self.prepared.reported, **ended.extra)
 
 
 def sandbox_for(spec: RunSpec, network: bool, **limits: int) -> Sandbox:
