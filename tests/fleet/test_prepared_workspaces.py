@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from agentd.run import prepared_cache
-from tests.conftest import AgentD, Fleet, make_repo, python_command, task
+from tests.conftest import AgentD, Fleet, make_repo, python_command, task, wait_for
+from tests.fleet.test_metrics import endpoint, scrape, value
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,7 +39,7 @@ def change_file(repo: pathlib.Path, name: str, text: str) -> None:
     git(repo, "commit", "-q", "-m", f"change {name}")
 
 
-def start(fleet: Fleet, tmp_path: pathlib.Path) -> tuple[pathlib.Path, AgentD, pathlib.Path]:
+def start(fleet: Fleet, tmp_path: pathlib.Path, *extra: str) -> tuple[pathlib.Path, AgentD, pathlib.Path]:
     """A project whose setup makes build/nonce, keyed by requirements.txt, and one agent with its cache."""
     origin = make_repo(tmp_path / "origin", {"app.py": "VERSION = 1\n", "requirements.txt": "attrs\n"})
     fleet.start_plane()
@@ -56,7 +57,7 @@ def start(fleet: Fleet, tmp_path: pathlib.Path) -> tuple[pathlib.Path, AgentD, p
         "--cache-key-file",
         "requirements*.txt",
     )
-    agent = fleet.agent("warm-agent", extra=("--prepared-cache-dir", str(cache)))
+    agent = fleet.agent("warm-agent", extra=("--prepared-cache-dir", str(cache), *extra))
     return origin, agent, cache
 
 
@@ -84,7 +85,7 @@ def entries(cache: pathlib.Path) -> list[pathlib.Path]:
 def test_the_second_run_starts_prepared_and_a_changed_key_file_runs_setup_again(
     fleet: Fleet, tmp_path: pathlib.Path
 ) -> None:
-    origin, _, cache = start(fleet, tmp_path)
+    origin, agent, cache = start(fleet, tmp_path, "--metrics-listen", "127.0.0.1:0")
     first, shown, log = run_once(fleet)
     assert not first.setup_cached and first.setup_seconds > 0
     assert "setup: [1/1]" in log and "no prepared workspace" in log
@@ -104,6 +105,14 @@ def test_the_second_run_starts_prepared_and_a_changed_key_file_runs_setup_again(
 
     fourth, shown_fourth, _ = run_once(fleet)
     assert fourth.setup_cached and shown_fourth["nonce"] == shown_third["nonce"]
+
+    url = wait_for(lambda: endpoint(agent.log()), 30, what="agentd's metrics endpoint")
+    metrics = scrape(url)
+    assert value(metrics, "drover_agent_prepared_workspace_hits_total") == 2
+    assert value(metrics, "drover_agent_prepared_workspace_misses_total") == 2
+    assert value(metrics, "drover_agent_setup_seconds_count") == 4
+    seconds = sum(r.setup_seconds for r in (first, second, third, fourth))
+    assert value(metrics, "drover_agent_setup_seconds_sum") == pytest.approx(seconds, abs=0.01)
 
 
 def test_a_damaged_entry_is_not_used(fleet: Fleet, tmp_path: pathlib.Path) -> None:
