@@ -50,6 +50,8 @@ def prepare(root: pathlib.Path, spec: RunSpec, execute: Execute, output: Output)
     """Run the project's setup commands in `root`, in order, each through `execute`. SetupFailed
     names the first that fails; a cancelled command ends the run cancelled (RunEnded)."""
     commands = spec.preparation.setup
+    if not commands:
+        return Prepared(0.0, False)
     started = time.monotonic()
     for index, line in enumerate(commands):
         output.write("system", f"setup: [{index + 1}/{len(commands)}] $ {line}\n")
@@ -60,8 +62,7 @@ def prepare(root: pathlib.Path, spec: RunSpec, execute: Execute, output: Output)
             why = "" if ended.code == "exit_code" else ended.reason
             raise SetupFailed(line, index, ended.exit_code, why)
     seconds = time.monotonic() - started
-    if commands:
-        output.write("system", f"setup: {len(commands)} commands done in {seconds:.1f} s\n")
+    output.write("system", f"setup: {len(commands)} commands done in {seconds:.1f} s\n")
     return Prepared(seconds, False)
 
 
