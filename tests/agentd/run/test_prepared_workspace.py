@@ -3,15 +3,19 @@ or copy, in tmp_path."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import subprocess
+from collections.abc import Callable
 
 import pytest
 
 from agentd.run import prepared_workspace
 from agentd.run.output import Output
 from agentd.run.prepared_cache import PreparedCache, listing
+from agentd.run.sandbox import Bind
+from agentd.run.spec import Preparation, RunSpec, StackedChangeSet
 from drover.core import workspace
 
 KEY = "c" * 64
@@ -111,3 +115,67 @@ def test_a_tracked_path_under_a_symlink_is_never_removed_through_it(
     finally:
         prepared_workspace.release(repo_dir)
     assert (outside / "keep.py").read_text() == "not the run's\n"
+
+
+def spec_of(origin: pathlib.Path, cache: pathlib.Path, run_id: str, **changed: object) -> RunSpec:
+    preparation = Preparation(setup=("make it",), env={"A": "1", "DROVER_RUN_ID": run_id}, cache_key_files=("*.txt",))
+    spec = RunSpec(
+        run_id=run_id,
+        project="app",
+        repo=str(origin),
+        branch="main",
+        preparation=preparation,
+        prepared_cache_dir=str(cache),
+        prepared_cache_max_bytes=1 << 30,
+    )
+    return dataclasses.replace(spec, **changed)  # type: ignore[arg-type]
+
+
+def setup_making(repo_dir: pathlib.Path, ran: list[str]) -> Callable[[], float]:
+    def setup() -> float:
+        ran.append(str(repo_dir))
+        (repo_dir / "made.txt.out").write_text("made by setup\n")
+        return 0.5
+
+    return setup
+
+
+def test_a_miss_runs_setup_and_keeps_it_and_a_hit_skips_it(tmp_path: pathlib.Path, origin: pathlib.Path) -> None:
+    """Per-run DROVER_* variables are no part of the key; a changed key file is."""
+    cache, ran = tmp_path / "cache", list[str]()
+    output = Output(tmp_path / "o.jsonl", [], 1 << 20)
+    first = clone(origin, tmp_path / "one")
+    setup = prepared_workspace.prepare_with_cache(spec_of(origin, cache, "r1"), first, output, setup_making(first, ran))
+    assert setup == prepared_workspace.Setup(False, 0.5) and len(ran) == 1
+    second = clone(origin, tmp_path / "two")
+    try:
+        hit = prepared_workspace.prepare_with_cache(
+            spec_of(origin, cache, "r2"), second, output, setup_making(second, ran)
+        )
+        assert hit.cached and hit.origin == str(first) and len(ran) == 1
+        assert (second / "made.txt.out").read_text() == "made by setup\n"
+        assert hit.binds(second) == [Bind(second, str(first), writable=True)]
+    finally:
+        prepared_workspace.release(second)
+    commit(origin, {"requirements.txt": "attrs==23\n"}, "a key file changes")
+    third = clone(origin, tmp_path / "three")
+    miss = prepared_workspace.prepare_with_cache(spec_of(origin, cache, "r3"), third, output, setup_making(third, ran))
+    assert not miss.cached and len(ran) == 2
+
+
+def test_a_run_on_other_tasks_changesets_never_stores(tmp_path: pathlib.Path, origin: pathlib.Path) -> None:
+    cache, ran = tmp_path / "cache", list[str]()
+    output = Output(tmp_path / "o.jsonl", [], 1 << 20)
+    stacked = spec_of(origin, cache, "r1", stack=(StackedChangeSet("cs1", "t1", "drover/c/t1", "abc"),))
+    repo_dir = clone(origin, tmp_path / "one")
+    assert not prepared_workspace.prepare_with_cache(stacked, repo_dir, output, setup_making(repo_dir, ran)).cached
+    assert not list(PreparedCache(cache, 1 << 30).entries())
+
+
+def test_without_a_cache_setup_just_runs(tmp_path: pathlib.Path, origin: pathlib.Path) -> None:
+    ran: list[str] = []
+    repo_dir = clone(origin, tmp_path / "one")
+    off = spec_of(origin, tmp_path / "cache", "r1", prepared_cache_max_bytes=0)
+    output = Output(tmp_path / "o.jsonl", [], 1 << 20)
+    assert prepared_workspace.prepare_with_cache(off, repo_dir, output, setup_making(repo_dir, ran)).seconds == 0.5
+    assert ran and not (tmp_path / "cache").exists()
