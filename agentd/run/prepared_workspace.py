@@ -77,6 +77,8 @@ def cache_of(spec: RunSpec) -> PreparedCache | None:
     """The agent's cache, or None when it is off or the run has no setup to skip."""
     if not spec.prepared_cache_dir or spec.prepared_cache_max_bytes <= 0 or not spec.preparation.setup:
         return None
+    if not spec.repo:  # nothing to key it by
+        return None
     return PreparedCache(pathlib.Path(spec.prepared_cache_dir), spec.prepared_cache_max_bytes)
 
 
@@ -105,7 +107,7 @@ def prepare_with_cache(spec: RunSpec, repo_dir: pathlib.Path, output: Output, se
         return Setup(False, seconds)
     try:
         stored = cache.store(project, key, repo_dir, *tracked(repo_dir), str(repo_dir))
-    except OSError as err:
+    except Exception as err:  # keeping it only saves the next run time: this run goes on whatever failed
         output.write("system", f"setup: the prepared workspace could not be kept: {err}\n")
         return Setup(False, seconds)
     if stored is not None:
@@ -136,7 +138,8 @@ def start_from(entry: Entry, repo_dir: pathlib.Path, output: Output) -> bool:
         os.close(held)
         release(repo_dir)
         _empty(repo_dir)
-        workspace.open_repository(repo_dir).checkout_head(strategy=_force())
+        if workspace.has_repository(repo_dir):
+            workspace.open_repository(repo_dir).checkout_head(strategy=_force())
         return False
     return True  # `held` stays open until the run's supervisor exits: the entry is not evicted meanwhile
 

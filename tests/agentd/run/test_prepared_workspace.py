@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import shutil
 import subprocess
 from collections.abc import Callable
 
@@ -179,3 +180,18 @@ def test_without_a_cache_setup_just_runs(tmp_path: pathlib.Path, origin: pathlib
     output = Output(tmp_path / "o.jsonl", [], 1 << 20)
     assert prepared_workspace.prepare_with_cache(off, repo_dir, output, setup_making(repo_dir, ran)).seconds == 0.5
     assert ran and not (tmp_path / "cache").exists()
+
+
+def test_a_start_that_fails_half_way_leaves_the_clone_as_it_was(tmp_path: pathlib.Path, origin: pathlib.Path) -> None:
+    _, entry = stored_entry(tmp_path, origin, "cache")
+    shutil.rmtree(entry.tree)  # type: ignore[attr-defined]  # gone between the lookup and the start
+    repo_dir = clone(origin, tmp_path / "run")
+    output = Output(tmp_path / "o.jsonl", [], 1 << 20)
+    try:
+        assert not prepared_workspace.start_from(entry, repo_dir, output)  # type: ignore[arg-type]
+    finally:
+        prepared_workspace.release(repo_dir)
+    assert not os.path.ismount(repo_dir)
+    assert sorted(p.name for p in repo_dir.iterdir()) == ["a.py", "old.py", "requirements.txt"]
+    assert workspace.open_repository(repo_dir).status() == {}
+    assert "could not start from the prepared workspace" in (tmp_path / "o.jsonl").read_text()
