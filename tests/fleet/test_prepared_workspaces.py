@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from agentd.run import prepared_cache
 from tests.conftest import AgentD, Fleet, make_repo, python_command, task, wait_for
+from tests.fleet.test_console import Console, console_url
 from tests.fleet.test_metrics import endpoint, scrape, value
 
 pytestmark = pytest.mark.timeout(240)
@@ -39,10 +41,12 @@ def change_file(repo: pathlib.Path, name: str, text: str) -> None:
     git(repo, "commit", "-q", "-m", f"change {name}")
 
 
-def start(fleet: Fleet, tmp_path: pathlib.Path, *extra: str) -> tuple[pathlib.Path, AgentD, pathlib.Path]:
+def start(
+    fleet: Fleet, tmp_path: pathlib.Path, *extra: str, plane_args: tuple[str, ...] = ()
+) -> tuple[pathlib.Path, AgentD, pathlib.Path]:
     """A project whose setup makes build/nonce, keyed by requirements.txt, and one agent with its cache."""
     origin = make_repo(tmp_path / "origin", {"app.py": "VERSION = 1\n", "requirements.txt": "attrs\n"})
-    fleet.start_plane()
+    fleet.start_plane(*plane_args)
     cache = tmp_path / "agent-cache"
     fleet.plane.cli(
         "project",
@@ -113,6 +117,19 @@ def test_the_second_run_starts_prepared_and_a_changed_key_file_runs_setup_again(
     assert value(metrics, "drover_agent_setup_seconds_count") == 4
     seconds = sum(r.setup_seconds for r in (first, second, third, fourth))
     assert value(metrics, "drover_agent_setup_seconds_sum") == pytest.approx(seconds, abs=0.01)
+
+
+def test_the_console_shows_whether_setup_ran_or_the_workspace_came_prepared(
+    fleet: Fleet, tmp_path: pathlib.Path
+) -> None:
+    start(fleet, tmp_path, plane_args=("--http-listen", "127.0.0.1:0"))
+    cold, _, _ = run_once(fleet)
+    warm, _, _ = run_once(fleet)
+    console = Console(console_url(fleet))
+    assert console.sign_in(fleet.plane.admin_token).status_code == 303
+    cold_page, warm_page = console.get(f"/runs/{cold.id}").text, console.get(f"/runs/{warm.id}").text
+    assert re.search(r'id="run-setup">ran in [\d.]+ s \(no prepared workspace matched\)', cold_page), cold_page
+    assert re.search(r'id="run-setup">skipped: the workspace came prepared from the agent.*s cache', warm_page)
 
 
 def test_a_damaged_entry_is_not_used(fleet: Fleet, tmp_path: pathlib.Path) -> None:
