@@ -55,9 +55,12 @@ def prepare(root: pathlib.Path, spec: RunSpec, execute: Execute, output: Output)
     started = time.monotonic()
     for index, line in enumerate(commands):
         output.write("system", f"setup: [{index + 1}/{len(commands)}] $ {line}\n")
-        ended = execute([*SHELL, line], PREFIX)
-        if ended.status == "cancelled":
-            raise ended
+        try:
+            ended = execute([*SHELL, line], PREFIX)
+        except RunEnded as err:  # it could not start: still the project's setup that failed
+            ended = err
+        if ended.status == "cancelled" or ended.code == "sandbox_failed":
+            raise ended  # cancelled, or no sandbox: not the setup's doing
         if ended.status != "succeeded":
             why = "" if ended.code == "exit_code" else ended.reason
             raise SetupFailed(line, index, ended.exit_code, why)

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
+import shlex
 
 import pygit2
 import pytest
 
-from drover import Client
+from drover import Client, changefile
 from drover.errors import InvalidArgument
 from drover.testing import fake_anthropic as fake
-from tests.conftest import API_KEY, Fleet, make_repo, python_command, task
+from tests.conftest import API_KEY, ROOT, Fleet, make_repo, python_command, task
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -30,8 +32,6 @@ version = "0.1.0"
 [tool.setuptools.packages.find]
 where = ["src"]
 """
-# Installed into the workspace (the sandbox shows the interpreter read-only), offline: no index, no deps.
-INSTALL = "python -m pip install --no-deps --no-build-isolation --no-index --target .deps ."
 PYTEST = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
 
 
@@ -63,23 +63,41 @@ def run_one(client: Client, project: str, spec: dict) -> tuple[str, str]:
     return final.status, final.tasks[0].latest_run_id
 
 
-def test_setup_installs_the_package_the_tests_import(fleet: Fleet, package_repo: pathlib.Path) -> None:
+def documented() -> tuple[list[str], str]:
+    """docs/configuration.md's "Workspace preparation": its `controlplane project add` and its Change file."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text.split("#### Workspace preparation\n", 1)[1].split("\n### ", 1)[0]
+    (command,) = re.findall(r"^```sh\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    (change,) = re.findall(r"^```yaml\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    return shlex.split(command.replace("\\\n", " ")), change
+
+
+def test_the_documented_setup_installs_the_package_its_tests_import(
+    fleet: Fleet, package_repo: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """The page's project and Change file, as written (the repository's path put in for /path/to/pkg)."""
+    add, change_file = documented()
+    assert add[:4] == ["controlplane", "project", "add", "pkg"] and "/path/to/pkg" in add
     fleet.start_plane()
-    fleet.plane.cli(
-        "project", "add", "prepared", "--repo", str(package_repo), "--setup", INSTALL, "--env", "PYTHONPATH=.deps"
-    )
+    fleet.plane.cli(*[str(package_repo) if arg == "/path/to/pkg" else arg for arg in add[1:]])
     fleet.plane.cli("project", "add", "bare", "--repo", str(package_repo), "--env", "PYTHONPATH=.deps")
     fleet.agent("prep-agent")
+    (tmp_path / "change.yaml").write_text(change_file)
     with fleet.plane.client() as client:
-        status, run_id = run_one(client, "prepared", task("tests", PYTEST))
-        shown, run = output(client, run_id), client.get_run(run_id)
+        change = client.submit_change_file(changefile.load(tmp_path / "change.yaml"))
+        list(client.watch(change.id))
+        final = client.get_change(change.id)
+        runs = {t.key: client.get_run(t.latest_run_id) for t in final.tasks}
+        shown = {key: output(client, run.id) for key, run in runs.items()}
         bare_status, bare_run = run_one(client, "bare", task("tests", PYTEST))
         bare_shown = output(client, bare_run, "stdout")
-    assert status == "succeeded", shown
-    assert "setup: [1/1] $ " + INSTALL in shown
-    assert "[setup] Successfully installed tinypkg-0.1.0" in shown
-    assert "1 passed" in shown
-    assert run.setup_seconds > 0 and not run.setup_cached
+    assert final.status == "succeeded", shown
+    assert "setup: [1/1] $ python -m pip install" in shown["tests"]
+    assert "[setup] Successfully installed tinypkg-0.1.0" in shown["tests"]
+    assert "1 passed" in shown["tests"] and "smoke ok" in shown["smoke"]
+    for run in runs.values():
+        assert run.setup_seconds > 0 and not run.setup_cached
+        assert run.branch == f"ai/check-the-package/{change.id}-{run.task_id}"
     # the same Task without the setup: the import fails
     assert bare_status == "failed"
     assert "No module named 'tinypkg'" in bare_shown

@@ -94,3 +94,14 @@ def test_no_write_goes_through_what_setup_left(tmp_path: pathlib.Path) -> None:
     assert (outside / "secret").read_text() == "keep"
     assert not (ws / "link").is_symlink() and (ws / "link").read_text() == "mine"
     assert (ws / "hard").read_text() == "mine" and (ws / "fifo").read_text() == "mine"
+
+
+def test_a_setup_command_that_cannot_start_is_a_setup_failure(tmp_path: pathlib.Path) -> None:
+    output = Output(tmp_path / "output.jsonl", [], 1 << 20)
+
+    def cannot_start(argv: list[str], prefix: str) -> RunEnded:
+        raise RunEnded("failed", "cannot start sh: No such file", code="start_failed", exit_code=-1)
+
+    spec = RunSpec(run_id="r", preparation=Preparation(setup=("make deps",)))
+    with pytest.raises(SetupFailed, match=r"setup command 1 \(make deps\) cannot start sh"):
+        preparation.prepare(tmp_path, spec, cannot_start, output)
