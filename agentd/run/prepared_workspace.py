@@ -103,7 +103,7 @@ def prepare_with_cache(spec: RunSpec, repo_dir: pathlib.Path, output: Output, se
         return Setup(True, time.monotonic() - started, entry.origin)
     output.write("system", f"setup: no prepared workspace for key {key[:12]}: running setup\n")
     seconds = setup()
-    if spec.stack:  # a tree built from other Tasks' ChangeSets is not the project's to share
+    if spec.stack or spec.harness.resume_branch:  # a tree of Tasks' own work is not the project's to share
         return Setup(False, seconds)
     try:
         stored = cache.store(project, key, repo_dir, *tracked(repo_dir), str(repo_dir))

@@ -16,7 +16,7 @@ from agentd.run import prepared_workspace
 from agentd.run.output import Output
 from agentd.run.prepared_cache import PreparedCache, listing
 from agentd.run.sandbox import Bind
-from agentd.run.spec import Preparation, RunSpec, StackedChangeSet
+from agentd.run.spec import HarnessSpec, Preparation, RunSpec, StackedChangeSet
 from drover.core import workspace
 
 KEY = "c" * 64
@@ -164,13 +164,20 @@ def test_a_miss_runs_setup_and_keeps_it_and_a_hit_skips_it(tmp_path: pathlib.Pat
     assert not miss.cached and len(ran) == 2
 
 
-def test_a_run_on_other_tasks_changesets_never_stores(tmp_path: pathlib.Path, origin: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"stack": (StackedChangeSet("cs1", "t1", "drover/c/t1", "abc"),)},  # on other Tasks' ChangeSets
+        {"harness": HarnessSpec(resume_branch="drover/c/t1")},  # a parked session's own work
+    ],
+)
+def test_a_run_on_tasks_work_never_stores(tmp_path: pathlib.Path, origin: pathlib.Path, changed: dict) -> None:
     cache, ran = tmp_path / "cache", list[str]()
     output = Output(tmp_path / "o.jsonl", [], 1 << 20)
-    stacked = spec_of(origin, cache, "r1", stack=(StackedChangeSet("cs1", "t1", "drover/c/t1", "abc"),))
     repo_dir = clone(origin, tmp_path / "one")
-    assert not prepared_workspace.prepare_with_cache(stacked, repo_dir, output, setup_making(repo_dir, ran)).cached
-    assert not list(PreparedCache(cache, 1 << 30).entries())
+    spec = spec_of(origin, cache, "r1", **changed)
+    assert not prepared_workspace.prepare_with_cache(spec, repo_dir, output, setup_making(repo_dir, ran)).cached
+    assert ran and not list(PreparedCache(cache, 1 << 30).entries())
 
 
 def test_without_a_cache_setup_just_runs(tmp_path: pathlib.Path, origin: pathlib.Path) -> None:
