@@ -70,6 +70,13 @@ EXECUTED: dict[str, tuple[str, str]] = {
             '"--metrics-listen", "127.0.0.1:0"',
         ),
     ),
+    # docs/configuration.md's "Workspace preparation": its project, then its Change file
+    "controlplane project add pkg --repo /path/to/pkg --env PYTHONPATH=.deps --setup 'python -m pip install --no-deps "
+    "--no-build-isolation --no-index --target .deps .' --git-name 'Pkg Bot' --git-email bot@pkg.invalid "
+    "--branch-template 'ai/{slug}/{change}-{task}'": (
+        "tests/fleet/test_workspace_preparation.py::test_the_documented_setup_installs_the_package_its_tests_import",
+        '"configuration.md"',
+    ),
     "ruff check . && ruff format --check . && mypy": ("tests/test_code_quality.py", '"ruff", "format", "--check"'),
     "npx @bufbuild/buf@1.75.0 lint proto": ("tests/test_code_quality.py::test_buf_lint", '"@bufbuild/buf@1.75.0"'),
     "docker-compose config": ("tests/deploy/test_artifacts.py", '"docker-compose", "-f", path, "config"'),

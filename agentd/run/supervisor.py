@@ -3,15 +3,13 @@
 file paths}); they never touch the disk.
 
 One skeleton for every way of working a Task: the run's spec (agentd/run/spec.py) names its driver
-(agentd/drivers/: command, harness, claude-code, opencode), and the supervisor walks
-
-    workspace -> sandbox -> drive -> publish -> exit record
-
-with the driver doing the drive (and choosing its workspace and sandbox through `Run`). It is started
-detached from agentd (its own session), so a run outlives an agentd restart, and appends everything
-the run says, stream-tagged and in arrival order, to RUN_DIR/output.jsonl (agentd/run/output.py); the
-last record is the exit. agentd tails that file; nothing else is shared between the two. A harness
-run started again on the same RUN_DIR resumes from its transcript."""
+(agentd/drivers/: command, harness, claude-code, opencode), and the supervisor walks `workspace ->
+setup -> sandbox -> drive -> publish -> exit record` with the driver doing the drive (and choosing its
+workspace, setup and sandbox through `Run`). It is started detached from agentd (its own session), so
+a run outlives an agentd restart, and appends everything the run says, stream-tagged and in arrival
+order, to RUN_DIR/output.jsonl (agentd/run/output.py); the last record is the exit. agentd tails that
+file; nothing else is shared between the two. A harness run started again on the same RUN_DIR
+resumes from its transcript."""
 
 from __future__ import annotations
 
@@ -31,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentd import run_dir as run_dir_files
 from agentd.daemon import cgroups, run_disk
-from agentd.errors import DiskFailed, RunEnded, SandboxFailed, is_full
+from agentd.errors import DiskFailed, RunEnded, SandboxFailed, SetupFailed, is_full
+from agentd.run import prepared_workspace
 from agentd.run.output import Output
 from agentd.run.sandbox import BWRAP, UNSANDBOXED, Bind, Sandbox, SandboxPolicy, for_mode
 from agentd.run.spec import RunSpec
@@ -84,6 +83,8 @@ class Run:
         self.repo_dir, self.home = self.ws_dir / "repo", self.ws_dir / "home"
         self.workspace: gitspace.Workspace | None = None
         """A Task's workspace that publishes a ChangeSet (None: a command's clone, or no repository)."""
+        # how setup went (run, or skipped for a prepared workspace) and what it left untracked (preparation.py)
+        self.prepared, self.setup_made = prepared_workspace.Setup(), list[str]()
         self._control_plane: ControlPlane | None = None
 
     @property
@@ -159,14 +160,16 @@ class Run:
                 saved["start_commit"],
                 saved["stacked_on"],
                 token,
-                gitspace.DEFAULT_IDENTITY,
+                spec.preparation.identity,
                 spec.repo,
             )
             return self.repo_dir, True
         stack = self._stack()
         merging = f", merging {len(stack)} ChangeSets" if stack else ""
         self.output.write("system", f"workspace: cloning {workspace.redact_url(spec.repo)} at {spec.branch}{merging}\n")
-        self.workspace = gitspace.open_workspace(self.repo_dir, spec.repo, spec.branch, stack, token)
+        self.workspace = gitspace.open_workspace(
+            self.repo_dir, spec.repo, spec.branch, stack, token, spec.preparation.identity
+        )
         state.write_text(
             json.dumps(
                 {
@@ -220,29 +223,36 @@ class Run:
             "LANG": "C.UTF-8",
             "TZ": "UTC",
             "HOME": str(home),
+            **self.spec.preparation.env,  # the project's env and DROVER_CHANGE_ID, _TASK_KEY, _BRANCH
             "DROVER_WORKSPACE": str(root or ""),
             "DROVER_RUN_ID": self.spec.run_id,
         }
         binds = []
         if root is not None and workspace.has_repository(root):
             env.update(workspace.SAFE_DIRECTORY_ENV)
+            env.update(self.spec.preparation.git_env)  # commits made in the sandbox have the project's identity
             binds.append(Bind(workspace.git_dir(root), str(root / ".git")))
-        return env, binds
+        return env, binds + (self.prepared.binds(root) if root is not None else [])
+
+    @property
+    def command_secrets(self) -> dict[str, str]:
+        """The run's secrets a command gets: all but the git token, which stays with agentd (it clones, pushes)."""
+        return {name: value for name, value in self.secret_env.items() if name != GIT_TOKEN}
 
     # --- publishing and parking ------------------------------------------------------------------
 
     @property
     def build_outputs(self) -> list[str]:
-        """The patterns of files a ChangeSet leaves out: the project's, else the default ones."""
-        return list(self.spec.harness.build_outputs or build_outputs.DEFAULT_BUILD_OUTPUTS)
+        """The patterns of files a ChangeSet leaves out: the project's, else the default ones, and setup's."""
+        return [*(self.spec.harness.build_outputs or build_outputs.DEFAULT_BUILD_OUTPUTS), *self.setup_made]
 
     async def commit_workspace(self, message: str, written: set[str]) -> gitspace.ChangeSetResult:
         """Commit and push the workspace on the Task's branch, build outputs left out unless a write
         tool wrote them (`written`, relative to the root)."""
         assert self.workspace is not None
-        return await asyncio.to_thread(
-            self.workspace.publish, self.spec.change_id, self.spec.task_id, message, self.build_outputs, written
-        )
+        s, branch = self.spec, self.spec.preparation.task_branch  # "": drover/<change>/<task>
+        publish, outputs = self.workspace.publish, self.build_outputs
+        return await asyncio.to_thread(publish, s.change_id, s.task_id, message, outputs, written, branch)
 
     async def publish(self, ended: RunEnded, written: set[str]) -> RunEnded:
         """The Task's work as its ChangeSet: committed, pushed, published to the control plane."""
@@ -302,6 +312,7 @@ class Run:
         finally:
             if self._control_plane is not None:
                 await self._control_plane.close()
+            prepared_workspace.release(self.repo_dir)  # a prepared workspace's overlay, when it has one
             if not self.spec.keep_workspace:
                 run_disk.release(self.ws_dir)
                 workspace.remove(self.ws_dir)
@@ -318,6 +329,8 @@ class Run:
             return RunEnded("failed", str(err), code=code, exit_code=-1, line=f"workspace: {err}")
         except SandboxFailed as err:  # never run the Task's commands any other way
             return RunEnded("failed", str(err), code="sandbox_failed", exit_code=-1, line=f"sandbox: {err}")
+        except SetupFailed as err:  # the project's setup, not the Task's work: the run says which command
+            return RunEnded("failed", str(err), code="setup_failed", exit_code=err.exit_code, line=f"setup: {err}")
         except Exception as err:  # a bug or an unreachable control plane: end the run, say why
             traceback.print_exc()
             if is_full(err):  # the transcript or the workspace state could not be written
@@ -332,7 +345,7 @@ class Run:
         for line in hit:
             self.output.write("system", f"{line}\n")
         error = "; ".join(filter(None, ["" if ended.ok else ended.reason, *hit]))
-        self.output.exit(ended.status, ended.exit_code, ended.code, error, **ended.extra)
+        self.output.exit(ended.status, ended.exit_code, ended.code, error, **self.prepared.reported, **ended.extra)
 
 
 def sandbox_for(spec: RunSpec, network: bool, **limits: int) -> Sandbox:

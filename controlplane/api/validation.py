@@ -128,6 +128,9 @@ RULES: dict[str, Rule] = {
     "drover.v1.Task.timeout_seconds": Rule(maximum=MAX_TIMEOUT_SECONDS),
     "drover.v1.Task.files": Rule(max_len=1 * KiB, max_items=200, item=resources.normalise),
     "drover.v1.Task.resources": Rule(max_len=1 * KiB, max_items=200, item=resources.normalise),
+    # a command Task's files: paths are checked by the domain (controlplane/domain/preparation.py)
+    "drover.v1.Task.workspace_files": Rule(max_len=256 * KiB, max_items=100),
+    "drover.v1.Task.workdir": Rule(max_len=1 * KiB),
     "drover.v1.Task.size": Rule(choices=SIZES),
     "drover.v1.Task.complexity": Rule(choices=LEVELS),
     "drover.v1.Task.risk": Rule(choices=LEVELS),

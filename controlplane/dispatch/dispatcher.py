@@ -210,7 +210,9 @@ def _assign_one(
     resources = task_resources(task.spec or {})
     if resources:  # advisory: a claim another run holds is recorded as contended, never blocks
         claims.acquire(s, run.id, resources, utcnow())
-    return assignments.build(s, run, task, project, harness, objects, output_limit)
+    assignment = assignments.build(s, run, task, project, harness, objects, output_limit)
+    run.branch = assignment.preparation.task_branch  # the run records where its ChangeSet goes
+    return assignment
 
 
 def _unassignable(run_id: str, err: Exception) -> str:

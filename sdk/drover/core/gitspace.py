@@ -161,9 +161,11 @@ class Workspace:
         message: str,
         leave_out: Sequence[str] = build_outputs.DEFAULT_BUILD_OUTPUTS,
         asked_for: Collection[str] = (),
+        branch: str = "",
     ) -> ChangeSetResult:
         """Commit everything in the workspace (adds, edits, deletions; .gitignore respected) on
-        top of HEAD, force-update `drover/<change_id>/<task_id>` there and push it to origin.
+        top of HEAD, force-update `branch` (the project's Task branch; "": `drover/<change_id>/<task_id>`)
+        there and push it to origin.
 
         Build outputs are left out: a path matching a pattern of `leave_out` that HEAD does not
         track and no write tool asked for (`asked_for`, paths relative to the root) stays in the
@@ -172,7 +174,7 @@ class Workspace:
         When the tree equals HEAD's no commit is made and HEAD is published as it is: an
         untouched workspace publishes start_commit with own_files == [] (and files == [] unless
         stacked), and publishing again without further edits gives the same result."""
-        branch = _branch_name(change_id, task_id)
+        branch = _checked_branch(branch) if branch else _branch_name(change_id, task_id)
         if not self.repo_url:
             raise WorkspaceError("nothing to publish to: the workspace has no repository URL")
         repo = open_repository(self.path)
@@ -281,8 +283,13 @@ def compose_candidate(
 
 
 def _branch_name(change_id: str, task_id: str) -> str:
-    name = f"drover/{change_id}/{task_id}"
-    if not change_id or not task_id or not pygit2.reference_is_valid_name(f"refs/heads/{name}"):
+    if not change_id or not task_id:
+        raise WorkspaceError(f"not a valid branch name: 'drover/{change_id}/{task_id}'")
+    return _checked_branch(f"drover/{change_id}/{task_id}")
+
+
+def _checked_branch(name: str) -> str:
+    if not pygit2.reference_is_valid_name(f"refs/heads/{name}"):
         raise WorkspaceError(f"not a valid branch name: {name!r}")
     return name
 

@@ -83,7 +83,8 @@ def has_repository(repo_dir: pathlib.Path) -> bool:
 def hand_over(path: pathlib.Path, user: str | tuple[int, int] | None) -> None:
     """Give `path` and everything in it to `user` (a name, or a uid and gid), so the command can work on
     its workspace. Nothing to do without a user or when agentd is not root (then the command runs as
-    agentd's user)."""
+    agentd's user). A file the user owns already is left alone: on a prepared workspace's overlay
+    (agentd/run/prepared_workspace.py) a chown copies the file up, even to the owner it has."""
     if not user or os.geteuid() != 0:
         return
     if isinstance(user, str):
@@ -96,7 +97,10 @@ def hand_over(path: pathlib.Path, user: str | tuple[int, int] | None) -> None:
     os.lchown(path, uid, gid)
     for parent, dirs, files in os.walk(path):
         for name in dirs + files:
-            os.lchown(os.path.join(parent, name), uid, gid)
+            full = os.path.join(parent, name)
+            info = os.lstat(full)
+            if info.st_uid != uid or info.st_gid != gid:
+                os.lchown(full, uid, gid)
 
 
 def _callbacks(token: str) -> pygit2.RemoteCallbacks | None:
