@@ -120,8 +120,9 @@ def cmd_index_build(store: Store, config: DataDir, args: argparse.Namespace) -> 
     import asyncio
 
     from controlplane.config import load_memory
-    from controlplane.context.canonical_tree import git_token, open_canonical
+    from controlplane.context.canonical_tree import open_canonical
     from controlplane.context.recall import Recall
+    from controlplane.services.credentials import Sealer, git_secret
     from controlplane.store.models import Project
 
     name, file = args.project, pathlib.Path(args.config) if args.config else None
@@ -130,9 +131,8 @@ def cmd_index_build(store: Store, config: DataDir, args: argparse.Namespace) -> 
         raise NotFound(f"no project {name!r}", field="project")
     if not project.repo:
         raise InvalidArgument("the project has no repository to index", field="project")
-    repo, commit = open_canonical(
-        project.name, project.repo, project.branch, config.data_dir / "mirrors", git_token(project)
-    )
+    secret = git_secret(project, Sealer.from_config(os.environ.get("DROVER_CREDENTIAL_KEY_FILE", "")))[1]
+    repo, commit = open_canonical(project.name, project.repo, project.branch, config.data_dir / "mirrors", secret)
     if not commit:
         raise InvalidArgument(f"branch {project.branch} has no commit", field="project")
 

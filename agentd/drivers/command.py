@@ -14,7 +14,7 @@ from agentd.errors import RunEnded
 from agentd.run.confined import Confined, ready_pipe
 from agentd.run.sandbox import Sandbox
 from agentd.run.spec import RunSpec
-from agentd.run.supervisor import GIT_TOKEN, Run
+from agentd.run.supervisor import GIT_SECRETS, Run
 
 CHUNK = 64 * 1024
 
@@ -54,7 +54,7 @@ class Command:
         env["DROVER_TASK_KEY"] = spec.task_key
         env.update(spec.env)
         # the git token stays with agentd, which clones and pushes: the command never gets it
-        env.update({name: value for name, value in run.secret_env.items() if name != GIT_TOKEN})
+        env.update({name: value for name, value in run.secret_env.items() if name not in GIT_SECRETS})
         argv = list(spec.argv)
         read, write = ready_pipe() if sandbox.isolated else (None, None)
         try:
