@@ -56,6 +56,11 @@ class Sealer:
                 raise ValueError(f"credential key file {key_file}: {err.strerror or err}") from None
         elif os.environ.get(KEY_ENV):
             text, source = os.environ[KEY_ENV], KEY_ENV
+        return cls.from_text(text, source)
+
+    @classmethod
+    def from_text(cls, text: str, source: str = "the key") -> Sealer:
+        """The keys in `text`, newest first, one a line or comma-separated; ValueError naming `source`."""
         keys = [k.strip().encode() for k in text.replace(",", "\n").splitlines() if k.strip()]
         try:
             return cls(keys)
