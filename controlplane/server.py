@@ -88,9 +88,8 @@ class ControlPlane:
         self.objects = object_store(config, store)
         self.sealer = Sealer.from_config(config.credential_key_file)
         self.recall = Recall(store, config.data_dir, config.memory)
-        self.router = Router(
-            store, config.harness, self.notifier, self.objects, config.data_dir / "mirrors", self.recall, self.sealer
-        )
+        mirrors = config.data_dir / "mirrors"
+        self.router = Router(store, config.harness, self.notifier, self.objects, mirrors, self.recall, self.sealer)
         self.agents = AgentSessions(store, config, self.notifier, self.objects, self.sealer)
         self.agents.replica, self.agents.tell_others = self.replica.id, self.replica.tell
         leading = self.replica.leading
@@ -117,9 +116,7 @@ class ControlPlane:
             objects=self.objects,
         )
         self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading, self.sealer)
-        self.warmer = Warmer(
-            store, config.data_dir / "mirrors", packet_pipeline.GRAPHS, self.recall, leading, sealer=self.sealer
-        )
+        self.warmer = Warmer(store, mirrors, packet_pipeline.GRAPHS, self.recall, leading, sealer=self.sealer)
         self.replica.handlers += [self._on_note, self.agents.on_note]
         self.auth = AuthInterceptor(
             PERMISSIONS,

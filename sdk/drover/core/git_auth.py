@@ -1,15 +1,18 @@
 """How git is given a project's secret: a token as HTTP Basic user:password for https URLs, an SSH
-deploy key for ssh URLs, told apart by its armour (`workspace.is_ssh_key`). Only ever through pygit2's
-credential callback, in memory: never in a URL, a file, the environment of a command or a message."""
+deploy key for ssh URLs, told apart by its armour (`is_ssh_key`). Only ever through pygit2's credential
+callback, in memory: never in a URL, a file, the environment of a command or a message."""
 
 from __future__ import annotations
 
 import pygit2
 from pygit2.enums import CredentialType
 
-from drover.core.workspace import WorkspaceError, is_ssh_key, redact_url
-
 Credential = pygit2.UserPass | pygit2.KeypairFromMemory
+
+
+def is_ssh_key(secret: str) -> bool:
+    """A git secret is an SSH private key (OpenSSH or PEM armour), else a token (which has no whitespace)."""
+    return "PRIVATE KEY-----" in secret
 
 
 def git_credential(secret: str, username: str | None, allowed: CredentialType) -> Credential:
@@ -22,8 +25,8 @@ def git_credential(secret: str, username: str | None, allowed: CredentialType) -
 
 
 class GitCallbacks(pygit2.RemoteCallbacks):
-    """The secret's credential, offered once (a refused one fails instead of looping), and the
-    remote's per-reference push rejections."""
+    """The secret's credential, offered once (a refused one fails, as a GitError the caller words,
+    instead of looping), and the remote's per-reference push rejections."""
 
     def __init__(self, secret: str) -> None:
         super().__init__()
@@ -35,7 +38,7 @@ class GitCallbacks(pygit2.RemoteCallbacks):
         if not self._secret:
             raise pygit2.Passthrough
         if self._offered:
-            raise WorkspaceError(f"the git credential was refused by {redact_url(url)}")
+            raise pygit2.GitError("the git credential was refused")
         self._offered = True
         return git_credential(self._secret, username_from_url, allowed_types)
 

@@ -99,11 +99,6 @@ def hand_over(path: pathlib.Path, user: str | tuple[int, int] | None) -> None:
             os.lchown(os.path.join(parent, name), uid, gid)
 
 
-def is_ssh_key(secret: str) -> bool:
-    """A git secret is an SSH private key (OpenSSH or PEM armour), else a token (which has no whitespace)."""
-    return "PRIVATE KEY-----" in secret
-
-
 def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
     """Clone `repo` at `branch` into `path` (an empty directory when there is no repo).
     Answers the commit checked out ("" for an empty workspace or an empty repository)."""
@@ -117,10 +112,6 @@ def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
         cloned = pygit2.clone_repository(
             repo, str(path), checkout_branch=branch or None, callbacks=git_callbacks(token)
         )
-    except WorkspaceError as err:  # the credential was refused
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True, exist_ok=True)
-        raise WorkspaceError(f"cannot clone {redact_url(repo)}: {err}") from None
     except (pygit2.GitError, KeyError, ValueError) as err:
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
