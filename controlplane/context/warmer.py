@@ -36,17 +36,17 @@ class Canonical:
     repo: str
     branch: str
     token: str = dataclasses.field(repr=False)
+    locked: str = ""
+    """Why its stored git credential does not open ("" when it does, or it has none)."""
 
 
 def canonicals(s: Session, sealer: Sealer | None = None) -> list[Canonical]:
-    """Every project with a repository; one whose stored git credential does not open is left out (and
-    logged): its runs fail saying so."""
     out = []
     for p in s.scalars(select(Project).where(Project.repo != "").order_by(Project.name)):
         try:
             out.append(Canonical(p.name, p.repo, p.branch, git_secret(p, sealer)[1]))
         except DroverError as err:
-            log.warning("context warm-up of %s: %s", p.name, err)
+            out.append(Canonical(p.name, p.repo, p.branch, "", str(err)))
     return out
 
 
@@ -69,6 +69,8 @@ class Warmer:
         """Project -> the (repository, branch) last looked at."""
         self.tips: dict[str, str] = {}
         """Project -> the canonical commit last warmed."""
+        self.locked: dict[str, str] = {}
+        """Project -> why its credential does not open, logged once (its runs fail saying so)."""
 
     async def run_forever(self) -> None:
         last = float("-inf")
@@ -84,6 +86,12 @@ class Warmer:
     async def warm_once(self, everything: bool = True) -> None:
         """Every project's tip (fetching remote ones), or only those new or changed since the last look."""
         for canonical in await self.store.read(canonicals, self.sealer):
+            if canonical.locked:
+                if self.locked.get(canonical.project) != canonical.locked:
+                    log.warning("context warm-up of %s skipped: %s", canonical.project, canonical.locked)
+                self.locked[canonical.project] = canonical.locked
+                continue
+            self.locked.pop(canonical.project, None)
             where = (canonical.repo, canonical.branch)
             if not everything and self.seen.get(canonical.project) == where:
                 continue
