@@ -203,9 +203,8 @@ def git_secret(project: Project, sealer: Sealer | None) -> tuple[str, str]:
         try:
             return git_credential(project, sealer or NO_KEY)
         except ValueError as err:
-            raise CredentialLocked(
-                f"project {project.name!r}: {err}; restore the key or set the credential again", field="project"
-            ) from None
+            why = f"project {project.name!r}: {err}; restore the key or set the credential again"
+            raise CredentialLocked(why) from None
     token = token_file_secret(project)
     return ("token", token) if token else ("", "")
 

@@ -190,11 +190,12 @@ def reload_keys(fleet: Fleet, key_file: pathlib.Path, text: str, times: int) -> 
 
 
 def test_the_key_rotates_without_a_restart_and_a_wrong_key_fails_runs_with_a_sentence(
-    fleet: Fleet, server: GitHttpServer, tmp_path: pathlib.Path
+    fleet: Fleet, model: fake.FakeAnthropic, server: GitHttpServer, tmp_path: pathlib.Path
 ) -> None:
     old, new, wrong = new_key(), new_key(), new_key()
     key_file = tmp_path / "credential.key"
     key_file.write_text(old + "\n")
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
     calc_with_credential(fleet, server, key_file)
     fleet.agent("worker")
     with fleet.plane.client() as client:
@@ -214,7 +215,15 @@ def test_the_key_rotates_without_a_restart_and_a_wrong_key_fails_runs_with_a_sen
         # A key that does not open the credential: the run fails with a sentence.
         reload_keys(fleet, key_file, f"{wrong}\n", 4)
         state, said = command_run(client, "the wrong key")
+        # A harness Task fails at its Context Packet, at once (no retries: a locked credential stays locked).
+        change = client.submit_change(
+            "calc", "harness", [{"key": "fix", "kind": "implement", "objective": "fix it", "complexity": "medium"}]
+        )
+        list(client.watch(change.id))
+        harness = client.get_change(change.id).tasks[0]
     assert state == "failed" and "'calc'" in said and "does not open" in said, said
+    assert harness.status == "failed" and harness.reason.startswith("routing_failed: project 'calc'"), harness
+    assert "does not open" in harness.reason and model.requests == []
     log = (fleet.plane.data_dir / "controlplane-1.log").read_text()
     assert "Traceback" not in log and API_TOKEN not in log and API_TOKEN not in said
     assert fleet.plane.proc is not None and fleet.plane.proc.poll() is None  # no restart, all along
