@@ -82,7 +82,7 @@ class Run:
         self.agent_token: str = secrets.get("agent_token", "")
         self.channel: dict[str, Any] = secrets.get("channel") or {"control_plane": ""}
         self.git_secret = self.secret_env.get(GIT_TOKEN) or self.secret_env.get(GIT_SSH_KEY, "")
-        """The project's git credential: a token, or an SSH key (drover.core.workspace.git_credential)."""
+        """The project's git credential: a token, or an SSH key (drover.core.git_auth)."""
         secrets_shown = [*self.secret_env.values(), *([self.agent_token] if self.agent_token else [])]
         self.hidden = [part for secret in secrets_shown for part in workspace.secret_parts(secret)]
         self.output = Output(run_dir / run_dir_files.OUTPUT, self.hidden, self.spec.output_limit_bytes + output_slack)
