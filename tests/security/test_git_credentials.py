@@ -23,6 +23,7 @@ from drover import Client
 from drover.testing import fake_anthropic as fake
 from tests.conftest import API_KEY, Fleet, task, wait_for
 from tests.git_http import GitHttpServer
+from tests.security.rawagent import RawAgent
 
 API_TOKEN = "ghp_api-sealed-credential-7f3a9c21d4e8b6"
 HOST_TOKEN = "ghp_host-file-token-5b2e8d19a7c3f0"
@@ -48,13 +49,14 @@ def new_key() -> str:
     return done.stdout.strip()
 
 
-def calc_with_credential(fleet: Fleet, server: GitHttpServer, key_file: pathlib.Path, *plane_args: str) -> None:
-    """The plane started with `key_file`; project calc added the host-file way, then given API_TOKEN on the
-    host; from then on the forge takes API_TOKEN only, and the host file is gone."""
+def calc_with_credential(fleet: Fleet, server: GitHttpServer, key_file: pathlib.Path, pool: str = "") -> None:
+    """The plane started with `key_file`; project calc (of `pool`) added the host-file way, then given
+    API_TOKEN on the host; from then on the forge takes API_TOKEN only, and the host file is gone."""
     tmp = fleet.tmp
-    fleet.start_plane("--credential-key-file", str(key_file), *plane_args)
+    fleet.start_plane("--credential-key-file", str(key_file))
     (tmp / "host.token").write_text(HOST_TOKEN + "\n")
-    fleet.plane.cli("project", "add", "calc", "--repo", server.url("calc"), "--git-token-file", str(tmp / "host.token"))
+    host_file = ("--git-token-file", str(tmp / "host.token"))
+    fleet.plane.cli("project", "add", "calc", "--repo", server.url("calc"), *host_file, "--pool", pool)
     (tmp / "api.token").write_text(API_TOKEN + "\n")
     set_ = fleet.plane.cli(
         "project", "credential", "set", "calc", "--kind", "token", "--secret-file", str(tmp / "api.token"),
@@ -235,3 +237,23 @@ def test_a_bad_key_file_stops_serve_in_one_line(tmp_path: pathlib.Path) -> None:
         done = controlplane("serve", "--data-dir", str(tmp_path / "d"), "--credential-key-file", str(key_file))
         assert done.returncode == 2, done
         assert done.stderr.count("\n") == 1 and str(key_file) in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_agent_of_another_pool_never_receives_the_credential(
+    fleet: Fleet, server: GitHttpServer, tmp_path: pathlib.Path
+) -> None:
+    key_file = tmp_path / "credential.key"
+    key_file.write_text(new_key() + "\n")
+    calc_with_credential(fleet, server, key_file, pool="web")
+    thief = RawAgent(fleet.plane, "thief", fleet.plane.agent_token_file.read_text().strip(), capacity=100)
+    try:
+        assert thief.messages(2)[0].WhichOneof("body") == "welcome"
+        fleet.agent("web-1", pool="web")
+        with fleet.plane.client() as client:
+            state, said = command_run(client, "on its own pool")
+        got = thief.messages(1)
+    finally:
+        thief.close()
+    assert state == "succeeded", said
+    assert [m for m in got if m.WhichOneof("body") == "assign"] == []
+    assert API_TOKEN not in "".join(str(m) for m in got)
