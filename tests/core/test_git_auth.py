@@ -9,19 +9,30 @@ import subprocess
 
 import pygit2
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 from pygit2.enums import CredentialType
 
 from drover.core.git_auth import GitCallbacks, git_credential, is_ssh_key
-from drover.core.workspace import WorkspaceError, secret_parts
+from drover.core.gitspace import open_workspace
+from drover.core.workspace import WorkspaceError, git_dir, prepare, secret_parts
+from tests.conftest import make_repo
+from tests.git_ssh import GitSshServer
 
 TOKEN = "ghp_0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
-def ssh_key(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("key") / "deploy"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-    return path.read_text()
+def keypair() -> tuple[str, str]:
+    """A deploy key: the private key in OpenSSH form, and its public line for the server."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption()).decode()
+    return private, key.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
+
+
+@pytest.fixture(scope="module")
+def ssh_key(keypair: tuple[str, str]) -> str:
+    return keypair[0]
 
 
 SSH = CredentialType.SSH_KEY | CredentialType.SSH_CUSTOM
@@ -66,12 +77,34 @@ def test_every_line_of_a_key_is_redacted(ssh_key: str) -> None:
     assert secret_parts(TOKEN) == [TOKEN] and secret_parts("") == []
 
 
-def test_a_key_is_never_written_by_a_clone_that_uses_it(tmp_path: pathlib.Path, ssh_key: str) -> None:
-    """An ssh clone that cannot connect fails with a sentence free of the key, and leaves no file of it."""
-    from drover.core.workspace import prepare
-
-    with pytest.raises(WorkspaceError) as err:
-        prepare(tmp_path / "ws", "ssh://git@127.0.0.1:1/r.git", "main", ssh_key)
-    assert not any(line in str(err.value) for line in secret_parts(ssh_key))
-    for path in tmp_path.rglob("*"):
-        assert not path.is_file() or ssh_key.splitlines()[1] not in path.read_text(errors="replace")
+def test_a_workspace_clones_and_publishes_over_ssh_with_a_deploy_key(
+    tmp_path: pathlib.Path, keypair: tuple[str, str]
+) -> None:
+    """What agentd does with DROVER_GIT_SSH_KEY: clone, then push the ChangeSet, to a server that takes
+    that key alone; the key in no file of the workspace or its git directory, nor in a message."""
+    private, public = keypair
+    (tmp_path / "forge").mkdir()
+    origin = make_repo(tmp_path / "origin", {"a.txt": "a\n"})
+    subprocess.run(["git", "clone", "-q", "--bare", str(origin), str(tmp_path / "forge" / "calc.git")], check=True)
+    with GitSshServer(tmp_path / "forge", public) as server:
+        with pytest.raises(WorkspaceError, match="cannot clone ssh://"):  # no key: refused
+            prepare(tmp_path / "none", server.url("calc"), "main", "")
+        other = Ed25519PrivateKey.generate().private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption())
+        with pytest.raises(WorkspaceError) as refused:  # another key: refused, and not shown
+            prepare(tmp_path / "other", server.url("calc"), "main", other.decode())
+        assert not any(part in str(refused.value) for part in secret_parts(other.decode()))
+        ws = open_workspace(tmp_path / "ws", server.url("calc"), "main", [], private)
+        (ws.path / "b.txt").write_text("b\n")
+        published = ws.publish("ch1", "t1", "b")
+        assert server.commands[-2:] == ["git-upload-pack '/calc.git'", "git-receive-pack '/calc.git'"]
+    branches = subprocess.run(
+        ["git", "--git-dir", str(tmp_path / "forge" / "calc.git"), "branch", "--list", published.branch],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert published.branch in branches
+    body = [line for line in private.splitlines() if "-----" not in line]
+    for root in (ws.path, git_dir(ws.path)):
+        for path in root.rglob("*"):
+            assert not path.is_file() or not any(line.encode() in path.read_bytes() for line in body), path
