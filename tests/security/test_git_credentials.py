@@ -18,11 +18,14 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from drover import Client
 from drover.testing import fake_anthropic as fake
 from tests.conftest import API_KEY, Fleet, task, wait_for
 from tests.git_http import GitHttpServer
+from tests.git_ssh import GitSshServer
 from tests.security.rawagent import RawAgent
 
 API_TOKEN = "ghp_api-sealed-credential-7f3a9c21d4e8b6"
@@ -257,3 +260,55 @@ def test_an_agent_of_another_pool_never_receives_the_credential(
     assert state == "succeeded", said
     assert [m for m in got if m.WhichOneof("body") == "assign"] == []
     assert API_TOKEN not in "".join(str(m) for m in got)
+
+
+def test_a_deploy_key_clones_and_pushes_over_ssh_and_is_nowhere_at_rest(
+    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Kind ssh_key: the control plane's mirror, agentd's clone and push and the candidate all go over SSH
+    with the deploy key, which travels as DROVER_GIT_SSH_KEY and lands in no file."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption()).decode()
+    public = key.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
+    (tmp_path / "forge").mkdir()
+    subprocess.run(["git", "clone", "-q", "--bare", str(calc_repo), str(tmp_path / "forge" / "calc.git")], check=True)
+    key_file = tmp_path / "credential.key"
+    key_file.write_text(new_key() + "\n")
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane("--credential-key-file", str(key_file))
+    with GitSshServer(tmp_path / "forge", public) as server:
+        (tmp_path / "deploy.key").write_text(private)
+        # `project add` reads the repository with the file it is given; the key is then stored, sealed.
+        reading = ("--git-token-file", str(tmp_path / "deploy.key"))
+        fleet.plane.cli("project", "add", "calc", "--repo", server.url("calc"), *reading)
+        fleet.plane.cli(
+            "project", "credential", "set", "calc", "--kind", "ssh_key", "--secret-file", str(tmp_path / "deploy.key"),
+            "--credential-key-file", str(key_file),
+        )  # fmt: skip
+        (tmp_path / "deploy.key").unlink()
+        model.extend(
+            [
+                fake.tool_use("write_file", {"path": "fix.py", "content": "FIXED = True\n"}),
+                fake.tool_use("complete_task", {"summary": "fixed"}),
+            ]
+        )
+        fleet.agent("worker")
+        with fleet.plane.client() as client:
+            change = client.submit_change(
+                "calc", "fix", [{"key": "fix", "kind": "implement", "objective": "fix it", "complexity": "medium"}]
+            )
+            list(client.watch(change.id))
+            final = client.get_change(change.id)
+            changeset = client.list_changesets(change.id)[0]
+        assert final.status == "succeeded", final
+        assert server.commands.count("git-receive-pack '/calc.git'") >= 2  # the ChangeSet's push, the candidate's
+    pushed = subprocess.run(
+        ["git", "--git-dir", str(tmp_path / "forge" / "calc.git"), "for-each-ref", "--format=%(refname:short)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert changeset.branch in pushed and final.candidate_branch in pushed, pushed
+    fleet.stop()
+    lines = [line.encode() for line in private.splitlines() if "-----" not in line]
+    assert files_holding(tmp_path, lines) == []
