@@ -105,7 +105,6 @@ NOT_COMMANDS: dict[str, str] = {
     "controlplane project add --answer-window-minutes": "names a flag in prose",
     "controlplane token ...": "a command group, in prose",
     "controlplane project ...": "a command group, in prose",
-    "controlplane project credential set": "names a command in prose (docs/operations.md's block runs it in full)",
 }
 
 
