@@ -28,6 +28,8 @@ from tests.git_http import GitHttpServer
 from tests.git_ssh import GitSshServer
 from tests.security.rawagent import RawAgent
 
+pytestmark = pytest.mark.timeout(300)  # several runs each, on a loaded CI machine
+
 API_TOKEN = "ghp_api-sealed-credential-7f3a9c21d4e8b6"
 HOST_TOKEN = "ghp_host-file-token-5b2e8d19a7c3f0"
 
