@@ -138,7 +138,8 @@ def cmd_project_remove(store: Store, config: DataDir, args: argparse.Namespace) 
     print(f"project {args.name} removed")
 
 
-def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argparse.ArgumentParser]) -> None:
+def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argparse.ArgumentParser]) -> Any:
+    """The `project` commands; answers their subparsers (`project credential` joins them)."""
     pr = sub.add_parser("project", help="projects").add_subparsers(dest="project_command", required=True)
     pa = command(pr, "add", cmd_project_add, "add or update a project")
     pa.add_argument("name")
@@ -179,6 +180,7 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
     command(pr, "list", cmd_project_list, "every project").add_argument("--json", action="store_true")
     command(pr, "show", cmd_project_show, "one project's settings, as JSON").add_argument("name")
     command(pr, "remove", cmd_project_remove, "remove a project that has no Changes").add_argument("name")
+    return pr
 
 
 def preparation_flags(pa: argparse.ArgumentParser) -> None:

@@ -41,7 +41,11 @@ if TYPE_CHECKING:
     from drover.core import gitspace
 
 GIT_TOKEN = "DROVER_GIT_TOKEN"
-"""The secret agentd clones and pushes with; never given to a command."""
+"""The secret agentd clones and pushes https URLs with; never given to a command."""
+GIT_SSH_KEY = "DROVER_GIT_SSH_KEY"
+"""The SSH deploy key agentd clones and pushes ssh URLs with, held in memory only; never given to a
+command nor written where the Task could read it."""
+GIT_SECRETS = frozenset({GIT_TOKEN, GIT_SSH_KEY})
 PARKED = "WIP: parked while waiting for answers"
 MAX_STATE = 3 << 20
 """A parked session's state (gzip) is kept up to this size, else not at all."""
@@ -76,7 +80,10 @@ class Run:
         self.secret_env: dict[str, str] = dict(secrets.get("secret_env") or {})
         self.agent_token: str = secrets.get("agent_token", "")
         self.channel: dict[str, Any] = secrets.get("channel") or {"control_plane": ""}
-        self.hidden = [*self.secret_env.values(), *([self.agent_token] if self.agent_token else [])]
+        self.git_secret = self.secret_env.get(GIT_TOKEN) or self.secret_env.get(GIT_SSH_KEY, "")
+        """The project's git credential: a token, or an SSH key (drover.core.git_auth)."""
+        secrets_shown = [*self.secret_env.values(), *([self.agent_token] if self.agent_token else [])]
+        self.hidden = [part for secret in secrets_shown for part in workspace.secret_parts(secret)]
         self.output = Output(run_dir / run_dir_files.OUTPUT, self.hidden, self.spec.output_limit_bytes + output_slack)
         self.cancel_file = run_dir / run_dir_files.CANCEL
         self.ws_dir = self.spec.workspace
@@ -117,7 +124,7 @@ class Run:
                 "system",
                 f"workspace: cloning {workspace.redact_url(spec.repo)} at {spec.branch or 'its default branch'}\n",
             )
-        token = self.secret_env.get(GIT_TOKEN, "")
+        token = self.git_secret
         self.attach_disk()
         if spec.stack:  # a dependent Task runs on its dependencies' ChangeSets
             from drover.core import gitspace  # pygit2 only for runs that need it: ~60 ms sooner without
@@ -137,7 +144,7 @@ class Run:
         from drover.core import gitspace
 
         h, spec = self.spec.harness, self.spec
-        token = self.secret_env.get(GIT_TOKEN, "")
+        token = self.git_secret
         state = self.run_dir / run_dir_files.WORKSPACE
         if h.workspace_mode == "none":
             return None, False
@@ -236,8 +243,9 @@ class Run:
 
     @property
     def command_secrets(self) -> dict[str, str]:
-        """The run's secrets a command gets: all but the git token, which stays with agentd (it clones, pushes)."""
-        return {name: value for name, value in self.secret_env.items() if name != GIT_TOKEN}
+        """The run's secrets a command gets: all but the git credentials, which stay with agentd (it clones,
+        pushes)."""
+        return {name: value for name, value in self.secret_env.items() if name not in GIT_SECRETS}
 
     # --- publishing and parking ------------------------------------------------------------------
 

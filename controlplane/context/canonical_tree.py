@@ -1,6 +1,7 @@
 """The canonical commit of a project: its branch tip, read by the control plane for Context Packets
 and the memory index. A local repository is read in place; a remote one through a bare mirror in
-the data dir, fetched with the project's token (only in pygit2 credential callbacks)."""
+the data dir, fetched with the project's git secret, a token or an SSH key (only in pygit2 credential
+callbacks; services/credentials.py `git_secret`)."""
 
 from __future__ import annotations
 
@@ -11,24 +12,8 @@ import tempfile
 
 import pygit2
 
-from controlplane.store.models import Project
-from drover.core.workspace import WorkspaceError, redact_url
-
-
-def git_token(project: Project) -> str:
-    """The project's git token, read from its file at the moment it is needed (never stored)."""
-    if not project.git_token_file:
-        return ""
-    try:
-        return pathlib.Path(project.git_token_file).read_text().strip()
-    except OSError:
-        return ""
-
-
-def _callbacks(token: str) -> pygit2.RemoteCallbacks | None:
-    if not token:
-        return None
-    return pygit2.RemoteCallbacks(credentials=pygit2.UserPass("x-access-token", token))
+from drover.core.git_auth import git_callbacks
+from drover.core.workspace import WorkspaceError, redact_url, secret_parts
 
 
 def _is_local(repo: str) -> bool:
@@ -46,12 +31,14 @@ def open_canonical(
             path = mirrors / (re.sub(r"[^A-Za-z0-9_.-]", "_", project) + ".git")
             if path.exists():
                 found = pygit2.Repository(str(path))
-                found.remotes["origin"].fetch(["+refs/heads/*:refs/heads/*"], callbacks=_callbacks(token))
+                found.remotes["origin"].fetch(["+refs/heads/*:refs/heads/*"], callbacks=git_callbacks(token))
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                found = pygit2.clone_repository(repo, str(path), bare=True, callbacks=_callbacks(token))
+                found = pygit2.clone_repository(repo, str(path), bare=True, callbacks=git_callbacks(token))
     except (pygit2.GitError, KeyError, ValueError) as err:
-        message = str(err).replace(token, "***") if token else str(err)
+        message = str(err)
+        for part in secret_parts(token):
+            message = message.replace(part, "***")
         raise WorkspaceError(f"cannot read {redact_url(repo)}: {redact_url(message)}") from None
     ref = found.references.get(f"refs/heads/{branch}")
     if ref is None:
@@ -68,9 +55,11 @@ def branches(repo: str, token: str = "") -> tuple[str, list[str]]:
         if _is_local(repo) and not pathlib.Path(url.removeprefix("file://")).exists():
             raise WorkspaceError(f"{repo} does not exist")
         remote = pygit2.init_repository(scratch, bare=True).remotes.create_anonymous(url)
-        heads = remote.list_heads(callbacks=_callbacks(token))
+        heads = remote.list_heads(callbacks=git_callbacks(token))
     except (pygit2.GitError, ValueError) as err:
-        message = str(err).replace(token, "***") if token else str(err)
+        message = str(err)
+        for part in secret_parts(token):
+            message = message.replace(part, "***")
         raise WorkspaceError(f"cannot read {redact_url(repo)}: {redact_url(message)}") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

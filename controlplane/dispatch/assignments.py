@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig
-from controlplane.context.canonical_tree import git_token
 from controlplane.dispatch.quota import credential
 from controlplane.domain import graph, packet, preparation, tiers
 from controlplane.domain.members import Member
-from controlplane.services import questions
+from controlplane.services import credentials, questions
+from controlplane.services.credentials import Sealer
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.models import Change, Project, Run, Task
 from controlplane.store.objects import ObjectStore, packet_key
@@ -126,10 +126,12 @@ def build(
     harness: HarnessConfig,
     objects: ObjectStore,
     output_limit_bytes: int = 0,
+    sealer: Sealer | None = None,
 ) -> Assignment:
+    """FailedPrecondition when the project's stored git credential does not open with `sealer`'s key."""
     change = s.get(Change, run.change_id)
     assert change is not None
-    token = git_token(project)
+    git_env = credentials.secret_env(project, sealer)  # only ever in this run's secret_env
     stack: tuple[Stacked, ...] = ()
     if run.resume_of:
         pass  # the parked run's branch has its stack merged already
@@ -150,7 +152,7 @@ def build(
         branch=project.branch,
         timeout_seconds=task.timeout_seconds,
         stack=stack,
-        secret_env={"DROVER_GIT_TOKEN": token} if token else {},
+        secret_env=git_env,
         output_limit_bytes=output_limit_bytes,
         preparation=prepared(project, change, task, run.id),
     )

@@ -5,8 +5,9 @@ the ChangeSets of the Tasks it depends on merged in (the start commit). Publishi
 workspace, force-updates `drover/<change_id>/<task_id>` and pushes it to origin. A Candidate is
 the same merge of ChangeSets onto the base branch, pushed as `drover/<change_id>/candidate`.
 
-The git token only ever reaches git through `pygit2.RemoteCallbacks` credentials: never in a
-URL, an exception message, a result or a log line, and never a run's command.
+The git secret (a token, or an SSH deploy key held in memory) only ever reaches git through
+`pygit2.RemoteCallbacks` credentials: never in a URL, a file, an exception message, a result or a
+log line, and never a run's command.
 
 Nothing here trusts the worktree, which a run's sandbox wrote: the repository is opened from
 agentd's git directory beside it (`workspace.open_repository`), fetches and pushes go to the URL
@@ -26,10 +27,17 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 
 import pygit2
-from pygit2.enums import CredentialType, DiffOption, ResetMode
+from pygit2.enums import DiffOption, ResetMode
 
 from drover.core import build_outputs
-from drover.core.workspace import WorkspaceError, _clean, open_repository, prepare, redact_url, trusting_pygit2
+from drover.core.git_auth import GitCallbacks
+from drover.core.workspace import (
+    WorkspaceError,
+    _clean,
+    open_repository,
+    prepare,
+    trusting_pygit2,
+)
 
 # agentd (root) hands each workspace to the session user and must still open and publish it;
 # libgit2's owner check (git's safe.directory) would refuse a repository another user owns.
@@ -90,29 +98,6 @@ class CandidateResult:
     files: list[str]
     """Every path that differs from base_commit."""
     base_commit: str
-
-
-class _Callbacks(pygit2.RemoteCallbacks):
-    """Token credentials (offered once, so a refused token fails instead of looping) and
-    collection of the remote's per-reference push rejections."""
-
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self._token = token
-        self._offered = False
-        self.rejected: dict[str, str] = {}
-
-    def credentials(self, url: str, username_from_url: str | None, allowed_types: CredentialType) -> pygit2.UserPass:
-        if not self._token or not allowed_types & CredentialType.USERPASS_PLAINTEXT:
-            raise pygit2.Passthrough
-        if self._offered:
-            raise WorkspaceError(f"the git token was refused by {redact_url(url)}")
-        self._offered = True
-        return pygit2.UserPass("x-access-token", self._token)
-
-    def push_update_reference(self, refname: str, message: str | None) -> None:
-        if message:
-            self.rejected[refname] = message
 
 
 @contextmanager
@@ -298,7 +283,7 @@ def _fetch(repo: pygit2.Repository, url: str, item: StackItem, token: str) -> py
     """Fetch the item's branch from `url` (the assignment's repository); answer the commit to merge."""
     ref = f"refs/remotes/origin/{item.branch}"
     with _git_errors(f"cannot fetch ChangeSet {item.changeset_id} ({item.branch})", token):
-        repo.remotes.create_anonymous(url).fetch([f"+refs/heads/{item.branch}:{ref}"], callbacks=_Callbacks(token))
+        repo.remotes.create_anonymous(url).fetch([f"+refs/heads/{item.branch}:{ref}"], callbacks=GitCallbacks(token))
         tip = repo.references[ref].target
         commit = repo.get(item.commit) if item.commit else repo[tip]
     if commit is None or (commit.id != tip and not repo.descendant_of(tip, commit.id)):
@@ -346,7 +331,7 @@ def _push(repo: pygit2.Repository, url: str, branch: str, commit: pygit2.Commit,
         if local is not None and not local.is_bare:
             _push_to_non_bare(local, repo, ref)
             return
-        callbacks = _Callbacks(token)
+        callbacks = GitCallbacks(token)
         repo.remotes.create_anonymous(url).push([f"+{ref}:{ref}"], callbacks=callbacks)
     if callbacks.rejected:
         raise WorkspaceError(f"origin refused {branch}: {_clean(callbacks.rejected.popitem()[1], token)}")
