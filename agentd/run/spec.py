@@ -15,6 +15,12 @@ from agentd import run_dir as run_dir_files
 
 FILE = run_dir_files.ASSIGNMENT
 DEFAULT_OUTPUT_LIMIT = 8 << 20
+GIT_TOKEN = "DROVER_GIT_TOKEN"
+"""The secret agentd clones and pushes https URLs with; never given to a command."""
+GIT_SSH_KEY = "DROVER_GIT_SSH_KEY"
+"""The SSH deploy key agentd clones and pushes ssh URLs with, held in memory only; never given to a
+command nor written where the Task could read it."""
+GIT_SECRETS = frozenset({GIT_TOKEN, GIT_SSH_KEY})
 """Output kept per run when the control plane names no limit."""
 DEFAULT_GIT_NAME, DEFAULT_GIT_EMAIL = "Drover Agent", "agent@drover.invalid"
 """The run's commits' identity when the project names none (the control plane's default too)."""

@@ -33,19 +33,13 @@ from agentd.errors import DiskFailed, RunEnded, SandboxFailed, SetupFailed, is_f
 from agentd.run import prepared_workspace
 from agentd.run.output import Output
 from agentd.run.sandbox import BWRAP, UNSANDBOXED, Bind, Sandbox, SandboxPolicy, for_mode
-from agentd.run.spec import RunSpec
+from agentd.run.spec import GIT_SECRETS, GIT_SSH_KEY, GIT_TOKEN, RunSpec
 from drover.core import build_outputs, workspace
 
 if TYPE_CHECKING:
     from agentd.run.control_plane import ControlPlane
     from drover.core import gitspace
 
-GIT_TOKEN = "DROVER_GIT_TOKEN"
-"""The secret agentd clones and pushes https URLs with; never given to a command."""
-GIT_SSH_KEY = "DROVER_GIT_SSH_KEY"
-"""The SSH deploy key agentd clones and pushes ssh URLs with, held in memory only; never given to a
-command nor written where the Task could read it."""
-GIT_SECRETS = frozenset({GIT_TOKEN, GIT_SSH_KEY})
 PARKED = "WIP: parked while waiting for answers"
 MAX_STATE = 3 << 20
 """A parked session's state (gzip) is kept up to this size, else not at all."""
@@ -243,8 +237,7 @@ class Run:
 
     @property
     def command_secrets(self) -> dict[str, str]:
-        """The run's secrets a command gets: all but the git credentials, which stay with agentd (it clones,
-        pushes)."""
+        """The run's secrets a command gets: all but the git credentials (agentd clones and pushes)."""
         return {name: value for name, value in self.secret_env.items() if name not in GIT_SECRETS}
 
     # --- publishing and parking ------------------------------------------------------------------
@@ -349,7 +342,8 @@ class Run:
         """The exit record, after what the run's system log should say about how it ended."""
         if ended.line:
             self.output.write("system", f"{ended.line}\n")
-        hit = limits_hit(self.spec)
+        s = self.spec  # what of the run's cgroup limits it ran into, a sentence each
+        hit = cgroups.limits_hit(list(s.cgroups), s.run_memory_bytes, s.run_processes) if s.cgroups else []
         for line in hit:
             self.output.write("system", f"{line}\n")
         error = "; ".join(filter(None, ["" if ended.ok else ended.reason, *hit]))
@@ -373,13 +367,6 @@ def sandbox_for(spec: RunSpec, network: bool, **limits: int) -> Sandbox:
             raise ValueError(f"cannot open the run's cgroups: {err}") from None
         policy = dataclasses.replace(policy, cgroup_fds=fds)
     return for_mode(spec.sandbox, policy, spec.bwrap or BWRAP)
-
-
-def limits_hit(spec: RunSpec) -> list[str]:
-    """What of the run's cgroup limits it ran into, a sentence each."""
-    if not spec.cgroups:
-        return []
-    return cgroups.limits_hit(list(spec.cgroups), spec.run_memory_bytes, spec.run_processes)
 
 
 def load_driver(name: str) -> Any:
