@@ -246,3 +246,23 @@ def test_a_command_tasks_files_and_workdir(fleet: Fleet, git_repo: pathlib.Path,
     assert list(outside.iterdir()) == []
     for name, said in refusals.items():
         assert "tasks[0].workspace_files" in said or (name == "workdir" and "tasks[0].workdir" in said), said
+
+
+def test_setup_has_the_network_the_tasks_own_phase_does_not(fleet: Fleet, git_repo: pathlib.Path) -> None:
+    """Setup reaches the host (here: the control plane's port) by default; the Task's command, in a project
+    without `--network`, and setup with `--no-setup-network` do not."""
+    fleet.start_plane()
+    reach = f"import socket; socket.create_connection(('127.0.0.1', {fleet.plane.port}), 5); print('reached')"
+    setup = f'python -c "{reach}"'
+    fleet.plane.cli("project", "add", "online", "--repo", str(git_repo), "--setup", setup)
+    fleet.plane.cli("project", "add", "offline", "--repo", str(git_repo), "--setup", setup, "--no-setup-network")
+    fleet.agent("net-agent")
+    with fleet.plane.client() as client:
+        status, run_id = run_one(client, "online", task("reach", python_command(reach)))
+        online, online_run = output(client, run_id), client.get_run(run_id)
+        offline_status, offline_id = run_one(client, "offline", task("reach", ["true"]))
+        offline_run = client.get_run(offline_id)
+    assert "[setup] reached\n" in online  # setup had the network
+    assert status == "failed" and online_run.reason == "exit_code"  # the Task's own phase had none
+    assert "ConnectionRefusedError" in online or "OSError" in online, online
+    assert offline_status == "failed" and offline_run.reason == "setup_failed"
