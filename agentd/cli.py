@@ -43,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
         "else in $XDG_STATE_HOME/drover-agentd)",
     )
     p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
+    prepared_cache_flags(p)
     p.add_argument(
         "--no-prefork",
         dest="prefork",
@@ -70,6 +71,21 @@ def parser() -> argparse.ArgumentParser:
         "where bubblewrap does not work",
     )
     return p
+
+
+def prepared_cache_flags(p: argparse.ArgumentParser) -> None:
+    """Where and how much of the projects' prepared workspaces agentd keeps (docs/operations.md)."""
+    p.add_argument(
+        "--prepared-cache-dir",
+        dest="prepared_cache_dir",
+        help="projects' trees after setup, kept for later runs (default: prepared, beside the spool directory)",
+    )
+    p.add_argument(
+        "--prepared-cache-max-bytes",
+        dest="prepared_cache_max_bytes",
+        type=int,
+        help="the prepared workspaces' size, at most; least recently used go first; 0: no cache (default 20 GiB)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ AgentdError, so a name says one thing (there is one RunRefused, one RunEnded).
   - CgroupsUnavailable: agentd cannot make cgroups here.
   - DiskFailed: a run's own filesystem could not be made or mounted.
   - SandboxFailed: bubblewrap could not set a run's sandbox up (the run fails as `sandbox_failed`).
+  - SetupFailed: a project's setup command failed (the run fails as `setup_failed`).
   - ModelCallRefused: the control plane refused a model call (`code`: spend_limited, run_call_cap, ...).
   - RunEnded: a run is over; `outcome`, `code` (the reason the control plane records) and more.
 """
@@ -63,6 +64,15 @@ class DiskFailed(AgentdError):
 
 class SandboxFailed(AgentdError):
     """bubblewrap could not set the sandbox up; the run fails as `sandbox_failed`."""
+
+
+class SetupFailed(AgentdError):
+    """One of the project's setup commands failed: `command` (the line), its `index` and `exit_code`."""
+
+    def __init__(self, command: str, index: int, exit_code: int, why: str = "") -> None:
+        said = why or f"exited with {exit_code}"
+        super().__init__(f"setup command {index + 1} ({command[:200]}) {said}")
+        self.command, self.index, self.exit_code = command, index, exit_code
 
 
 class ModelCallRefused(AgentdError):

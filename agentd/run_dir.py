@@ -17,6 +17,7 @@
   (agentd/drivers/harness/transcript.py).
 - workspace.json: the supervisor, a Task's workspace (base, start, stack); for a restarted supervisor.
 - incarnation: the supervisor, how often one started on this run; agentd resumes at most MAX_STARTS times.
+- prepared: the supervisor, once the project's setup succeeded (its seconds); a restarted one skips setup.
 """
 
 ASSIGNMENT = "assignment.json"
@@ -31,3 +32,4 @@ OUTBOX = "outbox.jsonl"
 TRANSCRIPT = "transcript.jsonl"
 WORKSPACE = "workspace.json"
 INCARNATION = "incarnation"
+PREPARED = "prepared"

@@ -1,5 +1,5 @@
-"""`controlplane serve | token create | token list | token revoke | project add | index build`: the control
-plane's composition root. Each command is one function; argparse dispatches to it.
+"""`controlplane serve | token ... | project ... | index build | credential-key | credential-reseal`: the
+control plane's composition root. Each command is one function; argparse dispatches to it.
 
 Each command imports what it uses inside its function: `--version` and `--help` import no server,
 database or model code, and the token and project commands no server (issue 25: every command took
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from controlplane.config import ConsoleLimits
+from controlplane.credential_cli import credential_parsers
 from controlplane.domain.names import ROLES, TOKEN_KINDS
 from controlplane.project_cli import project_parsers
 from drover.core import logs
@@ -37,7 +38,9 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
 
     from controlplane.config import ServerConfig, load_harness, load_memory
     from controlplane.server import bootstrap_tokens, serve
+    from controlplane.services.credentials import Sealer
 
+    Sealer.from_config(args.credential_key_file)  # a bad key file stops the start here, in one line (exit 2)
     file = pathlib.Path(args.config) if args.config else None
     server = ServerConfig(
         listen=args.listen,
@@ -120,8 +123,9 @@ def cmd_index_build(store: Store, config: DataDir, args: argparse.Namespace) -> 
     import asyncio
 
     from controlplane.config import load_memory
-    from controlplane.context.canonical_tree import git_token, open_canonical
+    from controlplane.context.canonical_tree import open_canonical
     from controlplane.context.recall import Recall
+    from controlplane.services.credentials import Sealer, git_secret
     from controlplane.store.models import Project
 
     name, file = args.project, pathlib.Path(args.config) if args.config else None
@@ -130,9 +134,8 @@ def cmd_index_build(store: Store, config: DataDir, args: argparse.Namespace) -> 
         raise NotFound(f"no project {name!r}", field="project")
     if not project.repo:
         raise InvalidArgument("the project has no repository to index", field="project")
-    repo, commit = open_canonical(
-        project.name, project.repo, project.branch, config.data_dir / "mirrors", git_token(project)
-    )
+    secret = git_secret(project, Sealer.from_config(os.environ.get("DROVER_CREDENTIAL_KEY_FILE", "")))[1]
+    repo, commit = open_canonical(project.name, project.repo, project.branch, config.data_dir / "mirrors", secret)
     if not commit:
         raise InvalidArgument(f"branch {project.branch} has no commit", field="project")
 
@@ -318,8 +321,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _token_parsers(sub)
-    project_parsers(sub, _command)
+    projects = project_parsers(sub, _command)
     _index_parsers(sub)
+    credential_parsers(sub, projects, _command)
     return p
 
 
@@ -335,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if logging.getLogger().level > logging.DEBUG:  # the schema migrations' INFO lines are noise in a terminal
         logging.getLogger("alembic").setLevel(logging.WARNING)
+    if not getattr(args, "needs_store", True):  # `credential-key`: nothing of the database
+        return _run(lambda: args.func(None, None, args))
     import sqlalchemy.exc
 
     from controlplane.store.data_dir import DataDir, lock_data_dir, open_store
@@ -348,7 +354,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"controlplane: cannot reach the database {_safe_url(config)}: {err.orig or err}", file=sys.stderr)
         return 5
     try:
-        args.func(store, config, args)
+        return _run(lambda: args.func(store, config, args))
+    finally:
+        if args.func is not cmd_serve:
+            store.close()
+
+
+def _run(command: Callable[[], None]) -> int:
+    """Run a command; its exit code, and a sentence on stderr for a failure (never a traceback)."""
+    try:
+        command()
         sys.stdout.flush()  # here, so a reader that went away is seen below and not at exit
     except BrokenPipeError:  # `controlplane token list | head -1`: the reader has what it wanted
         from drover.render import closed_pipe
@@ -364,9 +379,6 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("drover.cli").debug("unexpected error", exc_info=True)
         print(f"controlplane: unexpected error: {type(err).__name__}: {err}", file=sys.stderr)
         return 70
-    finally:
-        if args.func is not cmd_serve:
-            store.close()
     return 0
 
 

@@ -21,7 +21,8 @@ Command = Callable[["Store", "DataDir", argparse.Namespace], None]
 
 
 def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> None:
-    from controlplane.services.projects import add_project, checked_branch
+    from controlplane.context.canonical_tree import checked_branch
+    from controlplane.services.projects import add_project
 
     repo = args.repo
     if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
@@ -115,7 +116,8 @@ def cmd_project_remove(store: Store, config: DataDir, args: argparse.Namespace) 
     print(f"project {args.name} removed")
 
 
-def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argparse.ArgumentParser]) -> None:
+def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argparse.ArgumentParser]) -> Any:
+    """The `project` commands; answers their subparsers (`project credential` joins them)."""
     pr = sub.add_parser("project", help="projects").add_subparsers(dest="project_command", required=True)
     pa = command(pr, "add", cmd_project_add, "add or update a project")
     pa.add_argument("name")
@@ -156,6 +158,7 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
     command(pr, "list", cmd_project_list, "every project").add_argument("--json", action="store_true")
     command(pr, "show", cmd_project_show, "one project's settings, as JSON").add_argument("name")
     command(pr, "remove", cmd_project_remove, "remove a project that has no Changes").add_argument("name")
+    return pr
 
 
 def preparation_flags(pa: argparse.ArgumentParser) -> None:

@@ -90,14 +90,21 @@ class ControlPlane:
         self.objects = object_store(config, store)
         self.sealer = Sealer.from_config(config.credential_key_file)
         self.recall = Recall(store, config.data_dir, config.memory)
-        self.router = Router(
-            store, config.harness, self.notifier, self.objects, config.data_dir / "mirrors", self.recall
-        )
-        self.agents = AgentSessions(store, config, self.notifier, self.objects)
+        mirrors = config.data_dir / "mirrors"
+        self.router = Router(store, config.harness, self.notifier, self.objects, mirrors, self.recall, self.sealer)
+        self.agents = AgentSessions(store, config, self.notifier, self.objects, self.sealer)
         self.agents.replica, self.agents.tell_others = self.replica.id, self.replica.tell
         leading = self.replica.leading
         self.dispatcher = Dispatcher(
-            store, config, self.notifier, self.objects, self.router, self.agents, leading, self.replica.tell
+            store,
+            config,
+            self.notifier,
+            self.objects,
+            self.router,
+            self.agents,
+            leading,
+            self.replica.tell,
+            self.sealer,
         )
         self.agents.on_change, self.agents.on_refused = self.dispatcher.wake, self.dispatcher.refused
         self.liveness = Liveness(
@@ -110,8 +117,8 @@ class ControlPlane:
             replica=self.replica.id,
             objects=self.objects,
         )
-        self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading)
-        self.warmer = Warmer(store, config.data_dir / "mirrors", packet_pipeline.GRAPHS, self.recall, leading)
+        self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading, self.sealer)
+        self.warmer = Warmer(store, mirrors, packet_pipeline.GRAPHS, self.recall, leading, sealer=self.sealer)
         self.replica.handlers += [self._on_note, self.agents.on_note]
         self.auth = AuthInterceptor(
             PERMISSIONS,
@@ -132,8 +139,12 @@ class ControlPlane:
         agent_service = AgentService(store, self.notifier, self.objects, self.agents, self.router, lambda: self.config)
         self.admin = (ProjectService(store, self.sealer), TokenService(store))
         self.endpoint = Endpoint(config, self.auth, agent_service, self.changes, self.operations, self.admin)
-        self.port = self.endpoint.port
         self.console = self._console(config) if config.http_listen else None
+
+    @property
+    def port(self) -> int:
+        """The gRPC port bound (the one asked for, or the kernel's pick for port 0)."""
+        return self.endpoint.port
 
     def _console(self, config: ServerConfig) -> Console:
         """The console's process-to-be: its socket bound now (a bad address fails the start), and the
@@ -163,8 +174,22 @@ class ControlPlane:
             await self.console.start(self.link.target, self.link.secret)
         await self.endpoint.report_serving()
 
-    def reload(self, path: pathlib.Path) -> bool:
+    def reload_keys(self) -> bool:
+        """SIGHUP: read the credential key file again (a rotation's new key, or its old one removed); an
+        invalid one is refused and the keys in use kept."""
+        try:
+            self.sealer.load(self.config.credential_key_file)
+        except ValueError as err:
+            log.error("credential key reload refused, keeping the keys in use: %s", err)
+            return False
+        log.info("credential keys reloaded from %s", self.config.credential_key_file or "DROVER_CREDENTIAL_KEY")
+        return True
+
+    def reload(self, path: pathlib.Path | None) -> bool:
         """SIGHUP: read the TOML file again; an invalid one is refused and the running config kept."""
+        self.reload_keys()
+        if path is None:
+            return True
         try:
             harness = load_harness(path, os.environ)
         except (ValueError, OSError) as err:
@@ -210,8 +235,7 @@ async def serve(config: ServerConfig, store: Store, config_file: pathlib.Path | 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if config_file is not None:
-        loop.add_signal_handler(signal.SIGHUP, plane.reload, config_file)
+    loop.add_signal_handler(signal.SIGHUP, plane.reload, config_file)
     await stop.wait()
     log.info("shutting down: draining calls for up to %.0f s", config.grace_seconds)
     await plane.stop()

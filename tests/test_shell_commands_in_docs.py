@@ -44,6 +44,7 @@ RUN_FROM_THE_PAGES = (
     "tests/fleet/test_documented_commands_run.py",
     "tests/controlplane/test_documented_controlplane_commands.py",
     "tests/controlplane/api/test_documented_project_commands.py",
+    "tests/controlplane/test_documented_credential_commands.py",
 )
 """Tests that read their commands from the pages and run every one: each lists them in its RUN_FROM_THE_PAGES."""
 TOUR = (
@@ -70,6 +71,13 @@ EXECUTED: dict[str, tuple[str, str]] = {
             "tests/fleet/test_metrics.py::test_both_endpoints_move_during_a_real_run",
             '"--metrics-listen", "127.0.0.1:0"',
         ),
+    ),
+    # docs/configuration.md's "Workspace preparation": its project, then its Change file
+    "controlplane project add pkg --repo /path/to/pkg --env PYTHONPATH=.deps --setup 'python -m pip install --no-deps "
+    "--no-build-isolation --no-index --target .deps .' --git-name 'Pkg Bot' --git-email bot@pkg.invalid "
+    "--branch-template 'ai/{slug}/{change}-{task}'": (
+        "tests/fleet/test_workspace_preparation.py::test_the_documented_setup_installs_the_package_its_tests_import",
+        '"configuration.md"',
     ),
     "ruff check . && ruff format --check . && mypy": ("tests/test_code_quality.py", '"ruff", "format", "--check"'),
     "npx @bufbuild/buf@1.75.0 lint proto": ("tests/test_code_quality.py::test_buf_lint", '"@bufbuild/buf@1.75.0"'),

@@ -11,7 +11,7 @@ from typing import Any
 
 from agentd.daemon import run_slots
 from agentd.daemon.config import AgentConfig
-from agentd.run.spec import DEFAULT_OUTPUT_LIMIT, HarnessSpec, RunSpec, StackedChangeSet
+from agentd.run.spec import DEFAULT_OUTPUT_LIMIT, HarnessSpec, Preparation, RunSpec, StackedChangeSet
 
 DEFAULT_HARNESS = HarnessSpec()
 
@@ -66,12 +66,16 @@ def decode(message: Any) -> Assignment:
         env=dict(message.command.env),
         timeout_seconds=message.command.timeout_seconds,
         network=message.command.network,
+        files=dict(message.command.files),
+        workdir=message.command.workdir,
+        project=message.workspace.project,
         repo=message.workspace.repo,
         branch=message.workspace.branch,
         stack=tuple(
             StackedChangeSet(s.changeset_id, s.task_id, s.branch, s.commit, s.created_at)
             for s in message.workspace.stack
         ),
+        preparation=preparation(message.workspace),
         model=message.model,
         base_url=message.base_url,
         tier=message.tier,
@@ -80,6 +84,19 @@ def decode(message: Any) -> Assignment:
         output_limit_bytes=output_limit if output_limit > 0 else DEFAULT_OUTPUT_LIMIT,
     )
     return Assignment(spec, dict(message.secret_env), bool(message.resume))
+
+
+def preparation(w: Any) -> Preparation:
+    """A drover.v1.WorkspaceSpec's preparation (seed 003)."""
+    return Preparation(
+        setup=tuple(w.setup),
+        setup_network=w.setup_network,
+        env=dict(w.env),
+        git_name=w.git_name,
+        git_email=w.git_email,
+        task_branch=w.task_branch,
+        cache_key_files=tuple(w.cache_key_files),
+    )
 
 
 def place(spec: RunSpec, config: AgentConfig, slot: int = 0, cgroups: Sequence[str] = ()) -> RunSpec:
@@ -108,4 +125,6 @@ def place(spec: RunSpec, config: AgentConfig, slot: int = 0, cgroups: Sequence[s
         bwrap=config.bwrap,
         seccomp=config.seccomp,
         runtime_command=config.runtime_commands().get(spec.driver, ""),
+        prepared_cache_dir=str(config.prepared_cache) if config.prepared_cache_max_bytes > 0 else "",
+        prepared_cache_max_bytes=config.prepared_cache_max_bytes,
     )

@@ -45,6 +45,13 @@ class AgentConfig:
     """Run directories and the outbox; default <state_dir>/<name>/spool (state_dir below)."""
     min_free_spool_bytes: int = 100 * 1024 * 1024
     """New runs are refused (`disk_full`) while the spool's filesystem has less free space than this."""
+    prepared_cache_dir: pathlib.Path = pathlib.Path("")
+    """Prepared workspaces (a project's tree after its setup commands, reused by the next run with the
+    same setup, env and cache_key_files); default `prepared` beside the spool directory
+    (<state_dir>/<name>/prepared). Only agentd reads it: runs see their own copy."""
+    prepared_cache_max_bytes: int = 20 * 1024**3
+    """The prepared workspaces' size, at most (the least recently used go first); 0: no cache, every
+    run runs its project's setup."""
     keep_workspaces: bool = False
     """Keep each run's workspace after it ends, for debugging."""
     prefork: bool = True
@@ -123,6 +130,13 @@ class AgentConfig:
         if str(self.spool_dir) not in ("", "."):
             return self.spool_dir
         return state_dir(os.geteuid(), os.environ) / self.name / "spool"
+
+    @property
+    def prepared_cache(self) -> pathlib.Path:
+        """prepared_cache_dir, else `prepared` beside the spool (<state_dir>/<name>/prepared by default)."""
+        if str(self.prepared_cache_dir) not in ("", "."):
+            return self.prepared_cache_dir
+        return self.spool.parent / "prepared"
 
     @property
     def instance(self) -> str:
@@ -209,6 +223,8 @@ def load(file: pathlib.Path | None, env: Mapping[str, str], flags: Mapping[str, 
     for name in ("run_memory_bytes", "run_processes", "run_tmp_bytes"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name}: must be positive")
+    if config.prepared_cache_max_bytes < 0:
+        raise ValueError("prepared_cache_max_bytes: must be 0 (off) or positive")
     if config.run_disk_bytes < 0:
         raise ValueError("run_disk_bytes: must be 0 (off) or positive")
     if config.run_uid_base == 0 and config.capacity > UID_BLOCK:

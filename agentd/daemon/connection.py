@@ -117,6 +117,8 @@ def to_wire(run_id: str, message: dict[str, Any]) -> agent_pb2.AgentMessage:
         run.finished.error = message.get("error", "")
         run.finished.parked = message.get("parked", "")
         run.finished.session_state = base64.b64decode(message.get("state", ""))
+        run.finished.setup_seconds = float(message.get("setup_seconds", 0.0))
+        run.finished.setup_cached = bool(message.get("setup_cached", False))
     elif kind == "refused":
         run.refused.reason = message["reason"]
     elif kind == "input_received":

@@ -42,6 +42,9 @@ class Agent:
             resume_runs=self.runs.resume_ids(),
         )
 
+    def setups(self) -> metrics.SetupTally:
+        return self.runs.setups
+
     def busy_runs(self) -> int:
         return self.runs.busy
 

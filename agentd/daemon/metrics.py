@@ -3,20 +3,42 @@ from the daemon's state at each scrape. Labels are bounded: no run ids."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Protocol
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from agentd.daemon.outbox import Outbox
+
+
+@dataclasses.dataclass
+class SetupTally:
+    """Runs with setup commands since agentd started, from their exit records: how many started from a
+    prepared workspace (hits), how many ran setup (misses), and the seconds spent either way."""
+
+    hits: int = 0
+    misses: int = 0
+    seconds: float = 0.0
+
+    def count(self, result: Mapping[str, Any]) -> None:
+        if result.get("setup_cached"):
+            self.hits += 1
+        elif float(result.get("setup_seconds") or 0) > 0:
+            self.misses += 1
+        else:
+            return  # no setup: neither
+        self.seconds += float(result.get("setup_seconds") or 0)
 
 
 class Daemon(Protocol):
     """What the collector reads of agentd."""
 
     draining: bool
+
+    def setups(self) -> SetupTally: ...
 
     def busy_runs(self) -> int: ...
 
@@ -35,7 +57,7 @@ class AgentCollector(Collector):
     def __init__(self, daemon: Daemon, outbox: Outbox) -> None:
         self.daemon, self.outbox = daemon, outbox
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         def gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, text, value=value)
 
@@ -48,6 +70,16 @@ class AgentCollector(Collector):
         yield gauge("drover_agent_outbox_runs", "Runs with messages the control plane has not acknowledged.", runs)
         yield gauge("drover_agent_outbox_unacked_messages", "Messages sent or queued, not yet acknowledged.", messages)
         yield gauge("drover_agent_outbox_bytes", "Bytes of the runs' outbox files in the spool.", size)
+        setups = self.daemon.setups()
+        for outcome, runs in (("hits", setups.hits), ("misses", setups.misses)):
+            text = f"Runs with setup whose workspace {'came prepared' if outcome == 'hits' else 'ran setup'}."
+            yield CounterMetricFamily(f"drover_agent_prepared_workspace_{outcome}", text, value=runs)
+        yield SummaryMetricFamily(
+            "drover_agent_setup_seconds",
+            "Time runs spent on setup, or on starting from a prepared workspace.",
+            count_value=setups.hits + setups.misses,
+            sum_value=setups.seconds,
+        )
 
 
 def serve_metrics(listen: str, daemon: Daemon, outbox: Outbox) -> int:

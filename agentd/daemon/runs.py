@@ -20,6 +20,7 @@ from agentd.daemon.assignment import Assignment, place
 from agentd.daemon.config import AgentConfig
 from agentd.daemon.connection import ChannelSettings
 from agentd.daemon.logbatch import LogBatcher
+from agentd.daemon.metrics import SetupTally
 from agentd.daemon.outbox import Outbox, RunOutbox, free_bytes, is_full
 from agentd.errors import RunRefused
 from agentd.run.output import read_records
@@ -66,6 +67,7 @@ class Runs:
         self.removals: set[asyncio.Task[None]] = set()  # run dirs kept until their stopped supervisor exits
         self.template = processes.Template(self.config.spool) if config.prefork else None
         self.places = run_slots.Places(config)
+        self.setups = SetupTally()  # agentd's metrics: prepared-workspace hits and misses
 
     # --- what hello says ------------------------------------------------------------------------
 
@@ -371,6 +373,7 @@ class Runs:
 
     def _exit(self, slot: RunSlot, result: dict[str, Any]) -> dict[str, Any]:
         """The result to report from a supervisor's exit record."""
+        self.setups.count(result)
         if result.get("status") == "cancelled" and (slot.dir / run_dir_files.DISK_FULL).exists():
             return {
                 **result,

@@ -1,22 +1,16 @@
-"""The command driver: a Task that is one command (argv), run in the sandbox with a minimal environment,
-its output copied, stream-tagged and in arrival order, into the run's output."""
+"""The command driver: a Task that is one command (argv), run in the sandbox with a minimal environment
+(agentd/run/command.py) after the project's setup (agentd/run/preparation.py), in its workdir, with its
+files written into the workspace first."""
 
 from __future__ import annotations
 
 import asyncio
-import codecs
-import os
-import selectors
-import subprocess
-import time
 
 from agentd.errors import RunEnded
-from agentd.run.confined import Confined, ready_pipe
-from agentd.run.sandbox import Sandbox
+from agentd.run import preparation
+from agentd.run.command import Command, Invocation
 from agentd.run.spec import RunSpec
-from agentd.run.supervisor import GIT_TOKEN, Run
-
-CHUNK = 64 * 1024
+from agentd.run.supervisor import Run
 
 
 def driver(spec: RunSpec) -> CommandDriver:
@@ -29,126 +23,15 @@ class CommandDriver:
 
     async def drive(self, run: Run) -> RunEnded:
         run.clone()
+        await asyncio.to_thread(preparation.setup_workspace, run, run.repo_dir)
+        cwd = preparation.place_files(run, run.repo_dir)
         sandbox = run.sandbox(run.spec.network, hand_over=(run.repo_dir, run.home))
         run.check_cancel()
-        return await asyncio.to_thread(Command(run).follow, sandbox)
-
-
-class Command:
-    """The command's process in its sandbox, followed until it ends (or is stopped)."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.output = run.output
-        self.kill_grace = run.spec.kill_grace_seconds
-        self.stderr_tail = ""  # bwrap says why it failed on the command's stderr
-
-    def follow(self, sandbox: Sandbox) -> RunEnded:
-        child, processes = self._start(sandbox)
-        return self._wait(child, processes)
-
-    def _start(self, sandbox: Sandbox) -> tuple[subprocess.Popen[bytes], Confined]:
-        """Start the command in its sandbox with exactly its environment."""
-        run, spec = self.run, self.run.spec
+        spec = run.spec
         env, binds = run.command_env(run.repo_dir, run.home)
         env["DROVER_TASK_KEY"] = spec.task_key
         env.update(spec.env)
-        # the git token stays with agentd, which clones and pushes: the command never gets it
-        env.update({name: value for name, value in run.secret_env.items() if name != GIT_TOKEN})
-        argv = list(spec.argv)
-        read, write = ready_pipe() if sandbox.isolated else (None, None)
-        try:
-            # bwrap runs as root before any namespace exists: it gets a fixed environment in "/", and
-            # the Task's env reaches the command alone (agentd/run/launch.py)
-            writable = [run.repo_dir, run.home]
-            with sandbox.wrap(argv, run.repo_dir, env, writable=writable, ready_fd=write, binds=binds) as launch:
-                child = subprocess.Popen(
-                    launch.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    **launch.spawn_kwargs(),
-                )
-        except (OSError, ValueError) as err:
-            if read is not None:
-                os.close(read)
-            why = err.strerror if isinstance(err, OSError) else str(err)
-            said = f"cannot start {argv[0]}: {why}"
-            raise RunEnded("failed", said, code="start_failed", exit_code=-1, line=said) from None
-        finally:
-            if write is not None:
-                os.close(write)  # the launcher holds it now
-        return child, Confined(child.pid, read, lambda: child.returncode is not None)
-
-    def _wait(self, child: subprocess.Popen[bytes], processes: Confined) -> RunEnded:
-        """Copy output until the command ends (or is stopped), then say how it ended."""
-        timeout = float(self.run.spec.timeout_seconds or 0)
-        stopped = self._pump(child, processes, timeout)
-        code = child.wait()
-        processes.kill()  # nothing of the run outlives it (in the sandbox, its init saw to that)
-        started = processes.started
-        processes.close()
-        if not started and not stopped:
-            error = (self.stderr_tail.strip().splitlines()[-1:] or [f"bubblewrap exited with {code}"])[0]
-            line = f"sandbox: the command did not start: {error}"
-            return RunEnded("failed", error, code="sandbox_failed", exit_code=code, line=line)
-        if stopped == "timeout":
-            return RunEnded("failed", f"timed out after {timeout:.0f} s", code="timeout", exit_code=code)
-        if stopped == "cancelled":
-            return RunEnded("cancelled", code="cancelled", exit_code=code)
-        if code == 0:
-            return RunEnded("succeeded", code="", exit_code=0)
-        return RunEnded("failed", f"exited with {code}", code="exit_code", exit_code=code)
-
-    def _pump(self, child: subprocess.Popen[bytes], processes: Confined, timeout: float) -> str:
-        """Copy output until both pipes close; stop the command's processes on cancel or timeout.
-        Answers "timeout", "cancelled" or "" (the command ended by itself)."""
-        assert child.stdout is not None and child.stderr is not None
-        sel = selectors.DefaultSelector()
-        decoders = {}
-        for name, pipe in (("stdout", child.stdout), ("stderr", child.stderr)):
-            os.set_blocking(pipe.fileno(), False)
-            sel.register(pipe, selectors.EVENT_READ, name)
-            decoders[name] = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        deadline = time.monotonic() + timeout if timeout > 0 else None
-        stopping_since: float | None = None
-        stopped = ""
-        open_pipes = 2
-        while open_pipes:
-            now = time.monotonic()
-            cancelled = stopping_since is None and self.run.cancelled
-            if stopping_since is None and (cancelled or (deadline is not None and now >= deadline)):
-                stopped = "cancelled" if cancelled else "timeout"
-                self.output.write(
-                    "system",
-                    "cancelled: stopping the process group\n"
-                    if cancelled
-                    else f"timed out after {timeout:.0f} s: stopping the process group\n",
-                )
-                processes.terminate()
-                stopping_since = now
-            if stopping_since is not None and now - stopping_since >= self.kill_grace:
-                processes.kill()
-                stopping_since = float("inf")
-            for key, _ in sel.select(timeout=0.1):
-                ready = key.fileobj
-                assert not isinstance(ready, int)
-                try:
-                    data = os.read(ready.fileno(), CHUNK)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    sel.unregister(ready)
-                    open_pipes -= 1
-                    self.output.write(key.data, decoders[key.data].decode(b"", final=True))
-                    continue
-                text = decoders[key.data].decode(data)
-                if key.data == "stderr":
-                    self.stderr_tail = (self.stderr_tail + text)[-2000:]
-                self.output.write(key.data, text)
-            # The leader exited; stragglers that hold the pipes are stopped too (in the sandbox its init
-            # has taken them already).
-            if child.poll() is not None and stopping_since is None and processes.alive():
-                processes.terminate()
-                stopping_since = time.monotonic()
-        return stopped
+        env.update(run.command_secrets)
+        what = Invocation(list(spec.argv), cwd, env, [run.repo_dir, run.home], binds, float(spec.timeout_seconds or 0))
+        command = Command(run.output, lambda: run.cancelled, spec.kill_grace_seconds, what)
+        return await asyncio.to_thread(command.follow, sandbox)

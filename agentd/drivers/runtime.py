@@ -30,7 +30,7 @@ from agentd.drivers.runtimes import Session, SessionContext, SessionResult, edit
 from agentd.drivers.runtimes.claude_code import ClaudeCode
 from agentd.drivers.runtimes.opencode import Opencode
 from agentd.errors import RunEnded
-from agentd.run import session_input
+from agentd.run import preparation, session_input
 from agentd.run.conversation import Conversation
 from agentd.run.gateway import Gateway, Upstream
 from agentd.run.sandbox import Bind, Sandbox
@@ -89,10 +89,13 @@ class RuntimeDriver:
         # the transcript keeps the questions asked (a restarted supervisor is still held)
         transcript = Transcript(run.run_dir / run_dir_files.TRANSCRIPT)
         self.conversation = Conversation(run.control_plane, transcript, run.output, incarnation(run))
-        root, _ = run.open_task_workspace()
+        root, writable = run.open_task_workspace()
         if root is None:  # a Task without a repository still needs a folder to work in
             root = run.repo_dir
             root.mkdir(parents=True, exist_ok=True)
+        elif writable:
+            run.home.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(preparation.setup_workspace, run, root)
         sandbox = run.sandbox(h.network, memory_bytes=RUNTIME_ADDRESS_SPACE)
         gateway = self._gateway()
         through_socket = sandbox.isolated and not h.network

@@ -15,7 +15,15 @@ from agentd import run_dir as run_dir_files
 
 FILE = run_dir_files.ASSIGNMENT
 DEFAULT_OUTPUT_LIMIT = 8 << 20
+GIT_TOKEN = "DROVER_GIT_TOKEN"
+"""The secret agentd clones and pushes https URLs with; never given to a command."""
+GIT_SSH_KEY = "DROVER_GIT_SSH_KEY"
+"""The SSH deploy key agentd clones and pushes ssh URLs with, held in memory only; never given to a
+command nor written where the Task could read it."""
+GIT_SECRETS = frozenset({GIT_TOKEN, GIT_SSH_KEY})
 """Output kept per run when the control plane names no limit."""
+DEFAULT_GIT_NAME, DEFAULT_GIT_EMAIL = "Drover Agent", "agent@drover.invalid"
+"""The run's commits' identity when the project names none (the control plane's default too)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +73,40 @@ class HarnessSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Preparation:
+    """The project's workspace preparation (seed 003), as the control plane rendered it for this run."""
+
+    setup: tuple[str, ...] = ()
+    """Shell command lines (`sh -c`) run in order in the sandbox after the clone; any failure: setup_failed."""
+    setup_network: bool = True
+    """Whether setup may use the network (the Task's own phase keeps the project's `network`)."""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The project's env plus DROVER_CHANGE_ID, DROVER_TASK_KEY, DROVER_BRANCH, DROVER_RUN_ID."""
+    git_name: str = ""
+    git_email: str = ""
+    """ChangeSet commits' author and committer; "": Drover's default identity."""
+    task_branch: str = ""
+    """The branch the Task's ChangeSet is pushed to; "": drover/<change>/<task>."""
+    cache_key_files: tuple[str, ...] = ()
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """The author and committer of the run's commits: the project's, else Drover's."""
+        return (self.git_name or DEFAULT_GIT_NAME, self.git_email or DEFAULT_GIT_EMAIL)
+
+    @property
+    def git_env(self) -> dict[str, str]:
+        """The identity as git's environment, for commits a command makes in the sandbox."""
+        name, email = self.identity
+        return {
+            "GIT_AUTHOR_NAME": name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name,
+            "GIT_COMMITTER_EMAIL": email,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class RunSpec:
     run_id: str
     driver: str = "command"
@@ -79,10 +121,17 @@ class RunSpec:
     timeout_seconds: int = 0
     """0: none."""
     network: bool = False
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Written into the workspace (path relative to the repository) after setup, before the command."""
+    workdir: str = ""
+    """Where the command runs, relative to the repository; "": its root."""
     # the workspace
+    project: str = ""
+    """The project's name: agentd's prepared workspaces are kept per project."""
     repo: str = ""
     branch: str = ""
     stack: tuple[StackedChangeSet, ...] = ()
+    preparation: Preparation = Preparation()
     # a model-driven run's
     model: str = ""
     base_url: str = ""
@@ -111,6 +160,9 @@ class RunSpec:
     seccomp: bool = True
     runtime_command: str = ""
     """An external runtime's executable on this agent."""
+    prepared_cache_dir: str = ""
+    """agentd's prepared-workspace cache (agentd/run/prepared_cache.py); "": none."""
+    prepared_cache_max_bytes: int = 0
 
     @property
     def workspace(self) -> pathlib.Path:
@@ -153,7 +205,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-NESTED: dict[str, type[Any]] = {"harness": HarnessSpec, "stack": StackedChangeSet}
+NESTED: dict[str, type[Any]] = {"harness": HarnessSpec, "stack": StackedChangeSet, "preparation": Preparation}
 
 
 def _decode(cls: type[Any], data: dict[str, Any]) -> Any:
@@ -164,8 +216,8 @@ def _decode(cls: type[Any], data: dict[str, Any]) -> Any:
             continue
         raw = data[field.name]
         kind = str(field.type)
-        if field.name == "harness":
-            values[field.name] = _decode(HarnessSpec, raw if isinstance(raw, dict) else {})
+        if field.name in ("harness", "preparation"):
+            values[field.name] = _decode(NESTED[field.name], raw if isinstance(raw, dict) else {})
         elif field.name == "stack":
             values[field.name] = tuple(_decode(StackedChangeSet, item) for item in raw if isinstance(item, dict))
         elif kind.startswith("tuple"):

@@ -3,15 +3,13 @@
 file paths}); they never touch the disk.
 
 One skeleton for every way of working a Task: the run's spec (agentd/run/spec.py) names its driver
-(agentd/drivers/: command, harness, claude-code, opencode), and the supervisor walks
-
-    workspace -> sandbox -> drive -> publish -> exit record
-
-with the driver doing the drive (and choosing its workspace and sandbox through `Run`). It is started
-detached from agentd (its own session), so a run outlives an agentd restart, and appends everything
-the run says, stream-tagged and in arrival order, to RUN_DIR/output.jsonl (agentd/run/output.py); the
-last record is the exit. agentd tails that file; nothing else is shared between the two. A harness
-run started again on the same RUN_DIR resumes from its transcript."""
+(agentd/drivers/: command, harness, claude-code, opencode), and the supervisor walks `workspace ->
+setup -> sandbox -> drive -> publish -> exit record` with the driver doing the drive (and choosing its
+workspace, setup and sandbox through `Run`). It is started detached from agentd (its own session), so
+a run outlives an agentd restart, and appends everything the run says, stream-tagged and in arrival
+order, to RUN_DIR/output.jsonl (agentd/run/output.py); the last record is the exit. agentd tails that
+file; nothing else is shared between the two. A harness run started again on the same RUN_DIR
+resumes from its transcript."""
 
 from __future__ import annotations
 
@@ -31,18 +29,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentd import run_dir as run_dir_files
 from agentd.daemon import cgroups, run_disk
-from agentd.errors import DiskFailed, RunEnded, SandboxFailed, is_full
+from agentd.errors import DiskFailed, RunEnded, SandboxFailed, SetupFailed, is_full
+from agentd.run import prepared_workspace
 from agentd.run.output import Output
 from agentd.run.sandbox import BWRAP, UNSANDBOXED, Bind, Sandbox, SandboxPolicy, for_mode
-from agentd.run.spec import RunSpec
+from agentd.run.spec import GIT_SECRETS, GIT_SSH_KEY, GIT_TOKEN, RunSpec
 from drover.core import build_outputs, workspace
 
 if TYPE_CHECKING:
     from agentd.run.control_plane import ControlPlane
     from drover.core import gitspace
 
-GIT_TOKEN = "DROVER_GIT_TOKEN"
-"""The secret agentd clones and pushes with; never given to a command."""
 PARKED = "WIP: parked while waiting for answers"
 MAX_STATE = 3 << 20
 """A parked session's state (gzip) is kept up to this size, else not at all."""
@@ -77,13 +74,18 @@ class Run:
         self.secret_env: dict[str, str] = dict(secrets.get("secret_env") or {})
         self.agent_token: str = secrets.get("agent_token", "")
         self.channel: dict[str, Any] = secrets.get("channel") or {"control_plane": ""}
-        self.hidden = [*self.secret_env.values(), *([self.agent_token] if self.agent_token else [])]
+        self.git_secret = self.secret_env.get(GIT_TOKEN) or self.secret_env.get(GIT_SSH_KEY, "")
+        """The project's git credential: a token, or an SSH key (drover.core.git_auth)."""
+        secrets_shown = [*self.secret_env.values(), *([self.agent_token] if self.agent_token else [])]
+        self.hidden = [part for secret in secrets_shown for part in workspace.secret_parts(secret)]
         self.output = Output(run_dir / run_dir_files.OUTPUT, self.hidden, self.spec.output_limit_bytes + output_slack)
         self.cancel_file = run_dir / run_dir_files.CANCEL
         self.ws_dir = self.spec.workspace
         self.repo_dir, self.home = self.ws_dir / "repo", self.ws_dir / "home"
         self.workspace: gitspace.Workspace | None = None
         """A Task's workspace that publishes a ChangeSet (None: a command's clone, or no repository)."""
+        # how setup went (run, or skipped for a prepared workspace) and what it left untracked (preparation.py)
+        self.prepared, self.setup_made = prepared_workspace.Setup(), list[str]()
         self._control_plane: ControlPlane | None = None
 
     @property
@@ -116,7 +118,7 @@ class Run:
                 "system",
                 f"workspace: cloning {workspace.redact_url(spec.repo)} at {spec.branch or 'its default branch'}\n",
             )
-        token = self.secret_env.get(GIT_TOKEN, "")
+        token = self.git_secret
         self.attach_disk()
         if spec.stack:  # a dependent Task runs on its dependencies' ChangeSets
             from drover.core import gitspace  # pygit2 only for runs that need it: ~60 ms sooner without
@@ -136,7 +138,7 @@ class Run:
         from drover.core import gitspace
 
         h, spec = self.spec.harness, self.spec
-        token = self.secret_env.get(GIT_TOKEN, "")
+        token = self.git_secret
         state = self.run_dir / run_dir_files.WORKSPACE
         if h.workspace_mode == "none":
             return None, False
@@ -159,14 +161,16 @@ class Run:
                 saved["start_commit"],
                 saved["stacked_on"],
                 token,
-                gitspace.DEFAULT_IDENTITY,
+                spec.preparation.identity,
                 spec.repo,
             )
             return self.repo_dir, True
         stack = self._stack()
         merging = f", merging {len(stack)} ChangeSets" if stack else ""
         self.output.write("system", f"workspace: cloning {workspace.redact_url(spec.repo)} at {spec.branch}{merging}\n")
-        self.workspace = gitspace.open_workspace(self.repo_dir, spec.repo, spec.branch, stack, token)
+        self.workspace = gitspace.open_workspace(
+            self.repo_dir, spec.repo, spec.branch, stack, token, spec.preparation.identity
+        )
         state.write_text(
             json.dumps(
                 {
@@ -220,29 +224,36 @@ class Run:
             "LANG": "C.UTF-8",
             "TZ": "UTC",
             "HOME": str(home),
+            **self.spec.preparation.env,  # the project's env and DROVER_CHANGE_ID, _TASK_KEY, _BRANCH
             "DROVER_WORKSPACE": str(root or ""),
             "DROVER_RUN_ID": self.spec.run_id,
         }
         binds = []
         if root is not None and workspace.has_repository(root):
             env.update(workspace.SAFE_DIRECTORY_ENV)
+            env.update(self.spec.preparation.git_env)  # commits made in the sandbox have the project's identity
             binds.append(Bind(workspace.git_dir(root), str(root / ".git")))
-        return env, binds
+        return env, binds + (self.prepared.binds(root) if root is not None else [])
+
+    @property
+    def command_secrets(self) -> dict[str, str]:
+        """The run's secrets a command gets: all but the git credentials (agentd clones and pushes)."""
+        return {name: value for name, value in self.secret_env.items() if name not in GIT_SECRETS}
 
     # --- publishing and parking ------------------------------------------------------------------
 
     @property
     def build_outputs(self) -> list[str]:
-        """The patterns of files a ChangeSet leaves out: the project's, else the default ones."""
-        return list(self.spec.harness.build_outputs or build_outputs.DEFAULT_BUILD_OUTPUTS)
+        """The patterns of files a ChangeSet leaves out: the project's, else the default ones, and setup's."""
+        return [*(self.spec.harness.build_outputs or build_outputs.DEFAULT_BUILD_OUTPUTS), *self.setup_made]
 
     async def commit_workspace(self, message: str, written: set[str]) -> gitspace.ChangeSetResult:
         """Commit and push the workspace on the Task's branch, build outputs left out unless a write
         tool wrote them (`written`, relative to the root)."""
         assert self.workspace is not None
-        return await asyncio.to_thread(
-            self.workspace.publish, self.spec.change_id, self.spec.task_id, message, self.build_outputs, written
-        )
+        s, branch = self.spec, self.spec.preparation.task_branch  # "": drover/<change>/<task>
+        publish, outputs = self.workspace.publish, self.build_outputs
+        return await asyncio.to_thread(publish, s.change_id, s.task_id, message, outputs, written, branch)
 
     async def publish(self, ended: RunEnded, written: set[str]) -> RunEnded:
         """The Task's work as its ChangeSet: committed, pushed, published to the control plane."""
@@ -302,6 +313,7 @@ class Run:
         finally:
             if self._control_plane is not None:
                 await self._control_plane.close()
+            prepared_workspace.release(self.repo_dir)  # a prepared workspace's overlay, when it has one
             if not self.spec.keep_workspace:
                 run_disk.release(self.ws_dir)
                 workspace.remove(self.ws_dir)
@@ -318,6 +330,8 @@ class Run:
             return RunEnded("failed", str(err), code=code, exit_code=-1, line=f"workspace: {err}")
         except SandboxFailed as err:  # never run the Task's commands any other way
             return RunEnded("failed", str(err), code="sandbox_failed", exit_code=-1, line=f"sandbox: {err}")
+        except SetupFailed as err:  # the project's setup, not the Task's work: the run says which command
+            return RunEnded("failed", str(err), code="setup_failed", exit_code=err.exit_code, line=f"setup: {err}")
         except Exception as err:  # a bug or an unreachable control plane: end the run, say why
             traceback.print_exc()
             if is_full(err):  # the transcript or the workspace state could not be written
@@ -328,11 +342,12 @@ class Run:
         """The exit record, after what the run's system log should say about how it ended."""
         if ended.line:
             self.output.write("system", f"{ended.line}\n")
-        hit = limits_hit(self.spec)
+        s = self.spec  # what of the run's cgroup limits it ran into, a sentence each
+        hit = cgroups.limits_hit(list(s.cgroups), s.run_memory_bytes, s.run_processes) if s.cgroups else []
         for line in hit:
             self.output.write("system", f"{line}\n")
         error = "; ".join(filter(None, ["" if ended.ok else ended.reason, *hit]))
-        self.output.exit(ended.status, ended.exit_code, ended.code, error, **ended.extra)
+        self.output.exit(ended.status, ended.exit_code, ended.code, error, **self.prepared.reported, **ended.extra)
 
 
 def sandbox_for(spec: RunSpec, network: bool, **limits: int) -> Sandbox:
@@ -352,13 +367,6 @@ def sandbox_for(spec: RunSpec, network: bool, **limits: int) -> Sandbox:
             raise ValueError(f"cannot open the run's cgroups: {err}") from None
         policy = dataclasses.replace(policy, cgroup_fds=fds)
     return for_mode(spec.sandbox, policy, spec.bwrap or BWRAP)
-
-
-def limits_hit(spec: RunSpec) -> list[str]:
-    """What of the run's cgroup limits it ran into, a sentence each."""
-    if not spec.cgroups:
-        return []
-    return cgroups.limits_hit(list(spec.cgroups), spec.run_memory_bytes, spec.run_processes)
 
 
 def load_driver(name: str) -> Any:

@@ -23,6 +23,7 @@ from controlplane.config import ServerConfig
 from controlplane.dispatch.assignments import Assignment
 from controlplane.dispatch.dispatcher import resume_assignments
 from controlplane.services import agent_presence, run_input, run_lifecycle, tokens
+from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
 from controlplane.store import locks
 from controlplane.store.engine import Store
@@ -64,8 +65,17 @@ class AgentSession:
 class AgentSessions:
     """The agents connected to this control plane."""
 
-    def __init__(self, store: Store, config: ServerConfig, notifier: Notifier, objects: ObjectStore) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: ServerConfig,
+        notifier: Notifier,
+        objects: ObjectStore,
+        sealer: Sealer | None = None,
+    ) -> None:
         self.store, self.config, self.notifier, self.objects = store, config, notifier, objects
+        self.sealer = sealer
+        """Opens the projects' git credentials for resumed runs' secret_env."""
         self.sessions: dict[str, AgentSession] = {}
         self.messages = GroupCommit(store, run_lifecycle.apply_run_message, lock=run_lifecycle.lock_message_changes)
         """Every stream's run messages, applied in group commits and acked after them."""
@@ -245,6 +255,7 @@ class AgentSessions:
                 self.config.harness,
                 self.objects,
                 self.config.output_limit_bytes,
+                self.sealer,
             ):
                 session.send(agent_pb2.ControlMessage(assign=convert.assignment(assignment)))
         log.info(

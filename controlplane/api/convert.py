@@ -43,6 +43,8 @@ def change_spec(req: change_pb2.SubmitChangeRequest) -> graph.ChangeSpec:
                 env=dict(t.env),
                 timeout_seconds=t.timeout_seconds,
                 traits=task_traits(t),
+                workspace_files=dict(t.workspace_files),
+                workdir=t.workdir,
             )
             for t in req.tasks
         ),
@@ -91,6 +93,8 @@ def task(row: models.Task, latest_run: str = "") -> types_pb2.Task:
         required_capabilities=spec.get("required_capabilities", []),
         flags=spec.get("flags", {}),
         runtime="" if row.command else spec.get("runtime") or "harness",
+        workspace_files=spec.get("workspace_files", {}),
+        workdir=spec.get("workdir", ""),
     )
 
 
@@ -154,6 +158,9 @@ def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0, 
         model_calls=calls,
         cost_micros=cost,
         context_hash=row.context_hash,
+        branch=row.branch,
+        setup_cached=row.setup_cached,
+        setup_seconds=row.setup_seconds,
     )
 
 
@@ -220,6 +227,8 @@ def run_message(msg: agent_pb2.RunMessage) -> run_lifecycle.RunMessage:
             error=f.error,
             parked=f.parked,
             session_state=f.session_state,
+            setup_seconds=f.setup_seconds,
+            setup_cached=f.setup_cached,
         )
     return base
 
@@ -289,6 +298,13 @@ def assignment(a: assignments.Assignment) -> agent_pb2.RunAssignment:
             repo=a.repo,
             branch=a.branch,
             stack=[agent_pb2.StackedChangeSet(**dataclasses.asdict(item)) for item in a.stack],
+            setup=a.preparation.setup,
+            setup_network=a.preparation.setup_network,
+            env=dict(a.preparation.env),
+            git_name=a.preparation.git_name,
+            git_email=a.preparation.git_email,
+            task_branch=a.preparation.task_branch,
+            cache_key_files=a.preparation.cache_key_files,
         ),
         command=agent_pb2.CommandSpec(timeout_seconds=a.timeout_seconds),
     )
@@ -298,6 +314,8 @@ def assignment(a: assignments.Assignment) -> agent_pb2.RunAssignment:
         out.command.argv.extend(a.command.argv)
         out.command.env.update(a.command.env)
         out.command.network = a.command.network
+        out.command.files.update(a.command.files)
+        out.command.workdir = a.command.workdir
     if a.harness is not None:
         out.harness.CopyFrom(agent_pb2.HarnessSpec(**dataclasses.asdict(a.harness)))
     return out

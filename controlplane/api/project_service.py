@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.api import auth
 from controlplane.api.status import reporting
+from controlplane.context import canonical_tree
 from controlplane.services import credentials, paging, projects, tenancy
 from controlplane.store.engine import Store, aware
 from controlplane.store.models import Project
@@ -140,7 +141,7 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
             )
             want = projects.ProjectSettings(**given)
             # The repository is read before the transaction: a slow remote never holds the writer.
-            branch, _ = await asyncio.to_thread(projects.checked_branch, want.repo, request.project.branch)
+            branch, _ = await asyncio.to_thread(canonical_tree.checked_branch, want.repo, request.project.branch)
             want = dataclasses.replace(want, branch=branch)
             return await self.store.run(lambda s: project_message(projects.create_project(s, name, want, who.name)))
 
@@ -167,7 +168,7 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
             repo, branch, token = await self.store.read(look)
             if token is not None:
                 repo, branch = changes.get("repo", repo), changes.get("branch", branch)
-                changes["branch"], _ = await asyncio.to_thread(projects.checked_branch, repo, branch, token)
+                changes["branch"], _ = await asyncio.to_thread(canonical_tree.checked_branch, repo, branch, token)
 
         def update(s: Session) -> project_pb2.Project:
             row = tenancy.visible_project(s, name, who.projects, field="project.name")

@@ -111,7 +111,6 @@ RULES: dict[str, Rule] = {
     # --- ProjectService, TokenService --------------------------------------------------------------
     "drover.v1.Project.name": Rule(pattern=NAME, optional=False, explain="a project name"),
     "drover.v1.Project.pool": Rule(pattern=NAME, explain="a pool name"),
-    "drover.v1.Project.branch": Rule(max_len=200),
     "drover.v1.Project.monthly_budget_usd": Rule(maximum=1e9),
     "drover.v1.Project.answer_window_minutes": Rule(maximum=7 * 24 * 60),
     "drover.v1.Project.setup": Rule(max_len=8 * KiB, max_items=50),
@@ -155,6 +154,9 @@ RULES: dict[str, Rule] = {
     "drover.v1.Task.timeout_seconds": Rule(maximum=MAX_TIMEOUT_SECONDS),
     "drover.v1.Task.files": Rule(max_len=1 * KiB, max_items=200, item=resources.normalise),
     "drover.v1.Task.resources": Rule(max_len=1 * KiB, max_items=200, item=resources.normalise),
+    # a command Task's files: paths are checked by the domain (controlplane/domain/preparation.py)
+    "drover.v1.Task.workspace_files": Rule(max_len=256 * KiB, max_items=100),
+    "drover.v1.Task.workdir": Rule(max_len=1 * KiB),
     "drover.v1.Task.size": Rule(choices=SIZES),
     "drover.v1.Task.complexity": Rule(choices=LEVELS),
     "drover.v1.Task.risk": Rule(choices=LEVELS),

@@ -1,6 +1,7 @@
 """The canonical commit of a project: its branch tip, read by the control plane for Context Packets
 and the memory index. A local repository is read in place; a remote one through a bare mirror in
-the data dir, fetched with the project's token (only in pygit2 credential callbacks)."""
+the data dir, fetched with the project's git secret, a token or an SSH key (only in pygit2 credential
+callbacks; services/credentials.py `git_secret`)."""
 
 from __future__ import annotations
 
@@ -11,24 +12,9 @@ import tempfile
 
 import pygit2
 
-from controlplane.store.models import Project
-from drover.core.workspace import WorkspaceError, redact_url
-
-
-def git_token(project: Project) -> str:
-    """The project's git token, read from its file at the moment it is needed (never stored)."""
-    if not project.git_token_file:
-        return ""
-    try:
-        return pathlib.Path(project.git_token_file).read_text().strip()
-    except OSError:
-        return ""
-
-
-def _callbacks(token: str) -> pygit2.RemoteCallbacks | None:
-    if not token:
-        return None
-    return pygit2.RemoteCallbacks(credentials=pygit2.UserPass("x-access-token", token))
+from drover.core.git_auth import git_callbacks
+from drover.core.workspace import WorkspaceError, redact_url, secret_parts
+from drover.errors import InvalidArgument
 
 
 def _is_local(repo: str) -> bool:
@@ -46,12 +32,14 @@ def open_canonical(
             path = mirrors / (re.sub(r"[^A-Za-z0-9_.-]", "_", project) + ".git")
             if path.exists():
                 found = pygit2.Repository(str(path))
-                found.remotes["origin"].fetch(["+refs/heads/*:refs/heads/*"], callbacks=_callbacks(token))
+                found.remotes["origin"].fetch(["+refs/heads/*:refs/heads/*"], callbacks=git_callbacks(token))
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                found = pygit2.clone_repository(repo, str(path), bare=True, callbacks=_callbacks(token))
+                found = pygit2.clone_repository(repo, str(path), bare=True, callbacks=git_callbacks(token))
     except (pygit2.GitError, KeyError, ValueError) as err:
-        message = str(err).replace(token, "***") if token else str(err)
+        message = str(err)
+        for part in secret_parts(token):
+            message = message.replace(part, "***")
         raise WorkspaceError(f"cannot read {redact_url(repo)}: {redact_url(message)}") from None
     ref = found.references.get(f"refs/heads/{branch}")
     if ref is None:
@@ -68,9 +56,11 @@ def branches(repo: str, token: str = "") -> tuple[str, list[str]]:
         if _is_local(repo) and not pathlib.Path(url.removeprefix("file://")).exists():
             raise WorkspaceError(f"{repo} does not exist")
         remote = pygit2.init_repository(scratch, bare=True).remotes.create_anonymous(url)
-        heads = remote.list_heads(callbacks=_callbacks(token))
+        heads = remote.list_heads(callbacks=git_callbacks(token))
     except (pygit2.GitError, ValueError) as err:
-        message = str(err).replace(token, "***") if token else str(err)
+        message = str(err)
+        for part in secret_parts(token):
+            message = message.replace(part, "***")
         raise WorkspaceError(f"cannot read {redact_url(repo)}: {redact_url(message)}") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -83,3 +73,23 @@ def branches(repo: str, token: str = "") -> tuple[str, list[str]]:
         except (pygit2.GitError, KeyError):
             head = ""
     return str(head).removeprefix("refs/heads/"), names
+
+
+def checked_branch(repo: str, branch: str, token: str = "") -> tuple[str, str]:
+    """The branch a project follows, checked against its repository before anything is stored: the
+    repository must be readable and have the branch (default: the one its HEAD names). Answers the
+    branch and a note for the operator. It reads the repository: call it outside a transaction."""
+    if not repo:
+        return branch or "main", ""
+    try:
+        head, names = branches(repo, token)
+    except WorkspaceError as err:
+        raise InvalidArgument(str(err), field="repo") from None
+    branch = branch or head or "main"
+    if not names:
+        return branch, " (the repository has no commit yet: runs start once it has one)"
+    if branch not in names:
+        raise InvalidArgument(
+            f"{redact_url(repo)} has no branch {branch!r}; its branches: {', '.join(names[:10])}", field="branch"
+        )
+    return branch, ""

@@ -16,12 +16,14 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.context.canonical_tree import git_token, open_canonical
+from controlplane.context.canonical_tree import open_canonical
 from controlplane.context.import_graph import Graphs
 from controlplane.context.recall import Recall
+from controlplane.services.credentials import Sealer, git_secret
 from controlplane.store.engine import Store
 from controlplane.store.models import Project
 from drover.core.workspace import WorkspaceError
+from drover.errors import DroverError
 
 log = logging.getLogger("drover.warmer")
 WARM_SECONDS = 30.0  # how often each project's canonical branch is looked at (remote ones fetched)
@@ -34,13 +36,18 @@ class Canonical:
     repo: str
     branch: str
     token: str = dataclasses.field(repr=False)
+    locked: str = ""
+    """Why its stored git credential does not open ("" when it does, or it has none)."""
 
 
-def canonicals(s: Session) -> list[Canonical]:
-    return [
-        Canonical(p.name, p.repo, p.branch, git_token(p))
-        for p in s.scalars(select(Project).where(Project.repo != "").order_by(Project.name))
-    ]
+def canonicals(s: Session, sealer: Sealer | None = None) -> list[Canonical]:
+    out = []
+    for p in s.scalars(select(Project).where(Project.repo != "").order_by(Project.name)):
+        try:
+            out.append(Canonical(p.name, p.repo, p.branch, git_secret(p, sealer)[1]))
+        except DroverError as err:
+            out.append(Canonical(p.name, p.repo, p.branch, "", str(err)))
+    return out
 
 
 class Warmer:
@@ -53,13 +60,17 @@ class Warmer:
         leading: Callable[[], Awaitable[bool]],
         interval: float = WARM_SECONDS,
         poll: float = POLL_SECONDS,
+        sealer: Sealer | None = None,
     ) -> None:
         self.store, self.mirrors, self.graphs, self.recall = store, mirrors, graphs, recall
+        self.sealer = sealer
         self.leading, self.interval, self.poll = leading, interval, poll
         self.seen: dict[str, tuple[str, str]] = {}
         """Project -> the (repository, branch) last looked at."""
         self.tips: dict[str, str] = {}
         """Project -> the canonical commit last warmed."""
+        self.locked: dict[str, str] = {}
+        """Project -> why its credential does not open, logged once (its runs fail saying so)."""
 
     async def run_forever(self) -> None:
         last = float("-inf")
@@ -74,7 +85,13 @@ class Warmer:
 
     async def warm_once(self, everything: bool = True) -> None:
         """Every project's tip (fetching remote ones), or only those new or changed since the last look."""
-        for canonical in await self.store.read(canonicals):
+        for canonical in await self.store.read(canonicals, self.sealer):
+            if canonical.locked:
+                if self.locked.get(canonical.project) != canonical.locked:
+                    log.warning("context warm-up of %s skipped: %s", canonical.project, canonical.locked)
+                self.locked[canonical.project] = canonical.locked
+                continue
+            self.locked.pop(canonical.project, None)
             where = (canonical.repo, canonical.branch)
             if not everything and self.seen.get(canonical.project) == where:
                 continue

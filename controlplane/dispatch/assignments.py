@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig
-from controlplane.context.canonical_tree import git_token
 from controlplane.dispatch.quota import credential
-from controlplane.domain import graph, packet, tiers
+from controlplane.domain import graph, packet, preparation, tiers
 from controlplane.domain.members import Member
-from controlplane.services import questions
+from controlplane.services import credentials, questions
+from controlplane.services.credentials import Sealer
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.models import Change, Project, Run, Task
 from controlplane.store.objects import ObjectStore, packet_key
@@ -45,6 +45,23 @@ class CommandSpec:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     network: bool
+    files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Written into the workspace (paths relative to the repository) before the command runs."""
+    workdir: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Preparation:
+    """The project's workspace preparation (seed 003) as this run gets it."""
+
+    setup: tuple[str, ...] = ()
+    setup_network: bool = True
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The project's env plus DROVER_CHANGE_ID, DROVER_TASK_KEY, DROVER_BRANCH and DROVER_RUN_ID."""
+    git_name: str = preparation.DEFAULT_GIT_NAME
+    git_email: str = preparation.DEFAULT_GIT_EMAIL
+    task_branch: str = ""
+    cache_key_files: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +115,7 @@ class Assignment:
     base_url: str = ""
     context_hash: str = ""
     resume: bool = False
+    preparation: Preparation = Preparation()
 
 
 def build(
@@ -108,10 +126,12 @@ def build(
     harness: HarnessConfig,
     objects: ObjectStore,
     output_limit_bytes: int = 0,
+    sealer: Sealer | None = None,
 ) -> Assignment:
+    """FailedPrecondition when the project's stored git credential does not open with `sealer`'s key."""
     change = s.get(Change, run.change_id)
     assert change is not None
-    token = git_token(project)
+    git_env = credentials.secret_env(project, sealer)  # only ever in this run's secret_env
     stack: tuple[Stacked, ...] = ()
     if run.resume_of:
         pass  # the parked run's branch has its stack merged already
@@ -132,15 +152,46 @@ def build(
         branch=project.branch,
         timeout_seconds=task.timeout_seconds,
         stack=stack,
-        secret_env={"DROVER_GIT_TOKEN": token} if token else {},
+        secret_env=git_env,
         output_limit_bytes=output_limit_bytes,
+        preparation=prepared(project, change, task, run.id),
     )
     if run.driver == "command":
-        return dataclasses.replace(base, command=CommandSpec(tuple(task.command), dict(task.env), project.network))
+        spec = task.spec or {}
+        command = CommandSpec(
+            tuple(task.command),
+            dict(task.env),
+            project.network,
+            dict(spec.get("workspace_files") or {}),
+            str(spec.get("workdir") or ""),
+        )
+        return dataclasses.replace(base, command=command)
     built = _for_harness(base, run, task, project, change, harness, objects)
     if run.resume_of and built.harness is not None:
         built = dataclasses.replace(built, harness=_resumed(s, built.harness, run.resume_of, objects))
     return built
+
+
+def prepared(project: Project, change: Change, task: Task, run_id: str) -> Preparation:
+    """The project's preparation for one run: its Task branch rendered from the project's template
+    ({change}, {task}: the Task's id, {slug}: of the Change's goal) and the run's DROVER_* variables."""
+    branch = preparation.task_branch(project.branch_template, change.id, task.id, change.goal)
+    env = {
+        **dict(project.env or {}),
+        "DROVER_CHANGE_ID": change.id,
+        "DROVER_TASK_KEY": task.key,
+        "DROVER_BRANCH": branch,
+        "DROVER_RUN_ID": run_id,
+    }
+    return Preparation(
+        setup=tuple(project.setup or ()),
+        setup_network=project.setup_network,
+        env=env,
+        git_name=project.git_name or preparation.DEFAULT_GIT_NAME,
+        git_email=project.git_email or preparation.DEFAULT_GIT_EMAIL,
+        task_branch=branch,
+        cache_key_files=tuple(project.cache_key_files or ()),
+    )
 
 
 def _resumed(s: Session, spec: HarnessSpec, parked_run_id: str, objects: ObjectStore) -> HarnessSpec:

@@ -14,14 +14,15 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.context.canonical_tree import git_token
 from controlplane.domain import graph
 from controlplane.services import change_lifecycle
+from controlplane.services.credentials import Sealer, git_secret
 from controlplane.services.notify import Notifier
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.engine import Store
 from controlplane.store.models import Change, Project
 from drover.core import gitspace
+from drover.errors import DroverError
 
 log = logging.getLogger("drover.composer")
 
@@ -30,8 +31,9 @@ def pending(s: Session) -> list[str]:
     return list(s.scalars(select(Change.id).where(Change.candidate_state == "pending").order_by(Change.created_at)))
 
 
-def inputs(s: Session, change_id: str) -> tuple[str, str, list[gitspace.StackItem], str]:
-    """The project repository, its branch, and the Change's ChangeSets in merge order."""
+def inputs(s: Session, change_id: str, sealer: Sealer | None = None) -> tuple[str, str, list[gitspace.StackItem], str]:
+    """The project repository, its branch, the Change's ChangeSets in merge order and the git secret
+    (FailedPrecondition when the project's stored credential does not open)."""
     change = s.get(Change, change_id)
     assert change is not None
     project = s.get(Project, change.project)
@@ -45,7 +47,7 @@ def inputs(s: Session, change_id: str) -> tuple[str, str, list[gitspace.StackIte
         gitspace.StackItem(cs.id, cs.task_id, cs.branch, cs.commit, cs.created_at.isoformat())
         for cs in (latest[tasks[k].id] for k in ordered)
     ]
-    return project.repo, project.branch, items, git_token(project)
+    return project.repo, project.branch, items, git_secret(project, sealer)[1]
 
 
 class Composer:
@@ -55,15 +57,16 @@ class Composer:
         notifier: Notifier,
         work_dir: pathlib.Path | None = None,
         leading: Callable[[], Awaitable[bool]] | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
-        self.store, self.notifier = store, notifier
+        self.store, self.notifier, self.sealer = store, notifier, sealer
         self.leading = leading  # with several replicas, only the leader composes
         self.work_dir = work_dir or pathlib.Path(tempfile.gettempdir()) / "drover-compose"
 
     async def compose(self, change_id: str) -> None:
-        repo, branch, items, token = await self.store.run(inputs, change_id)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
+            repo, branch, items, token = await self.store.run(inputs, change_id, self.sealer)
             result = await asyncio.to_thread(
                 gitspace.compose_candidate, repo, branch, change_id, items, self.work_dir, token
             )
@@ -76,7 +79,7 @@ class Composer:
                 "",
                 f"candidate_conflict: {', '.join(conflict.files)} ({conflict.changeset_id})",
             )
-        except gitspace.WorkspaceError as err:
+        except (gitspace.WorkspaceError, DroverError) as err:
             await self.store.run(change_lifecycle.finish_composition, change_id, "", "", f"candidate_failed: {err}")
         self.notifier.notify()
 

@@ -24,6 +24,7 @@ from controlplane.domain.claims import task_resources
 from controlplane.domain.error_ids import error_id
 from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments
 from controlplane.services import claims, run_lifecycle
+from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
 from controlplane.store import events
 from controlplane.store.engine import Store
@@ -61,8 +62,11 @@ class Dispatcher:
         agents: Agents,
         leading: Callable[[], Awaitable[bool]] | None = None,
         tell_others: Callable[[dict[str, Any]], None] = lambda note: None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.store, self.config, self.notifier, self.objects = store, config, notifier, objects
+        self.sealer = sealer
+        """Opens the projects' git credentials for their runs' secret_env."""
         self.router, self.agents = router, agents
         self.leading, self.tell_others = leading or _always, tell_others
         """Only the leading replica routes; every replica dispatches to the agents connected to it."""
@@ -109,7 +113,13 @@ class Dispatcher:
         }
         avoid = {run: frozenset(by) for run, by in self._refusals.items()}
         done = await self.store.run(
-            assign_queued, connected, avoid, self.config.harness, self.objects, self.config.output_limit_bytes
+            assign_queued,
+            connected,
+            avoid,
+            self.config.harness,
+            self.objects,
+            self.config.output_limit_bytes,
+            self.sealer,
         )
         for agent, assignment in done.assigned:
             self.agents.send(agent, assignment)
@@ -128,6 +138,7 @@ def assign_queued(
     harness: HarnessConfig,
     objects: ObjectStore,
     output_limit: int = 0,
+    sealer: Sealer | None = None,
 ) -> Dispatched:
     """In one transaction: plan and record the assignment of queued runs to connected agents, each
     run in a savepoint of its own."""
@@ -163,7 +174,7 @@ def assign_queued(
         run, task, project = queued[run_id]
         try:
             with s.begin_nested():  # one run that cannot be assigned never takes the batch down with it
-                assignment = _assign_one(s, run, task, project, agent, harness, objects, output_limit)
+                assignment = _assign_one(s, run, task, project, agent, harness, objects, output_limit, sealer)
         except Exception as err:
             failed.append((run_id, _unassignable(run_id, err)))
             continue
@@ -201,6 +212,7 @@ def _assign_one(
     harness: HarnessConfig,
     objects: ObjectStore,
     output_limit: int,
+    sealer: Sealer | None,
 ) -> Assignment | None:
     if run_lifecycle.assign(s, run.id, agent) is None:
         return None
@@ -210,7 +222,9 @@ def _assign_one(
     resources = task_resources(task.spec or {})
     if resources:  # advisory: a claim another run holds is recorded as contended, never blocks
         claims.acquire(s, run.id, resources, utcnow())
-    return assignments.build(s, run, task, project, harness, objects, output_limit)
+    assignment = assignments.build(s, run, task, project, harness, objects, output_limit, sealer)
+    run.branch = assignment.preparation.task_branch  # the run records where its ChangeSet goes
+    return assignment
 
 
 def _unassignable(run_id: str, err: Exception) -> str:
@@ -224,7 +238,13 @@ def _unassignable(run_id: str, err: Exception) -> str:
 
 
 def resume_assignments(
-    s: Session, agent: str, run_ids: list[str], harness: HarnessConfig, objects: ObjectStore, output_limit: int = 0
+    s: Session,
+    agent: str,
+    run_ids: list[str],
+    harness: HarnessConfig,
+    objects: ObjectStore,
+    output_limit: int = 0,
+    sealer: Sealer | None = None,
 ) -> list[Assignment]:
     """Assignments sent again (secrets included) so harness runs whose supervisor died resume."""
     out = []
@@ -237,7 +257,11 @@ def resume_assignments(
         assert task is not None and change is not None
         project = s.get(Project, change.project)
         assert project is not None
-        assignment = assignments.build(s, run, task, project, harness, objects, output_limit)
+        try:
+            assignment = assignments.build(s, run, task, project, harness, objects, output_limit, sealer)
+        except DroverError as err:  # its git credential does not open: the run is not resumed, nor the agent refused
+            log.warning("run %s cannot be resumed: %s", run.id, err)
+            continue
         events.add_event(s, "run.resumed", change_id=run.change_id, task_id=run.task_id, run_id=run.id, agent=agent)
         out.append(dataclasses.replace(assignment, resume=True))
     return out

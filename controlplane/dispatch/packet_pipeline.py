@@ -19,9 +19,10 @@ from sqlalchemy.orm import Session
 
 from controlplane import metrics
 from controlplane.context import import_graph, retrieval
-from controlplane.context.canonical_tree import git_token, open_canonical
+from controlplane.context.canonical_tree import open_canonical
 from controlplane.dispatch.assignments import workspace_mode
 from controlplane.domain import packet
+from controlplane.services.credentials import Sealer, git_secret
 from controlplane.store import events
 from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.engine import Store, aware
@@ -48,7 +49,7 @@ class Gathered:
     project: str
     repo: str
     branch: str
-    token: str = dataclasses.field(repr=False)  # the git token: never shown
+    token: str = dataclasses.field(repr=False)  # the git secret (a token or an SSH key): never shown
     change_id: str
     task_id: str
     change: dict[str, Any]
@@ -67,7 +68,8 @@ def _iso(value: dt.datetime | None) -> str:
     return value.isoformat() if value else ""
 
 
-def gather(s: Session, run_id: str) -> Gathered | None:
+def gather(s: Session, run_id: str, sealer: Sealer | None = None) -> Gathered | None:
+    """FailedPrecondition when the project's stored git credential does not open (the run fails saying so)."""
     run = s.get(Run, run_id)
     if run is None or run.state != "queued":
         return None
@@ -97,7 +99,7 @@ def gather(s: Session, run_id: str) -> Gathered | None:
         project=project.name,
         repo=project.repo,
         branch=project.branch,
-        token=git_token(project),
+        token=git_secret(project, sealer)[1],
         change_id=change.id,
         task_id=task.id,
         change={"goal": change.goal, "criteria": list(change.criteria), "invariants": list(change.invariants)},
@@ -294,9 +296,10 @@ async def prepare(
     run_id: str,
     recall: Any = None,
     compact: Compactor | None = None,
+    sealer: Sealer | None = None,
 ) -> str:
     """Compile and store the run's packet; answers its hash ("" when the run is no longer queued)."""
-    g = await store.run(gather, run_id)
+    g = await store.run(gather, run_id, sealer)
     if g is None:
         return ""
     g = await compact_failures(g, compact)

@@ -21,6 +21,7 @@ from controlplane.dispatch.quota import ObservedFailures, QuotaProbe
 from controlplane.domain import graph, members, pricing, run_states, tiers
 from controlplane.domain.error_ids import error_id
 from controlplane.services import run_lifecycle
+from controlplane.services.credentials import CredentialLocked, Sealer
 from controlplane.services.notify import Notifier
 from controlplane.store import events, meters
 from controlplane.store.engine import Store
@@ -225,8 +226,11 @@ class Router:
         objects: ObjectStore,
         mirrors: pathlib.Path,
         recall: Recall | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.store, self.harness, self.notifier = store, harness, notifier
+        self.sealer = sealer
+        """Opens the projects' git credentials to fetch their canonical trees."""
         self.objects, self.mirrors = objects, mirrors
         self.recall = recall
         self.probe = QuotaProbe(policy=harness.quota)
@@ -314,7 +318,7 @@ class Router:
                 # A passing fault (a probe, the object store) is tried again; a run that keeps failing is
                 # failed alone, so it cannot hold a place among the runs routed first for ever.
                 self.failures[item.run_id] = tries = self.failures.get(item.run_id, 0) + 1
-                if tries < ROUTING_TRIES:
+                if tries < ROUTING_TRIES and not isinstance(err, CredentialLocked):  # a locked one stays locked
                     log.exception("routing run %s failed; retrying later", item.run_id)
                     continue
                 self.failures.pop(item.run_id, None)
@@ -335,7 +339,9 @@ class Router:
             await self.store.run(_record_probes, item.run_id, cls, snapshots)
             if selection.outcome != "chosen":
                 return
-        await packet_pipeline.prepare(self.store, self.objects, self.mirrors, item.run_id, self.recall, self.compact)
+        await packet_pipeline.prepare(
+            self.store, self.objects, self.mirrors, item.run_id, self.recall, self.compact, self.sealer
+        )
 
     async def _decide(self, item: Pending) -> tiers.TierDecision:
         """The tier: the escalation's, or the rules' (the classifier's when the rules leave it open)."""

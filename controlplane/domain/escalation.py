@@ -22,8 +22,8 @@ BUDGET = frozenset({"spend_limited", "change_budget", "project_budget", "user_bu
 """A budget refused the run's call: the Task stops at once with that budget as its limit."""
 INTELLIGENCE = frozenset({"failed", "no_outcome", "run_call_cap", "run_cost_cap"})
 """The tier was not good enough; reaching a per-run cap counts as a failure at the tier."""
-TERMINAL = frozenset({"cancelled", "dependency_merge_conflict"})
-"""No other attempt can help: the Task fails at once."""
+TERMINAL = frozenset({"cancelled", "dependency_merge_conflict", "setup_failed"})
+"""No other attempt can help: the Task fails at once (a failed setup is the project's, not the model's)."""
 OUTCOMES = TRANSPORT | BUDGET | INTELLIGENCE | TERMINAL | {"completed"}
 
 ACTIONS = ("retry", "escalate", "replan", "stop", "fail")

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from controlplane.domain import preparation
 from drover.core import commands
 from drover.errors import InvalidArgument
 
@@ -26,6 +27,10 @@ class TaskSpec:
     timeout_seconds: int = 0
     traits: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Routing inputs: files, resources, size, complexity, risk, required_capabilities, flags."""
+    workspace_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """A command Task's files (path -> content), written into the workspace before it runs."""
+    workdir: str = ""
+    """Where a command Task runs, relative to the repository; "": its root."""
 
 
 SIZES = ("", "small", "medium", "large")
@@ -83,6 +88,7 @@ def validate(change: ChangeSpec) -> None:
                 "a Task with a command runs on the command driver; leave runtime out", field=f"{where}.runtime"
             )
         _check_traits(task.traits, where)
+        preparation.check_workspace_files(task.workspace_files, task.workdir, bool(task.command), where)
     keys = {t.key for t in change.tasks}
     for i, task in enumerate(change.tasks):
         for dep in task.depends_on:

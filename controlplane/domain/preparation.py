@@ -17,6 +17,11 @@ MAX_COMMAND_CHARS = 8192
 MAX_ENV = 200
 MAX_ENV_VALUE = 32 * 1024
 MAX_KEY_FILES = 50
+MAX_WORKSPACE_FILES = 100
+MAX_WORKSPACE_FILE_BYTES = 256 * 1024
+MAX_WORKSPACE_BYTES = 768 * 1024
+"""A command Task's files: at most this many, each and all together at most this size (UTF-8)."""
+MAX_PATH_CHARS = 1024
 RESERVED_ENV_PREFIX = "DROVER_"
 """Drover's own variables (DROVER_CHANGE_ID, DROVER_TASK_KEY, DROVER_BRANCH, DROVER_RUN_ID, ...)."""
 DEFAULT_BRANCH_TEMPLATE = "drover/{change}/{task}"
@@ -82,6 +87,46 @@ def check_cache_key_files(patterns: Sequence[str]) -> list[str]:
                 "must be a path relative to the repository, without '..'", field=f"cache_key_files[{i}]"
             )
     return list(patterns)
+
+
+def check_workspace_path(path: str, field: str) -> str:
+    """A path relative to the workspace that stays in it: not absolute, no `..`, not in .git."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if (
+        not parts
+        or len(path) > MAX_PATH_CHARS
+        or path.startswith("/")
+        or "\x00" in path
+        or "\\" in path
+        or ".." in parts
+        or parts[0] == ".git"
+    ):
+        raise InvalidArgument(
+            f"{path[:80]!r} must be a path relative to the workspace, without '..' and outside .git", field=field
+        )
+    return path
+
+
+def check_workspace_files(files: Mapping[str, str], workdir: str, command: bool, where: str) -> None:
+    """A command Task's files (path -> content, written into the workspace before it runs) and workdir
+    (relative to the repository); `where` names the Task (`tasks[0]`)."""
+    if (files or workdir) and not command:
+        field = f"{where}.workspace_files" if files else f"{where}.workdir"
+        raise InvalidArgument("only a command Task has files and a workdir", field=field)
+    if len(files) > MAX_WORKSPACE_FILES:
+        raise InvalidArgument(f"at most {MAX_WORKSPACE_FILES} files", field=f"{where}.workspace_files")
+    total = 0
+    for path, content in files.items():
+        field = f"{where}.workspace_files[{path[:80]!r}]"
+        check_workspace_path(path, field)
+        size = len(content.encode())
+        if size > MAX_WORKSPACE_FILE_BYTES:
+            raise InvalidArgument(f"{size} bytes; at most {MAX_WORKSPACE_FILE_BYTES}", field=field)
+        total += size
+    if total > MAX_WORKSPACE_BYTES:
+        raise InvalidArgument(f"{total} bytes in all; at most {MAX_WORKSPACE_BYTES}", field=f"{where}.workspace_files")
+    if workdir:
+        check_workspace_path(workdir, f"{where}.workdir")
 
 
 def slug(text: str, most: int = 40) -> str:

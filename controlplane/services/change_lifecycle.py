@@ -47,13 +47,23 @@ def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str, scope: 
                 command=list(t.command),
                 env=dict(t.env),
                 timeout_seconds=t.timeout_seconds,
-                spec=dict(t.traits),
+                spec={**t.traits, **_workspace(t)},
                 status="pending",
             )
         )
     s.flush()
     advance(s, change)
     return change.id
+
+
+def _workspace(t: graph.TaskSpec) -> dict[str, object]:
+    """A command Task's files and workdir, kept with its spec when it has them."""
+    kept: dict[str, object] = {}
+    if t.workspace_files:
+        kept["workspace_files"] = dict(t.workspace_files)
+    if t.workdir:
+        kept["workdir"] = t.workdir
+    return kept
 
 
 def finish_composition(s: Session, change_id: str, branch: str, commit: str, conflict: str) -> None:

@@ -45,7 +45,9 @@ def publish(s: Session, objects: ObjectStore, p: Published) -> ChangeSet:
         raise NotFound(f"no run {p.run_id!r}", field="run_id")
     if run.state not in ("starting", "running"):
         raise FailedPrecondition(f"run {run.id} is {run.state}", field="run_id")
-    if not p.branch.startswith(f"drover/{run.change_id}/") or not p.commit:
+    if run.branch and (p.branch != run.branch or not p.commit):  # the Task branch dispatch rendered for it
+        raise InvalidArgument(f"must be {run.branch} with a commit", field="branch")
+    if not run.branch and (not p.branch.startswith(f"drover/{run.change_id}/") or not p.commit):
         raise InvalidArgument(f"must be drover/{run.change_id}/<task> with a commit", field="branch")
     change = s.get(Change, run.change_id)
     assert change is not None

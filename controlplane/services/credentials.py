@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.store.events import add_event
@@ -20,17 +22,27 @@ from controlplane.store.models import Project, utcnow
 from drover.errors import FailedPrecondition, InvalidArgument, NotFound
 
 KINDS = ("token", "ssh_key")
+SECRET_ENV = {"token": "DROVER_GIT_TOKEN", "ssh_key": "DROVER_GIT_SSH_KEY"}
+"""The name each kind of git secret travels under in a run's secret_env (agentd/run/supervisor.py)."""
 MAX_SECRET = 16 * 1024
 KEY_ENV = "DROVER_CREDENTIAL_KEY"
 
 
+class CredentialLocked(FailedPrecondition):
+    """A project's stored git credential does not open with the configured key (lost or replaced)."""
+
+
 class Sealer:
-    """Seals and opens credentials with the operator's keys (None: no key configured)."""
+    """Seals and opens credentials with the operator's keys (None: no key configured). One instance is
+    shared by everything in a control plane that opens credentials; `load` swaps its keys in place
+    (SIGHUP), so a rotation reaches them all at once."""
 
     def __init__(self, keys: list[bytes]) -> None:
-        from cryptography.fernet import Fernet, MultiFernet
+        self._fernet = _fernet(keys)
 
-        self._fernet = MultiFernet([Fernet(k) for k in keys]) if keys else None
+    def load(self, key_file: str = "") -> None:
+        """Take the keys `from_config` reads; ValueError (the keys in use kept) when they are not valid."""
+        self._fernet = Sealer.from_config(key_file)._fernet
 
     @classmethod
     def from_config(cls, key_file: str = "") -> Sealer:
@@ -38,14 +50,24 @@ class Sealer:
         key is not a Fernet key."""
         text, source = "", ""
         if key_file:
-            text, source = pathlib.Path(key_file).read_text(), key_file
+            try:
+                text, source = pathlib.Path(key_file).read_text(), key_file
+            except OSError as err:
+                raise ValueError(f"credential key file {key_file}: {err.strerror or err}") from None
         elif os.environ.get(KEY_ENV):
             text, source = os.environ[KEY_ENV], KEY_ENV
+        return cls.from_text(text, source)
+
+    @classmethod
+    def from_text(cls, text: str, source: str = "the key") -> Sealer:
+        """The keys in `text`, newest first, one a line or comma-separated; ValueError naming `source`."""
         keys = [k.strip().encode() for k in text.replace(",", "\n").splitlines() if k.strip()]
         try:
             return cls(keys)
         except ValueError:
-            raise ValueError(f"{source}: not a Fernet key (32 url-safe base64 bytes)") from None
+            raise ValueError(
+                f"{source}: not a Fernet key (32 url-safe base64 bytes; `controlplane credential-key` makes one)"
+            ) from None
 
     @property
     def configured(self) -> bool:
@@ -73,6 +95,18 @@ class Sealer:
         """Sealed again with the newest key (key rotation)."""
         assert self._fernet is not None
         return self._fernet.rotate(sealed.encode()).decode()
+
+
+def _fernet(keys: list[bytes]) -> Any:
+    if not keys:
+        return None
+    from cryptography.fernet import Fernet, MultiFernet
+
+    return MultiFernet([Fernet(k) for k in keys])
+
+
+NO_KEY = Sealer([])
+"""No key configured: a sealed credential does not open."""
 
 
 def new_key() -> str:
@@ -130,3 +164,52 @@ def git_credential(project: Project, sealer: Sealer) -> tuple[str, str]:
     if not project.git_credential_kind or not project.git_credential_sealed:
         return "", ""
     return project.git_credential_kind, sealer.open(project.git_credential_sealed)
+
+
+def reseal_all(s: Session, sealer: Sealer, by: str) -> list[str]:
+    """Seal every stored credential again with the newest key (the second step of a rotation); the
+    projects resealed. ValueError naming the project when one does not open with any key given."""
+    from cryptography.fernet import InvalidToken
+
+    if not sealer.configured:
+        raise ValueError(f"no credential key: give --credential-key-file or set {KEY_ENV}")
+    done = []
+    for row in s.scalars(select(Project).where(Project.git_credential_sealed != "").order_by(Project.name)):
+        try:
+            row.git_credential_sealed = sealer.reseal(row.git_credential_sealed)
+        except InvalidToken:
+            raise ValueError(f"project {row.name!r}: its git credential does not open with any key given") from None
+        add_event(s, "project.credential_resealed", project=row.name, by=by)
+        done.append(row.name)
+    return done
+
+
+def token_file_secret(project: Project) -> str:
+    """The token in the project's `git_token_file` (the host-file way), read when needed, never stored."""
+    if not project.git_token_file:
+        return ""
+    try:
+        return pathlib.Path(project.git_token_file).read_text().strip()
+    except OSError:
+        return ""
+
+
+def git_secret(project: Project, sealer: Sealer | None) -> tuple[str, str]:
+    """(kind, secret) git fetches and pushes the project's repository with: the credential sent through
+    the API when one is set, else the token of its `git_token_file`; ("", "") when it has neither.
+    FailedPrecondition, naming the project and never the sealed text, when the stored credential does
+    not open (the key was lost or replaced): runs then fail saying so."""
+    if project.git_credential_kind and project.git_credential_sealed:
+        try:
+            return git_credential(project, sealer or NO_KEY)
+        except ValueError as err:
+            why = f"project {project.name!r}: {err}; restore the key or set the credential again"
+            raise CredentialLocked(why) from None
+    token = token_file_secret(project)
+    return ("token", token) if token else ("", "")
+
+
+def secret_env(project: Project, sealer: Sealer | None) -> dict[str, str]:
+    """The project's git secret as a run's secret_env entry (empty without one)."""
+    kind, secret = git_secret(project, sealer)
+    return {SECRET_ENV[kind]: secret} if secret else {}

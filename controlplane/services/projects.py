@@ -169,26 +169,3 @@ def remove_project(s: Session, name: str, by: str = HOST) -> None:
         )
     s.delete(project)
     add_event(s, "project.removed", project=name, by=by)
-
-
-def checked_branch(repo: str, branch: str, token: str = "") -> tuple[str, str]:
-    """The branch a project follows, checked against its repository before anything is stored: the
-    repository must be readable and have the branch (default: the one its HEAD names). Answers the
-    branch and a note for the operator. It reads the repository: call it outside a transaction."""
-    if not repo:
-        return branch or "main", ""
-    from controlplane.context.canonical_tree import branches
-    from drover.core.workspace import WorkspaceError, redact_url
-
-    try:
-        head, names = branches(repo, token)
-    except WorkspaceError as err:
-        raise InvalidArgument(str(err), field="repo") from None
-    branch = branch or head or "main"
-    if not names:
-        return branch, " (the repository has no commit yet: runs start once it has one)"
-    if branch not in names:
-        raise InvalidArgument(
-            f"{redact_url(repo)} has no branch {branch!r}; its branches: {', '.join(names[:10])}", field="branch"
-        )
-    return branch, ""

@@ -247,6 +247,8 @@ class RunMessage:
     input_seq: int = 0
     parked: str = ""  # finished, reason parked: the session, JSON
     session_state: bytes = b""
+    setup_seconds: float = 0.0  # finished: spent preparing the workspace
+    setup_cached: bool = False  # finished: the workspace came prepared (setup skipped)
 
 
 LOCKING_KINDS = ("started", "finished")
@@ -304,6 +306,7 @@ def apply_run_message(
             _keep_parked(s, run, msg, objects)
         if status == "succeeded" and run.state == "starting":
             move(s, run, "running")
+        run.setup_seconds, run.setup_cached = max(msg.setup_seconds, 0.0), msg.setup_cached
         finish_run(
             s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error, policy=policy, objects=objects
         )

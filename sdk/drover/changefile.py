@@ -1,5 +1,9 @@
 """Change files (YAML or JSON): project, goal, criteria, invariants, budget_usd and tasks.
 
+A command Task's `files` may be a mapping of path to content (written into the workspace before the
+command runs, after the project's setup) and its `workdir` a directory relative to the repository; a
+list of paths under `files` is what the Task touches (routing).
+
 `load` checks the file's shape and value types before anything is sent, and says where a problem is
 as `file:line: field: what is wrong` (a string where a list belongs is an error, never a list of its
 characters). The control plane checks the values again; this only makes a typo cheap to find.
@@ -34,6 +38,7 @@ TASK_KEYS = {
     "required_capabilities",
     "flags",
     "runtime",
+    "workdir",
 }
 Check = Callable[[Any], str]
 """Answers "" when the value is fine, else what is wrong with it."""
@@ -82,6 +87,14 @@ def _env(value: Any) -> str:
     return ""
 
 
+def _files(value: Any) -> str:
+    """A list of paths (routing), or a command Task's files: a mapping of path to content."""
+    if not isinstance(value, dict):
+        return _strings(value)
+    bad = next((k for k, v in value.items() if not isinstance(k, str) or not isinstance(v, str)), None)
+    return "" if bad is None else f"{bad}: expected a path mapped to its content (a string)"
+
+
 def _flags(value: Any) -> str:
     if not isinstance(value, dict):
         return f"expected a mapping of flags to true/false, not {_kind(value)}"
@@ -104,7 +117,7 @@ TASK: dict[str, Check] = {
     "command": _argv,
     "env": _env,
     "timeout_seconds": _integer,
-    "files": _strings,
+    "files": _files,
     "resources": _strings,
     "size": _string,
     "complexity": _string,
@@ -112,6 +125,7 @@ TASK: dict[str, Check] = {
     "required_capabilities": _strings,
     "flags": _flags,
     "runtime": _string,
+    "workdir": _string,
 }
 
 

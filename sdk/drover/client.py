@@ -71,7 +71,7 @@ def _task(spec: Mapping[str, Any], i: int = 0) -> types_pb2.Task:
         command=_list(spec, "command", where),
         env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
         timeout_seconds=timeout,
-        files=_list(spec, "files", where),
+        files=[] if isinstance(spec.get("files"), Mapping) else _list(spec, "files", where),
         resources=_list(spec, "resources", where),
         size=str(spec.get("size") or ""),
         complexity=str(spec.get("complexity") or ""),
@@ -79,7 +79,20 @@ def _task(spec: Mapping[str, Any], i: int = 0) -> types_pb2.Task:
         required_capabilities=_list(spec, "required_capabilities", where),
         flags={str(k): bool(v) for k, v in (spec.get("flags") or {}).items()},
         runtime=str(spec.get("runtime") or ""),
+        workspace_files=_workspace_files(spec, where),
+        workdir=str(spec.get("workdir") or ""),
     )
+
+
+def _workspace_files(spec: Mapping[str, Any], where: str) -> dict[str, str]:
+    """A command Task's files: `workspace_files`, or `files` given as a mapping of path to content (a
+    list of paths under `files` is the Task's routing files)."""
+    files = spec.get("workspace_files") or (spec.get("files") if isinstance(spec.get("files"), Mapping) else None)
+    if files is None:
+        return {}
+    if not isinstance(files, Mapping):
+        raise InvalidArgument(f"{where}.workspace_files: expected a mapping of path to content")
+    return {str(path): str(content) for path, content in files.items()}
 
 
 def _every_page(call: Callable[[str], Any], field: str, cls: type[T]) -> list[T]:

@@ -43,6 +43,8 @@ class Task:
     latest_run_id: str
     reason: str  # why the Task is blocked, failed or cancelled
     runtime: str = ""  # harness, claude-code or opencode; "" for a command Task
+    workspace_files: dict[str, str] = dataclasses.field(default_factory=dict)  # a command Task's files
+    workdir: str = ""  # where a command Task runs, relative to the repository
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +177,9 @@ class Run:
     model_calls: int
     cost_micros: int
     driver: str
+    branch: str = ""  # where the run's ChangeSet is pushed (the project's branch_template)
+    setup_cached: bool = False  # the workspace came prepared from the agent's cache
+    setup_seconds: float = 0.0  # spent running the project's setup commands
 
 
 @dataclasses.dataclass(frozen=True)

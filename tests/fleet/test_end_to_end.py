@@ -92,12 +92,20 @@ def test_a_run_gets_the_minimal_environment_and_its_workspace_is_removed(fleet: 
         "DROVER_WORKSPACE",
         "DROVER_RUN_ID",
         "DROVER_TASK_KEY",
+        # the run's Change and Task branch (seed 003 "Workspace preparation")
+        "DROVER_CHANGE_ID",
+        "DROVER_BRANCH",
         "GREETING",
         "LC_CTYPE",
         # git's safe.directory for agentd's read-only git directory (drover.core.workspace)
         "GIT_CONFIG_COUNT",
         "GIT_CONFIG_KEY_0",
         "GIT_CONFIG_VALUE_0",
+        # the project's git identity for commits made in the sandbox
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
     }
     assert env["DROVER_RUN_ID"] == run_id
     assert wait_for(lambda: not any(agent.work_dir.iterdir()), 10, what="the workspace to be removed")

@@ -68,6 +68,12 @@ GOOD = "project: web\ngoal: g\ntasks:\n  - key: a\n    kind: test\n    objective
             '{"project": "web", "tasks": [{"key": "a", "files": "x"}]}',
             "c.json:1: tasks[0].files: expected a list of strings, not a string",
         ),
+        (
+            "c.yaml",
+            GOOD + "    files: {run.sh: [echo]}\n",
+            "c.yaml:8: tasks[0].files: run.sh: expected a path mapped to its content",
+        ),
+        ("c.yaml", GOOD + "    workdir: [a]\n", "c.yaml:8: tasks[0].workdir: expected a string, not a list"),
     ],
 )
 def test_a_malformed_change_file_is_refused_with_where_and_what(
@@ -101,3 +107,16 @@ def test_the_cli_never_prints_a_traceback(tmp_path: pathlib.Path, text: str) -> 
     assert done.returncode == 2
     assert done.stderr.startswith("drover: ") and "Traceback" not in done.stderr, done.stderr
     assert str(path) in done.stderr
+
+
+def test_a_command_tasks_files_and_workdir_load_and_go_on_the_wire(tmp_path: pathlib.Path) -> None:
+    from drover.client import _task
+
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD + "    files:\n      tools/run.sh: |\n        echo hi\n    workdir: tools\n")
+    spec = changefile.load(path)["tasks"][0]
+    assert spec["files"] == {"tools/run.sh": "echo hi\n"} and spec["workdir"] == "tools"
+    wire = _task(spec)
+    assert dict(wire.workspace_files) == {"tools/run.sh": "echo hi\n"} and wire.workdir == "tools"
+    assert list(wire.files) == []  # a mapping is the Task's files, not its routing paths
+    assert list(_task({"key": "a", "files": ["src/a.py"]}).files) == ["src/a.py"]

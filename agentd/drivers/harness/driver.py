@@ -20,6 +20,7 @@ from agentd.drivers.harness.meter import Meter
 from agentd.drivers.harness.tools import TaskTools
 from agentd.drivers.harness.transcript import Transcript
 from agentd.errors import RunEnded
+from agentd.run import preparation
 from agentd.run.conversation import Conversation
 from agentd.run.sandbox import UNSANDBOXED
 from agentd.run.spec import RunSpec
@@ -84,6 +85,8 @@ class HarnessDriver:
         spec, h = run.spec, run.spec.harness
         root, writable = run.open_task_workspace()
         run.home.mkdir(parents=True, exist_ok=True)
+        if root is not None and writable:
+            await asyncio.to_thread(preparation.setup_workspace, run, root)
         limits = Limits(
             max_calls=h.max_calls,
             max_output_tokens=h.max_output_tokens,

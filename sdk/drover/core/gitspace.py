@@ -5,8 +5,9 @@ the ChangeSets of the Tasks it depends on merged in (the start commit). Publishi
 workspace, force-updates `drover/<change_id>/<task_id>` and pushes it to origin. A Candidate is
 the same merge of ChangeSets onto the base branch, pushed as `drover/<change_id>/candidate`.
 
-The git token only ever reaches git through `pygit2.RemoteCallbacks` credentials: never in a
-URL, an exception message, a result or a log line, and never a run's command.
+The git secret (a token, or an SSH deploy key held in memory) only ever reaches git through
+`pygit2.RemoteCallbacks` credentials: never in a URL, a file, an exception message, a result or a
+log line, and never a run's command.
 
 Nothing here trusts the worktree, which a run's sandbox wrote: the repository is opened from
 agentd's git directory beside it (`workspace.open_repository`), fetches and pushes go to the URL
@@ -26,10 +27,17 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 
 import pygit2
-from pygit2.enums import CredentialType, DiffOption, ResetMode
+from pygit2.enums import DiffOption, ResetMode
 
 from drover.core import build_outputs
-from drover.core.workspace import WorkspaceError, _clean, open_repository, prepare, redact_url, trusting_pygit2
+from drover.core.git_auth import GitCallbacks
+from drover.core.workspace import (
+    WorkspaceError,
+    _clean,
+    open_repository,
+    prepare,
+    trusting_pygit2,
+)
 
 # agentd (root) hands each workspace to the session user and must still open and publish it;
 # libgit2's owner check (git's safe.directory) would refuse a repository another user owns.
@@ -92,29 +100,6 @@ class CandidateResult:
     base_commit: str
 
 
-class _Callbacks(pygit2.RemoteCallbacks):
-    """Token credentials (offered once, so a refused token fails instead of looping) and
-    collection of the remote's per-reference push rejections."""
-
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self._token = token
-        self._offered = False
-        self.rejected: dict[str, str] = {}
-
-    def credentials(self, url: str, username_from_url: str | None, allowed_types: CredentialType) -> pygit2.UserPass:
-        if not self._token or not allowed_types & CredentialType.USERPASS_PLAINTEXT:
-            raise pygit2.Passthrough
-        if self._offered:
-            raise WorkspaceError(f"the git token was refused by {redact_url(url)}")
-        self._offered = True
-        return pygit2.UserPass("x-access-token", self._token)
-
-    def push_update_reference(self, refname: str, message: str | None) -> None:
-        if message:
-            self.rejected[refname] = message
-
-
 @contextmanager
 def _git_errors(what: str, token: str) -> Iterator[None]:
     """Turn pygit2 failures into WorkspaceError with a message free of credentials."""
@@ -161,9 +146,11 @@ class Workspace:
         message: str,
         leave_out: Sequence[str] = build_outputs.DEFAULT_BUILD_OUTPUTS,
         asked_for: Collection[str] = (),
+        branch: str = "",
     ) -> ChangeSetResult:
         """Commit everything in the workspace (adds, edits, deletions; .gitignore respected) on
-        top of HEAD, force-update `drover/<change_id>/<task_id>` there and push it to origin.
+        top of HEAD, force-update `branch` (the project's Task branch; "": `drover/<change_id>/<task_id>`)
+        there and push it to origin.
 
         Build outputs are left out: a path matching a pattern of `leave_out` that HEAD does not
         track and no write tool asked for (`asked_for`, paths relative to the root) stays in the
@@ -172,7 +159,7 @@ class Workspace:
         When the tree equals HEAD's no commit is made and HEAD is published as it is: an
         untouched workspace publishes start_commit with own_files == [] (and files == [] unless
         stacked), and publishing again without further edits gives the same result."""
-        branch = _branch_name(change_id, task_id)
+        branch = _checked_branch(branch) if branch else _branch_name(change_id, task_id)
         if not self.repo_url:
             raise WorkspaceError("nothing to publish to: the workspace has no repository URL")
         repo = open_repository(self.path)
@@ -281,8 +268,13 @@ def compose_candidate(
 
 
 def _branch_name(change_id: str, task_id: str) -> str:
-    name = f"drover/{change_id}/{task_id}"
-    if not change_id or not task_id or not pygit2.reference_is_valid_name(f"refs/heads/{name}"):
+    if not change_id or not task_id:
+        raise WorkspaceError(f"not a valid branch name: 'drover/{change_id}/{task_id}'")
+    return _checked_branch(f"drover/{change_id}/{task_id}")
+
+
+def _checked_branch(name: str) -> str:
+    if not pygit2.reference_is_valid_name(f"refs/heads/{name}"):
         raise WorkspaceError(f"not a valid branch name: {name!r}")
     return name
 
@@ -291,7 +283,7 @@ def _fetch(repo: pygit2.Repository, url: str, item: StackItem, token: str) -> py
     """Fetch the item's branch from `url` (the assignment's repository); answer the commit to merge."""
     ref = f"refs/remotes/origin/{item.branch}"
     with _git_errors(f"cannot fetch ChangeSet {item.changeset_id} ({item.branch})", token):
-        repo.remotes.create_anonymous(url).fetch([f"+refs/heads/{item.branch}:{ref}"], callbacks=_Callbacks(token))
+        repo.remotes.create_anonymous(url).fetch([f"+refs/heads/{item.branch}:{ref}"], callbacks=GitCallbacks(token))
         tip = repo.references[ref].target
         commit = repo.get(item.commit) if item.commit else repo[tip]
     if commit is None or (commit.id != tip and not repo.descendant_of(tip, commit.id)):
@@ -339,7 +331,7 @@ def _push(repo: pygit2.Repository, url: str, branch: str, commit: pygit2.Commit,
         if local is not None and not local.is_bare:
             _push_to_non_bare(local, repo, ref)
             return
-        callbacks = _Callbacks(token)
+        callbacks = GitCallbacks(token)
         repo.remotes.create_anonymous(url).push([f"+{ref}:{ref}"], callbacks=callbacks)
     if callbacks.rejected:
         raise WorkspaceError(f"origin refused {branch}: {_clean(callbacks.rejected.popitem()[1], token)}")

@@ -83,7 +83,8 @@ def has_repository(repo_dir: pathlib.Path) -> bool:
 def hand_over(path: pathlib.Path, user: str | tuple[int, int] | None) -> None:
     """Give `path` and everything in it to `user` (a name, or a uid and gid), so the command can work on
     its workspace. Nothing to do without a user or when agentd is not root (then the command runs as
-    agentd's user)."""
+    agentd's user). A file the user owns already is left alone: on a prepared workspace's overlay
+    (agentd/run/prepared_workspace.py) a chown copies the file up, even to the owner it has."""
     if not user or os.geteuid() != 0:
         return
     if isinstance(user, str):
@@ -96,14 +97,10 @@ def hand_over(path: pathlib.Path, user: str | tuple[int, int] | None) -> None:
     os.lchown(path, uid, gid)
     for parent, dirs, files in os.walk(path):
         for name in dirs + files:
-            os.lchown(os.path.join(parent, name), uid, gid)
-
-
-def _callbacks(token: str) -> pygit2.RemoteCallbacks | None:
-    if not token:
-        return None
-    pygit2 = trusting_pygit2()
-    return pygit2.RemoteCallbacks(credentials=pygit2.UserPass("x-access-token", token))
+            full = os.path.join(parent, name)
+            info = os.lstat(full)
+            if info.st_uid != uid or info.st_gid != gid:
+                os.lchown(full, uid, gid)
 
 
 def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
@@ -113,13 +110,17 @@ def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
     if not repo:
         return ""
     pygit2 = trusting_pygit2()
+    from drover.core.git_auth import git_callbacks
+
     try:
-        cloned = pygit2.clone_repository(repo, str(path), checkout_branch=branch or None, callbacks=_callbacks(token))
+        cloned = pygit2.clone_repository(
+            repo, str(path), checkout_branch=branch or None, callbacks=git_callbacks(token)
+        )
     except (pygit2.GitError, KeyError, ValueError) as err:
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
         try:  # an empty repository has no branch to check out
-            cloned = pygit2.clone_repository(repo, str(path), callbacks=_callbacks(token))
+            cloned = pygit2.clone_repository(repo, str(path), callbacks=git_callbacks(token))
         except (pygit2.GitError, KeyError, ValueError):
             raise WorkspaceError(f"cannot clone {redact_url(repo)}: {_clean(str(err), token)}") from None
         if not cloned.is_empty:
@@ -135,8 +136,17 @@ def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
     return commit
 
 
+def secret_parts(secret: str) -> list[str]:
+    """What to redact for `secret`: itself and, for a multi-line one (an SSH key), each long line."""
+    if not secret:
+        return []
+    return [secret, *(line.strip() for line in secret.splitlines() if len(line.strip()) >= 16 and line != secret)]
+
+
 def _clean(message: str, token: str) -> str:
-    return redact_url(message.replace(token, "***") if token else message)
+    for part in secret_parts(token):
+        message = message.replace(part, "***")
+    return redact_url(message)
 
 
 def remove(path: pathlib.Path) -> None:

@@ -95,20 +95,24 @@ class LogBatch(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class RunFinished(_message.Message):
-    __slots__ = ("status", "exit_code", "reason", "error", "parked", "session_state")
+    __slots__ = ("status", "exit_code", "reason", "error", "parked", "session_state", "setup_seconds", "setup_cached")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PARKED_FIELD_NUMBER: _ClassVar[int]
     SESSION_STATE_FIELD_NUMBER: _ClassVar[int]
+    SETUP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SETUP_CACHED_FIELD_NUMBER: _ClassVar[int]
     status: str
     exit_code: int
     reason: str
     error: str
     parked: str
     session_state: bytes
-    def __init__(self, status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., parked: _Optional[str] = ..., session_state: _Optional[bytes] = ...) -> None: ...
+    setup_seconds: float
+    setup_cached: bool
+    def __init__(self, status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., parked: _Optional[str] = ..., session_state: _Optional[bytes] = ..., setup_seconds: _Optional[float] = ..., setup_cached: _Optional[bool] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
     __slots__ = ("welcome", "assign", "cancel", "ack", "drain", "input")

@@ -88,3 +88,33 @@ def test_what_is_not_a_spec_is_refused(tmp_path: pathlib.Path, text: str) -> Non
     (tmp_path / "assignment.json").write_text(text)
     with pytest.raises(ValueError):
         RunSpec.load(tmp_path)
+
+
+def test_the_workspace_preparation_and_a_commands_files_survive_the_round_trip(tmp_path: pathlib.Path) -> None:
+    message = agent_pb2.RunAssignment(
+        run_id="run_2",
+        driver="command",
+        command=agent_pb2.CommandSpec(argv=["pytest"], files={"t/a.txt": "x"}, workdir="t"),
+        workspace=agent_pb2.WorkspaceSpec(
+            repo="/srv/calc",
+            setup=["pip install -e .", "npm ci"],
+            setup_network=True,
+            env={"STAGE": "ci", "DROVER_BRANCH": "ai/x"},
+            git_name="Bot",
+            git_email="bot@x.invalid",
+            task_branch="ai/x",
+            cache_key_files=["requirements*.txt"],
+        ),
+    )
+    spec = place(decode(message).spec, AgentConfig(work_dir=tmp_path))
+    prep = spec.preparation
+    assert prep.setup == ("pip install -e .", "npm ci") and prep.setup_network
+    assert prep.env == {"STAGE": "ci", "DROVER_BRANCH": "ai/x"} and prep.task_branch == "ai/x"
+    assert prep.identity == ("Bot", "bot@x.invalid") and prep.cache_key_files == ("requirements*.txt",)
+    assert (spec.files, spec.workdir) == ({"t/a.txt": "x"}, "t")
+    spec.save(tmp_path)
+    assert RunSpec.load(tmp_path) == spec
+    # an assignment without them (an older control plane): Drover's identity, no setup
+    bare = decode(agent_pb2.RunAssignment(run_id="run_3")).spec.preparation
+    assert bare.setup == () and bare.identity == ("Drover Agent", "agent@drover.invalid")
+    assert bare.git_env["GIT_COMMITTER_EMAIL"] == "agent@drover.invalid"

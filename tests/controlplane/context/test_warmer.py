@@ -4,13 +4,16 @@ project is added and again when its branch moves; a quick pass looks only at new
 from __future__ import annotations
 
 import asyncio
+import logging
 import pathlib
 
 import pygit2
+import pytest
 
 from controlplane.context.import_graph import Graphs
 from controlplane.context.retrieval import GitTree
 from controlplane.context.warmer import Warmer
+from controlplane.services.credentials import Sealer, new_key, set_git_credential
 from controlplane.services.projects import add_project
 from controlplane.store.engine import Store, sqlite_url
 from tests.conftest import make_repo
@@ -63,4 +66,24 @@ def test_a_repository_that_cannot_be_read_does_not_stop_the_others(tmp_path: pat
     warmer = Warmer(store, tmp_path / "mirrors", Graphs(GitTree), None, leading)
     asyncio.run(warmer.warm_once())
     assert set(warmer.tips) == {"ok"}
+    store.close()
+
+
+def test_a_credential_that_does_not_open_skips_its_project_and_says_so_once(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store(sqlite_url(tmp_path))
+    store.migrate()
+    repo = make_repo(tmp_path / "repo", {"a.py": "import b\n", "b.py": ""})
+    store.transaction(lambda s: add_project(s, "locked", str(repo)))
+    store.transaction(lambda s: add_project(s, "ok", str(repo)))
+    lost = Sealer.from_text(new_key())
+    store.transaction(lambda s: set_git_credential(s, lost, "locked", "token", "ghp_never-shown-0123", "admin"))
+    warmer = Warmer(store, tmp_path / "mirrors", Graphs(GitTree), None, leading, sealer=Sealer.from_text(new_key()))
+    with caplog.at_level(logging.WARNING, logger="drover.warmer"):
+        asyncio.run(warmer.warm_once())
+        asyncio.run(warmer.warm_once())
+    assert set(warmer.tips) == {"ok"}
+    said = [r.getMessage() for r in caplog.records if "locked" in r.getMessage()]
+    assert len(said) == 1 and "does not open" in said[0] and "ghp_never-shown" not in caplog.text
     store.close()

@@ -94,6 +94,9 @@ DECISIONS = [
     # nothing helps a cancelled run or a merge conflict
     (["haiku:cancelled"], True, ("fail", "", "cancelled", "")),
     (["haiku:dependency_merge_conflict"], True, ("fail", "", "dependency_merge_conflict", "")),
+    # a failed setup is the project's, not the model's: a bigger model would fail the same way
+    (["haiku:setup_failed"], True, ("fail", "", "setup_failed", "")),
+    (["sonnet:failed", "sonnet:setup_failed"], True, ("fail", "", "setup_failed", "")),
 ]
 
 
