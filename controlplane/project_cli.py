@@ -9,8 +9,8 @@ import pathlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from drover.core.workspace import WorkspaceError, redact_url
-from drover.errors import InvalidArgument, NotFound
+from drover.core.workspace import redact_url
+from drover.errors import InvalidArgument
 
 if TYPE_CHECKING:  # each command imports what it uses when it runs: `controlplane --help` starts fast
     from controlplane.store.data_dir import DataDir
@@ -21,13 +21,15 @@ Command = Callable[["Store", "DataDir", argparse.Namespace], None]
 
 
 def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    from controlplane.context.canonical_tree import checked_branch
     from controlplane.services.projects import add_project
 
     repo = args.repo
     if repo and "://" not in repo and not repo.startswith("git@") and os.path.exists(repo):
         repo = str(pathlib.Path(repo).resolve())
     token_file = str(pathlib.Path(args.git_token_file).resolve()) if args.git_token_file else ""
-    branch, note = checked_branch(repo, args.branch, token_file)
+    token = pathlib.Path(token_file).read_text().strip() if token_file else ""
+    branch, note = checked_branch(repo, args.branch, token)
     store.transaction(
         lambda s: add_project(
             s,
@@ -35,12 +37,12 @@ def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> 
             repo,
             branch,
             args.pool,
-            args.allow,
-            args.network,
-            token_file,
-            args.monthly_budget_usd,
-            args.answer_window_minutes,
-            args.build_output,
+            commands=args.allow,
+            network=args.network,
+            git_token_file=token_file,
+            monthly_budget_usd=args.monthly_budget_usd,
+            answer_window_minutes=args.answer_window_minutes,
+            build_outputs=args.build_output,
             setup=args.setup,
             setup_network=not args.no_setup_network,
             env=env_pairs(args.env),
@@ -62,28 +64,6 @@ def env_pairs(pairs: list[str]) -> dict[str, str]:
             raise InvalidArgument(f"{pair!r} is not NAME=VALUE", field="env")
         env[name] = value
     return env
-
-
-def checked_branch(repo: str, branch: str, token_file: str) -> tuple[str, str]:
-    """The branch a project follows, checked against its repository before anything is stored: the
-    repository must be readable and have the branch (default: the one its HEAD names)."""
-    if not repo:
-        return branch or "main", ""
-    from controlplane.context.canonical_tree import branches
-
-    token = pathlib.Path(token_file).read_text().strip() if token_file else ""
-    try:
-        head, names = branches(repo, token)
-    except WorkspaceError as err:
-        raise InvalidArgument(str(err), field="repo") from None
-    branch = branch or head or "main"
-    if not names:
-        return branch, " (the repository has no commit yet: runs start once it has one)"
-    if branch not in names:
-        raise InvalidArgument(
-            f"{redact_url(repo)} has no branch {branch!r}; its branches: {', '.join(names[:10])}", field="branch"
-        )
-    return branch, ""
 
 
 def as_dict(p: Project) -> dict[str, Any]:
@@ -123,11 +103,9 @@ def cmd_project_list(store: Store, config: DataDir, args: argparse.Namespace) ->
 
 
 def cmd_project_show(store: Store, config: DataDir, args: argparse.Namespace) -> None:
-    from controlplane.store.models import Project
+    from controlplane.services.tenancy import visible_project
 
-    found = store.transaction(lambda s: s.get(Project, args.name))
-    if found is None:
-        raise NotFound(f"no project {args.name!r}", field="name")
+    found = store.transaction(visible_project, args.name, None)
     print(json.dumps(as_dict(found), indent=2))
 
 

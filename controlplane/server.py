@@ -23,7 +23,9 @@ from controlplane.api.console_link import ConsoleLink
 from controlplane.api.endpoint import Endpoint, grpc_server
 from controlplane.api.operations_service import OperationsService
 from controlplane.api.permissions import PERMISSIONS
+from controlplane.api.project_service import ProjectService
 from controlplane.api.replica import Replica
+from controlplane.api.token_service import TokenService
 from controlplane.config import ServerConfig, load_harness
 from controlplane.context.recall import Recall
 from controlplane.context.warmer import Warmer
@@ -63,8 +65,8 @@ def bootstrap_tokens(store: Store, tokens_dir: pathlib.Path, database: str) -> d
         if s.scalar(select(func.count()).select_from(Token)):
             return {}
         return {
-            "admin": tokens.create_token(s, "user", "admin", "admin"),
-            "agent": tokens.create_token(s, "agent", "agent"),
+            "admin": tokens.create_token(s, "user", "admin", "admin", event=False),
+            "agent": tokens.create_token(s, "agent", "agent", event=False),
         }
 
     label = token_files.database_label(database)
@@ -135,15 +137,20 @@ class ControlPlane:
         )
         self.operations = OperationsService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake)
         agent_service = AgentService(store, self.notifier, self.objects, self.agents, self.router, lambda: self.config)
-        self.endpoint = Endpoint(config, self.auth, agent_service, self.changes, self.operations)
-        self.port = self.endpoint.port
+        self.admin = (ProjectService(store, self.sealer), TokenService(store))
+        self.endpoint = Endpoint(config, self.auth, agent_service, self.changes, self.operations, self.admin)
         self.console = self._console(config) if config.http_listen else None
+
+    @property
+    def port(self) -> int:
+        """The gRPC port bound (the one asked for, or the kernel's pick for port 0)."""
+        return self.endpoint.port
 
     def _console(self, config: ServerConfig) -> Console:
         """The console's process-to-be: its socket bound now (a bad address fails the start), and the
         private gRPC socket it will call the API through."""
         console = Console(config.http_listen, config.tls_cert, config.tls_key, config.allow_plaintext, config.console)
-        self.link = ConsoleLink(self.auth, grpc_server(config, self.auth), self.changes, self.operations)
+        self.link = ConsoleLink(self.auth, grpc_server(config, self.auth), self.changes, self.operations, self.admin)
         return console
 
     async def _on_note(self, note: dict[str, object]) -> None:

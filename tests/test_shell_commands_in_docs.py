@@ -43,6 +43,7 @@ MARK = "not run by the tests:"
 RUN_FROM_THE_PAGES = (
     "tests/fleet/test_documented_commands_run.py",
     "tests/controlplane/test_documented_controlplane_commands.py",
+    "tests/controlplane/api/test_documented_project_commands.py",
     "tests/controlplane/test_documented_credential_commands.py",
 )
 """Tests that read their commands from the pages and run every one: each lists them in its RUN_FROM_THE_PAGES."""

@@ -1,8 +1,9 @@
 """The console process's way in: a second gRPC server of this process on a private unix socket (in a
-directory of mode 0700) serving ChangeService and OperationsService with the same interceptor, so every
-page is an ordinary API call with the visitor's own token; plus one method of its own, `Principal`, that
-tells the console who a token belongs to. That method answers only the console's credential (a random
-secret the control plane gives its console process on start), and exists on this socket alone."""
+directory of mode 0700) serving ChangeService, OperationsService, ProjectService and TokenService with
+the same interceptor, so every page is an ordinary API call with the visitor's own token; plus one
+method of its own, `Principal`, that tells the console who a token belongs to. That method answers only
+the console's credential (a random secret the control plane gives its console process on start), and
+exists on this socket alone."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import grpc
 
 from controlplane.api.auth import AuthInterceptor
+from controlplane.api.endpoint import add_admin_services
 from controlplane.services.tokens import Principal
 from drover.v1 import change_pb2_grpc, operations_pb2_grpc
 
@@ -43,7 +45,9 @@ def principal_from_json(data: bytes) -> Principal | None:
 class ConsoleLink:
     """The private socket, its server and the console's credential."""
 
-    def __init__(self, auth: AuthInterceptor, server: grpc.aio.Server, changes: Any, operations: Any) -> None:
+    def __init__(
+        self, auth: AuthInterceptor, server: grpc.aio.Server, changes: Any, operations: Any, admin: Any
+    ) -> None:
         self.secret = secrets.token_urlsafe(32)
         self.folder = pathlib.Path(tempfile.mkdtemp(prefix="drover-console-"))  # mode 0700
         self.target = f"unix:{self.folder / 'api.sock'}"
@@ -51,6 +55,7 @@ class ConsoleLink:
         self._auth = auth
         change_pb2_grpc.add_ChangeServiceServicer_to_server(changes, server)
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(operations, server)
+        add_admin_services(admin, server)
         handler = grpc.unary_unary_rpc_method_handler(self._principal)  # bytes in, bytes out
         service, method = PRINCIPAL_METHOD.rsplit("/", 1)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service[1:], {method: handler}),))

@@ -1,4 +1,4 @@
-"""The gRPC side of a control plane: the server with its keepalive and queue policy, the three services,
+"""The gRPC side of a control plane: the server with its keepalive and queue policy, the five services,
 health and reflection, and the port it binds (TLS, mTLS, or plaintext on loopback only)."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from controlplane.api.auth import AuthInterceptor
 from controlplane.api.change_service import ChangeService
 from controlplane.api.decoding import RequestDecoding
 from controlplane.api.operations_service import OperationsService
+from controlplane.api.project_service import ProjectService
+from controlplane.api.token_service import TokenService
 from controlplane.config import ServerConfig
 from drover.v1 import (
     agent_pb2,
@@ -22,6 +24,10 @@ from drover.v1 import (
     change_pb2_grpc,
     operations_pb2,
     operations_pb2_grpc,
+    project_pb2,
+    project_pb2_grpc,
+    token_pb2,
+    token_pb2_grpc,
 )
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -29,6 +35,8 @@ SERVICE_NAMES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     change_pb2.DESCRIPTOR.services_by_name["ChangeService"].full_name,
     operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
+    project_pb2.DESCRIPTOR.services_by_name["ProjectService"].full_name,
+    token_pb2.DESCRIPTOR.services_by_name["TokenService"].full_name,
 )
 
 
@@ -58,6 +66,12 @@ def grpc_server(config: ServerConfig, auth: AuthInterceptor) -> grpc.aio.Server:
     )
 
 
+def add_admin_services(admin: tuple[ProjectService, TokenService], server: grpc.aio.Server) -> None:
+    """ProjectService and TokenService (the console's private socket serves them too)."""
+    project_pb2_grpc.add_ProjectServiceServicer_to_server(admin[0], server)
+    token_pb2_grpc.add_TokenServiceServicer_to_server(admin[1], server)
+
+
 class Endpoint:
     """The public gRPC server: the services, health and reflection on it, bound when built."""
 
@@ -68,12 +82,14 @@ class Endpoint:
         agents: AgentService,
         changes: ChangeService,
         operations: OperationsService,
+        admin: tuple[ProjectService, TokenService],
     ) -> None:
         self.health = health.aio.HealthServicer()
         self.server = grpc_server(config, auth)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(agents, self.server)
         change_pb2_grpc.add_ChangeServiceServicer_to_server(changes, self.server)
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(operations, self.server)
+        add_admin_services(admin, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from controlplane.api.auth import Permission
 
 USER = Permission("user")
+ADMIN = Permission("user", "admin")
 PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.AgentService/Connect": Permission("agent"),
     "/drover.v1.AgentService/ReserveModelCall": Permission("agent"),
@@ -37,4 +38,16 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.OperationsService/ListInputs": USER,
     "/drover.v1.OperationsService/ListQuestions": USER,
     "/drover.v1.OperationsService/AnswerQuestion": Permission("user", "submit"),
+    # Projects: any user token reads the projects it may use; changing them is the admin role's, and the
+    # service refuses a scoped token what lies outside its projects (creating, deleting: unscoped only).
+    "/drover.v1.ProjectService/CreateProject": ADMIN,
+    "/drover.v1.ProjectService/UpdateProject": ADMIN,
+    "/drover.v1.ProjectService/GetProject": USER,
+    "/drover.v1.ProjectService/ListProjects": USER,
+    "/drover.v1.ProjectService/DeleteProject": ADMIN,
+    "/drover.v1.ProjectService/SetGitCredential": ADMIN,
+    "/drover.v1.ProjectService/DeleteGitCredential": ADMIN,
+    "/drover.v1.TokenService/CreateToken": ADMIN,
+    "/drover.v1.TokenService/ListTokens": ADMIN,
+    "/drover.v1.TokenService/RevokeToken": ADMIN,
 }

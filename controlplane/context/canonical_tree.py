@@ -14,6 +14,7 @@ import pygit2
 
 from drover.core.git_auth import git_callbacks
 from drover.core.workspace import WorkspaceError, redact_url, secret_parts
+from drover.errors import InvalidArgument
 
 
 def _is_local(repo: str) -> bool:
@@ -72,3 +73,23 @@ def branches(repo: str, token: str = "") -> tuple[str, list[str]]:
         except (pygit2.GitError, KeyError):
             head = ""
     return str(head).removeprefix("refs/heads/"), names
+
+
+def checked_branch(repo: str, branch: str, token: str = "") -> tuple[str, str]:
+    """The branch a project follows, checked against its repository before anything is stored: the
+    repository must be readable and have the branch (default: the one its HEAD names). Answers the
+    branch and a note for the operator. It reads the repository: call it outside a transaction."""
+    if not repo:
+        return branch or "main", ""
+    try:
+        head, names = branches(repo, token)
+    except WorkspaceError as err:
+        raise InvalidArgument(str(err), field="repo") from None
+    branch = branch or head or "main"
+    if not names:
+        return branch, " (the repository has no commit yet: runs start once it has one)"
+    if branch not in names:
+        raise InvalidArgument(
+            f"{redact_url(repo)} has no branch {branch!r}; its branches: {', '.join(names[:10])}", field="branch"
+        )
+    return branch, ""

@@ -1,6 +1,13 @@
-"""Projects: a repository, its default branch and its pool."""
+"""Projects: a repository, its default branch, its pool and how its runs' workspaces are prepared. The
+host's `controlplane project` commands and the API's ProjectService both go through these functions, so
+a project is checked the same way whichever door it came in by, and every change is an event naming who
+made it ("host" for the host's commands)."""
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -11,91 +18,145 @@ from controlplane.store.events import add_event
 from controlplane.store.models import Change, Project, utcnow
 from drover.core.allowlist import policy_from_strings
 from drover.core.build_outputs import check_patterns
-from drover.errors import FailedPrecondition, InvalidArgument, NotFound
+from drover.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+
+HOST = "host"
+"""Who made a change through the host's `controlplane` commands (no token)."""
 
 
-def add_project(
-    s: Session,
-    name: str,
-    repo: str,
-    branch: str = "main",
-    pool: str = "",
-    commands: list[str] | None = None,
-    network: bool = False,
-    git_token_file: str = "",
-    monthly_budget_usd: float = 0.0,
-    answer_window_minutes: float = 15.0,
-    build_outputs: list[str] | None = None,
-    *,
-    setup: list[str] | None = None,
-    setup_network: bool = True,
-    env: dict[str, str] | None = None,
-    git_name: str = "",
-    git_email: str = "",
-    branch_template: str = "",
-    cache_key_files: list[str] | None = None,
-) -> Project:
-    """Create a project, or update the repository, branch and pool of an existing one."""
+@dataclasses.dataclass(frozen=True)
+class ProjectSettings:
+    """Everything a project is set to, each default in one place."""
+
+    repo: str = ""
+    """Path or URL of the git repository ("": none)."""
+    branch: str = "main"
+    pool: str = ""
+    """Only agents of this pool run its Tasks ("": the default pool)."""
+    commands: tuple[str, ...] = ()
+    """The harness's command allowlist (empty: the default rules)."""
+    network: bool = False
+    git_token_file: str = ""
+    """The older way to give a git token: a file on the control plane's host, read when a run starts."""
+    monthly_budget_usd: float = 0.0
+    answer_window_minutes: float = 15.0
+    build_outputs: tuple[str, ...] = ()
+    setup: tuple[str, ...] = ()
+    setup_network: bool = True
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    git_name: str = ""
+    git_email: str = ""
+    branch_template: str = ""
+    cache_key_files: tuple[str, ...] = ()
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(ProjectSettings))
+
+
+def settings_of(p: Project) -> ProjectSettings:
+    return ProjectSettings(
+        repo=p.repo or "",
+        branch=p.branch or "main",
+        pool=p.pool or "",
+        commands=tuple(p.commands or ()),
+        network=bool(p.network),
+        git_token_file=p.git_token_file or "",
+        monthly_budget_usd=p.monthly_budget_usd or 0.0,
+        answer_window_minutes=p.answer_window_minutes,
+        build_outputs=tuple(p.build_outputs or ()),
+        setup=tuple(p.setup or ()),
+        setup_network=bool(p.setup_network),
+        env=dict(p.env or {}),
+        git_name=p.git_name or "",
+        git_email=p.git_email or "",
+        branch_template=p.branch_template or "",
+        cache_key_files=tuple(p.cache_key_files or ()),
+    )
+
+
+def add_project(s: Session, name: str, repo: str, branch: str = "main", pool: str = "", **settings: Any) -> Project:
+    """Create a project, or set every setting of an existing one (`controlplane project add`)."""
+    by = settings.pop("by", HOST)
+    wanted = ProjectSettings(repo=repo, branch=branch, pool=pool, **_tuples(settings))
+    project = s.get(Project, name)
+    if project is None:
+        return create_project(s, name, wanted, by)
+    _apply(project, wanted)
+    project.updated_at = utcnow()
+    add_event(s, "project.updated", project=name, repo=repo, branch=branch, pool=pool, by=by)
+    return project
+
+
+def _tuples(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: tuple(v or ()) if isinstance(v, list) or v is None else v for k, v in settings.items()}
+
+
+def create_project(s: Session, name: str, settings: ProjectSettings, by: str) -> Project:
+    """A new project (ALREADY_EXISTS when the name is taken); nothing is stored if a setting is refused."""
     if not NAME.fullmatch(name):
         raise InvalidArgument(
             f"{name!r} is not a project name: letters, digits, '.', '_', '-', at most 100", field="name"
         )
-    if pool and not NAME.fullmatch(pool):
-        raise InvalidArgument(f"{pool!r} is not a pool name", field="pool")
-    if not branch.strip() or "\x00" in branch or len(branch) > 200:
-        raise InvalidArgument("must be a branch name", field="branch")
-    project = s.get(Project, name)
-    created = project is None
-    if project is None:
-        project = Project(name=name)
-        s.add(project)
-    try:
-        policy_from_strings(commands or [])
-    except ValueError as err:
-        raise InvalidArgument(str(err), field="commands") from None
-    project.repo, project.branch, project.pool = repo, branch, pool
-    project.commands, project.network = list(commands or []), network
-    project.git_token_file = git_token_file
-    if monthly_budget_usd < 0:
-        raise InvalidArgument("must not be negative", field="monthly_budget_usd")
-    project.monthly_budget_usd = monthly_budget_usd
-    if not 0 <= answer_window_minutes <= 7 * 24 * 60:
-        raise InvalidArgument("must be 0 (never park) to 10080 minutes", field="answer_window_minutes")
-    project.answer_window_minutes = answer_window_minutes
-    try:
-        project.build_outputs = check_patterns(build_outputs or [])
-    except ValueError as err:
-        raise InvalidArgument(str(err), field="build_outputs") from None
-    prepare_workspaces(project, setup, setup_network, env, (git_name, git_email), branch_template, cache_key_files)
-    if not created:
-        project.updated_at = utcnow()
-    add_event(s, "project.added" if created else "project.updated", project=name, repo=repo, branch=branch, pool=pool)
+    if s.get(Project, name) is not None:
+        raise AlreadyExists(f"project {name!r} exists (update it instead)", field="name")
+    project = Project(name=name)
+    _apply(project, settings)
+    s.add(project)
+    add_event(s, "project.added", project=name, repo=settings.repo, branch=settings.branch, pool=settings.pool, by=by)
     return project
 
 
-def prepare_workspaces(
-    project: Project,
-    setup: list[str] | None,
-    setup_network: bool,
-    env: dict[str, str] | None,
-    identity: tuple[str, str],
-    branch_template: str,
-    cache_key_files: list[str] | None,
-) -> None:
-    """Set how each run's workspace is prepared, each setting checked (InvalidArgument naming it)."""
-    project.setup = preparation.check_setup(setup or [])
-    project.setup_network = setup_network
-    project.env = preparation.check_env(env or {})
-    project.git_name, project.git_email = preparation.check_identity(*identity)
-    project.branch_template = preparation.check_branch_template(branch_template)
-    project.cache_key_files = preparation.check_cache_key_files(cache_key_files or [])
+def update_project(s: Session, project: Project, changes: Mapping[str, Any], by: str) -> Project:
+    """Set the named settings of `project`, each checked; the others stay."""
+    unknown = sorted(set(changes) - set(FIELDS))
+    if unknown:
+        raise InvalidArgument(f"no setting {unknown[0]!r}", field="update_mask")
+    _apply(project, dataclasses.replace(settings_of(project), **_tuples(dict(changes))))
+    project.updated_at = utcnow()
+    add_event(s, "project.updated", project=project.name, fields=sorted(changes), by=by)
+    return project
 
 
-def list_projects(s: Session) -> list[Project]:
-    return list(s.scalars(select(Project).order_by(Project.name)))
+def _apply(project: Project, w: ProjectSettings) -> None:
+    """Check every setting (InvalidArgument naming it) and set it on the row."""
+    if w.pool and not NAME.fullmatch(w.pool):
+        raise InvalidArgument(f"{w.pool!r} is not a pool name", field="pool")
+    if not w.branch.strip() or "\x00" in w.branch or len(w.branch) > 200:
+        raise InvalidArgument("must be a branch name", field="branch")
+    try:
+        policy_from_strings(list(w.commands))
+    except ValueError as err:
+        raise InvalidArgument(str(err), field="commands") from None
+    if not w.monthly_budget_usd >= 0:
+        raise InvalidArgument("must not be negative", field="monthly_budget_usd")
+    if not 0 <= w.answer_window_minutes <= 7 * 24 * 60:
+        raise InvalidArgument("must be 0 (never park) to 10080 minutes", field="answer_window_minutes")
+    try:
+        build_outputs = check_patterns(list(w.build_outputs))
+    except ValueError as err:
+        raise InvalidArgument(str(err), field="build_outputs") from None
+    project.repo, project.branch, project.pool = w.repo, w.branch, w.pool
+    project.commands, project.network = list(w.commands), w.network
+    project.git_token_file = w.git_token_file
+    project.monthly_budget_usd, project.answer_window_minutes = w.monthly_budget_usd, w.answer_window_minutes
+    project.build_outputs = build_outputs
+    project.setup = preparation.check_setup(list(w.setup))
+    project.setup_network = w.setup_network
+    project.env = preparation.check_env(dict(w.env))
+    project.git_name, project.git_email = preparation.check_identity(w.git_name, w.git_email)
+    project.branch_template = preparation.check_branch_template(w.branch_template)
+    project.cache_key_files = preparation.check_cache_key_files(list(w.cache_key_files))
 
 
-def remove_project(s: Session, name: str) -> None:
+def list_projects(s: Session, scope: frozenset[str] | None = None, after: str = "", limit: int = 0) -> list[Project]:
+    """Projects by name: those in `scope` (None: all), after the name `after`, at most `limit` (0: all)."""
+    q = select(Project).where(Project.name > after).order_by(Project.name)
+    if scope is not None:
+        q = q.where(Project.name.in_(sorted(scope)))
+    return list(s.scalars(q.limit(limit) if limit else q))
+
+
+def remove_project(s: Session, name: str, by: str = HOST) -> None:
     """Remove a project; one with Changes stays (its history needs it): FailedPrecondition."""
     project = s.get(Project, name)
     if project is None:
@@ -107,4 +168,4 @@ def remove_project(s: Session, name: str) -> None:
             field="name",
         )
     s.delete(project)
-    add_event(s, "project.removed", project=name)
+    add_event(s, "project.removed", project=name, by=by)

@@ -112,3 +112,17 @@ def agent_reservation(s: Session, reservation_id: str, token_id: int) -> None:
         agent_run(s, call.run_id, token_id)
     except NotFound:
         raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id") from None
+
+
+def visible_project(s: Session, name: str, scope: Scope, *, field: str = "name") -> Project:
+    """The project `name`, if the caller sees it; else NOT_FOUND as for a project that was never there."""
+    row = s.get(Project, name) if name else None
+    if row is None or (scope is not None and row.name not in scope):
+        raise NotFound(f"no project {name!r}", field=field)
+    return row
+
+
+def unscoped(scope: Scope, action: str, field: str | None = None) -> None:
+    """Creating or deleting a project, or minting an agent or admin token, needs a token of every project."""
+    if scope is not None:
+        raise PermissionDenied(f"{action} needs an admin token not scoped to projects", field=field)

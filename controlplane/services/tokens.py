@@ -23,6 +23,7 @@ _DURATION = re.compile(r"(\d+)([smhdw])")
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_LIFETIME_SECONDS = 100 * 365 * 86400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,8 @@ def parse_duration(text: str) -> dt.timedelta:
     seconds = sum(int(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0:
         raise InvalidArgument("must be longer than 0 s", field="expires_in")
+    if seconds > MAX_LIFETIME_SECONDS:  # past it the expiry date overflows; "never" is the empty duration
+        raise InvalidArgument("at most 100 years (leave it empty for a token that never expires)", field="expires_in")
     return dt.timedelta(seconds=seconds)
 
 
@@ -69,8 +72,12 @@ def create_token(
     pool: str = "",
     projects: Iterable[str] = (),
     expires_in: dt.timedelta | None = None,
+    created_by: str = "",
+    event: bool = True,
 ) -> str:
-    """Store a new token's hash; answers the token, which is shown once and never stored."""
+    """Store a new token's hash; answers the token, which is shown once and never stored. `created_by`
+    names the token that minted it ("": the host's `controlplane token create`); the first start's own
+    two tokens record no event (`event`), so a fresh control plane's history starts with what users did."""
     if kind not in TOKEN_KINDS:
         raise InvalidArgument(f"must be one of {', '.join(TOKEN_KINDS)}", field="kind")
     if not AGENT_NAME.fullmatch(name):
@@ -107,8 +114,11 @@ def create_token(
             projects=projects,
             created_at=now,
             expires_at=now + expires_in if expires_in else None,
+            created_by=created_by,
         )
     )
+    if event:
+        add_event(s, "token.created", name=name, token_kind=kind, role=role, projects=projects, by=created_by or "host")
     return token
 
 
@@ -150,16 +160,25 @@ def list_tokens(s: Session) -> list[Token]:
     return list(s.scalars(select(Token).order_by(Token.kind, Token.name, Token.id)))
 
 
-def revoke(s: Session, name: str, kind: str = "") -> int:
-    """Revoke every live token named `name` (of `kind` when given); answers how many."""
+def within(row: Token, scope: frozenset[str] | None) -> bool:
+    """Whether a caller scoped to `scope` sees (and may revoke) the token `row`: an unscoped caller sees
+    every token; a scoped one the user tokens whose projects all lie within its own."""
+    if scope is None:
+        return True
+    return row.kind == "user" and bool(row.projects) and set(row.projects) <= scope
+
+
+def revoke(s: Session, name: str, kind: str = "", scope: frozenset[str] | None = None, by: str = "host") -> int:
+    """Revoke every live token named `name` (of `kind` when given) that a caller scoped to `scope` sees;
+    answers how many. The others do not exist for it: NOT_FOUND as for a name never used."""
     q = select(Token).where(Token.name == name, Token.revoked_at.is_(None))
     if kind:
         q = q.where(Token.kind == kind)
-    rows = list(s.scalars(q))
+    rows = [row for row in s.scalars(q) if within(row, scope)]
     if not rows:
         raise NotFound(f"no live token named {name!r}", field="name")
     now = utcnow()
     for row in rows:
         row.revoked_at = now
-    add_event(s, "token.revoked", name=name, token_kind=rows[0].kind, count=len(rows))
+    add_event(s, "token.revoked", name=name, token_kind=rows[0].kind, count=len(rows), by=by)
     return len(rows)

@@ -18,7 +18,7 @@ from controlplane.api.permissions import PERMISSIONS
 from controlplane.services.tokens import Principal
 from controlplane.web.shared_streams import SharedStreams
 from drover.errors import DroverError, from_rpc_error
-from drover.v1 import change_pb2_grpc, operations_pb2_grpc
+from drover.v1 import change_pb2_grpc, operations_pb2_grpc, project_pb2_grpc, token_pb2_grpc
 
 CALL_SECONDS = 60.0
 """The longest a page's unary call may take (streams have no deadline)."""
@@ -34,6 +34,8 @@ class Gateway:
         self.stubs = {
             "ChangeService": change_pb2_grpc.ChangeServiceStub(self.channel),
             "OperationsService": operations_pb2_grpc.OperationsServiceStub(self.channel),
+            "ProjectService": project_pb2_grpc.ProjectServiceStub(self.channel),
+            "TokenService": token_pb2_grpc.TokenServiceStub(self.channel),
         }
         self._principal = self.channel.unary_unary(PRINCIPAL_METHOD)
         self.shared = SharedStreams()

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from drover import follow, render
+from drover import admin_commands, follow, render
 from drover.errors import DroverError, Unauthenticated
 from drover.extras import Version
 from drover.render import format_change, format_event, format_run_event
@@ -331,7 +331,12 @@ def parser() -> argparse.ArgumentParser:
         for flags, options in arguments:
             command.add_argument(*flags, **options)
         command.set_defaults(func=func)
+    admin_commands.add_parsers(sub, common, _admin)
     return p
+
+
+def _admin(name: str) -> Command:
+    return lambda client, args: admin_commands.commands(_show)[name](client, args)
 
 
 def run(args: argparse.Namespace) -> int:

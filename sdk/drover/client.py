@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from drover.admin import Projects, Tokens
 from drover.errors import InvalidArgument, from_rpc_error
 from drover.models import (
     Agent,
@@ -122,6 +123,10 @@ class Client:
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._changes = change_pb2_grpc.ChangeServiceStub(self._channel)
         self._ops = operations_pb2_grpc.OperationsServiceStub(self._channel)
+        self.projects = Projects(self._channel, self._metadata)
+        """Projects and their git credential (ProjectService)."""
+        self.tokens = Tokens(self._channel, self._metadata)
+        """Tokens (TokenService, role admin)."""
 
     def __enter__(self) -> Client:
         return self

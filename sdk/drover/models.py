@@ -270,6 +270,68 @@ class Spend:
     receipts: list[DecisionReceipt]
 
 
+@dataclasses.dataclass(frozen=True)
+class GitCredential:
+    """What git credential a project has (never the secret): kind "" when none is set."""
+
+    kind: str  # token, ssh_key or ""
+    set_at: str  # RFC 3339
+    set_by: str  # the token that set it
+    fingerprint: str  # first 12 hex digits of its SHA-256
+
+
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """A repository, the branch runs start from, its pool and how its workspaces are prepared."""
+
+    name: str
+    repo: str
+    branch: str
+    pool: str
+    commands: list[str]
+    network: bool
+    monthly_budget_usd: float
+    answer_window_minutes: float
+    build_outputs: list[str]
+    git_token_file: str
+    git_credential: GitCredential
+    setup: list[str]
+    setup_network: bool
+    env: dict[str, str]
+    git_name: str
+    git_email: str
+    branch_template: str
+    cache_key_files: list[str]
+    created_at: str  # RFC 3339
+    updated_at: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Token:
+    """A bearer token as it is listed: never the token itself."""
+
+    id: int
+    name: str
+    kind: str  # user or agent
+    role: str  # a user token's: submit, run.manage or admin
+    pool: str  # an agent token's
+    projects: list[str]  # a user token's; empty: all
+    monthly_budget_usd: float
+    created_at: str  # RFC 3339
+    created_by: str  # the token that minted it ("": on the host)
+    expires_at: str  # "": never
+    last_used_at: str
+    revoked_at: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CreatedToken:
+    """A token just minted: `secret` is the bearer token, shown this once."""
+
+    token: Token
+    secret: str
+
+
 M = TypeVar("M")
 
 

@@ -1,0 +1,253 @@
+"""drover.v1.ProjectService: projects and their git credential through the API, with the same service
+functions as the host's `controlplane project` commands. A project-scoped token sees only its projects
+(another is NOT_FOUND); creating or deleting a project needs an admin token not scoped to projects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import pathlib
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import grpc
+from sqlalchemy.orm import Session
+
+from controlplane.api import auth
+from controlplane.api.status import reporting
+from controlplane.context import canonical_tree
+from controlplane.services import credentials, paging, projects, tenancy
+from controlplane.store.engine import Store, aware
+from controlplane.store.models import Project
+from drover.core.workspace import redact_url
+from drover.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from drover.v1 import project_pb2, project_pb2_grpc
+
+_USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@]*:[^/@]*@", re.IGNORECASE)
+
+
+def rfc3339(value: dt.datetime | None) -> str:
+    value = aware(value)
+    return value.isoformat().replace("+00:00", "Z") if value else ""
+
+
+def project_message(p: Project) -> project_pb2.Project:
+    """A project as the API shows it: its settings and what credential is set, never the secret."""
+    out = project_pb2.Project(
+        name=p.name,
+        repo=redact_url(p.repo or ""),
+        branch=p.branch,
+        pool=p.pool or "",
+        commands=list(p.commands or []),
+        network=bool(p.network),
+        monthly_budget_usd=p.monthly_budget_usd or 0.0,
+        answer_window_minutes=p.answer_window_minutes,
+        build_outputs=list(p.build_outputs or []),
+        git_token_file=p.git_token_file or "",
+        setup=list(p.setup or []),
+        setup_network=bool(p.setup_network),
+        env=dict(p.env or {}),
+        git_name=p.git_name or "",
+        git_email=p.git_email or "",
+        branch_template=p.branch_template or "",
+        cache_key_files=list(p.cache_key_files or []),
+        created_at=rfc3339(p.created_at),
+        updated_at=rfc3339(p.updated_at),
+    )
+    if p.git_credential_kind:
+        out.git_credential.CopyFrom(
+            project_pb2.GitCredential(
+                kind=p.git_credential_kind,
+                set_at=rfc3339(p.git_credential_set_at),
+                set_by=p.git_credential_set_by or "",
+                fingerprint=p.git_credential_fingerprint or "",
+            )
+        )
+    return out
+
+
+def settings_from(message: project_pb2.Project, paths: Iterable[str]) -> dict[str, Any]:
+    """The settings `paths` name, read from `message` (INVALID_ARGUMENT naming an unknown one)."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        if path not in projects.FIELDS:
+            raise InvalidArgument(f"{path!r} is not a setting of a project", field="update_mask")
+        value = getattr(message, path)
+        if path == "setup_network":
+            value = message.setup_network if message.HasField("setup_network") else True
+        elif path == "env":
+            value = dict(value)
+        elif not isinstance(value, str | bool | float | int):
+            value = tuple(value)
+        out[path] = value
+    if "git_token_file" in out:
+        raise InvalidArgument(
+            "a file on the control plane's host is set there (`controlplane project add --git-token-file`); "
+            "through the API send the credential with SetGitCredential",
+            field="project.git_token_file",
+        )
+    if _USERINFO.match(out.get("repo", "")):
+        raise InvalidArgument(
+            "credentials in the URL would be stored as they are; send them with SetGitCredential",
+            field="project.repo",
+        )
+    if out.get("repo") and "://" not in out["repo"] and not out["repo"].startswith(("/", "git@")):
+        raise InvalidArgument("must be a URL or an absolute path on the control plane's host", field="project.repo")
+    return out
+
+
+@contextlib.contextmanager
+def in_project() -> Iterator[None]:
+    """A setting refused by the service functions (which name `pool`, `setup[1]`) named as the request's
+    field (`project.pool`, `project.setup[1]`)."""
+    try:
+        yield
+    except (InvalidArgument, AlreadyExists) as err:
+        if not err.field or err.field.startswith(("project.", "update_mask")):
+            raise
+        raise type(err)(err.message.removeprefix(f"{err.field}: "), field=f"project.{err.field}") from None
+
+
+def _repo_change(project: Project, changes: dict[str, Any]) -> None:
+    """A credential goes to the project's repository: moving the repository while one is set would send
+    it elsewhere, so the credential is deleted (or the file unset on the host) first."""
+    if changes.get("repo", project.repo) != project.repo and (project.git_credential_kind or project.git_token_file):
+        raise FailedPrecondition(
+            "the project has a git credential, which would be sent to the new repository; delete it first",
+            field="project.repo",
+        )
+
+
+class ProjectService(project_pb2_grpc.ProjectServiceServicer):
+    def __init__(self, store: Store, sealer: credentials.Sealer) -> None:
+        self.store, self.sealer = store, sealer
+
+    @reporting
+    async def CreateProject(
+        self, request: project_pb2.CreateProjectRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.Project:
+        who = auth.current()
+        tenancy.unscoped(who.projects, "creating a project")
+        name = request.project.name
+        paths = [f for f in projects.FIELDS if f != "git_token_file" or request.project.git_token_file]
+        with in_project():
+            given = settings_from(request.project, paths)
+            # proto3 cannot tell an unset double from 0: creating, 0 is the default (update sets 0: never park)
+            given["answer_window_minutes"] = (
+                given["answer_window_minutes"] or projects.ProjectSettings.answer_window_minutes
+            )
+            want = projects.ProjectSettings(**given)
+            # The repository is read before the transaction: a slow remote never holds the writer.
+            branch, _ = await asyncio.to_thread(canonical_tree.checked_branch, want.repo, request.project.branch)
+            want = dataclasses.replace(want, branch=branch)
+            return await self.store.run(lambda s: project_message(projects.create_project(s, name, want, who.name)))
+
+    @reporting
+    async def UpdateProject(
+        self, request: project_pb2.UpdateProjectRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.Project:
+        who = auth.current()
+        paths = sorted(set(request.update_mask.paths))
+        if not paths:
+            raise InvalidArgument("name the settings to change", field="update_mask")
+        with in_project():
+            return await self._update(who, request.project.name, settings_from(request.project, paths))
+
+    async def _update(self, who: Any, name: str, changes: dict[str, Any]) -> project_pb2.Project:
+        if "repo" in changes or "branch" in changes:
+
+            def look(s: Session) -> tuple[str, str, str | None]:
+                row = tenancy.visible_project(s, name, who.projects, field="project.name")
+                _repo_change(row, changes)
+                # A deploy key is not for reading here: the branch is taken as given.
+                return row.repo, row.branch, None if row.git_credential_kind == "ssh_key" else self._token(row)
+
+            repo, branch, token = await self.store.read(look)
+            if token is not None:
+                repo, branch = changes.get("repo", repo), changes.get("branch", branch)
+                changes["branch"], _ = await asyncio.to_thread(canonical_tree.checked_branch, repo, branch, token)
+
+        def update(s: Session) -> project_pb2.Project:
+            row = tenancy.visible_project(s, name, who.projects, field="project.name")
+            _repo_change(row, changes)
+            if changes.get("pool", row.pool) != row.pool:  # whose agents run its Tasks is the fleet's to say
+                tenancy.unscoped(who.projects, "moving a project to another pool", "project.pool")
+            return project_message(projects.update_project(s, row, changes, who.name))
+
+        return await self.store.run(update)
+
+    def _token(self, project: Project) -> str:
+        try:
+            kind, secret = credentials.git_credential(project, self.sealer)
+        except ValueError as err:
+            raise FailedPrecondition(str(err), field="project.repo") from None
+        if not kind and project.git_token_file:  # the older way: the file on this host
+            with contextlib.suppress(OSError):
+                return pathlib.Path(project.git_token_file).read_text().strip()
+        return secret if kind == "token" else ""
+
+    @reporting
+    async def GetProject(
+        self, request: project_pb2.GetProjectRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.Project:
+        scope = auth.current().projects
+        return await self.store.read(lambda s: project_message(tenancy.visible_project(s, request.name, scope)))
+
+    @reporting
+    async def ListProjects(
+        self, request: project_pb2.ListProjectsRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.ListProjectsResponse:
+        scope = auth.current().projects
+        size = paging.page_size(request.page_size, 100, 1000)
+        after = paging.decode(request.page_token, (str,))[0] if request.page_token else ""
+
+        def page(s: Session) -> paging.Page[project_pb2.Project]:
+            rows = projects.list_projects(s, scope, after, size + 1)
+            return paging.take(rows, size, project_message, lambda m: m.ByteSize(), lambda r: paging.encode(r.name))
+
+        found = await self.store.read(page)
+        return project_pb2.ListProjectsResponse(projects=found.items, next_page_token=found.next_token)
+
+    @reporting
+    async def DeleteProject(
+        self, request: project_pb2.DeleteProjectRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.DeleteProjectResponse:
+        who = auth.current()
+
+        def delete(s: Session) -> None:
+            tenancy.visible_project(s, request.name, who.projects)
+            tenancy.unscoped(who.projects, "deleting a project")
+            projects.remove_project(s, request.name, who.name)
+
+        await self.store.run(delete)
+        return project_pb2.DeleteProjectResponse()
+
+    @reporting
+    async def SetGitCredential(
+        self, request: project_pb2.SetGitCredentialRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.Project:
+        who = auth.current()
+
+        def put(s: Session) -> project_pb2.Project:
+            tenancy.visible_project(s, request.project, who.projects, field="project")
+            row = credentials.set_git_credential(
+                s, self.sealer, request.project, request.kind, request.secret, who.name
+            )
+            return project_message(row)
+
+        return await self.store.run(put)
+
+    @reporting
+    async def DeleteGitCredential(
+        self, request: project_pb2.DeleteGitCredentialRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.Project:
+        who = auth.current()
+
+        def delete(s: Session) -> project_pb2.Project:
+            tenancy.visible_project(s, request.project, who.projects, field="project")
+            return project_message(credentials.delete_git_credential(s, request.project, who.name))
+
+        return await self.store.run(delete)

@@ -1,0 +1,71 @@
+"""The console's projects and tokens: /projects and /projects/NAME show a project's settings and which
+git credential it has (kind, fingerprint; never the secret), /tokens lists the tokens the visitor may see,
+revokes them and mints new ones (the token shown once, on the page that answers the form); an admin of
+every project adds one from /projects. Each is one
+API call as the signed-in user, so the API's rules hold here as with grpcurl."""
+
+from __future__ import annotations
+
+from starlette.responses import RedirectResponse, Response
+
+from controlplane.web.visit import Handler, Visit
+from drover.models import CreatedToken, Project, Token, from_proto
+from drover.v1 import project_pb2, token_pb2
+
+
+async def projects(v: Visit) -> Response:
+    answer = await v.call("ProjectService/ListProjects", project_pb2.ListProjectsRequest(page_size=1000))
+    found = [from_proto(p, Project) for p in answer.projects]
+    return v.render("projects.html", projects=found, title="Projects")
+
+
+async def project(v: Visit) -> Response:
+    name = v.request.path_params["name"]
+    found = from_proto(await v.call("ProjectService/GetProject", project_pb2.GetProjectRequest(name=name)), Project)
+    return v.render("project.html", project=found, title=f"Project {name}")
+
+
+async def create_project(v: Visit) -> Response:
+    """A project from the form's name, repository and branch; its other settings through the CLI or API."""
+    f = v.form
+    wanted = project_pb2.Project(
+        name=f.get("name", "").strip(), repo=f.get("repo", "").strip(), branch=f.get("branch", "").strip()
+    )
+    made = await v.call("ProjectService/CreateProject", project_pb2.CreateProjectRequest(project=wanted))
+    return RedirectResponse(f"/projects/{made.name}", status_code=303)
+
+
+async def _tokens(v: Visit) -> list[Token]:
+    request = token_pb2.ListTokensRequest(include_revoked=v.request.query_params.get("revoked") == "1", page_size=1000)
+    return [from_proto(t, Token) for t in (await v.call("TokenService/ListTokens", request)).tokens]
+
+
+async def tokens(v: Visit) -> Response:
+    return v.render("tokens.html", tokens=await _tokens(v), created=None, title="Tokens")
+
+
+async def create_token(v: Visit) -> Response:
+    """Mint a token; the page that answers is the only place its secret is ever shown."""
+    f = v.form
+    request = token_pb2.CreateTokenRequest(
+        name=f.get("name", "").strip(),
+        role=f.get("role", ""),
+        projects=[p.strip() for p in f.get("projects", "").split(",") if p.strip()],
+        expires_in=f.get("expires_in", "").strip(),
+    )
+    created = from_proto(await v.call("TokenService/CreateToken", request), CreatedToken)
+    return v.render("tokens.html", tokens=await _tokens(v), created=created, title="Tokens")
+
+
+async def revoke_token(v: Visit) -> Response:
+    request = token_pb2.RevokeTokenRequest(name=v.request.path_params["name"], kind=v.form.get("kind", ""))
+    await v.call("TokenService/RevokeToken", request)
+    return RedirectResponse("/tokens", status_code=303)
+
+
+PAGES: dict[str, Handler] = {"/projects": projects, "/projects/{name}": project, "/tokens": tokens}
+ACTIONS: dict[str, Handler] = {
+    "/projects": create_project,
+    "/tokens": create_token,
+    "/tokens/{name}/revoke": revoke_token,
+}

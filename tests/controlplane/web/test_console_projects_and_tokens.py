@@ -1,0 +1,91 @@
+"""The console's projects and tokens pages, as a browser uses them against a real control plane: a
+project's settings and its credential's kind and fingerprint (never the secret), a token minted and shown
+once, revoked from the page, and a scoped visitor seeing only its own."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+import httpx
+from cryptography.fernet import Fernet
+
+from controlplane.web import session
+from tests.conftest import ControlPlane, Fleet, wait_for
+
+
+def console(plane: ControlPlane) -> str:
+    def url() -> str:
+        text = "\n".join(p.read_text() for p in plane.data_dir.glob("controlplane-*.log"))
+        hit = re.search(r"drover console on (https?://127\.0\.0\.1:\d+)/", text)
+        return hit.group(1) if hit else ""
+
+    return wait_for(url, 30, what="the console to listen")
+
+
+@contextlib.contextmanager
+def signed_in(url: str, token: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=url, follow_redirects=False, timeout=60) as http:
+        assert http.post("/login", data={"token": token, "next": "/"}).status_code == 303
+        yield http
+
+
+def test_the_project_pages_show_settings_and_the_credential_but_never_the_secret(fleet: Fleet) -> None:
+    secret = "ghp_" + "q" * 36
+    fleet.plane.extra_env["DROVER_CREDENTIAL_KEY"] = Fernet.generate_key().decode()
+    plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+    plane.add_project("secretive")
+    with plane.client() as admin:
+        admin.projects.create("web", setup=["pip install -e ."], env={"MODE": "ci"}, git_name="Bot")
+        fingerprint = admin.projects.set_git_credential("web", "token", secret).git_credential.fingerprint
+        scoped = admin.tokens.create("ann", role="submit", projects=["web"]).secret
+    url = console(plane)
+    with signed_in(url, plane.admin_token) as http:
+        listing = http.get("/projects")
+        assert listing.status_code == 200 and "secretive" in listing.text and 'href="/projects/web"' in listing.text
+        page = http.get("/projects/web")
+        assert page.status_code == 200
+        for shown in ("pip install -e .", "MODE", "ci", "Bot", fingerprint, "token"):
+            assert shown in page.text
+        assert secret not in page.text and secret not in listing.text
+        assert http.get("/projects/nope").status_code == 404
+        csrf = session.csrf_token(plane.admin_token)
+        added = http.post("/projects", data={"csrf": csrf, "name": "from-form", "repo": "", "branch": ""})
+        assert added.status_code == 303 and added.headers["location"] == "/projects/from-form"
+        refused = http.post("/projects", data={"csrf": csrf, "name": "from-form"})
+        assert refused.status_code == 409 and "project.name" in refused.text  # ALREADY_EXISTS, naming the field
+    with signed_in(url, scoped) as http:
+        assert "secretive" not in http.get("/projects").text
+        assert http.get("/projects/secretive").status_code == 404  # as if it did not exist
+        assert 'href="/tokens"' not in http.get("/projects").text  # not an admin: no tokens page offered
+        assert http.get("/tokens").status_code == 403
+        assert 'action="/projects"' not in http.get("/projects").text  # no form it would be refused
+
+
+def test_the_tokens_page_mints_once_and_revokes(fleet: Fleet) -> None:
+    plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+    plane.add_project("web")
+    url = console(plane)
+    csrf = session.csrf_token(plane.admin_token)
+    with signed_in(url, plane.admin_token) as http:
+        page = http.get("/tokens")
+        assert page.status_code == 200 and 'data-token="agent"' in page.text
+        minted = http.post("/tokens", data={"csrf": csrf, "name": "ci", "role": "submit", "projects": "web"})
+        assert minted.status_code == 200
+        secret = re.search(r'<pre class="secret" data-token="ci">([^<]+)</pre>', minted.text).group(1)  # type: ignore[union-attr]
+        assert secret.startswith("drv_u_")
+        assert secret not in http.get("/tokens").text  # shown once
+        with plane.client(secret) as ci:
+            assert [p.name for p in ci.projects.list()] == ["web"]
+        refused = http.post("/tokens", data={"csrf": csrf, "name": "bad name"})
+        assert refused.status_code == 400 and "name" in refused.text
+        assert http.post("/tokens/ci/revoke", data={"kind": "user"}).status_code == 403  # no CSRF field
+        revoked = http.post("/tokens/ci/revoke", data={"csrf": csrf, "kind": "user"})
+        assert revoked.status_code == 303 and revoked.headers["location"] == "/tokens"
+        assert 'data-token="ci"' not in http.get("/tokens").text
+        assert 'data-token="ci"' in http.get("/tokens?revoked=1").text
+    with plane.client() as admin:
+        assert [(t.name, t.created_by) for t in admin.tokens.list(include_revoked=True) if t.name == "ci"] == [
+            ("ci", "admin")
+        ]
