@@ -96,7 +96,8 @@ def test_a_grpcurl_project_with_setup_passes_its_tests_and_without_setup_fails_o
         assert "ModuleNotFoundError: No module named 'curlpkg'" in b_output
         assert "[setup]" not in b_output and b_run.setup_seconds == 0
 
-        # the project gets its setup through grpcurl; the next run has it
+        # the project gets its setup through grpcurl; the next run has it. grpcurl reads a FieldMask as
+        # the message {"paths": [...]}, not proto3 JSON's "a,b" string (fullstorydev/grpcurl#393)
         updated = grpcurl_json(
             plane,
             "drover.v1.ProjectService/UpdateProject",
