@@ -265,6 +265,8 @@ ACROSS_THE_PROCESS_BOUNDARY = {
     ("agentd.run.output", "agentd.daemon.logbatch"): "RECORD_BYTES: the record size both sides agree on",
     ("agentd.run.supervisor", "agentd.daemon.cgroups"): "joins and reads the cgroups the daemon made",
     ("agentd.run.supervisor", "agentd.daemon.run_disk"): "mounts and releases the run's own filesystem",
+    ("agentd.run.prepared_workspace", "agentd.daemon.run_disk"): "unmounts a prepared workspace's overlay as the "
+    "sweep of a dead supervisor's mounts does",
     ("agentd.run.control_plane", "agentd.daemon.connection"): "open_channel: dials the control plane as agentd does",
 }
 

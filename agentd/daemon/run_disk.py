@@ -58,23 +58,32 @@ def attach(workspace_dir: pathlib.Path, size: int) -> bool:
     return True
 
 
-def release(workspace_dir: pathlib.Path) -> None:
-    """Unmount the run's filesystem and delete its image (lazily when a process still holds a file)."""
-    if os.path.ismount(workspace_dir):
-        done = subprocess.run(["umount", str(workspace_dir)], capture_output=True, stdin=subprocess.DEVNULL)
+def unmount(path: pathlib.Path) -> None:
+    """Unmount what is mounted on `path` (lazily when a process still holds a file); nothing if none."""
+    if os.path.ismount(path):
+        done = subprocess.run(["umount", str(path)], capture_output=True, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
-            subprocess.run(["umount", "--lazy", str(workspace_dir)], capture_output=True, stdin=subprocess.DEVNULL)
+            subprocess.run(["umount", "--lazy", str(path)], capture_output=True, stdin=subprocess.DEVNULL)
+
+
+def release(workspace_dir: pathlib.Path) -> None:
+    """Unmount the run's filesystem, and a prepared workspace's overlay on its repository first, and
+    delete its image."""
+    unmount(workspace_dir / "repo")
+    unmount(workspace_dir)
     with contextlib.suppress(OSError):
         image_of(workspace_dir).unlink()
 
 
 def leftovers(work_dir: pathlib.Path, live: set[str]) -> list[pathlib.Path]:
-    """Workspace directories of runs not in `live` whose image is still there."""
+    """Workspace directories of runs not in `live` whose image is still there, or whose repository is
+    still an overlay (agentd/run/prepared_workspace.py) of a supervisor that died."""
     try:
-        images = sorted(work_dir.glob(f"*{SUFFIX}"))
+        images = {p.with_name(p.name[: -len(SUFFIX)]) for p in work_dir.glob(f"*{SUFFIX}")}
+        overlays = {p.parent for p in work_dir.glob("*/repo") if os.path.ismount(p)}
     except OSError:
         return []
-    return [p.with_name(p.name[: -len(SUFFIX)]) for p in images if p.name[: -len(SUFFIX)] not in live]
+    return sorted(p for p in images | overlays if p.name not in live)
 
 
 def probe(work_dir: pathlib.Path) -> str:

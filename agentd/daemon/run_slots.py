@@ -121,7 +121,7 @@ class Places:
         if self.config.keep_workspaces:
             return
         for workspace_dir in run_disk.leftovers(self.config.work_dir, live):
-            log.warning("run %s: releasing the filesystem its supervisor left behind", workspace_dir.name)
+            log.warning("run %s: releasing the workspace mounts its supervisor left behind", workspace_dir.name)
             run_disk.release(workspace_dir)
             shutil.rmtree(workspace_dir, ignore_errors=True)
 

@@ -22,6 +22,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from agentd.daemon import run_disk
 from agentd.run import prepared_key
 from agentd.run.output import Output
 from agentd.run.prepared_cache import Entry, PreparedCache, copy_tree, hold
@@ -185,10 +186,7 @@ def check_out(entry: Entry, repo_dir: pathlib.Path) -> None:
 
 def release(repo_dir: pathlib.Path) -> None:
     """Unmount the run's overlay, when it has one (before its workspace is removed)."""
-    if os.path.ismount(repo_dir):
-        done = subprocess.run(["umount", str(repo_dir)], capture_output=True, stdin=subprocess.DEVNULL)
-        if done.returncode != 0:
-            subprocess.run(["umount", "--lazy", str(repo_dir)], capture_output=True, stdin=subprocess.DEVNULL)
+    run_disk.unmount(repo_dir)
     shutil.rmtree(repo_dir.parent / LAYERS, ignore_errors=True)
 
 

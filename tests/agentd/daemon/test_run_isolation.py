@@ -243,6 +243,29 @@ def test_a_run_filesystem_is_mounted_on_the_workspace_and_goes_with_it(tmp_path:
     assert not os.path.ismount(ws) and not run_disk.image_of(ws).exists()
 
 
+@root_only
+def test_an_overlay_a_dead_supervisor_left_is_released_with_its_workspace(tmp_path: pathlib.Path) -> None:
+    """A prepared workspace's overlay on a run without a filesystem of its own (no image to find it
+    by): agentd's leftover sweep finds it by the mount, unmounts it and removes the workspace."""
+    lower, layers, ws = tmp_path / "entry", tmp_path / "run-2" / ".prepared", tmp_path / "run-2"
+    (lower / "pkg").mkdir(parents=True)
+    (lower / "pkg" / "kept.txt").write_text("the cache's file\n")
+    (layers / "upper").mkdir(parents=True)
+    (layers / "work").mkdir()
+    (ws / "repo").mkdir()
+    options = f"lowerdir={lower},upperdir={layers / 'upper'},workdir={layers / 'work'}"
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(ws / "repo")], check=True)
+    try:
+        assert run_disk.leftovers(tmp_path, {"run-2"}) == []  # a live run's overlay stays
+        assert run_disk.leftovers(tmp_path, set()) == [ws]
+        config = AgentConfig(name=f"test-{uuid.uuid4().hex[:8]}", capacity=1, cgroups=False, work_dir=tmp_path)
+        run_slots.Places(config).release_disks(set())
+        assert not os.path.ismount(ws / "repo") and not ws.exists()
+        assert (lower / "pkg" / "kept.txt").read_text() == "the cache's file\n"  # the entry is untouched
+    finally:
+        run_disk.unmount(ws / "repo")
+
+
 def test_places_give_the_lowest_free_slot_or_refuse_at_capacity(tmp_path: pathlib.Path) -> None:
     config = AgentConfig(name=f"test-{uuid.uuid4().hex[:8]}", capacity=2, cgroups=False, work_dir=tmp_path)
     places = run_slots.Places(config)
