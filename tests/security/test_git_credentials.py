@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy
@@ -115,7 +116,8 @@ def table_dump(url: str) -> str:
         engine.dispose()
 
 
-def implement_and_push(fleet: Fleet, model: fake.FakeAnthropic, server: GitHttpServer) -> None:
+def implement(fleet: Fleet, model: fake.FakeAnthropic) -> tuple[Any, Any, Any, str]:
+    """A harness Task of project calc that writes a file: its Change, run, ChangeSet and run log."""
     model.extend(
         [
             fake.tool_use("write_file", {"path": "fix.py", "content": "FIXED = True\n"}),
@@ -132,13 +134,24 @@ def implement_and_push(fleet: Fleet, model: fake.FakeAnthropic, server: GitHttpS
         run = client.get_run(final.tasks[0].latest_run_id)
         changeset = client.list_changesets(change.id)[0]
         logs = "".join(line.text for line in client.run_logs(run.id))
-    assert final.status == "succeeded" and run.state == "succeeded", (final, run)
-    pushed = subprocess.run(
-        ["git", "--git-dir", str(server.server.root / "calc.git"), "for-each-ref", "--format=%(refname:short)"],
+    return final, run, changeset, logs
+
+
+def branches(git_dir: pathlib.Path) -> list[str]:
+    """The branches of a forge's bare repository."""
+    listed = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "for-each-ref", "--format=%(refname:short)"],
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.split()
+    )
+    return listed.stdout.split()
+
+
+def implement_and_push(fleet: Fleet, model: fake.FakeAnthropic, server: GitHttpServer) -> None:
+    final, run, changeset, logs = implement(fleet, model)
+    assert final.status == "succeeded" and run.state == "succeeded", (final, run)
+    pushed = branches(server.server.root / "calc.git")
     assert changeset.branch in pushed and final.candidate_branch in pushed, pushed  # agentd's push, the composer's
     assert API_TOKEN in server.attempts
     assert all(form.decode() not in logs for form in secret_forms(API_TOKEN))
@@ -288,28 +301,10 @@ def test_a_deploy_key_clones_and_pushes_over_ssh_and_is_nowhere_at_rest(
             "--credential-key-file", str(key_file),
         )  # fmt: skip
         (tmp_path / "deploy.key").unlink()
-        model.extend(
-            [
-                fake.tool_use("write_file", {"path": "fix.py", "content": "FIXED = True\n"}),
-                fake.tool_use("complete_task", {"summary": "fixed"}),
-            ]
-        )
-        fleet.agent("worker")
-        with fleet.plane.client() as client:
-            change = client.submit_change(
-                "calc", "fix", [{"key": "fix", "kind": "implement", "objective": "fix it", "complexity": "medium"}]
-            )
-            list(client.watch(change.id))
-            final = client.get_change(change.id)
-            changeset = client.list_changesets(change.id)[0]
+        final, _, changeset, _ = implement(fleet, model)
         assert final.status == "succeeded", final
         assert server.commands.count("git-receive-pack '/calc.git'") >= 2  # the ChangeSet's push, the candidate's
-    pushed = subprocess.run(
-        ["git", "--git-dir", str(tmp_path / "forge" / "calc.git"), "for-each-ref", "--format=%(refname:short)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    pushed = branches(tmp_path / "forge" / "calc.git")
     assert changeset.branch in pushed and final.candidate_branch in pushed, pushed
     fleet.stop()
     lines = [line.encode() for line in private.splitlines() if "-----" not in line]
