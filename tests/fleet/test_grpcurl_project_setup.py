@@ -11,44 +11,16 @@ import pathlib
 import pytest
 
 from drover import Client
-from tests.conftest import Fleet, make_repo, task
+from tests.conftest import Fleet, task
 from tests.controlplane.api.test_grpcurl import grpcurl_json
+from tests.fleet.test_workspace_preparation import PYTEST, package_repo  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.timeout(240)
 
-PYPROJECT = """[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "curlpkg"
-version = "0.1.0"
-
-[tool.setuptools.packages.find]
-where = ["src"]
-"""
 # The sandbox shows the system's Python read-only, so the package is installed offline into the
 # workspace (docs/configuration.md, "Workspace preparation") and the project's env puts it on the path.
 SETUP = ["python -m pip install --no-deps --no-build-isolation --no-index --target .deps ."]
 ENV = {"PYTHONPATH": ".deps"}
-TEST_FILE = "from curlpkg import double\n\n\ndef test_double():\n    assert double(21) == 42\n"
-PYTEST = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
-
-
-@pytest.fixture
-def package_repo(tmp_path: pathlib.Path) -> pathlib.Path:
-    """A src-layout package whose tests import it: from a bare clone the import fails."""
-    root = tmp_path / "curlpkg"
-    (root / "src" / "curlpkg").mkdir(parents=True)
-    (root / "tests").mkdir()
-    return make_repo(
-        root,
-        {
-            "pyproject.toml": PYPROJECT,
-            "src/curlpkg/__init__.py": "def double(x):\n    return 2 * x\n",
-            "tests/test_curlpkg.py": TEST_FILE,
-        },
-    )
 
 
 def run_tests(client: Client, project: str) -> tuple[str, str, str]:
@@ -62,7 +34,8 @@ def run_tests(client: Client, project: str) -> tuple[str, str, str]:
 
 
 def test_a_grpcurl_project_with_setup_passes_its_tests_and_without_setup_fails_on_the_import(
-    fleet: Fleet, package_repo: pathlib.Path
+    fleet: Fleet,
+    package_repo: pathlib.Path,  # noqa: F811
 ) -> None:
     plane = fleet.start_plane()
     made = {
@@ -86,14 +59,14 @@ def test_a_grpcurl_project_with_setup_passes_its_tests_and_without_setup_fails_o
         # with setup: it installed the package, then the Task's pytest imported it and passed
         assert a_status == "succeeded", a_output
         assert "setup: [1/1] $ python -m pip install" in a_output
-        assert "[setup] Successfully installed curlpkg-0.1.0" in a_output
+        assert "[setup] Successfully installed tinypkg-0.1.0" in a_output
         assert "1 passed" in a_output
         assert a_run.branch == f"drover/{a_run.change_id}/{a_run.task_id}"
         assert a_run.setup_seconds > 0
 
         # without setup: the same Task fails on the import, and no setup ran
         assert b_status == "failed", b_output
-        assert "ModuleNotFoundError: No module named 'curlpkg'" in b_output
+        assert "ModuleNotFoundError: No module named 'tinypkg'" in b_output
         assert "[setup]" not in b_output and b_run.setup_seconds == 0
 
         # the project gets its setup through grpcurl; the next run has it. grpcurl reads a FieldMask as
@@ -108,5 +81,5 @@ def test_a_grpcurl_project_with_setup_passes_its_tests_and_without_setup_fails_o
         again_status, again_run_id, again_output = run_tests(client, "no-setup")
         again_run = client.get_run(again_run_id)
     assert again_status == "succeeded", again_output
-    assert "[setup] Successfully installed curlpkg-0.1.0" in again_output and "1 passed" in again_output
+    assert "[setup] Successfully installed tinypkg-0.1.0" in again_output and "1 passed" in again_output
     assert again_run.setup_seconds > 0
