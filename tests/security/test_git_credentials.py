@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from drover import Client
 from drover.testing import fake_anthropic as fake
 from tests.conftest import API_KEY, Fleet, task, wait_for
-from tests.git_http import GitHttpServer
+from drover.testing.git_http import GitHttpServer
 from tests.git_ssh import GitSshServer
 from tests.security.rawagent import RawAgent
 

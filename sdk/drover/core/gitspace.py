@@ -29,13 +29,12 @@ from contextlib import contextmanager
 import pygit2
 from pygit2.enums import DiffOption, ResetMode
 
-from drover.core import build_outputs
+from drover.core import build_outputs, mirror
 from drover.core.git_auth import GitCallbacks
 from drover.core.workspace import (
     WorkspaceError,
     _clean,
     open_repository,
-    prepare,
     trusting_pygit2,
 )
 
@@ -210,8 +209,10 @@ def open_workspace(
     stack: Sequence[StackItem],
     token: str = "",
     identity: tuple[str, str] = DEFAULT_IDENTITY,
+    mirror_dir: pathlib.Path | None = None,
 ) -> Workspace:
-    """Clone `repo_url` at `branch` into `path` (absent or empty), then fetch each stack item's
+    """Clone `repo_url` at `branch` into `path` (absent or empty; through this agent's mirror under
+    `mirror_dir` when given, drover/core/mirror.py), then fetch each stack item's
     branch from origin and merge its commit into HEAD in the order given (the control plane sends
     dependencies first): fast-forward when possible, otherwise a merge commit.
 
@@ -219,7 +220,7 @@ def open_workspace(
     left an empty directory."""
     if not repo_url:
         raise WorkspaceError("a workspace needs a repository")
-    base = prepare(path, repo_url, branch, token)  # WorkspaceError leaves `path` empty
+    base = mirror.prepare(path, repo_url, branch, token, mirror_dir)  # WorkspaceError leaves `path` empty
     try:
         repo = open_repository(path)
         with _git_errors("cannot prepare the workspace", token):

@@ -104,7 +104,8 @@ def hand_over(path: pathlib.Path, user: str | tuple[int, int] | None) -> None:
 
 
 def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
-    """Clone `repo` at `branch` into `path` (an empty directory when there is no repo).
+    """Clone `repo` at `branch` into `path` (an empty directory when there is no repo); agentd's runs
+    clone through its mirror of `repo` instead (drover/core/mirror.py).
     Answers the commit checked out ("" for an empty workspace or an empty repository)."""
     path.mkdir(parents=True, exist_ok=True)
     if not repo:
@@ -124,6 +125,9 @@ def prepare(path: pathlib.Path, repo: str, branch: str, token: str = "") -> str:
         except (pygit2.GitError, KeyError, ValueError):
             raise WorkspaceError(f"cannot clone {redact_url(repo)}: {_clean(str(err), token)}") from None
         if not cloned.is_empty:
+            cloned.free()
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True, exist_ok=True)
             raise WorkspaceError(
                 f"cannot clone {redact_url(repo)} at branch {branch}: {_clean(str(err), token)}"
             ) from None

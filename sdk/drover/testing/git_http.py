@@ -1,5 +1,5 @@
-"""A git smart-HTTP server for tests: `git http-backend` (CGI) behind a small HTTP server that requires
-a token, as a forge does. Clone, fetch and push work for a request whose Basic password (any user) or
+"""A git smart-HTTP server for tests and benchmarks: `git http-backend` (CGI) behind a small HTTP server
+that requires a token, as a forge does. Clone, fetch and push work for a request whose Basic password (any user) or
 Bearer token is one of `tokens`; anything else gets 401. The tokens can be changed while it runs."""
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+        self.server.sent += len(payload)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -87,6 +88,7 @@ class _Server(http.server.ThreadingHTTPServer):
     root: pathlib.Path
     tokens: set[str]
     attempts: list[str]
+    sent: int
 
 
 class GitHttpServer:
@@ -95,6 +97,7 @@ class GitHttpServer:
     def __init__(self, root: pathlib.Path, tokens: set[str]) -> None:
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.root, self.server.tokens, self.server.attempts = root, set(tokens), []
+        self.server.sent = 0
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> GitHttpServer:
@@ -117,3 +120,8 @@ class GitHttpServer:
     def attempts(self) -> list[str]:
         """The token of every request, "" for none."""
         return self.server.attempts
+
+    @property
+    def sent(self) -> int:
+        """Bytes of response bodies served so far (the packs and the refs' advertisements)."""
+        return self.server.sent
