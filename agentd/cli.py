@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
         "else in $XDG_STATE_HOME/drover-agentd)",
     )
     p.add_argument("--keep-workspaces", dest="keep_workspaces", action="store_true", default=None)
-    prepared_cache_flags(p)
+    workspace_cache_flags(p)
     p.add_argument(
         "--no-prefork",
         dest="prefork",
@@ -73,8 +73,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def prepared_cache_flags(p: argparse.ArgumentParser) -> None:
-    """Where and how much of the projects' prepared workspaces agentd keeps (docs/operations.md)."""
+def workspace_cache_flags(p: argparse.ArgumentParser) -> None:
+    """Where agentd keeps the projects' prepared workspaces and repository mirrors (docs/operations.md)."""
     p.add_argument(
         "--prepared-cache-dir",
         dest="prepared_cache_dir",
@@ -85,6 +85,18 @@ def prepared_cache_flags(p: argparse.ArgumentParser) -> None:
         dest="prepared_cache_max_bytes",
         type=int,
         help="the prepared workspaces' size, at most; least recently used go first; 0: no cache (default 20 GiB)",
+    )
+    p.add_argument(
+        "--mirror-dir",
+        dest="mirror_dir",
+        help="repository mirrors runs clone through (default: mirrors, beside the spool directory)",
+    )
+    p.add_argument(
+        "--mirror-refresh-seconds",
+        dest="mirror_refresh_seconds",
+        type=float,
+        help="how often the mirrors recent runs used are fetched between runs; 0: only at each run's start "
+        "(default 300)",
     )
 
 

@@ -260,6 +260,7 @@ ACROSS_THE_PROCESS_BOUNDARY = {
     ("agentd.daemon.runs", "agentd.run.spec"): "writes assignment.json, reads it back after a restart",
     ("agentd.daemon.runs", "agentd.run.output"): "read_records: output.jsonl, streamed to the control plane",
     ("agentd.daemon.daemon", "agentd.run.session_input"): "appends people's input to inputs.jsonl",
+    ("agentd.daemon.mirrors", "agentd.run.spec"): "a run's repository, branch and git credential's names",
     ("agentd.daemon.isolation", "agentd.run.sandbox"): "the start-up check runs bubblewrap as runs will",
     # the supervisor side uses daemon helpers
     ("agentd.run.output", "agentd.daemon.logbatch"): "RECORD_BYTES: the record size both sides agree on",

@@ -127,4 +127,5 @@ def place(spec: RunSpec, config: AgentConfig, slot: int = 0, cgroups: Sequence[s
         runtime_command=config.runtime_commands().get(spec.driver, ""),
         prepared_cache_dir=str(config.prepared_cache) if config.prepared_cache_max_bytes > 0 else "",
         prepared_cache_max_bytes=config.prepared_cache_max_bytes,
+        mirror_dir=str(config.mirrors) if config.repository_mirrors else "",
     )

@@ -52,6 +52,16 @@ class AgentConfig:
     prepared_cache_max_bytes: int = 20 * 1024**3
     """The prepared workspaces' size, at most (the least recently used go first); 0: no cache, every
     run runs its project's setup."""
+    repository_mirrors: bool = True
+    """Clone runs' workspaces through a mirror of each repository kept on this agent (fetched at each
+    run's start and between runs): a run fetches only what changed and clones from local disk. false:
+    every run clones from the repository itself."""
+    mirror_dir: pathlib.Path = pathlib.Path("")
+    """The repository mirrors; default `mirrors` beside the spool directory (<state_dir>/<name>/mirrors).
+    Only agentd reads it: runs get their own clone."""
+    mirror_refresh_seconds: float = 300.0
+    """How often agentd fetches, between runs, the mirrors of repositories a run used in the last day
+    (with that run's git credential, kept in memory only); 0: only at each run's start."""
     keep_workspaces: bool = False
     """Keep each run's workspace after it ends, for debugging."""
     prefork: bool = True
@@ -137,6 +147,13 @@ class AgentConfig:
         if str(self.prepared_cache_dir) not in ("", "."):
             return self.prepared_cache_dir
         return self.spool.parent / "prepared"
+
+    @property
+    def mirrors(self) -> pathlib.Path:
+        """mirror_dir, else `mirrors` beside the spool (<state_dir>/<name>/mirrors by default)."""
+        if str(self.mirror_dir) not in ("", "."):
+            return self.mirror_dir
+        return self.spool.parent / "mirrors"
 
     @property
     def instance(self) -> str:
@@ -225,6 +242,8 @@ def load(file: pathlib.Path | None, env: Mapping[str, str], flags: Mapping[str, 
             raise ValueError(f"{name}: must be positive")
     if config.prepared_cache_max_bytes < 0:
         raise ValueError("prepared_cache_max_bytes: must be 0 (off) or positive")
+    if config.mirror_refresh_seconds < 0:
+        raise ValueError("mirror_refresh_seconds: must be 0 (only at each run's start) or positive")
     if config.run_disk_bytes < 0:
         raise ValueError("run_disk_bytes: must be 0 (off) or positive")
     if config.run_uid_base == 0 and config.capacity > UID_BLOCK:

@@ -12,6 +12,7 @@ from agentd.daemon import metrics
 from agentd.daemon.assignment import decode
 from agentd.daemon.config import AgentConfig
 from agentd.daemon.connection import Connection, to_wire
+from agentd.daemon.mirrors import MirrorRefresh
 from agentd.daemon.outbox import Outbox, RunOutbox
 from agentd.daemon.runs import Runs
 from agentd.errors import RunRefused
@@ -26,6 +27,7 @@ class Agent:
         self.config = config
         self.outbox = Outbox()
         self.runs = Runs(config, self.outbox)
+        self.mirrors = MirrorRefresh(config)  # repository mirrors fetched between runs
         self.draining = False
         self.connection = Connection(config, self.outbox, self.hello, self.on_control, self.on_welcome)
 
@@ -82,6 +84,7 @@ class Agent:
             if self.draining:
                 raise RunRefused("draining")
             self.runs.start(assignment)
+            self.mirrors.note(assignment.spec, assignment.secret_env)
             log.info("run %s (%s) started", assignment.run_id, assignment.spec.task_key)
         except RunRefused as refused:
             log.info("run %s refused: %s", assignment.run_id, refused.reason)
@@ -100,7 +103,9 @@ class Agent:
             loop.add_signal_handler(sig, stop.set)
         connection = asyncio.create_task(self.connection.run_forever(), name="connection")
         stopper = asyncio.create_task(stop.wait())
+        mirrors = asyncio.create_task(self.mirrors.run_forever(), name="mirrors")
         await asyncio.wait({connection, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        mirrors.cancel()
         log.info("stopping: runs keep going under their supervisors; the outbox stays in %s", self.config.spool)
         self.draining = True
         connection.cancel()

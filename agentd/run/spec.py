@@ -163,6 +163,8 @@ class RunSpec:
     prepared_cache_dir: str = ""
     """agentd's prepared-workspace cache (agentd/run/prepared_cache.py); "": none."""
     prepared_cache_max_bytes: int = 0
+    mirror_dir: str = ""
+    """agentd's repository mirrors (drover/core/mirror.py) the workspace is cloned through; "": none."""
 
     @property
     def workspace(self) -> pathlib.Path:

@@ -34,7 +34,7 @@ from agentd.run import prepared_workspace
 from agentd.run.output import Output
 from agentd.run.sandbox import BWRAP, UNSANDBOXED, Bind, Sandbox, SandboxPolicy, for_mode
 from agentd.run.spec import GIT_SECRETS, GIT_SSH_KEY, GIT_TOKEN, RunSpec
-from drover.core import build_outputs, workspace
+from drover.core import build_outputs, mirror, workspace
 
 if TYPE_CHECKING:
     from agentd.run.control_plane import ControlPlane
@@ -82,6 +82,8 @@ class Run:
         self.cancel_file = run_dir / run_dir_files.CANCEL
         self.ws_dir = self.spec.workspace
         self.repo_dir, self.home = self.ws_dir / "repo", self.ws_dir / "home"
+        self.mirrors = pathlib.Path(self.spec.mirror_dir) if self.spec.mirror_dir else None
+        """agentd's repository mirrors, the workspace cloned through them (drover/core/mirror.py)."""
         self.workspace: gitspace.Workspace | None = None
         """A Task's workspace that publishes a ChangeSet (None: a command's clone, or no repository)."""
         # how setup went (run, or skipped for a prepared workspace) and what it left untracked (preparation.py)
@@ -124,9 +126,11 @@ class Run:
             from drover.core import gitspace  # pygit2 only for runs that need it: ~60 ms sooner without
 
             self.output.write("system", f"workspace: merging {len(spec.stack)} ChangeSets\n")
-            commit = gitspace.open_workspace(self.repo_dir, spec.repo, spec.branch, self._stack(), token).start_commit
+            commit = gitspace.open_workspace(
+                self.repo_dir, spec.repo, spec.branch, self._stack(), token, mirror_dir=self.mirrors
+            ).start_commit
         else:
-            commit = workspace.prepare(self.repo_dir, spec.repo, spec.branch, token)
+            commit = mirror.prepare(self.repo_dir, spec.repo, spec.branch, token, self.mirrors)
         self.home.mkdir(parents=True, exist_ok=True)
         if commit:
             self.output.write("system", f"workspace: at commit {commit}\n")
@@ -145,12 +149,12 @@ class Run:
         self.attach_disk()
         if h.workspace_mode == "read":
             if not workspace.has_repository(self.repo_dir):
-                workspace.prepare(self.repo_dir, spec.repo, spec.branch, token)
+                mirror.prepare(self.repo_dir, spec.repo, spec.branch, token, self.mirrors)
             return self.repo_dir, False
         if h.resume_branch and not state.exists():  # resuming a parked session: its WIP branch
             saved = json.loads(h.resume_workspace_json or "{}")
             self.output.write("system", f"workspace: resuming {h.resume_branch}\n")
-            workspace.prepare(self.repo_dir, spec.repo, h.resume_branch, token)
+            mirror.prepare(self.repo_dir, spec.repo, h.resume_branch, token, self.mirrors)
             gitspace.detach(self.repo_dir)
             state.write_text(json.dumps(saved))
         if state.exists() and workspace.has_repository(self.repo_dir):  # resumed: as the run left it
@@ -169,7 +173,7 @@ class Run:
         merging = f", merging {len(stack)} ChangeSets" if stack else ""
         self.output.write("system", f"workspace: cloning {workspace.redact_url(spec.repo)} at {spec.branch}{merging}\n")
         self.workspace = gitspace.open_workspace(
-            self.repo_dir, spec.repo, spec.branch, stack, token, spec.preparation.identity
+            self.repo_dir, spec.repo, spec.branch, stack, token, spec.preparation.identity, self.mirrors
         )
         state.write_text(
             json.dumps(
