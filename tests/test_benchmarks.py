@@ -39,6 +39,7 @@ SMALLEST = {
     ),
     "routing_economics.py": (["--tasks", "50"], ["always sonnet", "rules + classifier", "shipped vs always-sonnet:"]),
     "runstart.py": (["--runs", "2", "--warmup", "1"], ["a->exec", "a->started"]),
+    "mirrors.py": (["--runs", "1"], ["clone direct", "clone mirrored", "mirror direct_ms="]),
     "workspaces.py": (["--runs", "1", "--warmup", "0"], ["workspace cold_ms=", "warm/cold"]),
     "startup.py": (["--runs", "1"], ["controlplane --version", "controlplane token create", "drover --version"]),
     "seccomp.py": (["--calls", "2000", "--rounds", "1"], ["getppid ns", "compileall of"]),
