@@ -162,13 +162,11 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
             def look(s: Session) -> tuple[str, str, str | None]:
                 row = tenancy.visible_project(s, name, who.projects, field="project.name")
                 _repo_change(row, changes)
-                # A deploy key is not for reading here: the branch is taken as given.
-                return row.repo, row.branch, None if row.git_credential_kind == "ssh_key" else self._token(row)
+                return row.repo, row.branch, self._credential(row)
 
-            repo, branch, token = await self.store.read(look)
-            if token is not None:
-                repo, branch = changes.get("repo", repo), changes.get("branch", branch)
-                changes["branch"], _ = await asyncio.to_thread(canonical_tree.checked_branch, repo, branch, token)
+            repo, branch, secret = await self.store.read(look)
+            repo, branch = changes.get("repo", repo), changes.get("branch", branch)
+            changes["branch"], _ = await asyncio.to_thread(canonical_tree.checked_branch, repo, branch, secret)
 
         def update(s: Session) -> project_pb2.Project:
             row = tenancy.visible_project(s, name, who.projects, field="project.name")
@@ -179,7 +177,9 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
 
         return await self.store.run(update)
 
-    def _token(self, project: Project) -> str:
+    def _credential(self, project: Project) -> str:
+        """What reads the project's repository: its token or deploy key (drover.core.git_auth tells them
+        apart), else the token file on this host, else nothing."""
         try:
             kind, secret = credentials.git_credential(project, self.sealer)
         except ValueError as err:
@@ -187,7 +187,7 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
         if not kind and project.git_token_file:  # the older way: the file on this host
             with contextlib.suppress(OSError):
                 return pathlib.Path(project.git_token_file).read_text().strip()
-        return secret if kind == "token" else ""
+        return secret
 
     @reporting
     async def GetProject(

@@ -21,8 +21,8 @@ import pytest
 from drover.core import mirror
 from drover.core.mirror import prepare
 from drover.core.workspace import WorkspaceError, git_dir, open_repository
-from tests.conftest import make_repo
 from drover.testing.git_http import GitHttpServer
+from tests.conftest import make_repo
 
 TOKEN = "ghp_mirror-test-token-8c1f5a3e9b"
 

@@ -16,9 +16,9 @@ import pytest
 
 from drover import Client
 from drover.core import mirror
+from drover.testing.git_http import GitHttpServer
 from tests.conftest import Fleet, task, wait_for
 from tests.core.test_mirror import commit_on
-from drover.testing.git_http import GitHttpServer
 
 pytestmark = pytest.mark.timeout(240)
 

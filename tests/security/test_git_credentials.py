@@ -23,9 +23,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from drover import Client
+from drover.errors import InvalidArgument
 from drover.testing import fake_anthropic as fake
-from tests.conftest import API_KEY, Fleet, task, wait_for
 from drover.testing.git_http import GitHttpServer
+from tests.conftest import API_KEY, Fleet, task, wait_for
 from tests.git_ssh import GitSshServer
 from tests.security.rawagent import RawAgent
 
@@ -301,6 +302,10 @@ def test_a_deploy_key_clones_and_pushes_over_ssh_and_is_nowhere_at_rest(
             "--credential-key-file", str(key_file),
         )  # fmt: skip
         (tmp_path / "deploy.key").unlink()
+        with fleet.plane.client() as admin:  # UpdateProject reads the repository over SSH with the key
+            with pytest.raises(InvalidArgument, match="has no branch 'nope'; its branches: main"):
+                admin.projects.update("calc", branch="nope")
+            assert admin.projects.update("calc", branch="main").branch == "main"
         final, _, changeset, _ = implement(fleet, model)
         assert final.status == "succeeded", final
         assert server.commands.count("git-receive-pack '/calc.git'") >= 2  # the ChangeSet's push, the candidate's
