@@ -159,7 +159,7 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
     async def _update(self, who: Any, name: str, changes: dict[str, Any]) -> project_pb2.Project:
         if "repo" in changes or "branch" in changes:
 
-            def look(s: Session) -> tuple[str, str, str | None]:
+            def look(s: Session) -> tuple[str, str, str]:
                 row = tenancy.visible_project(s, name, who.projects, field="project.name")
                 _repo_change(row, changes)
                 return row.repo, row.branch, self._credential(row)
