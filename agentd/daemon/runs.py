@@ -29,6 +29,12 @@ from agentd.run.spec import RunSpec
 log = logging.getLogger("agentd.runs")
 POLL_SECONDS = 0.05
 MAX_STARTS = 4  # a harness supervisor is started at most this often for one run (3 resumes)
+SUPERVISOR_LOST = {
+    "status": "failed",
+    "exit_code": -1,
+    "reason": "supervisor_lost",
+    "error": "the run's supervisor died",
+}
 DRIVERS = {
     "command": "agentd.drivers.command",
     "harness": "agentd.drivers.harness.driver",
@@ -360,15 +366,9 @@ class Runs:
         if free_bytes(self.root) < self.config.min_free_spool_bytes:
             self._fail(slot, "disk_full", "the run's supervisor died while the spool was full")
         else:
-            self.outbox.append(
-                slot.run_id,
-                "finished",
-                offset,
-                status="failed",
-                exit_code=-1,
-                reason="supervisor_lost",
-                error="the run's supervisor died",
-            )
+            self.outbox.append(slot.run_id, "finished", offset, **SUPERVISOR_LOST)
+        # its mounts (its own filesystem, a prepared workspace's overlay) go now, not at agentd's next start
+        self.places.release_disks({s.run_id for s in self.slots.values() if s.live and s is not slot})
         return True
 
     def _exit(self, slot: RunSlot, result: dict[str, Any]) -> dict[str, Any]:

@@ -1,13 +1,15 @@
 """agentd's prepared workspaces with a real control plane and agentd on loopback, a real git repository
 and bubblewrap: a second run of a project on the same agent starts from what the first run's setup
 made and skips setup; a changed cache key file, or a damaged entry, runs setup again; the run's command
-sees its own commit and never the cache."""
+sees its own commit and never the cache; a run whose supervisor dies has its overlay released at once."""
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
+import signal
 import subprocess
 from typing import Any
 
@@ -167,3 +169,27 @@ def test_the_sandboxed_command_sees_its_copy_and_never_the_cache(fleet: Fleet, t
     assert prepared_cache.read_entry(entry) is not None
     mounts = pathlib.Path("/proc/mounts").read_text().splitlines()
     assert not [line for line in mounts if str(agent.work_dir) in line]  # its overlay unmounted
+
+
+def test_a_dead_supervisors_overlay_is_released_without_waiting_for_agentds_restart(
+    fleet: Fleet, tmp_path: pathlib.Path
+) -> None:
+    _, agent, _ = start(fleet, tmp_path)
+    run_once(fleet)  # the entry the next run's overlay sits on
+    wait = python_command("import time\nprint('ready', flush=True)\ntime.sleep(120)\n")
+    with fleet.plane.client() as client:
+        change = client.submit_change("app", "wait", [task("wait", wait)])
+        run_id = wait_for(lambda: [r.id for r in client.list_runs(change_id=change.id)], what="the run")[0]
+        wait_for(
+            lambda: "ready" in "".join(line.text for line in client.run_logs(run_id)), timeout=60, what="the command"
+        )
+        workspace = agent.work_dir / run_id
+        assert os.path.ismount(workspace / "repo")  # a warm start: an overlay of the entry
+        pid = int((agent.spool / "runs" / run_id / "supervisor.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: client.get_run(run_id).state == "failed", timeout=60, what="the run to end")
+        assert client.get_run(run_id).reason == "supervisor_lost"
+        wait_for(lambda: not workspace.exists(), timeout=30, what="the dead run's workspace to go")
+    mounts = pathlib.Path("/proc/mounts").read_text()
+    assert str(agent.work_dir) not in mounts
+    assert agent.proc is not None and agent.proc.poll() is None and agent.starts == 1  # no restart did it
