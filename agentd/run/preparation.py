@@ -76,6 +76,7 @@ def setup_workspace(run: Run, root: pathlib.Path) -> None:
     done = run.run_dir / run_dir_files.PREPARED
     if done.exists():
         run.prepared = prepared_workspace.Setup.load(done)
+        prepared_workspace.hold_again(run.spec, run.prepared, run.output)
     elif run.spec.preparation.setup:
         run.check_cancel()
         setup = prepared_workspace.prepare_with_cache(run.spec, root, run.output, lambda: run_setup(run, root))

@@ -222,13 +222,18 @@ def read_entry(path: pathlib.Path) -> Entry | None:
 def hold(entry: Entry) -> int | None:
     """A descriptor holding a shared lock on the entry (eviction passes it by) until it is closed;
     None when the entry was evicted meanwhile."""
+    return hold_path(entry.path)
+
+
+def hold_path(path: pathlib.Path) -> int | None:
+    """hold, for the entry at `path`."""
     try:
-        fd = os.open(entry.path / MARKER, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path / MARKER, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return None
     fcntl.flock(fd, fcntl.LOCK_SH)
     try:
-        still = os.stat(entry.path / MARKER).st_ino == os.fstat(fd).st_ino
+        still = os.stat(path / MARKER).st_ino == os.fstat(fd).st_ino
     except OSError:
         still = False
     if not still:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from agentd.daemon import run_disk
 from agentd.run import prepared_key
 from agentd.run.output import Output
-from agentd.run.prepared_cache import Entry, PreparedCache, copy_tree, hold
+from agentd.run.prepared_cache import Entry, PreparedCache, copy_tree, hold, hold_path
 from agentd.run.sandbox import Bind
 from agentd.run.spec import RunSpec
 from drover.core import workspace
@@ -48,6 +48,8 @@ class Setup:
     """On a hit, where setup ran (the sandbox shows the worktree there too)."""
     made: tuple[str, ...] = ()
     """What setup left untracked, as anchored patterns (`/.venv/`): kept out of the Task's ChangeSet."""
+    entry: str = ""
+    """On a hit, the entry the worktree starts from (held against eviction while the run lives)."""
 
     @property
     def reported(self) -> dict[str, float | bool]:
@@ -63,7 +65,8 @@ class Setup:
         try:
             saved = json.loads(path.read_text())
             made = tuple(str(pattern) for pattern in saved["made"])
-            return cls(bool(saved["cached"]), float(saved["seconds"]), str(saved["origin"]), made)
+            entry = str(saved.get("entry", ""))
+            return cls(bool(saved["cached"]), float(saved["seconds"]), str(saved["origin"]), made, entry)
         except (OSError, ValueError, KeyError, TypeError):
             return cls()
 
@@ -101,7 +104,7 @@ def prepare_with_cache(spec: RunSpec, repo_dir: pathlib.Path, output: Output, se
     entry = cache.lookup(project, key)
     if entry is not None and start_from(entry, repo_dir, output):
         output.write("system", f"setup: skipped, the workspace came prepared (key {key[:12]})\n")
-        return Setup(True, time.monotonic() - started, entry.origin)
+        return Setup(True, time.monotonic() - started, entry.origin, entry=str(entry.path))
     output.write("system", f"setup: no prepared workspace for key {key[:12]}: running setup\n")
     seconds = setup()
     if spec.stack or spec.harness.resume_branch:  # a tree of Tasks' own work is not the project's to share
@@ -114,6 +117,16 @@ def prepare_with_cache(spec: RunSpec, repo_dir: pathlib.Path, output: Output, se
     if stored is not None:
         output.write("system", f"setup: prepared workspace kept for the next runs (key {key[:12]})\n")
     return Setup(False, seconds)
+
+
+def hold_again(spec: RunSpec, setup: Setup, output: Output) -> None:
+    """A supervisor started again on a run that began from an entry holds the entry again (the dead
+    one's lock went with it), so that eviction still passes it by while the run's overlay lives."""
+    if not setup.cached or not setup.entry or not spec.prepared_cache_dir:
+        return
+    entry, cache = pathlib.Path(setup.entry), pathlib.Path(spec.prepared_cache_dir)
+    if entry.resolve().parent.parent != cache.resolve() or hold_path(entry) is None:  # kept open: see start_from
+        output.write("system", "setup: the prepared workspace this run started from is gone\n")
 
 
 def tracked(repo_dir: pathlib.Path) -> tuple[str, list[str]]:

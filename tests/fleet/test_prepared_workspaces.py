@@ -5,6 +5,7 @@ sees its own commit and never the cache; a run whose supervisor dies has its ove
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pathlib
@@ -16,8 +17,10 @@ from typing import Any
 import pytest
 
 from agentd.run import prepared_cache
-from tests.conftest import AgentD, Fleet, make_repo, python_command, task, wait_for
+from drover.testing import fake_anthropic as fake
+from tests.conftest import API_KEY, AgentD, Fleet, make_repo, python_command, task, wait_for
 from tests.fleet.test_console import Console, console_url
+from tests.fleet.test_harness_fleet import SLOW_TEST
 from tests.fleet.test_metrics import endpoint, scrape, value
 
 pytestmark = pytest.mark.timeout(240)
@@ -193,3 +196,55 @@ def test_a_dead_supervisors_overlay_is_released_without_waiting_for_agentds_rest
     mounts = pathlib.Path("/proc/mounts").read_text()
     assert str(agent.work_dir) not in mounts
     assert agent.proc is not None and agent.proc.poll() is None and agent.starts == 1  # no restart did it
+
+
+def supervisor_pid(agent: AgentD, run_id: str) -> int:
+    try:
+        return int((agent.spool / "runs" / run_id / "supervisor.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def held(entry: pathlib.Path) -> bool:
+    """Whether a run holds the entry (a shared lock on its marker, which eviction's exclusive one meets)."""
+    with open(entry / prepared_cache.MARKER) as marker:
+        try:
+            fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(marker, fcntl.LOCK_UN)
+        return False
+
+
+@pytest.mark.xdist_group("test_slow.py")  # pkill -f test_slow.py: one at a time
+def test_a_harness_supervisor_started_again_holds_its_entry_against_eviction(
+    fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path
+) -> None:
+    fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
+    _, agent, cache = start(fleet, tmp_path)
+    run_once(fleet)
+    [entry] = entries(cache)
+    slow = SLOW_TEST.replace("60", "30")
+    model.extend(
+        [
+            fake.tool_use("write_file", {"path": "test_slow.py", "content": slow}),
+            fake.tool_use("run_command", {"command": "python -m pytest -q test_slow.py"}),
+            fake.tool_use("run_command", {"command": "python -m pytest -q test_slow.py"}),  # after the restart
+        ]
+    )
+    implement = {"key": "slow", "kind": "implement", "objective": "slow", "complexity": "medium"}
+    with fleet.plane.client() as client:
+        change = client.submit_change("app", "slow", [implement])
+        run_id = wait_for(lambda: client.get_change(change.id).tasks[0].latest_run_id, 20)
+        ran = agent.work_dir / run_id / "repo" / "runs.log"
+        wait_for(ran.exists, 60, what="the slow test to start")
+        assert held(entry)
+        first = supervisor_pid(agent, run_id)
+        os.kill(first, signal.SIGKILL)  # agentd starts the harness's supervisor again: it resumes the run
+        subprocess.run(["pkill", "-9", "-f", "test_slow.py"], check=False)
+        wait_for(lambda: supervisor_pid(agent, run_id) not in (0, first), 30, what="a new supervisor")
+        wait_for(lambda: ran.exists() and ran.read_text().count("ran") == 2, 60, what="the resumed run's command")
+        assert held(entry)  # by the new supervisor: eviction still passes the entry by
+        client.cancel_run(run_id)
+        wait_for(lambda: client.get_run(run_id).state == "cancelled", 30, what="the run to be cancelled")
+    wait_for(lambda: not held(entry), 30, what="the entry's lock to go with the run")
