@@ -1,13 +1,14 @@
 """The console's projects and tokens: /projects and /projects/NAME show a project's settings and which
 git credential it has (kind, fingerprint; never the secret), /tokens lists the tokens the visitor may see,
 revokes them and mints new ones (the token shown once, on the page that answers the form); an admin of
-every project adds one from /projects. Each is one
-API call as the signed-in user, so the API's rules hold here as with grpcurl."""
+every project adds one from /projects, with its workspace preparation. Each is one API call as the
+signed-in user, so the API's rules hold here as with grpcurl."""
 
 from __future__ import annotations
 
 from starlette.responses import RedirectResponse, Response
 
+from controlplane.web.project_form import preparation
 from controlplane.web.visit import Handler, Visit
 from drover.models import CreatedToken, Project, Token, from_proto
 from drover.v1 import project_pb2, token_pb2
@@ -26,10 +27,14 @@ async def project(v: Visit) -> Response:
 
 
 async def create_project(v: Visit) -> Response:
-    """A project from the form's name, repository and branch; its other settings through the CLI or API."""
+    """A project from the form's name, repository, branch and workspace preparation; its pool, budget and
+    the rest through the CLI or API."""
     f = v.form
     wanted = project_pb2.Project(
-        name=f.get("name", "").strip(), repo=f.get("repo", "").strip(), branch=f.get("branch", "").strip()
+        name=f.get("name", "").strip(),
+        repo=f.get("repo", "").strip(),
+        branch=f.get("branch", "").strip(),
+        **preparation(f),
     )
     made = await v.call("ProjectService/CreateProject", project_pb2.CreateProjectRequest(project=wanted))
     return RedirectResponse(f"/projects/{made.name}", status_code=303)

@@ -1,6 +1,7 @@
 """The console's projects and tokens pages, as a browser uses them against a real control plane: a
-project's settings and its credential's kind and fingerprint (never the secret), a token minted and shown
-once, revoked from the page, and a scoped visitor seeing only its own."""
+project's settings and its credential's kind and fingerprint (never the secret), its workspace
+preparation added with it, a token minted and shown once, revoked from the page,
+and a scoped visitor seeing only its own."""
 
 from __future__ import annotations
 
@@ -89,3 +90,47 @@ def test_the_tokens_page_mints_once_and_revokes(fleet: Fleet) -> None:
         assert [(t.name, t.created_by) for t in admin.tokens.list(include_revoked=True) if t.name == "ci"] == [
             ("ci", "admin")
         ]
+
+
+PREPARED = {
+    "setup": "pip install -e .\r\n\r\n  make deps  \r\n",
+    "setup_network": "off",  # the form's hidden field alone: the checkbox left unticked
+    "env": "MODE=ci\r\nURL=https://example.invalid/?a=b=c\r\n",
+    "git_name": "Build Bot",
+    "git_email": "bot@example.invalid",
+    "branch_template": "bots/{change}-{task}-{slug}",
+    "cache_key_files": "requirements*.txt\nsetup.cfg\n",
+}
+STORED = {
+    "setup": ["pip install -e .", "make deps"],
+    "setup_network": False,
+    "env": {"MODE": "ci", "URL": "https://example.invalid/?a=b=c"},
+    "git_name": "Build Bot",
+    "git_email": "bot@example.invalid",
+    "branch_template": "bots/{change}-{task}-{slug}",
+    "cache_key_files": ["requirements*.txt", "setup.cfg"],
+}
+
+
+def test_the_add_project_form_stores_the_workspace_preparation(fleet: Fleet) -> None:
+    plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+    url = console(plane)
+    csrf = session.csrf_token(plane.admin_token)
+    with signed_in(url, plane.admin_token) as http:
+        form = http.get("/projects").text
+        for field in ("setup", "env", "cache_key_files"):
+            assert f'<textarea name="{field}"' in form
+        assert 'name="setup_network" value="on" checked' in form and 'placeholder="drover/{change}/{task}"' in form
+        added = http.post("/projects", data={"csrf": csrf, "name": "web", "repo": "", "branch": "", **PREPARED})
+        assert added.status_code == 303 and added.headers["location"] == "/projects/web"
+        ticked = {"csrf": csrf, "name": "ticked", "setup_network": ["off", "on"]}  # hidden field, then the box
+        assert http.post("/projects", data=ticked).status_code == 303
+        assert http.post("/projects", data={"csrf": csrf, "name": "bare"}).status_code == 303
+        page = http.get("/projects/web").text
+    with plane.client() as admin:
+        web = admin.projects.get("web")
+        assert {key: getattr(web, key) for key in STORED} == STORED
+        assert admin.projects.get("ticked").setup_network and admin.projects.get("bare").setup_network  # default on
+        assert admin.projects.get("bare").setup == [] and admin.projects.get("bare").env == {}
+    for shown in ("pip install -e .", "make deps", "MODE", "Build Bot", "bots/{change}-{task}-{slug}", "setup.cfg"):
+        assert shown in page
