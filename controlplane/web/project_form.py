@@ -60,3 +60,8 @@ def preparation(form: Mapping[str, str]) -> dict[str, Any]:
 def env_text(env: Mapping[str, str]) -> str:
     """A project's env as the form's textarea shows it: one KEY=VALUE per line, by KEY."""
     return "\n".join(f"{key}={value}" for key, value in sorted(env.items()))
+
+
+def spans_lines(setup: list[str], env: Mapping[str, str]) -> bool:
+    """Whether a setup command or an env value holds a newline, which the one-per-line form would split."""
+    return any("\n" in text or "\r" in text for text in (*setup, *env.values()))

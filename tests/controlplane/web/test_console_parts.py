@@ -119,6 +119,8 @@ def test_a_preparation_form_is_read_line_by_line() -> None:
     assert set(read) == set(project_form.PREPARATION)
     assert (read["setup"], read["setup_network"], read["git_name"], read["env"]) == (["x", "y"], False, "Bot", {})
     assert project_form.env_text({"B": "2", "A": "1"}) == "A=1\nB=2"
+    assert not project_form.spans_lines(["make"], {"A": "1"})
+    assert project_form.spans_lines(["make \\\n  all"], {}) and project_form.spans_lines([], {"A": "1\r\n2"})
 
 
 def test_a_patch_is_escaped_and_marked_line_by_line() -> None:
