@@ -25,7 +25,10 @@ def env_lines(text: str) -> dict[str, str]:
     naming `project.env` for a line without '=', `project.env["KEY"]` (as the API names a map's key)
     for a KEY given twice."""
     env: dict[str, str] = {}
-    for number, line in enumerate(lines(text), start=1):
+    for number, typed in enumerate(text.splitlines(), start=1):  # numbered as the textarea shows them
+        line = typed.strip()
+        if not line:
+            continue
         key, eq, value = line.partition("=")
         key = key.strip()
         if not eq:

@@ -109,8 +109,8 @@ def test_a_preparation_form_is_read_line_by_line() -> None:
     assert project_form.lines(" make a \r\n\r\n\tmake b\n") == ["make a", "make b"]
     assert project_form.env_lines("A=1\r\n B = x=y \n\nC=\n") == {"A": "1", "B": " x=y", "C": ""}
     with pytest.raises(InvalidArgument) as no_eq:
-        project_form.env_lines("A=1\nJUST_A_NAME\n")
-    assert no_eq.value.field == "project.env" and "line 2" in str(no_eq.value)
+        project_form.env_lines("A=1\n\nJUST_A_NAME\n")
+    assert no_eq.value.field == "project.env" and "line 3" in str(no_eq.value)
     with pytest.raises(InvalidArgument) as twice:
         project_form.env_lines("A=1\nA=2\n")
     assert twice.value.field == 'project.env["A"]'
