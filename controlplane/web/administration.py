@@ -1,13 +1,16 @@
 """The console's projects and tokens: /projects and /projects/NAME show a project's settings and which
 git credential it has (kind, fingerprint; never the secret), /tokens lists the tokens the visitor may see,
 revokes them and mints new ones (the token shown once, on the page that answers the form); an admin of
-every project adds one from /projects. Each is one
-API call as the signed-in user, so the API's rules hold here as with grpcurl."""
+every project adds one from /projects, with its workspace preparation, which an admin of the project
+edits on /projects/NAME. Each is one API call as the signed-in user, so the API's rules hold here as
+with grpcurl."""
 
 from __future__ import annotations
 
+from google.protobuf import field_mask_pb2
 from starlette.responses import RedirectResponse, Response
 
+from controlplane.web.project_form import PREPARATION, env_text, preparation, spans_lines
 from controlplane.web.visit import Handler, Visit
 from drover.models import CreatedToken, Project, Token, from_proto
 from drover.v1 import project_pb2, token_pb2
@@ -22,16 +25,32 @@ async def projects(v: Visit) -> Response:
 async def project(v: Visit) -> Response:
     name = v.request.path_params["name"]
     found = from_proto(await v.call("ProjectService/GetProject", project_pb2.GetProjectRequest(name=name)), Project)
-    return v.render("project.html", project=found, title=f"Project {name}")
+    split = spans_lines(found.setup, found.env)
+    return v.render("project.html", project=found, env_text=env_text(found.env), split=split, title=f"Project {name}")
 
 
 async def create_project(v: Visit) -> Response:
-    """A project from the form's name, repository and branch; its other settings through the CLI or API."""
+    """A project from the form's name, repository, branch and workspace preparation; its pool, budget and
+    the rest through the CLI or API."""
     f = v.form
     wanted = project_pb2.Project(
-        name=f.get("name", "").strip(), repo=f.get("repo", "").strip(), branch=f.get("branch", "").strip()
+        name=f.get("name", "").strip(),
+        repo=f.get("repo", "").strip(),
+        branch=f.get("branch", "").strip(),
+        **preparation(f),
     )
     made = await v.call("ProjectService/CreateProject", project_pb2.CreateProjectRequest(project=wanted))
+    return RedirectResponse(f"/projects/{made.name}", status_code=303)
+
+
+async def update_preparation(v: Visit) -> Response:
+    """The project's workspace preparation as the form on its page sets it: the mask names exactly those
+    settings, so its repository, branch, pool, budget and the rest stay as they are."""
+    wanted = project_pb2.Project(name=v.request.path_params["name"], **preparation(v.form))
+    mask = field_mask_pb2.FieldMask(paths=PREPARATION)
+    made = await v.call(
+        "ProjectService/UpdateProject", project_pb2.UpdateProjectRequest(project=wanted, update_mask=mask)
+    )
     return RedirectResponse(f"/projects/{made.name}", status_code=303)
 
 
@@ -66,6 +85,7 @@ async def revoke_token(v: Visit) -> Response:
 PAGES: dict[str, Handler] = {"/projects": projects, "/projects/{name}": project, "/tokens": tokens}
 ACTIONS: dict[str, Handler] = {
     "/projects": create_project,
+    "/projects/{name}/preparation": update_preparation,
     "/tokens": create_token,
     "/tokens/{name}/revoke": revoke_token,
 }

@@ -9,7 +9,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from controlplane.web import filters, receipts, session, spend_chart, task_graph, transcript
+from controlplane.web import filters, project_form, receipts, session, spend_chart, task_graph, transcript
+from drover.errors import InvalidArgument
 from drover.models import Change, LogLine, Spend, SpendLine
 
 
@@ -102,6 +103,24 @@ def test_forms_are_parsed_and_bounded() -> None:
     assert session.parse_form(b"a=1&b=x%20y&a=2") == {"a": "2", "b": "x y"}
     with pytest.raises(ValueError):
         session.parse_form(b"a=" + b"x" * session.MAX_FORM_BYTES)
+
+
+def test_a_preparation_form_is_read_line_by_line() -> None:
+    assert project_form.lines(" make a \r\n\r\n\tmake b\n") == ["make a", "make b"]
+    assert project_form.env_lines("A=1\r\n B = x=y \n\nC=\n") == {"A": "1", "B": " x=y", "C": ""}
+    with pytest.raises(InvalidArgument) as no_eq:
+        project_form.env_lines("A=1\n\nJUST_A_NAME\n")
+    assert no_eq.value.field == "project.env" and "line 3" in str(no_eq.value)
+    with pytest.raises(InvalidArgument) as twice:
+        project_form.env_lines("A=1\nA=2\n")
+    assert twice.value.field == 'project.env["A"]'
+    assert [project_form.checked(v) for v in ("on", "off", None)] == [True, False, True]
+    read = project_form.preparation({"setup": "x\ny", "setup_network": "off", "git_name": " Bot "})
+    assert set(read) == set(project_form.PREPARATION)
+    assert (read["setup"], read["setup_network"], read["git_name"], read["env"]) == (["x", "y"], False, "Bot", {})
+    assert project_form.env_text({"B": "2", "A": "1"}) == "A=1\nB=2"
+    assert not project_form.spans_lines(["make"], {"A": "1"})
+    assert project_form.spans_lines(["make \\\n  all"], {}) and project_form.spans_lines([], {"A": "1\r\n2"})
 
 
 def test_a_patch_is_escaped_and_marked_line_by_line() -> None:

@@ -1,10 +1,14 @@
 """The console's projects and tokens pages, as a browser uses them against a real control plane: a
-project's settings and its credential's kind and fingerprint (never the secret), a token minted and shown
-once, revoked from the page, and a scoped visitor seeing only its own."""
+project's settings and its credential's kind and fingerprint (never the secret), its workspace
+preparation added with it and edited on its page, a token minted and shown once, revoked from the page,
+and a scoped visitor seeing only its own."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import html
+import pathlib
 import re
 from collections.abc import Iterator
 
@@ -12,7 +16,8 @@ import httpx
 from cryptography.fernet import Fernet
 
 from controlplane.web import session
-from tests.conftest import ControlPlane, Fleet, wait_for
+from drover.errors import NotFound
+from tests.conftest import ControlPlane, Fleet, make_repo, wait_for
 
 
 def console(plane: ControlPlane) -> str:
@@ -89,3 +94,147 @@ def test_the_tokens_page_mints_once_and_revokes(fleet: Fleet) -> None:
         assert [(t.name, t.created_by) for t in admin.tokens.list(include_revoked=True) if t.name == "ci"] == [
             ("ci", "admin")
         ]
+
+
+PREPARED = {
+    "setup": "pip install -e .\r\n\r\n  make deps  \r\n",
+    "setup_network": "off",  # the form's hidden field alone: the checkbox left unticked
+    "env": "MODE=ci\r\nURL=https://example.invalid/?a=b=c\r\n",
+    "git_name": "Build Bot",
+    "git_email": "bot@example.invalid",
+    "branch_template": "bots/{change}-{task}-{slug}",
+    "cache_key_files": "requirements*.txt\nsetup.cfg\n",
+}
+STORED = {
+    "setup": ["pip install -e .", "make deps"],
+    "setup_network": False,
+    "env": {"MODE": "ci", "URL": "https://example.invalid/?a=b=c"},
+    "git_name": "Build Bot",
+    "git_email": "bot@example.invalid",
+    "branch_template": "bots/{change}-{task}-{slug}",
+    "cache_key_files": ["requirements*.txt", "setup.cfg"],
+}
+
+
+def test_the_add_project_form_stores_the_workspace_preparation(fleet: Fleet) -> None:
+    plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+    url = console(plane)
+    csrf = session.csrf_token(plane.admin_token)
+    with signed_in(url, plane.admin_token) as http:
+        form = http.get("/projects").text
+        for field in ("setup", "env", "cache_key_files"):
+            assert f'<textarea name="{field}"' in form
+        assert 'name="setup_network" value="on" checked' in form and 'placeholder="drover/{change}/{task}"' in form
+        added = http.post("/projects", data={"csrf": csrf, "name": "web", "repo": "", "branch": "", **PREPARED})
+        assert added.status_code == 303 and added.headers["location"] == "/projects/web"
+        ticked = {"csrf": csrf, "name": "ticked", "setup_network": ["off", "on"]}  # hidden field, then the box
+        assert http.post("/projects", data=ticked).status_code == 303
+        assert http.post("/projects", data={"csrf": csrf, "name": "bare"}).status_code == 303
+        page = http.get("/projects/web").text
+    with plane.client() as admin:
+        web = admin.projects.get("web")
+        assert {key: getattr(web, key) for key in STORED} == STORED
+        assert admin.projects.get("ticked").setup_network and admin.projects.get("bare").setup_network  # default on
+        assert admin.projects.get("bare").setup == [] and admin.projects.get("bare").env == {}
+    assert "pip install -e .\nmake deps</textarea>" in page and "MODE=ci\nURL=" in page  # pre-filled to edit
+    assert 'name="setup_network" value="on">' in page  # stored off: the box unticked
+
+
+def _prepared_project(fleet: Fleet, tmp_path: pathlib.Path) -> ControlPlane:
+    repo = make_repo(tmp_path / "origin", {"README.md": "# web\n"})
+    plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+    with plane.client() as admin:
+        admin.projects.create("web", repo=str(repo), branch="main", setup=["make old"], env={"OLD": "1"})
+        admin.projects.update(
+            "web", pool="gpu", monthly_budget_usd=25.0, network=True, answer_window_minutes=30.0, git_name="Old"
+        )
+        admin.projects.create("api")
+    return plane
+
+
+def test_the_project_page_edits_only_the_workspace_preparation(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    plane = _prepared_project(fleet, tmp_path)
+    url = console(plane)
+    csrf = session.csrf_token(plane.admin_token)
+    with plane.client() as admin:
+        before = admin.projects.get("web")
+    with signed_in(url, plane.admin_token) as http:
+        page = http.get("/projects/web").text
+        assert 'action="/projects/web/preparation"' in page and "make old</textarea>" in page
+        assert 'name="setup_network" value="on" checked' in page and 'value="Old"' in page
+        assert http.post("/projects/web/preparation", data=PREPARED).status_code == 403  # no CSRF field
+        with plane.client() as admin:
+            assert admin.projects.get("web") == before
+        saved = http.post("/projects/web/preparation", data={"csrf": csrf, **PREPARED})
+        assert saved.status_code == 303 and saved.headers["location"] == "/projects/web"
+        shown = http.get("/projects/web").text
+    with plane.client() as admin:
+        after = admin.projects.get("web")
+        assert after.updated_at != before.updated_at
+        assert after == dataclasses.replace(before, **STORED, updated_at=after.updated_at)  # nothing else moved
+        assert (after.repo, after.branch, after.pool, after.monthly_budget_usd) == (before.repo, "main", "gpu", 25.0)
+    for text in ("make deps", "URL", "Build Bot", "bots/{change}-{task}-{slug}", "setup.cfg", "without network"):
+        assert text in shown
+    assert "spans several lines" not in shown
+    with plane.client() as admin:
+        admin.projects.update("web", setup=["cat > conf <<EOF\nx = 1\nEOF"])
+    with signed_in(url, plane.admin_token) as http:
+        assert "spans several lines" in http.get("/projects/web").text  # saving would split it: said first
+
+
+def test_a_bad_preparation_is_the_apis_field_named_error_and_changes_nothing(
+    fleet: Fleet, tmp_path: pathlib.Path
+) -> None:
+    plane = _prepared_project(fleet, tmp_path)
+    url = console(plane)
+    csrf = session.csrf_token(plane.admin_token)
+    with plane.client() as admin:
+        before = admin.projects.get("web")
+    bad = {
+        "project.env": {"env": "MODE=ci\nJUSTAWORD\n"},  # no '=': refused before any call
+        'project.env["1BAD"]': {"env": "1BAD=x\n"},  # the API's check of the name
+        'project.env["MODE"]': {"env": "MODE=ci\nMODE=dev\n"},  # which one was meant?
+        "project.env[DROVER_RUN]": {"env": "DROVER_RUN=x\n"},
+        "project.branch_template": {"branch_template": "drover/{change}"},
+        "project.git_email": {"git_email": "not an address"},
+        "project.cache_key_files[0]": {"cache_key_files": "../outside\n"},
+    }
+    with signed_in(url, plane.admin_token) as http:
+        for field, wrong in bad.items():
+            refused = http.post("/projects/web/preparation", data={"csrf": csrf, **PREPARED, **wrong})
+            assert refused.status_code == 400, (field, refused.text)
+            shown = html.unescape(refused.text)
+            assert f'role="alert">INVALID_ARGUMENT: {field}: ' in shown, shown
+            added = http.post("/projects", data={"csrf": csrf, "name": "new", **PREPARED, **wrong})
+            assert added.status_code == 400 and f"INVALID_ARGUMENT: {field}: " in html.unescape(added.text)
+    with plane.client() as admin:
+        assert admin.projects.get("web") == before
+        with contextlib.suppress(NotFound):
+            admin.projects.get("new")
+            raise AssertionError("a refused form stored a project")
+
+
+def test_only_an_admin_of_the_project_may_edit_its_preparation(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    plane = _prepared_project(fleet, tmp_path)
+    url = console(plane)
+    with plane.client() as admin:
+        other = admin.tokens.create("other", role="admin", projects=["api"]).secret
+        submitter = admin.tokens.create("ann", role="submit", projects=["web"]).secret
+        own = admin.tokens.create("own", role="admin", projects=["web"]).secret
+        before = admin.projects.get("web")
+    with signed_in(url, other) as http:
+        refused = http.post("/projects/web/preparation", data={"csrf": session.csrf_token(other), **PREPARED})
+        assert refused.status_code == 404 and 'role="alert">NOT_FOUND: ' in refused.text  # as if it did not exist
+    with signed_in(url, submitter) as http:
+        page = http.get("/projects/web")
+        assert page.status_code == 200 and "/preparation" not in page.text  # no form it would be refused
+        refused = http.post("/projects/web/preparation", data={"csrf": session.csrf_token(submitter), **PREPARED})
+        assert refused.status_code == 403 and 'role="alert">PERMISSION_DENIED: ' in refused.text
+    with plane.client() as admin:
+        assert admin.projects.get("web") == before
+    with signed_in(url, own) as http:  # an admin scoped to the project may
+        assert 'action="/projects/web/preparation"' in http.get("/projects/web").text
+        saved = http.post("/projects/web/preparation", data={"csrf": session.csrf_token(own), **PREPARED})
+        assert saved.status_code == 303
+    with plane.client() as admin:
+        assert admin.projects.get("web").setup == STORED["setup"]
