@@ -13,6 +13,9 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+import anthropic  # noqa: F401  drover.core.model imports it when first used: the prefork template's preload of this driver imports it now
+import httpx2  # noqa: F401
+
 from agentd import run_dir as run_dir_files
 from agentd.drivers.harness.fold import FOLD_SYSTEM
 from agentd.drivers.harness.loop import Harness, Limits, as_json_line, events_for

@@ -13,8 +13,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import anthropic
-import httpx2  # anthropic 2.x's HTTP client; its transport errors escape mid-stream unwrapped
 import tenacity
 
 from drover.core.retry import (
@@ -110,10 +108,22 @@ class AnthropicModel:
         self.policy = policy
         self._sleep = sleep
         self._on_attempt = on_attempt
-        self._client = anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, max_retries=0)
+        self._base_url, self._api_key = base_url, api_key
+        self._made: Any = None
+
+    @property
+    def _client(self) -> Any:
+        """The SDK's client, made at the first call: importing anthropic costs about a second, which the
+        control plane (holding a model it calls rarely) would otherwise pay at every start."""
+        if self._made is None:
+            import anthropic
+
+            self._made = anthropic.AsyncAnthropic(base_url=self._base_url, api_key=self._api_key, max_retries=0)
+        return self._made
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._made is not None:
+            await self._made.close()
 
     async def __aenter__(self) -> AnthropicModel:
         return self
@@ -161,6 +171,9 @@ class AnthropicModel:
         partial: list[Usage] = []  # usage seen so far in this attempt, for accounting a failure
         if self._before_attempt is not None:
             await self._before_attempt(attempt)
+        import anthropic
+        import httpx2  # anthropic 2.x's HTTP client; its transport errors escape mid-stream unwrapped
+
         try:
             message = await self._attempt(params, partial)
         except (anthropic.APIError, httpx2.TransportError, _Interrupted) as err:
@@ -203,6 +216,8 @@ def _model_error(err: Exception, attempt: int) -> ModelError:
     error_type = ""
     retry_after = None
     message = str(err)
+    import anthropic
+
     if isinstance(err, anthropic.APIStatusError):
         # An `error` event inside a stream arrives as a status error carrying the 200 of the stream.
         status = err.status_code if err.status_code >= 400 else None
