@@ -57,7 +57,9 @@ class Receiver(http.server.ThreadingHTTPServer):
         out = []
         for headers, body in self.got:
             expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-            if headers["x-github-event"] == name and hmac.compare_digest(headers.get("x-hub-signature-256", ""), expected):
+            if headers["x-github-event"] == name and hmac.compare_digest(
+                headers.get("x-hub-signature-256", ""), expected
+            ):
                 out.append(WebhookNamespace.parse(name, body))  # type: ignore[call-overload]
         return out
 
@@ -150,17 +152,24 @@ def test_comment_then_edit(gh: FakeGitHub, receiver: Receiver) -> None:
     assert err.value.response.status_code == 404 and err.value.response.json()["message"] == "Not Found"
 
 
-def test_pull_from_a_pushed_branch_and_422_for_a_missing_one(gh: FakeGitHub, tmp_path: pathlib.Path, receiver: Receiver) -> None:
+def test_pull_from_a_pushed_branch_and_422_for_a_missing_one(
+    gh: FakeGitHub, tmp_path: pathlib.Path, receiver: Receiver
+) -> None:
     sha = push_branch(gh, tmp_path, "feature")
     pulls = client(gh).rest.pulls
-    pr = pulls.create("octo", "app", data={"title": "Add a", "head": "feature", "base": "main", "body": "b", "draft": True}).parsed_data
+    pr = pulls.create(
+        "octo", "app", data={"title": "Add a", "head": "feature", "base": "main", "body": "b", "draft": True}
+    ).parsed_data
     assert pr.head.sha == sha and pr.head.ref == "feature" and pr.draft is True
     assert [p.number for p in pulls.list("octo", "app").parsed_data] == [pr.number]
     with pytest.raises(RequestFailed) as err:
         pulls.create("octo", "app", data={"title": "x", "head": "nope", "base": "main"})
     assert err.value.response.status_code == 422 and err.value.response.json()["errors"][0]["field"] == "head"
     merged = pulls.merge("octo", "app", pr.number).parsed_data
-    assert merged.merged and run_git("--git-dir", str(gh.repos["octo/app"].path), "rev-parse", "main").stdout.strip() == merged.sha
+    assert (
+        merged.merged
+        and run_git("--git-dir", str(gh.repos["octo/app"].path), "rev-parse", "main").stdout.strip() == merged.sha
+    )
     closed = receiver.events("pull_request")[-1]
     assert closed.action == "closed" and closed.pull_request.merged is True
     assert pulls.get("octo", "app", pr.number).parsed_data.merged is True
@@ -197,7 +206,10 @@ def test_review_with_a_line_comment(gh: FakeGitHub, tmp_path: pathlib.Path, rece
     assert [(r.state, r.body, r.user.login) for r in reviews] == [("CHANGES_REQUESTED", "please fix", "bob")]  # type: ignore[union-attr]
     comments = pulls.list_review_comments("octo", "app", pr.number).parsed_data
     assert [(c.path, c.line, c.body) for c in comments] == [("a.py", 1, "say bye")]
-    assert receiver.events("pull_request_review")[0].review.state == "changes_requested" or receiver.events("pull_request_review")[0].review.state == "CHANGES_REQUESTED"
+    assert (
+        receiver.events("pull_request_review")[0].review.state == "changes_requested"
+        or receiver.events("pull_request_review")[0].review.state == "CHANGES_REQUESTED"
+    )
     assert receiver.events("pull_request_review_comment")[0].comment.path == "a.py"
 
 
@@ -206,7 +218,10 @@ def test_permissions(gh: FakeGitHub) -> None:
     gh.set_permission("octo/app", "carol", "read")
     gh.add_token("ghp_dan", "dan")
     repos = client(gh).rest.repos
-    got = {u: repos.get_collaborator_permission_level("octo", "app", u).parsed_data.permission for u in ("bob", "carol", "dan")}
+    got = {
+        u: repos.get_collaborator_permission_level("octo", "app", u).parsed_data.permission
+        for u in ("bob", "carol", "dan")
+    }
     assert got == {"bob": "write", "carol": "read", "dan": "none"}
     with pytest.raises(RequestFailed) as err:
         repos.get_collaborator_permission_level("octo", "nope", "bob")
@@ -221,14 +236,18 @@ def test_unknown_and_expired_tokens_get_401_for_rest_and_git(gh: FakeGitHub, tmp
         with pytest.raises(RequestFailed) as err:
             client(gh, token).rest.issues.list_for_repo("octo", "app")
         assert err.value.response.status_code == 401 and err.value.response.json()["message"] == "Bad credentials"
-    done = run_git("-c", "credential.helper=", "clone", "-q", gh.clone_url("octo/app", "ghp_unknown"), str(tmp_path / "x"))
+    done = run_git(
+        "-c", "credential.helper=", "clone", "-q", gh.clone_url("octo/app", "ghp_unknown"), str(tmp_path / "x")
+    )
     assert done.returncode != 0
     assert [(r.path, r.status) for r in gh.requests][-2:] == [("/repos/octo/app/issues", 401)] * 2
 
 
 def _app_key() -> tuple[str, bytes]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return private.decode(), public
 
@@ -247,7 +266,12 @@ def test_app_installation_tokens_clone_expire_and_refresh(gh: FakeGitHub, tmp_pa
     with pytest.raises(RequestFailed) as err:
         client(gh, token.token).rest.issues.list_for_repo("octo", "app")
     assert err.value.response.status_code == 401
-    assert run_git("-c", "credential.helper=", "clone", "-q", gh.clone_url("octo/app", token.token), str(tmp_path / "d")).returncode != 0
+    assert (
+        run_git(
+            "-c", "credential.helper=", "clone", "-q", gh.clone_url("octo/app", token.token), str(tmp_path / "d")
+        ).returncode
+        != 0
+    )
     assert installation.rest.issues.list_for_repo("octo", "app").status_code == 200  # githubkit fetched a new one
     minted = [r for r in gh.requests if r.path == "/app/installations/7/access_tokens" and r.status == 201]
     assert len(minted) >= 3 and all(r.token == "jwt:42" for r in minted)

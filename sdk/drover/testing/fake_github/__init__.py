@@ -88,9 +88,7 @@ class FakeGitHub(Forge):
         payload = {"zen": "Keep it logically awesome.", "hook_id": self.hooks.hook_id, "hook": hook}
         return self.hooks.send(self.hooks.make("ping", payload))
 
-    def deliver(
-        self, event: str, payload: dict[str, Any], *, sign: bool = True, secret: str | None = None
-    ) -> Delivery:
+    def deliver(self, event: str, payload: dict[str, Any], *, sign: bool = True, secret: str | None = None) -> Delivery:
         """Send any payload as `event`: unsigned with sign=False, or signed with a wrong `secret` (forgeries)."""
         return self.hooks.send(self.hooks.make(event, payload, sign=sign, secret=secret))
 
@@ -170,7 +168,9 @@ class FakeGitHub(Forge):
                 self.review_comments[full_name][item.id] = item
                 pr.review_comments += 1
                 shape = self.review_comment_json(repo, pr, item)
-                self.event("pull_request_review_comment", repo, author, action="created", comment=shape, pull_request=pull)
+                self.event(
+                    "pull_request_review_comment", repo, author, action="created", comment=shape, pull_request=pull
+                )
             review = self.review_json(repo, pr, made)
             self.event("pull_request_review", repo, author, action="submitted", review=review, pull_request=pull)
         self.flush()

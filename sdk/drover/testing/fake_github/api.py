@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -191,18 +190,29 @@ def create_status(forge: Forge, login: str, g: list[str], body: Any) -> Answer:
 
 
 def status_event(forge: Forge, repo: Repo, made: Status) -> dict[str, Any]:
-    fields = git.git(repo.path, "show", "-s", "--format=%T%x00%P%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%B", made.sha)
+    fields = git.git(
+        repo.path, "show", "-s", "--format=%T%x00%P%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%B", made.sha
+    )
     tree, parents, an, ae, ad, cn, ce, cd, message = fields.split("\0")
     url = f"{forge.site.api}/repos/{repo.full_name}/commits/{made.sha}"
     html = f"{forge.site.web}/{repo.full_name}/commit/{made.sha}"
     verification = {"verified": False, "reason": "unsigned", "signature": None, "payload": None, "verified_at": None}
-    inner = {"author": {"name": an, "email": ae, "date": ad}, "committer": {"name": cn, "email": ce, "date": cd}}
+    inner: dict[str, Any] = {
+        "author": {"name": an, "email": ae, "date": ad},
+        "committer": {"name": cn, "email": ce, "date": cd},
+    }
     inner |= {"message": message.strip(), "tree": {"sha": tree, "url": f"{url}/tree"}, "url": url}
     inner |= {"comment_count": 0, "verification": verification}
-    commit = {"sha": made.sha, "node_id": shapes.node_id("C", made.id), "commit": inner, "url": url, "html_url": html}
+    commit: dict[str, Any] = {
+        "sha": made.sha,
+        "node_id": shapes.node_id("C", made.id),
+        "commit": inner,
+        "url": url,
+        "html_url": html,
+    }
     commit |= {"comments_url": f"{url}/comments", "author": None, "committer": None}
     commit["parents"] = [{"sha": p, "url": f"{url}/{p}", "html_url": f"{html}/{p}"} for p in parents.split()]
-    out = {"id": made.id, "sha": made.sha, "name": repo.full_name, "target_url": made.target_url}
+    out: dict[str, Any] = {"id": made.id, "sha": made.sha, "name": repo.full_name, "target_url": made.target_url}
     out |= {"context": made.context, "description": made.description, "state": made.state, "commit": commit}
     return out | {"branches": [], "created_at": made.created_at, "updated_at": made.created_at}
 
@@ -224,7 +234,9 @@ def combined_status(forge: Forge, login: str, g: list[str], body: Any) -> Answer
         if item.sha == sha:
             latest[item.context] = item
     states = {s.state for s in latest.values()}
-    state = "failure" if states & {"failure", "error"} else "pending" if "pending" in states or not states else "success"
+    state = (
+        "failure" if states & {"failure", "error"} else "pending" if "pending" in states or not states else "success"
+    )
     statuses = [forge.status_json(repo, s) for s in latest.values()]
     url = f"{forge.site.api}/repos/{repo.full_name}/commits/{sha}"
     out = {"state": state, "statuses": statuses, "sha": sha, "total_count": len(statuses)}
@@ -237,5 +249,8 @@ def permission(forge: Forge, login: str, g: list[str], body: Any) -> Answer:
         raise ApiError(404, f"{g[2]} is not a user")
     level = repo.permissions.get(g[2], "none")
     legacy = {"maintain": "write", "triage": "read"}.get(level, level)
-    user = forge.user(g[2]) | {"role_name": level, "permissions": {"admin": level == "admin", "push": legacy in ("admin", "write"), "pull": legacy != "none"}}
+    user = forge.user(g[2]) | {
+        "role_name": level,
+        "permissions": {"admin": level == "admin", "push": legacy in ("admin", "write"), "pull": legacy != "none"},
+    }
     return 200, {"permission": legacy, "role_name": level, "user": user}

@@ -46,7 +46,11 @@ def verify_jwt(token: str, keys: dict[int, Any]) -> tuple[int | None, str]:
     if issued > moment + DRIFT:
         return None, "'Issued at' claim ('iat') must be an Integer representing a time in the past."
     if expires <= moment:
-        return None, "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires."
+        return (
+            None,
+            "'Expiration time' claim ('exp') must be a numeric value representing the future time "
+            "at which the assertion expires.",
+        )
     if expires - issued > MAX_LIFETIME + DRIFT:
         return None, "'Expiration time' claim ('exp') is too far in the future"
     return app_id, ""

@@ -30,7 +30,9 @@ def init(path: pathlib.Path, branch: str, files: dict[str, str]) -> None:
     git(path, "config", "http.receivepack", "true")
     if not files:
         return
-    entries = [f"100644 blob {git(path, 'hash-object', '-w', '--stdin', stdin=text)}\t{name}" for name, text in files.items()]
+    entries = [
+        f"100644 blob {git(path, 'hash-object', '-w', '--stdin', stdin=text)}\t{name}" for name, text in files.items()
+    ]
     tree = git(path, "mktree", stdin="\n".join(entries) + "\n")
     git(path, "update-ref", f"refs/heads/{branch}", git(path, "commit-tree", tree, "-m", "Initial commit"))
 
@@ -52,4 +54,7 @@ def commit(path: pathlib.Path, ref: str) -> dict[str, Any]:
     """A check suite's head_commit: id, tree_id, message, timestamp, author and committer."""
     fields = git(path, "show", "-s", "--format=%H%x00%T%x00%an%x00%ae%x00%cn%x00%ce%x00%cI%x00%B", ref).split("\0")
     out: dict[str, Any] = {"id": fields[0], "tree_id": fields[1], "message": fields[7].strip(), "timestamp": fields[6]}
-    return out | {"author": {"name": fields[2], "email": fields[3]}, "committer": {"name": fields[4], "email": fields[5]}}
+    return out | {
+        "author": {"name": fields[2], "email": fields[3]},
+        "committer": {"name": fields[4], "email": fields[5]},
+    }

@@ -10,6 +10,16 @@ from drover.testing.fake_github.api import Answer, ApiError, _issue, _repo, inva
 from drover.testing.fake_github.forge import Forge
 
 
+def _custom(message: str) -> ApiError:
+    error = {"resource": "PullRequest", "code": "custom", "message": message}
+    return ApiError(422, "Validation Failed", errors=[error])
+
+
+def _closed(forge: Forge, repo: Any, login: str, item: Any, action: str) -> None:
+    shape = forge.pull_json(repo, item)
+    forge.event("pull_request", repo, login, action=action, number=item.number, pull_request=shape)
+
+
 def create_pull(forge: Forge, login: str, g: list[str], body: Any) -> Answer:
     repo = _repo(forge, *g)
     for field in ("title", "head", "base"):
@@ -22,14 +32,23 @@ def create_pull(forge: Forge, login: str, g: list[str], body: Any) -> Answer:
     if base_sha is None:
         raise invalid("PullRequest", "base", "base is invalid")
     if head_sha == base_sha:
-        raise ApiError(422, "Validation Failed", errors=[{"resource": "PullRequest", "code": "custom",
-                                                           "message": f"No commits between {body['base']} and {head}"}])  # fmt: skip
+        raise _custom(f"No commits between {body['base']} and {head}")
     for other in forge.issues[repo.full_name].values():
         if other.pull and other.state == "open" and other.head == head and other.base == body["base"]:
             message = f"A pull request already exists for {repo.owner}:{head}."
-            raise ApiError(422, "Validation Failed", errors=[{"resource": "PullRequest", "code": "custom", "message": message}])  # fmt: skip
-    item = forge.new_issue(repo, body["title"], body.get("body"), login, pull=True, head=head, base=body["base"],
-                           head_sha=head_sha, base_sha=base_sha, draft=bool(body.get("draft")))  # fmt: skip
+            raise _custom(message)
+    item = forge.new_issue(
+        repo,
+        body["title"],
+        body.get("body"),
+        login,
+        pull=True,
+        head=head,
+        base=body["base"],
+        head_sha=head_sha,
+        base_sha=base_sha,
+        draft=bool(body.get("draft")),
+    )
     shape = forge.pull_json(repo, item)
     forge.event("pull_request", repo, login, action="opened", number=item.number, pull_request=shape)
     return 201, shape
@@ -57,7 +76,7 @@ def update_pull(forge: Forge, login: str, g: list[str], body: Any) -> Answer:
     if body.get("state") in ("open", "closed") and body["state"] != item.state:
         item.state, item.closed_at = body["state"], shapes.now() if body["state"] == "closed" else None
         action = "closed" if item.state == "closed" else "reopened"
-        forge.event("pull_request", repo, login, action=action, number=item.number, pull_request=forge.pull_json(repo, item))  # fmt: skip
+        _closed(forge, repo, login, item, action)
     item.updated_at = shapes.now()
     return 200, forge.pull_json(repo, item)
 
@@ -78,7 +97,7 @@ def merge_pull(forge: Forge, login: str, g: list[str], body: Any) -> Answer:
     git.git(repo.path, "update-ref", f"refs/heads/{item.base}", sha, str(base))
     stamp = shapes.now()
     item.state, item.closed_at, item.merged_at, item.merged_by, item.merge_sha = "closed", stamp, stamp, login, sha
-    forge.event("pull_request", repo, login, action="closed", number=item.number, pull_request=forge.pull_json(repo, item))  # fmt: skip
+    _closed(forge, repo, login, item, "closed")
     return 200, {"sha": sha, "merged": True, "message": "Pull Request successfully merged"}
 
 
@@ -156,8 +175,13 @@ def repo_installation(forge: Forge, app_id: str, g: list[str], body: Any) -> Ans
         raise not_found()
     api = forge.site.api
     out: dict[str, Any] = {"id": app.installation_id, "account": forge.user(app.owner), "app_id": app.id}
-    out |= {"repository_selection": "all", "access_tokens_url": f"{api}/app/installations/{app.installation_id}/access_tokens"}  # fmt: skip
+    out |= {"repository_selection": "all", "access_tokens_url": f"{api}/app/installations/{out['id']}/access_tokens"}
     out |= {"repositories_url": f"{api}/installation/repositories", "app_slug": app.slug, "target_type": "User"}
-    out |= {"html_url": f"{forge.site.web}/settings/installations/{app.installation_id}", "target_id": forge.users[app.owner]}  # fmt: skip
+    out |= {"html_url": f"{forge.site.web}/settings/installations/{out['id']}", "target_id": forge.users[app.owner]}
     out |= {"permissions": {"contents": "write", "issues": "write"}, "events": [], "single_file_name": None}
-    return 200, out | {"created_at": shapes.EPOCH, "updated_at": shapes.EPOCH, "suspended_by": None, "suspended_at": None}
+    return 200, out | {
+        "created_at": shapes.EPOCH,
+        "updated_at": shapes.EPOCH,
+        "suspended_by": None,
+        "suspended_at": None,
+    }

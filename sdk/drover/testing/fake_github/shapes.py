@@ -11,12 +11,54 @@ from typing import Any
 
 EPOCH = "2026-01-01T00:00:00Z"
 REPO_URLS = (
-    "archive assignees blobs branches collaborators comments commits compare contents contributors deployments "
-    "downloads events forks git_commits git_refs git_tags issue_comment issue_events issues keys labels languages "
-    "merges milestones notifications pulls releases stargazers statuses subscribers subscription tags teams trees "
-    "hooks"
-).split()
-USER_URLS = "followers following gists starred subscriptions organizations repos events received_events".split()
+    "archive",
+    "assignees",
+    "blobs",
+    "branches",
+    "collaborators",
+    "comments",
+    "commits",
+    "compare",
+    "contents",
+    "contributors",
+    "deployments",
+    "downloads",
+    "events",
+    "forks",
+    "git_commits",
+    "git_refs",
+    "git_tags",
+    "issue_comment",
+    "issue_events",
+    "issues",
+    "keys",
+    "labels",
+    "languages",
+    "merges",
+    "milestones",
+    "notifications",
+    "pulls",
+    "releases",
+    "stargazers",
+    "statuses",
+    "subscribers",
+    "subscription",
+    "tags",
+    "teams",
+    "trees",
+    "hooks",
+)
+USER_URLS = (
+    "followers",
+    "following",
+    "gists",
+    "starred",
+    "subscriptions",
+    "organizations",
+    "repos",
+    "events",
+    "received_events",
+)
 REACTIONS = ("+1", "-1", "laugh", "confused", "heart", "hooray", "eyes", "rocket")
 
 
