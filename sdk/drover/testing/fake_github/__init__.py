@@ -172,6 +172,7 @@ class FakeGitHub(Forge):
                     "pull_request_review_comment", repo, author, action="created", comment=shape, pull_request=pull
                 )
             review = self.review_json(repo, pr, made)
+            review["state"] = made.state.lower()  # webhooks say changes_requested where REST says CHANGES_REQUESTED
             self.event("pull_request_review", repo, author, action="submitted", review=review, pull_request=pull)
         self.flush()
         return made
