@@ -23,6 +23,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from controlplane.domain import graph, resources
+from controlplane.domain.forge import FORGE_REPO
 from controlplane.domain.names import (
     AGENT_NAME,
     BRANCH,
@@ -115,6 +116,11 @@ RULES: dict[str, Rule] = {
     "drover.v1.Project.answer_window_minutes": Rule(maximum=7 * 24 * 60),
     "drover.v1.Project.setup": Rule(max_len=8 * KiB, max_items=50),
     "drover.v1.Project.env": Rule(max_len=32 * KiB, max_items=200, key_pattern=ENV_NAME, explain="a variable name"),
+    "drover.v1.Project.forge": Rule(choices=("", "github")),
+    "drover.v1.Project.forge_repo": Rule(max_len=140, pattern=FORGE_REPO, explain="owner/name on the forge"),
+    "drover.v1.Project.forge_api_url": Rule(max_len=500),
+    "drover.v1.Project.forge_label": Rule(max_len=50),
+    "drover.v1.Project.max_fix_rounds": Rule(maximum=20),
     "drover.v1.GetProjectRequest.name": Rule(pattern=NAME, optional=False, explain="a project name"),
     "drover.v1.DeleteProjectRequest.name": Rule(pattern=NAME, optional=False, explain="a project name"),
     "drover.v1.ListProjectsRequest.page_size": _page(1000),
@@ -123,6 +129,13 @@ RULES: dict[str, Rule] = {
     "drover.v1.SetGitCredentialRequest.kind": Rule(choices=("token", "ssh_key"), optional=False),
     "drover.v1.SetGitCredentialRequest.secret": Rule(max_len=16 * KiB, optional=False),
     "drover.v1.DeleteGitCredentialRequest.project": Rule(pattern=NAME, optional=False, explain="a project name"),
+    "drover.v1.SetForgeCredentialRequest.project": Rule(pattern=NAME, optional=False, explain="a project name"),
+    "drover.v1.SetForgeCredentialRequest.kind": Rule(choices=("token", "app"), optional=False),
+    "drover.v1.SetForgeCredentialRequest.secret": Rule(max_len=16 * KiB, optional=False),
+    "drover.v1.SetForgeCredentialRequest.app_id": Rule(maximum=2**53),
+    "drover.v1.SetForgeCredentialRequest.installation_id": Rule(maximum=2**53),
+    "drover.v1.DeleteForgeCredentialRequest.project": Rule(pattern=NAME, optional=False, explain="a project name"),
+    "drover.v1.RotateWebhookSecretRequest.project": Rule(pattern=NAME, optional=False, explain="a project name"),
     "drover.v1.CreateTokenRequest.name": Rule(pattern=AGENT_NAME, optional=False, explain="a token name"),
     "drover.v1.CreateTokenRequest.kind": Rule(choices=("", "user", "agent")),
     "drover.v1.CreateTokenRequest.role": Rule(choices=("", "submit", "run.manage", "admin")),

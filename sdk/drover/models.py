@@ -281,6 +281,35 @@ class GitCredential:
 
 
 @dataclasses.dataclass(frozen=True)
+class ForgeCredential:
+    """What forge credential a project has (never the secret): kind "" when none is set."""
+
+    kind: str  # token, app or ""
+    app_id: int  # kind app: the GitHub App's id
+    installation_id: int  # kind app: its installation
+    set_at: str  # RFC 3339
+    set_by: str
+    fingerprint: str  # first 12 hex digits of its SHA-256
+
+
+@dataclasses.dataclass(frozen=True)
+class WebhookSecret:
+    """Whether the project has a webhook secret and when it was set (never the secret)."""
+
+    set: bool
+    set_at: str  # RFC 3339
+    set_by: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WebhookSecretRotated:
+    """RotateWebhookSecret's answer: the only time the new secret is shown."""
+
+    project: Project
+    secret: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Project:
     """A repository, the branch runs start from, its pool and how its workspaces are prepared."""
 
@@ -304,6 +333,13 @@ class Project:
     cache_key_files: list[str]
     created_at: str  # RFC 3339
     updated_at: str
+    forge: str  # "" or github
+    forge_repo: str  # owner/name
+    forge_api_url: str
+    forge_label: str  # the label that hands an issue to Drover
+    max_fix_rounds: int
+    forge_credential: ForgeCredential
+    webhook_secret: WebhookSecret
 
 
 @dataclasses.dataclass(frozen=True)
