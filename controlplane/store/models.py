@@ -22,6 +22,8 @@ from sqlalchemy import (
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from controlplane.store.forge_columns import ForgeLink
+
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
@@ -52,7 +54,7 @@ class Token(Base):
     created_by: Mapped[str] = mapped_column(String(200), default="")  # the token that minted it; "": the host
 
 
-class Project(Base):
+class Project(ForgeLink, Base):
     __tablename__ = "projects"
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     repo: Mapped[str] = mapped_column(Text, default="")
@@ -78,24 +80,6 @@ class Project(Base):
     git_credential_fingerprint: Mapped[str] = mapped_column(String(16), default="")
     git_credential_set_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     git_credential_set_by: Mapped[str] = mapped_column(String(200), default="")
-    # the repository on a forge (issue 28): issues in, pull requests out
-    forge: Mapped[str] = mapped_column(String(16), default="")  # "" | github
-    forge_repo: Mapped[str] = mapped_column(String(200), default="")  # owner/name
-    forge_api_url: Mapped[str] = mapped_column(String(500), default="")
-    forge_label: Mapped[str] = mapped_column(String(100), default="drover")
-    max_fix_rounds: Mapped[int] = mapped_column(Integer, default=3)
-    # the forge credential: sealed like the git credential, never returned
-    forge_credential_kind: Mapped[str] = mapped_column(String(16), default="")  # token | app; "": none
-    forge_credential_sealed: Mapped[str] = mapped_column(Text, default="")
-    forge_credential_fingerprint: Mapped[str] = mapped_column(String(16), default="")
-    forge_app_id: Mapped[int] = mapped_column(BigInteger, default=0)
-    forge_installation_id: Mapped[int] = mapped_column(BigInteger, default=0)
-    forge_credential_set_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
-    forge_credential_set_by: Mapped[str] = mapped_column(String(200), default="")
-    # the forge's webhook secret: sealed, answered once by RotateWebhookSecret
-    webhook_secret_sealed: Mapped[str] = mapped_column(Text, default="")
-    webhook_secret_set_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
-    webhook_secret_set_by: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
 
