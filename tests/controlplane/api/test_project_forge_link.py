@@ -8,7 +8,9 @@ directory (the database, its WAL, the control plane's log) and every event."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
+import subprocess
 
 import pytest
 from cryptography.fernet import Fernet
@@ -251,3 +253,25 @@ def test_the_edges_of_max_fix_rounds_are_accepted(fleet: Fleet, rounds: int) -> 
     with plane.client() as admin:
         made = admin.projects.create("web", forge="github", forge_repo="octo/web", max_fix_rounds=rounds)
         assert made.max_fix_rounds == rounds == admin.projects.get("web").max_fix_rounds
+
+
+def test_the_hosts_project_add_takes_the_forge_settings_and_keeps_them_on_a_second_add(fleet: Fleet) -> None:
+    """Re-running `controlplane project add` sets every setting; without the forge flags it would unlink."""
+    plane = fleet.start_plane()
+    link = ("--forge", "github", "--forge-repo", "octo/web", "--forge-label", "bot", "--max-fix-rounds", "5")
+    plane.cli("project", "add", "web", *link)
+    plane.cli("project", "add", "web", *link, "--setup", "make")
+    shown = json.loads(plane.cli("project", "show", "web").stdout)
+    assert (shown["forge"], shown["forge_repo"], shown["forge_api_url"], shown["forge_label"]) == (
+        "github",
+        "octo/web",
+        "https://api.github.com",
+        "bot",
+    )
+    assert (shown["max_fix_rounds"], shown["forge_credential"], shown["webhook_secret"]) == (5, "", False)
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        plane.cli("project", "add", "web", "--forge", "github", "--forge-repo", "octo/web.git")
+    assert "forge_repo" in refused.value.stderr
+    with plane.client() as admin:
+        assert admin.projects.get("web").forge_repo == "octo/web"  # the refused add changed nothing
+        assert [d["by"] for d in events(plane, "project.updated")] == ["host"]
