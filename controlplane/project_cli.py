@@ -50,6 +50,11 @@ def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> 
             git_email=args.git_email,
             branch_template=args.branch_template,
             cache_key_files=args.cache_key_file,
+            forge=args.forge,
+            forge_repo=args.forge_repo,
+            forge_api_url=args.forge_api_url,
+            forge_label=args.forge_label,
+            max_fix_rounds=args.max_fix_rounds,
         )
     )
     print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
@@ -87,6 +92,13 @@ def as_dict(p: Project) -> dict[str, Any]:
         "branch_template": p.branch_template,
         "cache_key_files": list(p.cache_key_files or []),
         "git_credential": p.git_credential_kind,
+        "forge": p.forge,
+        "forge_repo": p.forge_repo,
+        "forge_api_url": p.forge_api_url,
+        "forge_label": p.forge_label,
+        "max_fix_rounds": p.max_fix_rounds,
+        "forge_credential": p.forge_credential_kind,
+        "webhook_secret": bool(p.webhook_secret_sealed),
     }
 
 
@@ -155,6 +167,7 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
         help="file holding the git token for an https repository; read when a run starts, never stored",
     )
     preparation_flags(pa)
+    forge_flags(pa)
     command(pr, "list", cmd_project_list, "every project").add_argument("--json", action="store_true")
     command(pr, "show", cmd_project_show, "one project's settings, as JSON").add_argument("name")
     command(pr, "remove", cmd_project_remove, "remove a project that has no Changes").add_argument("name")
@@ -189,4 +202,18 @@ def preparation_flags(pa: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="a file (or glob) whose contents key the agents' prepared workspaces, e.g. 'requirements*.txt' "
         "(repeatable)",
+    )
+
+
+def forge_flags(pa: argparse.ArgumentParser) -> None:
+    """The project's repository on a forge (issue 28); its credential and webhook secret go through the API."""
+    pa.add_argument("--forge", default="", choices=("", "github"), help="the forge the repository is on")
+    pa.add_argument("--forge-repo", default="", metavar="OWNER/NAME", help="the repository on the forge")
+    pa.add_argument("--forge-api-url", default="", help="the forge's API (default for github: https://api.github.com)")
+    pa.add_argument("--forge-label", default="", help="the issue label that hands an issue to Drover (default drover)")
+    pa.add_argument(
+        "--max-fix-rounds",
+        type=int,
+        default=3,
+        help="fix rounds per pull request after CI or a review (0-20, default 3)",
     )

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from controlplane.api import auth
 from controlplane.api.status import reporting
 from controlplane.context import canonical_tree
+from controlplane.domain import forge
 from controlplane.services import credentials, paging, projects, tenancy
 from controlplane.store.engine import Store, aware
 from controlplane.store.models import Project
@@ -56,6 +57,11 @@ def project_message(p: Project) -> project_pb2.Project:
         cache_key_files=list(p.cache_key_files or []),
         created_at=rfc3339(p.created_at),
         updated_at=rfc3339(p.updated_at),
+        forge=p.forge or "",
+        forge_repo=p.forge_repo or "",
+        forge_api_url=p.forge_api_url or "",
+        forge_label=p.forge_label or "",
+        max_fix_rounds=p.max_fix_rounds or 0,
     )
     if p.git_credential_kind:
         out.git_credential.CopyFrom(
@@ -64,6 +70,23 @@ def project_message(p: Project) -> project_pb2.Project:
                 set_at=rfc3339(p.git_credential_set_at),
                 set_by=p.git_credential_set_by or "",
                 fingerprint=p.git_credential_fingerprint or "",
+            )
+        )
+    if p.forge_credential_kind:
+        out.forge_credential.CopyFrom(
+            project_pb2.ForgeCredential(
+                kind=p.forge_credential_kind,
+                app_id=p.forge_app_id or 0,
+                installation_id=p.forge_installation_id or 0,
+                set_at=rfc3339(p.forge_credential_set_at),
+                set_by=p.forge_credential_set_by or "",
+                fingerprint=p.forge_credential_fingerprint or "",
+            )
+        )
+    if p.webhook_secret_sealed:
+        out.webhook_secret.CopyFrom(
+            project_pb2.WebhookSecret(
+                set=True, set_at=rfc3339(p.webhook_secret_set_at), set_by=p.webhook_secret_set_by or ""
             )
         )
     return out
@@ -78,6 +101,8 @@ def settings_from(message: project_pb2.Project, paths: Iterable[str]) -> dict[st
         value = getattr(message, path)
         if path == "setup_network":
             value = message.setup_network if message.HasField("setup_network") else True
+        elif path == "max_fix_rounds":  # unset: the default; 0 is a setting (no fix rounds)
+            value = message.max_fix_rounds if message.HasField("max_fix_rounds") else forge.DEFAULT_FIX_ROUNDS
         elif path == "env":
             value = dict(value)
         elif not isinstance(value, str | bool | float | int):
@@ -105,7 +130,7 @@ def in_project() -> Iterator[None]:
     field (`project.pool`, `project.setup[1]`)."""
     try:
         yield
-    except (InvalidArgument, AlreadyExists) as err:
+    except (InvalidArgument, AlreadyExists, FailedPrecondition) as err:
         if not err.field or err.field.startswith(("project.", "update_mask")):
             raise
         raise type(err)(err.message.removeprefix(f"{err.field}: "), field=f"project.{err.field}") from None
@@ -251,3 +276,45 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
             return project_message(credentials.delete_git_credential(s, request.project, who.name))
 
         return await self.store.run(delete)
+
+    @reporting
+    async def SetForgeCredential(
+        self, request: project_pb2.SetForgeCredentialRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.Project:
+        who = auth.current()
+        r = request
+
+        def put(s: Session) -> project_pb2.Project:
+            tenancy.visible_project(s, r.project, who.projects, field="project")
+            row = credentials.set_forge_credential(
+                s, self.sealer, r.project, r.kind, r.secret, who.name, r.app_id, r.installation_id
+            )
+            return project_message(row)
+
+        return await self.store.run(put)
+
+    @reporting
+    async def DeleteForgeCredential(
+        self, request: project_pb2.DeleteForgeCredentialRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.Project:
+        who = auth.current()
+
+        def delete(s: Session) -> project_pb2.Project:
+            tenancy.visible_project(s, request.project, who.projects, field="project")
+            return project_message(credentials.delete_forge_credential(s, request.project, who.name))
+
+        return await self.store.run(delete)
+
+    @reporting
+    async def RotateWebhookSecret(
+        self, request: project_pb2.RotateWebhookSecretRequest, context: grpc.aio.ServicerContext
+    ) -> project_pb2.RotateWebhookSecretResponse:
+        """The new secret is in this answer and nowhere else: the row holds it sealed."""
+        who = auth.current()
+
+        def rotate(s: Session) -> project_pb2.RotateWebhookSecretResponse:
+            tenancy.visible_project(s, request.project, who.projects, field="project")
+            row, secret = credentials.rotate_webhook_secret(s, self.sealer, request.project, who.name)
+            return project_pb2.RotateWebhookSecretResponse(project=project_message(row), secret=secret)
+
+        return await self.store.run(rotate)

@@ -107,27 +107,28 @@ ID_RULE = Rule(pattern=ID, max_len=64, explain="an id: letters, digits, '_', '.'
 """An optional id: a filter left out."""
 ID_REQUIRED = dataclasses.replace(ID_RULE, optional=False)
 
+PROJECT_NAME = Rule(pattern=NAME, optional=False, explain="a project name")
+PROJECT_NAMES = ["Project.name", "GetProjectRequest.name", "DeleteProjectRequest.name", "CreateTokenRequest.projects"]
+PROJECT_NAMES += [f"{m}Request.project" for m in ("SubmitChange", "RotateWebhookSecret", "SetGitCredential")]
+PROJECT_NAMES += [f"{m}Request.project" for m in ("DeleteGitCredential", "SetForgeCredential", "DeleteForgeCredential")]
 RULES: dict[str, Rule] = {
-    # --- ProjectService, TokenService --------------------------------------------------------------
-    "drover.v1.Project.name": Rule(pattern=NAME, optional=False, explain="a project name"),
+    **{f"drover.v1.{field}": PROJECT_NAME for field in PROJECT_NAMES},
+    # --- ProjectService, TokenService (a project's forge link: controlplane/domain/forge.py) -----------
     "drover.v1.Project.pool": Rule(pattern=NAME, explain="a pool name"),
     "drover.v1.Project.monthly_budget_usd": Rule(maximum=1e9),
     "drover.v1.Project.answer_window_minutes": Rule(maximum=7 * 24 * 60),
     "drover.v1.Project.setup": Rule(max_len=8 * KiB, max_items=50),
     "drover.v1.Project.env": Rule(max_len=32 * KiB, max_items=200, key_pattern=ENV_NAME, explain="a variable name"),
-    "drover.v1.GetProjectRequest.name": Rule(pattern=NAME, optional=False, explain="a project name"),
-    "drover.v1.DeleteProjectRequest.name": Rule(pattern=NAME, optional=False, explain="a project name"),
     "drover.v1.ListProjectsRequest.page_size": _page(1000),
     "drover.v1.ListProjectsRequest.page_token": TOKEN,
-    "drover.v1.SetGitCredentialRequest.project": Rule(pattern=NAME, optional=False, explain="a project name"),
     "drover.v1.SetGitCredentialRequest.kind": Rule(choices=("token", "ssh_key"), optional=False),
     "drover.v1.SetGitCredentialRequest.secret": Rule(max_len=16 * KiB, optional=False),
-    "drover.v1.DeleteGitCredentialRequest.project": Rule(pattern=NAME, optional=False, explain="a project name"),
+    "drover.v1.SetForgeCredentialRequest.kind": Rule(choices=("token", "app"), optional=False),
+    "drover.v1.SetForgeCredentialRequest.secret": Rule(max_len=16 * KiB, optional=False),
     "drover.v1.CreateTokenRequest.name": Rule(pattern=AGENT_NAME, optional=False, explain="a token name"),
     "drover.v1.CreateTokenRequest.kind": Rule(choices=("", "user", "agent")),
     "drover.v1.CreateTokenRequest.role": Rule(choices=("", "submit", "run.manage", "admin")),
     "drover.v1.CreateTokenRequest.pool": Rule(pattern=NAME, explain="a pool name"),
-    "drover.v1.CreateTokenRequest.projects": Rule(pattern=NAME, optional=False, explain="a project name"),
     "drover.v1.CreateTokenRequest.monthly_budget_usd": Rule(maximum=1e9),
     "drover.v1.CreateTokenRequest.expires_in": Rule(max_len=64),
     "drover.v1.ListTokensRequest.page_size": _page(1000),
@@ -135,7 +136,6 @@ RULES: dict[str, Rule] = {
     "drover.v1.RevokeTokenRequest.name": Rule(pattern=AGENT_NAME, optional=False, explain="a token name"),
     "drover.v1.RevokeTokenRequest.kind": Rule(choices=("", "user", "agent")),
     # --- ChangeService --------------------------------------------------------------------------
-    "drover.v1.SubmitChangeRequest.project": Rule(pattern=NAME, optional=False, explain="a project name"),
     "drover.v1.SubmitChangeRequest.goal": Rule(max_len=64 * KiB),
     "drover.v1.SubmitChangeRequest.criteria": Rule(max_len=4 * KiB, max_items=100),
     "drover.v1.SubmitChangeRequest.invariants": Rule(max_len=4 * KiB, max_items=100),

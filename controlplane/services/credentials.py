@@ -14,7 +14,7 @@ import os
 import pathlib
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.store.events import add_event
@@ -166,19 +166,153 @@ def git_credential(project: Project, sealer: Sealer) -> tuple[str, str]:
     return project.git_credential_kind, sealer.open(project.git_credential_sealed)
 
 
+FORGE_KINDS = ("token", "app")
+MAX_APP_ID = 2**53
+"""GitHub's app and installation ids are JSON numbers: at most 2**53 keeps them exact everywhere."""
+
+
+def set_forge_credential(
+    s: Session, sealer: Sealer, project: str, kind: str, secret: str, by: str, app_id: int = 0, installation_id: int = 0
+) -> Project:
+    """Store (or replace) the credential Drover uses on the project's forge, sealed: a fine-grained token
+    (`token`), or a GitHub App (`app`: its id, its installation's id and its RSA private key in PEM).
+    The event names who, the kind and a fingerprint, never the secret."""
+    row = s.get(Project, project)
+    if row is None:
+        raise NotFound(f"no project {project!r}", field="project")
+    if kind not in FORGE_KINDS:
+        raise InvalidArgument(f"must be one of {', '.join(FORGE_KINDS)}", field="kind")
+    secret = secret.strip() + ("\n" if kind == "app" else "")
+    if not secret.strip() or len(secret) > MAX_SECRET or "\x00" in secret:
+        raise InvalidArgument(f"must be 1 to {MAX_SECRET} bytes, without NUL", field="secret")
+    if kind == "token":
+        if any(c.isspace() for c in secret):
+            raise InvalidArgument("a token has no whitespace", field="secret")
+        if app_id or installation_id:
+            raise InvalidArgument("only for kind app", field="app_id" if app_id else "installation_id")
+    else:
+        for field, value in (("app_id", app_id), ("installation_id", installation_id)):
+            if not 0 < value <= MAX_APP_ID:
+                raise InvalidArgument("must be the GitHub App's number (1 or more)", field=field)
+        check_rsa_private_key(secret)
+    if not row.forge:
+        raise FailedPrecondition(
+            f"project {project!r} is not linked to a forge; set its forge and forge_repo first", field="project"
+        )
+    row.forge_credential_sealed = sealer.seal(secret)
+    row.forge_credential_kind = kind
+    row.forge_credential_fingerprint = fingerprint(secret)
+    row.forge_app_id, row.forge_installation_id = (app_id, installation_id) if kind == "app" else (0, 0)
+    row.forge_credential_set_at = utcnow()
+    row.forge_credential_set_by = by
+    row.updated_at = utcnow()
+    add_event(
+        s,
+        "project.forge_credential_set",
+        project=project,
+        credential_kind=kind,
+        app_id=row.forge_app_id,
+        installation_id=row.forge_installation_id,
+        by=by,
+        fingerprint=row.forge_credential_fingerprint,
+    )
+    return row
+
+
+def check_rsa_private_key(pem: str) -> None:
+    """A GitHub App signs its JWTs with RS256: the key must be an unencrypted RSA private key in PEM, of
+    at least 2048 bits. The error never quotes the key."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    try:
+        key = load_pem_private_key(pem.encode(), password=None)
+    except (ValueError, TypeError):
+        raise InvalidArgument(
+            "must be the GitHub App's private key: an unencrypted RSA private key in PEM", field="secret"
+        ) from None
+    except Exception:  # cryptography's UnsupportedAlgorithm and the like: not a key it can use
+        raise InvalidArgument("must be an RSA private key in PEM", field="secret") from None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise InvalidArgument(f"must be an RSA private key, not {type(key).__name__}", field="secret")
+    if key.key_size < 2048:
+        raise InvalidArgument(f"an RSA key of {key.key_size} bits; at least 2048", field="secret")
+
+
+def delete_forge_credential(s: Session, project: str, by: str) -> Project:
+    row = s.get(Project, project)
+    if row is None:
+        raise NotFound(f"no project {project!r}", field="project")
+    if not row.forge_credential_kind:
+        raise FailedPrecondition(f"project {project!r} has no forge credential", field="project")
+    row.forge_credential_sealed, row.forge_credential_kind, row.forge_credential_fingerprint = "", "", ""
+    row.forge_app_id, row.forge_installation_id = 0, 0
+    row.forge_credential_set_at, row.forge_credential_set_by = None, ""
+    row.updated_at = utcnow()
+    add_event(s, "project.forge_credential_deleted", project=project, by=by)
+    return row
+
+
+def forge_credential(project: Project, sealer: Sealer) -> tuple[str, str]:
+    """(kind, secret) of the project's forge credential: the token, or the App's private key (its ids are
+    on the row); ("", "") when none is set. ValueError when it is set but does not open."""
+    if not project.forge_credential_kind or not project.forge_credential_sealed:
+        return "", ""
+    return project.forge_credential_kind, sealer.open(project.forge_credential_sealed)
+
+
+def rotate_webhook_secret(s: Session, sealer: Sealer, project: str, by: str) -> tuple[Project, str]:
+    """A new random webhook secret for the project, stored sealed; answered to the caller once (the row
+    keeps only the sealed text). The event names who, never the secret."""
+    import secrets
+
+    row = s.get(Project, project)
+    if row is None:
+        raise NotFound(f"no project {project!r}", field="project")
+    if not row.forge:
+        raise FailedPrecondition(
+            f"project {project!r} is not linked to a forge; set its forge and forge_repo first", field="project"
+        )
+    secret = secrets.token_urlsafe(32)
+    row.webhook_secret_sealed = sealer.seal(secret)
+    row.webhook_secret_set_at = utcnow()
+    row.webhook_secret_set_by = by
+    row.updated_at = utcnow()
+    add_event(s, "project.webhook_secret_rotated", project=project, by=by)
+    return row, secret
+
+
+def webhook_secret(project: Project, sealer: Sealer) -> bytes:
+    """The project's webhook secret for checking a delivery's signature; b"" when none is set (then no
+    delivery verifies). ValueError when it is set but does not open."""
+    if not project.webhook_secret_sealed:
+        return b""
+    return sealer.open(project.webhook_secret_sealed).encode()
+
+
+SEALED_COLUMNS = ("git_credential_sealed", "forge_credential_sealed", "webhook_secret_sealed")
+"""Every column holding a secret sealed with the operator's key."""
+
+
 def reseal_all(s: Session, sealer: Sealer, by: str) -> list[str]:
-    """Seal every stored credential again with the newest key (the second step of a rotation); the
-    projects resealed. ValueError naming the project when one does not open with any key given."""
+    """Seal every stored secret again with the newest key (the second step of a rotation): git and forge
+    credentials and webhook secrets; the projects resealed. ValueError naming the project and what when
+    one does not open with any key given."""
     from cryptography.fernet import InvalidToken
 
     if not sealer.configured:
         raise ValueError(f"no credential key: give --credential-key-file or set {KEY_ENV}")
     done = []
-    for row in s.scalars(select(Project).where(Project.git_credential_sealed != "").order_by(Project.name)):
-        try:
-            row.git_credential_sealed = sealer.reseal(row.git_credential_sealed)
-        except InvalidToken:
-            raise ValueError(f"project {row.name!r}: its git credential does not open with any key given") from None
+    held = or_(*(getattr(Project, column) != "" for column in SEALED_COLUMNS))
+    for row in s.scalars(select(Project).where(held).order_by(Project.name)):
+        for column in SEALED_COLUMNS:
+            if not getattr(row, column):
+                continue
+            try:
+                setattr(row, column, sealer.reseal(getattr(row, column)))
+            except InvalidToken:
+                what = column.removesuffix("_sealed").replace("_", " ")
+                raise ValueError(f"project {row.name!r}: its {what} does not open with any key given") from None
         add_event(s, "project.credential_resealed", project=row.name, by=by)
         done.append(row.name)
     return done

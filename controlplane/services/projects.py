@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controlplane.domain import forge as forge_rules
 from controlplane.domain import preparation
 from controlplane.domain.names import NAME
 from controlplane.store.events import add_event
@@ -48,6 +49,14 @@ class ProjectSettings:
     git_email: str = ""
     branch_template: str = ""
     cache_key_files: tuple[str, ...] = ()
+    forge: str = ""
+    """The project's repository on a forge (issue 28): "" (none) or "github"."""
+    forge_repo: str = ""
+    """owner/name on the forge."""
+    forge_api_url: str = ""
+    """The forge's REST API ("": https://api.github.com for github)."""
+    forge_label: str = forge_rules.DEFAULT_LABEL
+    max_fix_rounds: int = forge_rules.DEFAULT_FIX_ROUNDS
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ProjectSettings))
@@ -71,6 +80,11 @@ def settings_of(p: Project) -> ProjectSettings:
         git_email=p.git_email or "",
         branch_template=p.branch_template or "",
         cache_key_files=tuple(p.cache_key_files or ()),
+        forge=p.forge or "",
+        forge_repo=p.forge_repo or "",
+        forge_api_url=p.forge_api_url or "",
+        forge_label=p.forge_label or forge_rules.DEFAULT_LABEL,
+        max_fix_rounds=forge_rules.DEFAULT_FIX_ROUNDS if p.max_fix_rounds is None else p.max_fix_rounds,
     )
 
 
@@ -146,6 +160,17 @@ def _apply(project: Project, w: ProjectSettings) -> None:
     project.git_name, project.git_email = preparation.check_identity(w.git_name, w.git_email)
     project.branch_template = preparation.check_branch_template(w.branch_template)
     project.cache_key_files = preparation.check_cache_key_files(list(w.cache_key_files))
+    project.forge = forge_rules.check_forge(w.forge)
+    project.forge_repo = forge_rules.check_repo(w.forge, w.forge_repo)
+    api_url = forge_rules.check_api_url(w.forge, w.forge_api_url)
+    if project.forge_credential_kind and api_url != project.forge_api_url:
+        raise FailedPrecondition(  # the credential goes to the forge's API: it would be sent elsewhere
+            "the project has a forge credential, which would be sent to the new API URL; delete it first",
+            field="forge" if not api_url else "forge_api_url",
+        )
+    project.forge_api_url = api_url
+    project.forge_label = forge_rules.check_label(w.forge_label)
+    project.max_fix_rounds = forge_rules.check_fix_rounds(w.max_fix_rounds)
 
 
 def list_projects(s: Session, scope: frozenset[str] | None = None, after: str = "", limit: int = 0) -> list[Project]:

@@ -22,6 +22,8 @@ from sqlalchemy import (
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from controlplane.store.forge_columns import ForgeLink
+
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
@@ -52,7 +54,7 @@ class Token(Base):
     created_by: Mapped[str] = mapped_column(String(200), default="")  # the token that minted it; "": the host
 
 
-class Project(Base):
+class Project(ForgeLink, Base):
     __tablename__ = "projects"
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     repo: Mapped[str] = mapped_column(Text, default="")

@@ -10,7 +10,7 @@ import grpc
 from google.protobuf import field_mask_pb2
 
 from drover.errors import InvalidArgument, from_rpc_error
-from drover.models import CreatedToken, Project, Token, from_proto
+from drover.models import CreatedToken, Project, Token, WebhookSecretRotated, from_proto
 from drover.v1 import project_pb2, project_pb2_grpc, token_pb2, token_pb2_grpc
 
 Metadata = tuple[tuple[str, str], ...]
@@ -19,6 +19,8 @@ TokenList = list[Token]
 SETTINGS = frozenset(f.name for f in project_pb2.Project.DESCRIPTOR.fields) - {
     "name",
     "git_credential",
+    "forge_credential",
+    "webhook_secret",
     "created_at",
     "updated_at",
 }
@@ -93,6 +95,25 @@ class Projects:
     def delete_git_credential(self, name: str) -> Project:
         request = project_pb2.DeleteGitCredentialRequest(project=name)
         return from_proto(_call(self._stub.DeleteGitCredential, request, self._metadata), Project)
+
+    def set_forge_credential(
+        self, name: str, kind: str, secret: str, *, app_id: int = 0, installation_id: int = 0
+    ) -> Project:
+        """Send the credential Drover uses on the project's forge once: `token` (a fine-grained token) or
+        `app` (a GitHub App: its id, installation id and private key PEM as `secret`); never answered back."""
+        request = project_pb2.SetForgeCredentialRequest(
+            project=name, kind=kind, secret=secret, app_id=app_id, installation_id=installation_id
+        )
+        return from_proto(_call(self._stub.SetForgeCredential, request, self._metadata), Project)
+
+    def delete_forge_credential(self, name: str) -> Project:
+        request = project_pb2.DeleteForgeCredentialRequest(project=name)
+        return from_proto(_call(self._stub.DeleteForgeCredential, request, self._metadata), Project)
+
+    def rotate_webhook_secret(self, name: str) -> WebhookSecretRotated:
+        """A new webhook secret for the project: in this answer only, to paste into the forge's settings."""
+        request = project_pb2.RotateWebhookSecretRequest(project=name)
+        return from_proto(_call(self._stub.RotateWebhookSecret, request, self._metadata), WebhookSecretRotated)
 
 
 class Tokens:

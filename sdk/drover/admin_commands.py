@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from drover.models import Project, Token
 
 Show = Callable[[argparse.Namespace, Any, Callable[[Any], str]], int]
-LIST, TEXT, FLOAT, FLAG = "list", "text", "float", "flag"
+LIST, TEXT, FLOAT, FLAG, INT = "list", "text", "float", "flag", "int"
 SETTINGS: list[tuple[str, str, str]] = [
     ("--repo", TEXT, "path (on the control plane's host) or URL of the git repository"),
     ("--branch", TEXT, "the branch runs start from (default: the one the repository's HEAD names)"),
@@ -38,6 +38,11 @@ SETTINGS: list[tuple[str, str, str]] = [
     ("--git-email", TEXT, "its email"),
     ("--branch-template", TEXT, "each Task's branch: {change}, {task}, {slug}"),
     ("--cache-key-file", LIST, "a file (or glob) keying the agents' prepared workspaces (repeatable)"),
+    ("--forge", TEXT, "the forge the repository is on: github ('' unlinks)"),
+    ("--forge-repo", TEXT, "owner/name of the repository on the forge"),
+    ("--forge-api-url", TEXT, "the forge's API (default https://api.github.com; GitHub Enterprise: its /api/v3)"),
+    ("--forge-label", TEXT, "the issue label that hands an issue to Drover (default drover)"),
+    ("--max-fix-rounds", INT, "fix rounds after failing CI or a review, per pull request (default 3, 0-20)"),
 ]
 FIELD = {"--allow": "commands", "--build-output": "build_outputs", "--cache-key-file": "cache_key_files"}
 
@@ -114,12 +119,47 @@ def commands(show: Show) -> dict[str, Callable[[Client, argparse.Namespace], int
         "project.credential.delete": lambda c, a: show(
             a, c.projects.delete_git_credential(a.name), lambda p: f"project {p.name}: git credential deleted"
         ),
+        "project.forge.set": lambda c, a: show(a, _set_forge_credential(c, a), forge_credential_line),
+        "project.forge.delete": lambda c, a: show(
+            a, c.projects.delete_forge_credential(a.name), lambda p: f"project {p.name}: forge credential deleted"
+        ),
+        "project.forge.webhook-secret": lambda c, a: show(a, c.projects.rotate_webhook_secret(a.name), _new_secret),
         "token.create": lambda c, a: show(a, _create_token(c, a), lambda t: t.secret),
         "token.list": lambda c, a: show(a, c.tokens.list(a.include_revoked), token_table),
         "token.revoke": lambda c, a: _done(
             None, f"revoked {c.tokens.revoke(a.name, a.kind)} token(s) named {a.name!r}, from the next call on"
         ),
     }
+
+
+def _set_forge_credential(client: Client, a: argparse.Namespace) -> Project:
+    if a.kind == "app":
+        if not a.private_key_file or not a.app_id or not a.installation_id:
+            raise InvalidArgument("--kind app needs --app-id, --installation-id and --private-key-file", field="kind")
+        if a.secret_file:
+            raise InvalidArgument("--kind app takes --private-key-file, not --secret-file", field="secret_file")
+        key = read_secret(a.private_key_file)
+        return client.projects.set_forge_credential(
+            a.name, "app", key, app_id=a.app_id, installation_id=a.installation_id
+        )
+    if not a.secret_file or a.private_key_file or a.app_id or a.installation_id:
+        raise InvalidArgument("--kind token takes --secret-file (and no App settings)", field="secret_file")
+    return client.projects.set_forge_credential(a.name, "token", read_secret(a.secret_file))
+
+
+def forge_credential_line(p: Project) -> str:
+    f = p.forge_credential
+    app = f", app {f.app_id}, installation {f.installation_id}" if f.kind == "app" else ""
+    return f"project {p.name}: forge {f.kind} set{app}, fingerprint {f.fingerprint}"
+
+
+def _new_secret(rotated: Any) -> str:
+    print(
+        f"project {rotated.project.name}: a new webhook secret; paste it into the forge's webhook settings now "
+        "(it is not shown again):",
+        file=sys.stderr,
+    )
+    return str(rotated.secret)
 
 
 def _done(_: Any, line: str) -> int:
@@ -151,6 +191,8 @@ def _settings_flags(p: argparse.ArgumentParser, update: bool) -> None:
             extra["action"] = argparse.BooleanOptionalAction
         elif kind == FLOAT:
             extra["type"] = float
+        elif kind == INT:
+            extra.update(type=int, default=argparse.SUPPRESS)  # unset: the control plane's default
         if not update and kind != FLAG:
             extra.setdefault("default", [] if kind == LIST else (0.0 if kind == FLOAT else ""))
         if not update and kind == FLOAT and flag == "--answer-window-minutes":
@@ -181,7 +223,26 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser, run: Callable[[str], 
     cs.add_argument("--kind", choices=("token", "ssh_key"), default="token", help="an https token or an SSH deploy key")
     cs.add_argument("--secret-file", required=True, help="the file holding it, or - for stdin (never on argv)")
     command(cr, "delete", "project.credential.delete", "delete the project's git credential").add_argument("name")
+    _forge_parsers(pr, command)
     _token_parsers(sub, command)
+
+
+def _forge_parsers(pr: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`drover project forge set | delete | webhook-secret`: the project's forge credential and webhook secret."""
+    fr = pr.add_parser("forge", help="the project's forge credential and webhook secret").add_subparsers(
+        dest="forge", required=True
+    )
+    fs = command(fr, "set", "project.forge.set", "send the forge credential once (stored sealed)")
+    fs.add_argument("name")
+    fs.add_argument("--kind", choices=("token", "app"), default="token", help="a fine-grained token or a GitHub App")
+    fs.add_argument("--secret-file", default="", help="kind token: the file holding it, or - for stdin (never argv)")
+    fs.add_argument("--app-id", type=int, default=0, help="kind app: the GitHub App's id")
+    fs.add_argument("--installation-id", type=int, default=0, help="kind app: its installation's id")
+    fs.add_argument("--private-key-file", default="", help="kind app: its private key (PEM), or - for stdin")
+    command(fr, "delete", "project.forge.delete", "delete the project's forge credential").add_argument("name")
+    command(
+        fr, "webhook-secret", "project.forge.webhook-secret", "make a new webhook secret and print it, this once"
+    ).add_argument("name")
 
 
 def _token_parsers(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:

@@ -19,6 +19,13 @@ from google.protobuf.message import Message
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
+# re-exported: drover.models has every type the SDK returns
+from drover.project_models import ForgeCredential as ForgeCredential
+from drover.project_models import GitCredential as GitCredential
+from drover.project_models import Project as Project
+from drover.project_models import WebhookSecret as WebhookSecret
+from drover.project_models import WebhookSecretRotated as WebhookSecretRotated
+
 
 @dataclasses.dataclass(frozen=True)
 class Task:
@@ -268,42 +275,6 @@ class Spend:
     spent_micros: int
     lines: list[SpendLine]
     receipts: list[DecisionReceipt]
-
-
-@dataclasses.dataclass(frozen=True)
-class GitCredential:
-    """What git credential a project has (never the secret): kind "" when none is set."""
-
-    kind: str  # token, ssh_key or ""
-    set_at: str  # RFC 3339
-    set_by: str  # the token that set it
-    fingerprint: str  # first 12 hex digits of its SHA-256
-
-
-@dataclasses.dataclass(frozen=True)
-class Project:
-    """A repository, the branch runs start from, its pool and how its workspaces are prepared."""
-
-    name: str
-    repo: str
-    branch: str
-    pool: str
-    commands: list[str]
-    network: bool
-    monthly_budget_usd: float
-    answer_window_minutes: float
-    build_outputs: list[str]
-    git_token_file: str
-    git_credential: GitCredential
-    setup: list[str]
-    setup_network: bool
-    env: dict[str, str]
-    git_name: str
-    git_email: str
-    branch_template: str
-    cache_key_files: list[str]
-    created_at: str  # RFC 3339
-    updated_at: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -194,7 +194,8 @@ def nearly_valid_admin(name: str, known: list[str]) -> st.SearchStrategy[dict[st
     noise = message(project_pb2.Project.DESCRIPTOR, known).map(
         lambda d: {k: v for k, v in d.items() if k not in ("name", "repo", "git_token_file", "env")}
     )
-    settings = sorted(f.name for f in project_pb2.Project.DESCRIPTOR.fields if f.name not in ("git_credential",))
+    shown_only = ("git_credential", "forge_credential", "webhook_secret")
+    settings = sorted(f.name for f in project_pb2.Project.DESCRIPTOR.fields if f.name not in shown_only)
     if name == "CreateProject":
         return st.builds(lambda n, extra: {"project": {"name": n, **extra}}, names, noise)
     if name == "UpdateProject":
@@ -205,6 +206,20 @@ def nearly_valid_admin(name: str, known: list[str]) -> st.SearchStrategy[dict[st
     if name == "SetGitCredential":
         kind = st.sampled_from(["token", "ssh_key"])
         return st.fixed_dictionaries({"project": st.just("fuzz"), "kind": kind, "secret": st.text(max_size=60)})
+    if name == "SetForgeCredential":
+        ids = st.one_of(st.just(0), st.integers(1, 2**53), st.integers(2**53, 2**63 - 1))
+        pem = st.sampled_from(["-----BEGIN RSA PRIVATE KEY-----\nZ2FyYmFnZQ==\n-----END RSA PRIVATE KEY-----"])
+        return st.fixed_dictionaries(
+            {
+                "project": st.sampled_from(["fuzz", "nope"]),
+                "kind": st.sampled_from(["token", "app"]),
+                "secret": st.one_of(st.text(max_size=60), pem),
+                "app_id": ids,
+                "installation_id": ids,
+            }
+        )
+    if name in ("DeleteForgeCredential", "RotateWebhookSecret"):
+        return st.fixed_dictionaries({"project": st.sampled_from(["fuzz", "nope", *known])})
     if name == "CreateToken":
         return st.fixed_dictionaries(
             {"name": names},

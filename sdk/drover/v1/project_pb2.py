@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64rover/v1/project.proto\x12\tdrover.v1\x1a google/protobuf/field_mask.proto\"\x94\x04\n\x07Project\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04repo\x18\x02 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\x10\n\x08\x63ommands\x18\x05 \x03(\t\x12\x0f\n\x07network\x18\x06 \x01(\x08\x12\x1a\n\x12monthly_budget_usd\x18\x07 \x01(\x01\x12\x1d\n\x15\x61nswer_window_minutes\x18\x08 \x01(\x01\x12\x15\n\rbuild_outputs\x18\t \x03(\t\x12\x16\n\x0egit_token_file\x18\n \x01(\t\x12\x30\n\x0egit_credential\x18\x0b \x01(\x0b\x32\x18.drover.v1.GitCredential\x12\r\n\x05setup\x18\x0c \x03(\t\x12\x1a\n\rsetup_network\x18\r \x01(\x08H\x00\x88\x01\x01\x12(\n\x03\x65nv\x18\x0e \x03(\x0b\x32\x1b.drover.v1.Project.EnvEntry\x12\x10\n\x08git_name\x18\x0f \x01(\t\x12\x11\n\tgit_email\x18\x10 \x01(\t\x12\x17\n\x0f\x62ranch_template\x18\x11 \x01(\t\x12\x17\n\x0f\x63\x61\x63he_key_files\x18\x12 \x03(\t\x12\x12\n\ncreated_at\x18\x13 \x01(\t\x12\x12\n\nupdated_at\x18\x14 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x10\n\x0e_setup_network\"R\n\rGitCredential\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0e\n\x06set_at\x18\x02 \x01(\t\x12\x0e\n\x06set_by\x18\x03 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\";\n\x14\x43reateProjectRequest\x12#\n\x07project\x18\x01 \x01(\x0b\x32\x12.drover.v1.Project\"l\n\x14UpdateProjectRequest\x12#\n\x07project\x18\x01 \x01(\x0b\x32\x12.drover.v1.Project\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"!\n\x11GetProjectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"<\n\x13ListProjectsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"U\n\x14ListProjectsResponse\x12$\n\x08projects\x18\x01 \x03(\x0b\x32\x12.drover.v1.Project\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x14\x44\x65leteProjectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteProjectResponse\"H\n\x17SetGitCredentialRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06secret\x18\x03 \x01(\t\"-\n\x1a\x44\x65leteGitCredentialRequest\x12\x0f\n\x07project\x18\x01 \x01(\t2\x9f\x04\n\x0eProjectService\x12\x44\n\rCreateProject\x12\x1f.drover.v1.CreateProjectRequest\x1a\x12.drover.v1.Project\x12\x44\n\rUpdateProject\x12\x1f.drover.v1.UpdateProjectRequest\x1a\x12.drover.v1.Project\x12>\n\nGetProject\x12\x1c.drover.v1.GetProjectRequest\x1a\x12.drover.v1.Project\x12O\n\x0cListProjects\x12\x1e.drover.v1.ListProjectsRequest\x1a\x1f.drover.v1.ListProjectsResponse\x12R\n\rDeleteProject\x12\x1f.drover.v1.DeleteProjectRequest\x1a .drover.v1.DeleteProjectResponse\x12J\n\x10SetGitCredential\x12\".drover.v1.SetGitCredentialRequest\x1a\x12.drover.v1.Project\x12P\n\x13\x44\x65leteGitCredential\x12%.drover.v1.DeleteGitCredentialRequest\x1a\x12.drover.v1.Projectb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64rover/v1/project.proto\x12\tdrover.v1\x1a google/protobuf/field_mask.proto\"\xfb\x05\n\x07Project\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04repo\x18\x02 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\x10\n\x08\x63ommands\x18\x05 \x03(\t\x12\x0f\n\x07network\x18\x06 \x01(\x08\x12\x1a\n\x12monthly_budget_usd\x18\x07 \x01(\x01\x12\x1d\n\x15\x61nswer_window_minutes\x18\x08 \x01(\x01\x12\x15\n\rbuild_outputs\x18\t \x03(\t\x12\x16\n\x0egit_token_file\x18\n \x01(\t\x12\x30\n\x0egit_credential\x18\x0b \x01(\x0b\x32\x18.drover.v1.GitCredential\x12\r\n\x05setup\x18\x0c \x03(\t\x12\x1a\n\rsetup_network\x18\r \x01(\x08H\x00\x88\x01\x01\x12(\n\x03\x65nv\x18\x0e \x03(\x0b\x32\x1b.drover.v1.Project.EnvEntry\x12\x10\n\x08git_name\x18\x0f \x01(\t\x12\x11\n\tgit_email\x18\x10 \x01(\t\x12\x17\n\x0f\x62ranch_template\x18\x11 \x01(\t\x12\x17\n\x0f\x63\x61\x63he_key_files\x18\x12 \x03(\t\x12\x12\n\ncreated_at\x18\x13 \x01(\t\x12\x12\n\nupdated_at\x18\x14 \x01(\t\x12\r\n\x05\x66orge\x18\x15 \x01(\t\x12\x12\n\nforge_repo\x18\x16 \x01(\t\x12\x15\n\rforge_api_url\x18\x17 \x01(\t\x12\x13\n\x0b\x66orge_label\x18\x18 \x01(\t\x12\x1b\n\x0emax_fix_rounds\x18\x19 \x01(\x05H\x01\x88\x01\x01\x12\x34\n\x10\x66orge_credential\x18\x1a \x01(\x0b\x32\x1a.drover.v1.ForgeCredential\x12\x30\n\x0ewebhook_secret\x18\x1b \x01(\x0b\x32\x18.drover.v1.WebhookSecret\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x10\n\x0e_setup_networkB\x11\n\x0f_max_fix_rounds\"R\n\rGitCredential\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0e\n\x06set_at\x18\x02 \x01(\t\x12\x0e\n\x06set_by\x18\x03 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\"}\n\x0f\x46orgeCredential\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\x03\x12\x17\n\x0finstallation_id\x18\x03 \x01(\x03\x12\x0e\n\x06set_at\x18\x04 \x01(\t\x12\x0e\n\x06set_by\x18\x05 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x06 \x01(\t\"<\n\rWebhookSecret\x12\x0b\n\x03set\x18\x01 \x01(\x08\x12\x0e\n\x06set_at\x18\x02 \x01(\t\x12\x0e\n\x06set_by\x18\x03 \x01(\t\";\n\x14\x43reateProjectRequest\x12#\n\x07project\x18\x01 \x01(\x0b\x32\x12.drover.v1.Project\"l\n\x14UpdateProjectRequest\x12#\n\x07project\x18\x01 \x01(\x0b\x32\x12.drover.v1.Project\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"!\n\x11GetProjectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"<\n\x13ListProjectsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"U\n\x14ListProjectsResponse\x12$\n\x08projects\x18\x01 \x03(\x0b\x32\x12.drover.v1.Project\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x14\x44\x65leteProjectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteProjectResponse\"H\n\x17SetGitCredentialRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06secret\x18\x03 \x01(\t\"-\n\x1a\x44\x65leteGitCredentialRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\"s\n\x19SetForgeCredentialRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06secret\x18\x03 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x04 \x01(\x03\x12\x17\n\x0finstallation_id\x18\x05 \x01(\x03\"/\n\x1c\x44\x65leteForgeCredentialRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\"-\n\x1aRotateWebhookSecretRequest\x12\x0f\n\x07project\x18\x01 \x01(\t\"R\n\x1bRotateWebhookSecretResponse\x12#\n\x07project\x18\x01 \x01(\x0b\x32\x12.drover.v1.Project\x12\x0e\n\x06secret\x18\x02 \x01(\t2\xab\x06\n\x0eProjectService\x12\x44\n\rCreateProject\x12\x1f.drover.v1.CreateProjectRequest\x1a\x12.drover.v1.Project\x12\x44\n\rUpdateProject\x12\x1f.drover.v1.UpdateProjectRequest\x1a\x12.drover.v1.Project\x12>\n\nGetProject\x12\x1c.drover.v1.GetProjectRequest\x1a\x12.drover.v1.Project\x12O\n\x0cListProjects\x12\x1e.drover.v1.ListProjectsRequest\x1a\x1f.drover.v1.ListProjectsResponse\x12R\n\rDeleteProject\x12\x1f.drover.v1.DeleteProjectRequest\x1a .drover.v1.DeleteProjectResponse\x12J\n\x10SetGitCredential\x12\".drover.v1.SetGitCredentialRequest\x1a\x12.drover.v1.Project\x12P\n\x13\x44\x65leteGitCredential\x12%.drover.v1.DeleteGitCredentialRequest\x1a\x12.drover.v1.Project\x12N\n\x12SetForgeCredential\x12$.drover.v1.SetForgeCredentialRequest\x1a\x12.drover.v1.Project\x12T\n\x15\x44\x65leteForgeCredential\x12\'.drover.v1.DeleteForgeCredentialRequest\x1a\x12.drover.v1.Project\x12\x64\n\x13RotateWebhookSecret\x12%.drover.v1.RotateWebhookSecretRequest\x1a&.drover.v1.RotateWebhookSecretResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,29 +35,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROJECT_ENVENTRY']._loaded_options = None
   _globals['_PROJECT_ENVENTRY']._serialized_options = b'8\001'
   _globals['_PROJECT']._serialized_start=73
-  _globals['_PROJECT']._serialized_end=605
-  _globals['_PROJECT_ENVENTRY']._serialized_start=545
-  _globals['_PROJECT_ENVENTRY']._serialized_end=587
-  _globals['_GITCREDENTIAL']._serialized_start=607
-  _globals['_GITCREDENTIAL']._serialized_end=689
-  _globals['_CREATEPROJECTREQUEST']._serialized_start=691
-  _globals['_CREATEPROJECTREQUEST']._serialized_end=750
-  _globals['_UPDATEPROJECTREQUEST']._serialized_start=752
-  _globals['_UPDATEPROJECTREQUEST']._serialized_end=860
-  _globals['_GETPROJECTREQUEST']._serialized_start=862
-  _globals['_GETPROJECTREQUEST']._serialized_end=895
-  _globals['_LISTPROJECTSREQUEST']._serialized_start=897
-  _globals['_LISTPROJECTSREQUEST']._serialized_end=957
-  _globals['_LISTPROJECTSRESPONSE']._serialized_start=959
-  _globals['_LISTPROJECTSRESPONSE']._serialized_end=1044
-  _globals['_DELETEPROJECTREQUEST']._serialized_start=1046
-  _globals['_DELETEPROJECTREQUEST']._serialized_end=1082
-  _globals['_DELETEPROJECTRESPONSE']._serialized_start=1084
-  _globals['_DELETEPROJECTRESPONSE']._serialized_end=1107
-  _globals['_SETGITCREDENTIALREQUEST']._serialized_start=1109
-  _globals['_SETGITCREDENTIALREQUEST']._serialized_end=1181
-  _globals['_DELETEGITCREDENTIALREQUEST']._serialized_start=1183
-  _globals['_DELETEGITCREDENTIALREQUEST']._serialized_end=1228
-  _globals['_PROJECTSERVICE']._serialized_start=1231
-  _globals['_PROJECTSERVICE']._serialized_end=1774
+  _globals['_PROJECT']._serialized_end=836
+  _globals['_PROJECT_ENVENTRY']._serialized_start=757
+  _globals['_PROJECT_ENVENTRY']._serialized_end=799
+  _globals['_GITCREDENTIAL']._serialized_start=838
+  _globals['_GITCREDENTIAL']._serialized_end=920
+  _globals['_FORGECREDENTIAL']._serialized_start=922
+  _globals['_FORGECREDENTIAL']._serialized_end=1047
+  _globals['_WEBHOOKSECRET']._serialized_start=1049
+  _globals['_WEBHOOKSECRET']._serialized_end=1109
+  _globals['_CREATEPROJECTREQUEST']._serialized_start=1111
+  _globals['_CREATEPROJECTREQUEST']._serialized_end=1170
+  _globals['_UPDATEPROJECTREQUEST']._serialized_start=1172
+  _globals['_UPDATEPROJECTREQUEST']._serialized_end=1280
+  _globals['_GETPROJECTREQUEST']._serialized_start=1282
+  _globals['_GETPROJECTREQUEST']._serialized_end=1315
+  _globals['_LISTPROJECTSREQUEST']._serialized_start=1317
+  _globals['_LISTPROJECTSREQUEST']._serialized_end=1377
+  _globals['_LISTPROJECTSRESPONSE']._serialized_start=1379
+  _globals['_LISTPROJECTSRESPONSE']._serialized_end=1464
+  _globals['_DELETEPROJECTREQUEST']._serialized_start=1466
+  _globals['_DELETEPROJECTREQUEST']._serialized_end=1502
+  _globals['_DELETEPROJECTRESPONSE']._serialized_start=1504
+  _globals['_DELETEPROJECTRESPONSE']._serialized_end=1527
+  _globals['_SETGITCREDENTIALREQUEST']._serialized_start=1529
+  _globals['_SETGITCREDENTIALREQUEST']._serialized_end=1601
+  _globals['_DELETEGITCREDENTIALREQUEST']._serialized_start=1603
+  _globals['_DELETEGITCREDENTIALREQUEST']._serialized_end=1648
+  _globals['_SETFORGECREDENTIALREQUEST']._serialized_start=1650
+  _globals['_SETFORGECREDENTIALREQUEST']._serialized_end=1765
+  _globals['_DELETEFORGECREDENTIALREQUEST']._serialized_start=1767
+  _globals['_DELETEFORGECREDENTIALREQUEST']._serialized_end=1814
+  _globals['_ROTATEWEBHOOKSECRETREQUEST']._serialized_start=1816
+  _globals['_ROTATEWEBHOOKSECRETREQUEST']._serialized_end=1861
+  _globals['_ROTATEWEBHOOKSECRETRESPONSE']._serialized_start=1863
+  _globals['_ROTATEWEBHOOKSECRETRESPONSE']._serialized_end=1945
+  _globals['_PROJECTSERVICE']._serialized_start=1948
+  _globals['_PROJECTSERVICE']._serialized_end=2759
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Project(_message.Message):
-    __slots__ = ("name", "repo", "branch", "pool", "commands", "network", "monthly_budget_usd", "answer_window_minutes", "build_outputs", "git_token_file", "git_credential", "setup", "setup_network", "env", "git_name", "git_email", "branch_template", "cache_key_files", "created_at", "updated_at")
+    __slots__ = ("name", "repo", "branch", "pool", "commands", "network", "monthly_budget_usd", "answer_window_minutes", "build_outputs", "git_token_file", "git_credential", "setup", "setup_network", "env", "git_name", "git_email", "branch_template", "cache_key_files", "created_at", "updated_at", "forge", "forge_repo", "forge_api_url", "forge_label", "max_fix_rounds", "forge_credential", "webhook_secret")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,13 @@ class Project(_message.Message):
     CACHE_KEY_FILES_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    FORGE_FIELD_NUMBER: _ClassVar[int]
+    FORGE_REPO_FIELD_NUMBER: _ClassVar[int]
+    FORGE_API_URL_FIELD_NUMBER: _ClassVar[int]
+    FORGE_LABEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIX_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    FORGE_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    WEBHOOK_SECRET_FIELD_NUMBER: _ClassVar[int]
     name: str
     repo: str
     branch: str
@@ -56,7 +63,14 @@ class Project(_message.Message):
     cache_key_files: _containers.RepeatedScalarFieldContainer[str]
     created_at: str
     updated_at: str
-    def __init__(self, name: _Optional[str] = ..., repo: _Optional[str] = ..., branch: _Optional[str] = ..., pool: _Optional[str] = ..., commands: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., monthly_budget_usd: _Optional[float] = ..., answer_window_minutes: _Optional[float] = ..., build_outputs: _Optional[_Iterable[str]] = ..., git_token_file: _Optional[str] = ..., git_credential: _Optional[_Union[GitCredential, _Mapping]] = ..., setup: _Optional[_Iterable[str]] = ..., setup_network: _Optional[bool] = ..., env: _Optional[_Mapping[str, str]] = ..., git_name: _Optional[str] = ..., git_email: _Optional[str] = ..., branch_template: _Optional[str] = ..., cache_key_files: _Optional[_Iterable[str]] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ...) -> None: ...
+    forge: str
+    forge_repo: str
+    forge_api_url: str
+    forge_label: str
+    max_fix_rounds: int
+    forge_credential: ForgeCredential
+    webhook_secret: WebhookSecret
+    def __init__(self, name: _Optional[str] = ..., repo: _Optional[str] = ..., branch: _Optional[str] = ..., pool: _Optional[str] = ..., commands: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., monthly_budget_usd: _Optional[float] = ..., answer_window_minutes: _Optional[float] = ..., build_outputs: _Optional[_Iterable[str]] = ..., git_token_file: _Optional[str] = ..., git_credential: _Optional[_Union[GitCredential, _Mapping]] = ..., setup: _Optional[_Iterable[str]] = ..., setup_network: _Optional[bool] = ..., env: _Optional[_Mapping[str, str]] = ..., git_name: _Optional[str] = ..., git_email: _Optional[str] = ..., branch_template: _Optional[str] = ..., cache_key_files: _Optional[_Iterable[str]] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., forge: _Optional[str] = ..., forge_repo: _Optional[str] = ..., forge_api_url: _Optional[str] = ..., forge_label: _Optional[str] = ..., max_fix_rounds: _Optional[int] = ..., forge_credential: _Optional[_Union[ForgeCredential, _Mapping]] = ..., webhook_secret: _Optional[_Union[WebhookSecret, _Mapping]] = ...) -> None: ...
 
 class GitCredential(_message.Message):
     __slots__ = ("kind", "set_at", "set_by", "fingerprint")
@@ -69,6 +83,32 @@ class GitCredential(_message.Message):
     set_by: str
     fingerprint: str
     def __init__(self, kind: _Optional[str] = ..., set_at: _Optional[str] = ..., set_by: _Optional[str] = ..., fingerprint: _Optional[str] = ...) -> None: ...
+
+class ForgeCredential(_message.Message):
+    __slots__ = ("kind", "app_id", "installation_id", "set_at", "set_by", "fingerprint")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTALLATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SET_AT_FIELD_NUMBER: _ClassVar[int]
+    SET_BY_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    app_id: int
+    installation_id: int
+    set_at: str
+    set_by: str
+    fingerprint: str
+    def __init__(self, kind: _Optional[str] = ..., app_id: _Optional[int] = ..., installation_id: _Optional[int] = ..., set_at: _Optional[str] = ..., set_by: _Optional[str] = ..., fingerprint: _Optional[str] = ...) -> None: ...
+
+class WebhookSecret(_message.Message):
+    __slots__ = ("set", "set_at", "set_by")
+    SET_FIELD_NUMBER: _ClassVar[int]
+    SET_AT_FIELD_NUMBER: _ClassVar[int]
+    SET_BY_FIELD_NUMBER: _ClassVar[int]
+    set: bool
+    set_at: str
+    set_by: str
+    def __init__(self, set: _Optional[bool] = ..., set_at: _Optional[str] = ..., set_by: _Optional[str] = ...) -> None: ...
 
 class CreateProjectRequest(_message.Message):
     __slots__ = ("project",)
@@ -131,3 +171,37 @@ class DeleteGitCredentialRequest(_message.Message):
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     project: str
     def __init__(self, project: _Optional[str] = ...) -> None: ...
+
+class SetForgeCredentialRequest(_message.Message):
+    __slots__ = ("project", "kind", "secret", "app_id", "installation_id")
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTALLATION_ID_FIELD_NUMBER: _ClassVar[int]
+    project: str
+    kind: str
+    secret: str
+    app_id: int
+    installation_id: int
+    def __init__(self, project: _Optional[str] = ..., kind: _Optional[str] = ..., secret: _Optional[str] = ..., app_id: _Optional[int] = ..., installation_id: _Optional[int] = ...) -> None: ...
+
+class DeleteForgeCredentialRequest(_message.Message):
+    __slots__ = ("project",)
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    project: str
+    def __init__(self, project: _Optional[str] = ...) -> None: ...
+
+class RotateWebhookSecretRequest(_message.Message):
+    __slots__ = ("project",)
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    project: str
+    def __init__(self, project: _Optional[str] = ...) -> None: ...
+
+class RotateWebhookSecretResponse(_message.Message):
+    __slots__ = ("project", "secret")
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    project: Project
+    secret: str
+    def __init__(self, project: _Optional[_Union[Project, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...

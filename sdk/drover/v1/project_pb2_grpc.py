@@ -73,6 +73,21 @@ class ProjectServiceStub:
                 request_serializer=drover_dot_v1_dot_project__pb2.DeleteGitCredentialRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_project__pb2.Project.FromString,
                 _registered_method=True)
+        self.SetForgeCredential = channel.unary_unary(
+                '/drover.v1.ProjectService/SetForgeCredential',
+                request_serializer=drover_dot_v1_dot_project__pb2.SetForgeCredentialRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_project__pb2.Project.FromString,
+                _registered_method=True)
+        self.DeleteForgeCredential = channel.unary_unary(
+                '/drover.v1.ProjectService/DeleteForgeCredential',
+                request_serializer=drover_dot_v1_dot_project__pb2.DeleteForgeCredentialRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_project__pb2.Project.FromString,
+                _registered_method=True)
+        self.RotateWebhookSecret = channel.unary_unary(
+                '/drover.v1.ProjectService/RotateWebhookSecret',
+                request_serializer=drover_dot_v1_dot_project__pb2.RotateWebhookSecretRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_project__pb2.RotateWebhookSecretResponse.FromString,
+                _registered_method=True)
 
 
 class ProjectServiceServicer:
@@ -129,6 +144,29 @@ class ProjectServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetForgeCredential(self, request, context):
+        """The credential Drover uses on the project's forge (forge_repo on forge_api_url): a fine-grained
+        token, or a GitHub App (app id, installation id and its RSA private key). Sealed like the git
+        credential, never returned; setting it again replaces it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteForgeCredential(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateWebhookSecret(self, request, context):
+        """A new random secret for the forge's webhook deliveries, stored sealed and answered here only, once:
+        paste it into the forge's webhook settings. Rotating replaces the previous one at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProjectServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +204,21 @@ def add_ProjectServiceServicer_to_server(servicer, server):
                     servicer.DeleteGitCredential,
                     request_deserializer=drover_dot_v1_dot_project__pb2.DeleteGitCredentialRequest.FromString,
                     response_serializer=drover_dot_v1_dot_project__pb2.Project.SerializeToString,
+            ),
+            'SetForgeCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetForgeCredential,
+                    request_deserializer=drover_dot_v1_dot_project__pb2.SetForgeCredentialRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_project__pb2.Project.SerializeToString,
+            ),
+            'DeleteForgeCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteForgeCredential,
+                    request_deserializer=drover_dot_v1_dot_project__pb2.DeleteForgeCredentialRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_project__pb2.Project.SerializeToString,
+            ),
+            'RotateWebhookSecret': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateWebhookSecret,
+                    request_deserializer=drover_dot_v1_dot_project__pb2.RotateWebhookSecretRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_project__pb2.RotateWebhookSecretResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -361,6 +414,87 @@ class ProjectService:
             '/drover.v1.ProjectService/DeleteGitCredential',
             drover_dot_v1_dot_project__pb2.DeleteGitCredentialRequest.SerializeToString,
             drover_dot_v1_dot_project__pb2.Project.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetForgeCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.ProjectService/SetForgeCredential',
+            drover_dot_v1_dot_project__pb2.SetForgeCredentialRequest.SerializeToString,
+            drover_dot_v1_dot_project__pb2.Project.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteForgeCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.ProjectService/DeleteForgeCredential',
+            drover_dot_v1_dot_project__pb2.DeleteForgeCredentialRequest.SerializeToString,
+            drover_dot_v1_dot_project__pb2.Project.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateWebhookSecret(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.ProjectService/RotateWebhookSecret',
+            drover_dot_v1_dot_project__pb2.RotateWebhookSecretRequest.SerializeToString,
+            drover_dot_v1_dot_project__pb2.RotateWebhookSecretResponse.FromString,
             options,
             channel_credentials,
             insecure,

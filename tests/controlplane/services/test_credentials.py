@@ -12,13 +12,17 @@ import pytest
 from controlplane.services.credentials import (
     CredentialLocked,
     Sealer,
+    forge_credential,
     git_secret,
     new_key,
     reseal_all,
+    rotate_webhook_secret,
     secret_env,
+    set_forge_credential,
     set_git_credential,
+    webhook_secret,
 )
-from controlplane.services.projects import add_project
+from controlplane.services.projects import add_project, update_project
 from controlplane.store.engine import Store
 from controlplane.store.models import Event, Project
 
@@ -86,6 +90,28 @@ def test_rotation_the_old_key_opens_until_reseal_then_only_the_new_one(store: St
 def test_reseal_with_no_key_that_opens_names_the_project(store: Store) -> None:
     store.transaction(lambda s: set_git_credential(s, Sealer.from_text(new_key()), "web", "token", TOKEN, "a"))
     with pytest.raises(ValueError, match="'web'"):
+        store.transaction(reseal_all, Sealer.from_text(new_key()), "host:ops")
+
+
+def test_reseal_takes_the_forge_credential_and_the_webhook_secret_to_the_new_key(store: Store) -> None:
+    """A rotation that resealed only git credentials would leave the forge's secrets to the old key, lost
+    when it is removed."""
+    old, new = new_key(), new_key()
+    with_old = Sealer.from_text(old)
+    store.transaction(
+        lambda s: update_project(s, s.get(Project, "plain"), {"forge": "github", "forge_repo": "o/r"}, "a")
+    )
+    store.transaction(lambda s: set_forge_credential(s, with_old, "plain", "token", TOKEN, "a"))
+    _, hook = store.transaction(lambda s: rotate_webhook_secret(s, with_old, "plain", "a"))
+    assert store.transaction(reseal_all, Sealer.from_text(f"{new}\n{old}"), "host:ops") == ["plain"]
+    only_new = Sealer.from_text(new)
+    assert forge_credential(project(store, "plain"), only_new) == ("token", TOKEN)
+    assert webhook_secret(project(store, "plain"), only_new) == hook.encode()
+    with pytest.raises(ValueError):
+        forge_credential(project(store, "plain"), with_old)
+    with pytest.raises(ValueError):
+        webhook_secret(project(store, "plain"), with_old)
+    with pytest.raises(ValueError, match="'plain': its forge credential does not open"):
         store.transaction(reseal_all, Sealer.from_text(new_key()), "host:ops")
 
 

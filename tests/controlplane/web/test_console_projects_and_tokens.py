@@ -238,3 +238,25 @@ def test_only_an_admin_of_the_project_may_edit_its_preparation(fleet: Fleet, tmp
         assert saved.status_code == 303
     with plane.client() as admin:
         assert admin.projects.get("web").setup == STORED["setup"]
+
+
+def test_the_project_page_shows_the_forge_link_but_never_its_secrets(fleet: Fleet) -> None:
+    token = "github_pat_" + "c0nsole" * 6
+    fleet.plane.extra_env["DROVER_CREDENTIAL_KEY"] = Fernet.generate_key().decode()
+    plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+    with plane.client() as admin:
+        admin.projects.create("plain")
+        admin.projects.create("web", forge="github", forge_repo="octo-org/web", forge_label="ai", max_fix_rounds=7)
+        fingerprint = admin.projects.set_forge_credential("web", "token", token).forge_credential.fingerprint
+        hook = admin.projects.rotate_webhook_secret("web").secret
+    url = console(plane)
+    with signed_in(url, plane.admin_token) as http:
+        page = http.get("/projects/web")
+        assert page.status_code == 200
+        forge = page.text.split('id="forge-h"', 1)[1]
+        for shown in ("github", "octo-org/web", "https://api.github.com", "ai", "7", fingerprint, "token"):
+            assert shown in forge, shown
+        assert re.search(r'class="webhook-secret">set \S+ by admin', forge)
+        assert token not in page.text and hook not in page.text
+        plain = http.get("/projects/plain").text.split('id="forge-h"', 1)[1]
+        assert "Not linked to a forge" in plain

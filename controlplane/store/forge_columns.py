@@ -1,0 +1,32 @@
+"""A project's link to its repository on a forge (issue 28), the columns of `projects` that hold it: mixed
+into `controlplane.store.models.Project`."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import BigInteger, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+
+class ForgeLink:
+    """Which repository on which forge, and the secrets Drover uses there, sealed like the git credential."""
+
+    # the repository on a forge (issue 28): issues in, pull requests out
+    forge: Mapped[str] = mapped_column(String(16), default="")  # "" | github
+    forge_repo: Mapped[str] = mapped_column(String(200), default="")  # owner/name
+    forge_api_url: Mapped[str] = mapped_column(String(500), default="")
+    forge_label: Mapped[str] = mapped_column(String(100), default="drover")
+    max_fix_rounds: Mapped[int] = mapped_column(Integer, default=3)
+    # the forge credential: sealed like the git credential, never returned
+    forge_credential_kind: Mapped[str] = mapped_column(String(16), default="")  # token | app; "": none
+    forge_credential_sealed: Mapped[str] = mapped_column(Text, default="")
+    forge_credential_fingerprint: Mapped[str] = mapped_column(String(16), default="")
+    forge_app_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    forge_installation_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    forge_credential_set_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    forge_credential_set_by: Mapped[str] = mapped_column(String(200), default="")
+    # the forge's webhook secret: sealed, answered once by RotateWebhookSecret
+    webhook_secret_sealed: Mapped[str] = mapped_column(Text, default="")
+    webhook_secret_set_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    webhook_secret_set_by: Mapped[str] = mapped_column(String(200), default="")
