@@ -30,3 +30,21 @@ class ForgeLink:
     webhook_secret_sealed: Mapped[str] = mapped_column(Text, default="")
     webhook_secret_set_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     webhook_secret_set_by: Mapped[str] = mapped_column(String(200), default="")
+
+
+class DeliveryColumns:
+    """One webhook delivery kept for the forge loop (`forge_deliveries`), once per X-GitHub-Delivery: the
+    few fields the loop reads, never the body or anything secret."""
+
+    delivery_id: Mapped[str] = mapped_column(String(100), primary_key=True)  # X-GitHub-Delivery
+    project: Mapped[str] = mapped_column(String(200), index=True)
+    event: Mapped[str] = mapped_column(String(64))  # X-GitHub-Event
+    action: Mapped[str] = mapped_column(String(40), default="")
+    number: Mapped[int] = mapped_column(BigInteger, default=0)  # issue or pull request; 0: none
+    label: Mapped[str] = mapped_column(String(100), default="")
+    sender: Mapped[str] = mapped_column(String(200), default="")
+    head_sha: Mapped[str] = mapped_column(String(64), default="")
+    conclusion: Mapped[str] = mapped_column(String(40), default="")  # a check's conclusion, a status's state
+    comment_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    state: Mapped[str] = mapped_column(String(16), default="received")  # received; the next slice: applied
+    received_at: Mapped[dt.datetime] = mapped_column()

@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from controlplane.store.forge_columns import ForgeLink
+from controlplane.store.forge_columns import DeliveryColumns, ForgeLink
 
 
 def utcnow() -> dt.datetime:
@@ -392,3 +392,7 @@ class Conflict(Base):
     resources: Mapped[list[Any]] = mapped_column(default=list)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     __table_args__ = (UniqueConstraint("change_id", "task_a", "task_b", name="uq_conflicts_change_tasks"),)
+
+
+class ForgeDelivery(DeliveryColumns, Base):
+    __tablename__ = "forge_deliveries"
