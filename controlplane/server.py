@@ -21,6 +21,7 @@ from controlplane.api.auth import AuthInterceptor
 from controlplane.api.change_service import ChangeService
 from controlplane.api.console_link import ConsoleLink
 from controlplane.api.endpoint import Endpoint, grpc_server
+from controlplane.api.forge_hooks import ForgeHooks
 from controlplane.api.operations_service import OperationsService
 from controlplane.api.permissions import PERMISSIONS
 from controlplane.api.project_service import ProjectService
@@ -150,7 +151,9 @@ class ControlPlane:
         """The console's process-to-be: its socket bound now (a bad address fails the start), and the
         private gRPC socket it will call the API through."""
         console = Console(config.http_listen, config.tls_cert, config.tls_key, config.allow_plaintext, config.console)
-        self.link = ConsoleLink(self.auth, grpc_server(config, self.auth), self.changes, self.operations, self.admin)
+        hooks = ForgeHooks(self.store, self.sealer)
+        server = grpc_server(config, self.auth)
+        self.link = ConsoleLink(self.auth, server, self.changes, self.operations, self.admin, hooks)
         return console
 
     async def _on_note(self, note: dict[str, object]) -> None:

@@ -22,7 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from controlplane.config import ConsoleLimits
-from controlplane.web import actions, administration, pages, session
+from controlplane.web import actions, administration, hooks, pages, session
 from controlplane.web.gateway import Gateway, http_status
 from controlplane.web.limits import Gate, Refusal, Refused, session_key, too_slow
 from controlplane.web.visit import HERE, SECURITY_HEADERS, TEMPLATES, Handler, Visit
@@ -189,6 +189,7 @@ def console(gateway: Gateway, secure: bool, limits: ConsoleLimits) -> Starlette:
         *login_routes(gateway, gate, secure),
         Route("/", lambda request: RedirectResponse("/fleet", status_code=303)),
         Route("/favicon.ico", favicon),
+        Route("/hooks/github", hooks.github_route(gateway, gate), methods=["POST"]),
         *(Route(path, page(handler)) for path, handler in {**pages.PAGES, **administration.PAGES}.items()),
         Route("/runs/{run_id}/stream", page(streaming(pages.run_stream, gate))),
         Route("/changes/{change_id}/stream", page(streaming(pages.change_stream, gate))),

@@ -7,13 +7,14 @@ events included. The console runs in its own process; this is all it shares with
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
 from controlplane.api import auth
-from controlplane.api.console_link import PRINCIPAL_METHOD, SECRET_METADATA, principal_from_json
+from controlplane.api.console_link import FORGE_DELIVERY_METHOD, PRINCIPAL_METHOD, SECRET_METADATA, principal_from_json
 from controlplane.api.permissions import PERMISSIONS
 from controlplane.services.tokens import Principal
 from controlplane.web.shared_streams import SharedStreams
@@ -38,6 +39,7 @@ class Gateway:
             "TokenService": token_pb2_grpc.TokenServiceStub(self.channel),
         }
         self._principal = self.channel.unary_unary(PRINCIPAL_METHOD)
+        self._forge_delivery = self.channel.unary_unary(FORGE_DELIVERY_METHOD)
         self.shared = SharedStreams()
 
     @classmethod
@@ -56,6 +58,17 @@ class Gateway:
         except grpc.aio.AioRpcError as err:
             raise from_rpc_error(err) from None
         return principal_from_json(answer)
+
+    async def forge_delivery(self, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+        """A webhook delivery handed to the control plane as received (the raw body, its three headers as
+        metadata); its answer: the HTTP status and a message."""
+        metadata = ((SECRET_METADATA, self.secret), *((k, v) for k, v in headers.items() if v))
+        try:
+            answer = await self._forge_delivery(body, metadata=metadata, timeout=CALL_SECONDS)
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        fields = json.loads(answer)
+        return int(fields["status"]), str(fields["message"])
 
     def allowed(self, who: Principal, method: str) -> bool:
         """Whether `who` may call `Service/Method` (a page shows only the actions it may take)."""
