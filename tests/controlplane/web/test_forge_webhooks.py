@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import httpx
+import pytest
 import sqlalchemy
 from cryptography.fernet import Fernet
 from githubkit import GitHub, TokenAuthStrategy
 
+from controlplane.api.console_link import FORGE_DELIVERY_METHOD, SECRET_METADATA
 from controlplane.domain.webhooks import MAX_WEBHOOK_BYTES
 from drover.testing.fake_github import FakeGitHub
 from drover.testing.fake_github.webhooks import signature
@@ -125,3 +129,37 @@ def test_forged_unsigned_oversized_and_misdirected_deliveries_store_nothing(
             assert http.get(url).status_code == 405
         assert rows(plane) == [] and events(plane, "forge.delivery_received") == []
         assert gh.deliver("issues", payload).status == 200 and len(rows(plane)) == 1  # the same, signed right
+
+
+def private_socket(plane: ControlPlane) -> str:
+    """The path of the control plane's private socket for its console: the unix socket it listens on
+    under a drover-console-* directory (found by the inodes of the process's open sockets)."""
+    assert plane.proc is not None
+    fds = pathlib.Path(f"/proc/{plane.proc.pid}/fd")
+    inodes = {os.readlink(fd)[len("socket:[") : -1] for fd in fds.iterdir() if os.readlink(fd).startswith("socket:")}
+    for line in pathlib.Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) == 8 and fields[6] in inodes and "/drover-console-" in fields[7]:
+            return fields[7]
+    raise AssertionError("no private console socket found")
+
+
+def test_only_the_console_process_may_hand_in_a_delivery(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    with linked(fleet, tmp_path) as (plane, gh, _):
+        body = json.dumps({"action": "opened", "issue": {"number": 1}, "repository": {"full_name": "octo/app"}})
+        metadata = [
+            ("x-github-event", "issues"),
+            ("x-github-delivery", "from-outside"),
+            ("x-hub-signature-256", signature(gh.hooks.secret, body.encode())),
+        ]
+        with grpc.insecure_channel(f"unix:{private_socket(plane)}") as channel:
+            call = channel.unary_unary(FORGE_DELIVERY_METHOD)
+            for extra in ([], [(SECRET_METADATA, "guess")], [("authorization", f"Bearer {plane.admin_token}")]):
+                with pytest.raises(grpc.RpcError) as err:
+                    call(body.encode(), metadata=metadata + extra, timeout=30)
+                assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with grpc.insecure_channel(plane.target) as public:  # and the public port has no such method
+            with pytest.raises(grpc.RpcError) as err:
+                public.unary_unary(FORGE_DELIVERY_METHOD)(body.encode(), metadata=metadata, timeout=30)
+            assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert rows(plane) == [] and events(plane, "forge.delivery_received") == []
