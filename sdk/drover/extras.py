@@ -29,6 +29,8 @@ MODULES = {
         "jinja2",
         "uvicorn",
         "cryptography",
+        "githubkit",
+        "hishel",
     ),
 }
 """The top-level modules each daemon's extra installs (pyproject.toml's optional dependencies). The memory

@@ -27,7 +27,7 @@ BIN = pathlib.Path(sys.executable).parent
 RUNS = 3
 
 SERVER_SIDE = {"anthropic", "grpc_reflection", "grpc_health", "chromadb", "onnxruntime", "starlette", "uvicorn"}
-SERVER_SIDE |= {"jinja2", "pygit2", "tenacity", "httpx2", "numpy", "tokenizers"}
+SERVER_SIDE |= {"jinja2", "pygit2", "tenacity", "httpx2", "numpy", "tokenizers", "githubkit", "hishel"}
 """What only serving, indexing or a run needs: never imported by a command that only reads the store."""
 DATABASE = {"sqlalchemy", "alembic", "psycopg", "prometheus_client"}
 
