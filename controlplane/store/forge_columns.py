@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import BigInteger, Integer, String, Text
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 
@@ -36,6 +36,8 @@ class DeliveryColumns:
     """One webhook delivery kept for the forge loop (`forge_deliveries`), once per X-GitHub-Delivery: the
     few fields the loop reads, never the body or anything secret."""
 
+    __tablename__ = "forge_deliveries"
+
     delivery_id: Mapped[str] = mapped_column(String(100), primary_key=True)  # X-GitHub-Delivery
     project: Mapped[str] = mapped_column(String(200), index=True)
     event: Mapped[str] = mapped_column(String(64))  # X-GitHub-Event
@@ -46,5 +48,21 @@ class DeliveryColumns:
     head_sha: Mapped[str] = mapped_column(String(64), default="")
     conclusion: Mapped[str] = mapped_column(String(40), default="")  # a check's conclusion, a status's state
     comment_id: Mapped[int] = mapped_column(BigInteger, default=0)
-    state: Mapped[str] = mapped_column(String(16), default="received")  # received; the next slice: applied
+    state: Mapped[str] = mapped_column(String(16), default="received")  # received | done | failed
+    reason: Mapped[str] = mapped_column(Text, default="", server_default="")  # why it failed
     received_at: Mapped[dt.datetime] = mapped_column()
+
+
+class IssueChangeColumns:
+    """The Change an issue on the forge started (`forge_issue_changes`): while one is not finished, the
+    issue starts no other; with the delivery that started it and Drover's comment on the issue (0: not
+    posted yet)."""
+
+    __tablename__ = "forge_issue_changes"
+    __table_args__ = (Index("ix_forge_issue_changes_issue", "project", "issue_number"),)
+    change_id: Mapped[str] = mapped_column(String(40), ForeignKey("changes.id"), primary_key=True)
+    project: Mapped[str] = mapped_column(String(200))
+    issue_number: Mapped[int] = mapped_column(BigInteger)
+    delivery_id: Mapped[str] = mapped_column(String(100))
+    comment_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column()

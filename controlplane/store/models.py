@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from controlplane.store.forge_columns import DeliveryColumns, ForgeLink
+from controlplane.store.forge_columns import DeliveryColumns, ForgeLink, IssueChangeColumns
 
 
 def utcnow() -> dt.datetime:
@@ -394,5 +394,7 @@ class Conflict(Base):
     __table_args__ = (UniqueConstraint("change_id", "task_a", "task_b", name="uq_conflicts_change_tasks"),)
 
 
-class ForgeDelivery(DeliveryColumns, Base):
-    __tablename__ = "forge_deliveries"
+class ForgeDelivery(DeliveryColumns, Base): ...
+
+
+class ForgeIssueChange(IssueChangeColumns, Base): ...
