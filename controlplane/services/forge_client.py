@@ -1,0 +1,104 @@
+"""The control plane's client of a project's forge (issue 28): GitHub's REST API through githubkit, at the
+project's `forge_api_url`, authenticated with its sealed forge credential (a fine-grained token, or a
+GitHub App: a JWT signed with its RSA key exchanged for an installation token, refreshed by githubkit).
+githubkit is imported when a client is made, so the control plane's start does not pay for it.
+
+Only what the forge loop uses so far: read an issue, comment on it, and a user's permission on the
+repository. Every failure is a ForgeError saying which call and why, never quoting the credential."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from controlplane.services.credentials import Sealer, forge_credential
+from controlplane.store.models import Project
+
+TIMEOUT_SECONDS = 20.0
+
+
+class ForgeError(Exception):
+    """A forge call failed: no usable credential, the forge unreachable, or an error answer."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ForgeAccess:
+    """What a client needs, read from the project's row inside a transaction, used outside it."""
+
+    repo: str  # owner/name
+    api_url: str
+    kind: str  # token | app
+    secret: str  # the token, or the App's private key
+    app_id: int = 0
+    installation_id: int = 0
+
+    @classmethod
+    def of(cls, project: Project, sealer: Sealer) -> ForgeAccess:
+        """ForgeError when the project has no forge credential or it does not open."""
+        try:
+            kind, secret = forge_credential(project, sealer)
+        except ValueError as err:
+            raise ForgeError(f"project {project.name}: its forge credential does not open: {err}") from None
+        if not kind:
+            raise ForgeError(f"project {project.name} has no forge credential (SetForgeCredential)")
+        return cls(
+            project.forge_repo, project.forge_api_url, kind, secret, project.forge_app_id, project.forge_installation_id
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Issue:
+    number: int
+    title: str
+    body: str
+    state: str
+
+
+class ForgeClient:
+    """One project's repository on GitHub; use as `async with ForgeClient(access) as forge:`."""
+
+    def __init__(self, access: ForgeAccess) -> None:
+        from githubkit import AppInstallationAuthStrategy, GitHub, TokenAuthStrategy
+
+        auth: Any = (
+            TokenAuthStrategy(access.secret)
+            if access.kind == "token"
+            else AppInstallationAuthStrategy(access.app_id, access.secret, access.installation_id)
+        )
+        self.owner, _, self.name = access.repo.partition("/")
+        self.github: Any = GitHub(
+            auth, base_url=access.api_url.rstrip("/") + "/", timeout=TIMEOUT_SECONDS, auto_retry=False
+        )
+
+    async def __aenter__(self) -> ForgeClient:
+        await self.github.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.github.__aexit__(*exc)
+
+    async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        from githubkit.exception import GitHubException, RequestFailed
+
+        try:
+            return (await method(self.owner, self.name, *args, **kwargs)).parsed_data
+        except RequestFailed as err:
+            raise ForgeError(f"{what} on {self.owner}/{self.name}: HTTP {err.response.status_code}") from None
+        except GitHubException as err:
+            raise ForgeError(f"{what} on {self.owner}/{self.name}: {type(err).__name__}: {err}") from None
+
+    async def get_issue(self, number: int) -> Issue:
+        found = await self._call(f"reading issue #{number}", self.github.rest.issues.async_get, number)
+        return Issue(found.number, found.title or "", found.body or "", found.state or "")
+
+    async def create_comment(self, number: int, body: str) -> int:
+        """The new comment's id."""
+        method = self.github.rest.issues.async_create_comment
+        made = await self._call(f"commenting on issue #{number}", method, number, data={"body": body})
+        return int(made.id)
+
+    async def permission(self, login: str) -> str:
+        """admin, write, read or none (GitHub's legacy names: maintain counts as write, triage as read)."""
+        method = self.github.rest.repos.async_get_collaborator_permission_level
+        found = await self._call(f"reading {login}'s permission", method, login)
+        return str(found.permission)
