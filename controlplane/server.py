@@ -27,12 +27,13 @@ from controlplane.api.permissions import PERMISSIONS
 from controlplane.api.project_service import ProjectService
 from controlplane.api.replica import Replica
 from controlplane.api.token_service import TokenService
-from controlplane.config import ServerConfig, load_harness
+from controlplane.config import HarnessConfig, ServerConfig, load_harness
 from controlplane.context.recall import Recall
 from controlplane.context.warmer import Warmer
 from controlplane.dispatch import packet_pipeline, quota
 from controlplane.dispatch.composer import Composer
 from controlplane.dispatch.dispatcher import Dispatcher
+from controlplane.dispatch.forge_loop import ForgeLoop
 from controlplane.dispatch.liveness import Liveness
 from controlplane.dispatch.router import Router
 from controlplane.services import agent_presence, token_files, tokens
@@ -151,7 +152,7 @@ class ControlPlane:
         """The console's process-to-be: its socket bound now (a bad address fails the start), and the
         private gRPC socket it will call the API through."""
         console = Console(config.http_listen, config.tls_cert, config.tls_key, config.allow_plaintext, config.console)
-        hooks = ForgeHooks(self.store, self.sealer)
+        hooks = ForgeHooks(self.store, self.sealer, lambda: self.forge.wake())  # the loop is made by start()
         server = grpc_server(config, self.auth)
         self.link = ConsoleLink(self.auth, server, self.changes, self.operations, self.admin, hooks)
         return console
@@ -161,15 +162,23 @@ class ControlPlane:
         self.dispatcher.wake_here()
         self.notifier.notify()
 
+    def _harness(self) -> HarnessConfig:
+        """The harness config in use now (SIGHUP replaces it)."""
+        return self.config.harness
+
     async def start(self) -> None:
         if not self.replica.shared:  # a single node: none is connected to this process yet
             await self.store.run(agent_presence.disconnect_all)
         self.replica.start()
+        self.forge = ForgeLoop(
+            self.store, self.sealer, self.notifier, self.dispatcher.wake, self.replica.leading, self._harness
+        )
         self._loops = [
             asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
             asyncio.create_task(self.liveness.run_forever(), name="liveness"),
             asyncio.create_task(self.composer.run_forever(), name="composer"),
             asyncio.create_task(self.warmer.run_forever(), name="context-warmer"),
+            asyncio.create_task(self.forge.run_forever(), name="forge"),
         ]
         await self.endpoint.start()
         if self.console is not None:

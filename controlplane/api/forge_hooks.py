@@ -5,14 +5,15 @@ The signature first, before anything is parsed: the delivery belongs to the GitH
 webhook secret verifies `X-Hub-Signature-256` (none: 401, nothing stored). Then X-GitHub-Delivery
 (missing: 400), the JSON (invalid: 400) and the event: `ping` 200, an event the forge loop does not use
 204; one it uses must name the project's forge_repo as its repository (else 400) and is kept once per
-X-GitHub-Delivery with its `forge.delivery_received` event (again: 200, nothing changes). Nothing
-processes a kept delivery yet; the next slice starts Changes from them."""
+X-GitHub-Delivery with its `forge.delivery_received` event (again: 200, nothing changes), and the forge
+loop (controlplane.dispatch.forge_loop) woken to process it."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 
 from controlplane.domain.webhooks import (
     KEPT_EVENTS,
@@ -48,8 +49,8 @@ class Delivery:
 
 
 class ForgeHooks:
-    def __init__(self, store: Store, sealer: Sealer) -> None:
-        self.store, self.sealer = store, sealer
+    def __init__(self, store: Store, sealer: Sealer, on_kept: Callable[[], None] = lambda: None) -> None:
+        self.store, self.sealer, self.on_kept = store, sealer, on_kept
 
     async def receive(self, d: Delivery) -> Answer:
         if len(d.body) > MAX_WEBHOOK_BYTES:
@@ -80,4 +81,6 @@ class ForgeHooks:
             return Answer(400, f"the delivery is for repository {str(full_name)[:200]!r}, not {repo!r}")
         fields = delivery_fields(d.event, payload)
         kept = await self.store.run(record_delivery, project, d.delivery_id, d.event, fields)
+        if kept:
+            self.on_kept()
         return Answer(200, "received" if kept else "already received")

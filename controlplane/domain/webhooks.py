@@ -42,7 +42,7 @@ def choose_project(secrets: Sequence[tuple[str, bytes]], body: bytes, header: st
 
 @dataclasses.dataclass(frozen=True)
 class DeliveryFields:
-    """What the next slice reads of a delivery, so that it needs neither the body nor the forge to decide."""
+    """What the forge loop reads of a delivery, so that it needs neither the body nor the forge to decide."""
 
     action: str = ""
     number: int = 0

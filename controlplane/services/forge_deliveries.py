@@ -1,6 +1,6 @@
 """Webhook deliveries from a forge (issue 28), the store's part: the linked projects' webhook secrets
 opened to check a signature with, and a kept delivery recorded once per X-GitHub-Delivery together with
-its `forge.delivery_received` event. Nothing processes a delivery yet (the next slice starts Changes)."""
+its `forge.delivery_received` event; the forge loop (controlplane.dispatch.forge_loop) processes it."""
 
 from __future__ import annotations
 

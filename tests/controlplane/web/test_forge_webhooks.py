@@ -40,6 +40,12 @@ def rows(plane: ControlPlane) -> list[dict[str, Any]]:
         engine.dispose()
 
 
+def as_received(plane: ControlPlane) -> list[dict[str, Any]]:
+    """The kept deliveries as they were received: without what the forge loop sets when it ends each (its
+    state and reason; here web has no forge credential, so a labelled issue's delivery fails)."""
+    return [{k: v for k, v in r.items() if k not in ("state", "reason")} for r in rows(plane)]
+
+
 @contextlib.contextmanager
 def linked(fleet: Fleet, tmp_path: pathlib.Path) -> Iterator[tuple[ControlPlane, FakeGitHub, str]]:
     """A control plane with its console, project web linked to octo/app on the fake forge whose webhook
@@ -74,11 +80,11 @@ def test_a_labelled_issue_is_kept_once_and_a_redelivery_changes_nothing(fleet: F
         api.rest.issues.add_labels("octo", "app", issue.number, data={"labels": ["drover"]})
         opened, labeled = gh.deliveries[1:]
         assert (opened.event, opened.status, labeled.status) == ("issues", 200, 200)
-        kept = rows(plane)
+        kept = as_received(plane)
         assert [(r["delivery_id"], r["action"]) for r in kept] == [(opened.id, "opened"), (labeled.id, "labeled")]
         row = kept[1]
-        assert (row["project"], row["event"], row["number"], row["label"], row["sender"], row["state"]) == (
-            "web", "issues", issue.number, "drover", "alice", "received"
+        assert (row["project"], row["event"], row["number"], row["label"], row["sender"]) == (
+            "web", "issues", issue.number, "drover", "alice"
         )  # fmt: skip
         said = events(plane, "forge.delivery_received")
         assert [(e["project"], e["event"], e["action"], e["number"]) for e in said] == [
@@ -87,7 +93,7 @@ def test_a_labelled_issue_is_kept_once_and_a_redelivery_changes_nothing(fleet: F
         assert all("body" not in e and "crashes" not in json.dumps(e) for e in said)  # no body in the event
 
         assert gh.redeliver(labeled.id).status == 200  # the same X-GitHub-Delivery again
-        assert rows(plane) == kept and len(events(plane, "forge.delivery_received")) == 2
+        assert as_received(plane) == kept and len(events(plane, "forge.delivery_received")) == 2
 
         starred = gh.deliver("star", {"action": "created", "repository": {"full_name": "octo/app"}})
         assert starred.status == 204
