@@ -28,7 +28,7 @@ class ForgeAccess:
     repo: str  # owner/name
     api_url: str
     kind: str  # token | app
-    secret: str  # the token, or the App's private key
+    secret: str = dataclasses.field(repr=False)  # the token, or the App's private key: never printed
     app_id: int = 0
     installation_id: int = 0
 

@@ -60,6 +60,7 @@ def test_a_token_and_an_app_installation_each_read_comment_and_ask_permission(gh
     gh.add_app(42, public, 7, slug="drover", owner="octo")
     as_app = ForgeAccess.of(project(gh, sealer, "app", private, 42, 7), sealer)
     assert as_app.kind == "app" and (as_app.app_id, as_app.installation_id) == (42, 7)
+    assert TOKEN not in repr(with_token) and "PRIVATE KEY" not in repr(as_app)  # a logged access shows no secret
     *_, second, _ = asyncio.run(round_trip(as_app))
     authors = {c.id: c.author for c in gh.comments["octo/app"].values()}
     assert authors == {first: "drover-bot", second: "drover[bot]"}
