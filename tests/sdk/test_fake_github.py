@@ -250,17 +250,23 @@ def _app_key() -> tuple[str, bytes]:
     return private.decode(), public
 
 
+LIFETIME = 4.0
+"""The installation tokens' life in the expiry test."""
+
+
 def test_app_installation_tokens_clone_expire_and_refresh(gh: FakeGitHub, tmp_path: pathlib.Path) -> None:
     private, public = _app_key()
-    gh.add_app(42, public, 7, slug="drover", owner="octo", token_lifetime=1.0)
+    # long enough that a loaded machine still uses a token before it ends (1 s did not, on CI)
+    gh.add_app(42, public, 7, slug="drover", owner="octo", token_lifetime=LIFETIME)
     app = GitHub(AppAuthStrategy(42, private), base_url=gh.base_url)
     assert app.rest.apps.get_repo_installation("octo", "app").parsed_data.id == 7
     installation = GitHub(AppInstallationAuthStrategy(42, private, 7), base_url=gh.base_url)
     assert installation.rest.issues.create("octo", "app", title="by the app").parsed_data.user.login == "drover[bot]"  # type: ignore[union-attr]
+    minted_at = time.time()
     token = app.rest.apps.create_installation_access_token(7).parsed_data
     assert datetime.datetime.strptime(token.expires_at, "%Y-%m-%dT%H:%M:%SZ").year >= 2026
     assert run_git("clone", "-q", gh.clone_url("octo/app", token.token), str(tmp_path / "c")).returncode == 0
-    time.sleep(1.2)
+    time.sleep(max(0.0, minted_at + LIFETIME + 0.2 - time.time()))
     with pytest.raises(RequestFailed) as err:
         client(gh, token.token).rest.issues.list_for_repo("octo", "app")
     assert err.value.response.status_code == 401
