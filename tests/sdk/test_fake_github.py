@@ -256,14 +256,16 @@ LIFETIME = 4.0
 
 def test_app_installation_tokens_clone_expire_and_refresh(gh: FakeGitHub, tmp_path: pathlib.Path) -> None:
     private, public = _app_key()
+    # ids of its own: githubkit caches installation tokens process-wide by app and installation, and
+    # tests/controlplane/services/test_forge_client.py's app 42 / installation 7 token is unknown here
     # long enough that a loaded machine still uses a token before it ends (1 s did not, on CI)
-    gh.add_app(42, public, 7, slug="drover", owner="octo", token_lifetime=LIFETIME)
-    app = GitHub(AppAuthStrategy(42, private), base_url=gh.base_url)
-    assert app.rest.apps.get_repo_installation("octo", "app").parsed_data.id == 7
-    installation = GitHub(AppInstallationAuthStrategy(42, private, 7), base_url=gh.base_url)
+    gh.add_app(4242, public, 77, slug="drover", owner="octo", token_lifetime=LIFETIME)
+    app = GitHub(AppAuthStrategy(4242, private), base_url=gh.base_url)
+    assert app.rest.apps.get_repo_installation("octo", "app").parsed_data.id == 77
+    installation = GitHub(AppInstallationAuthStrategy(4242, private, 77), base_url=gh.base_url)
     assert installation.rest.issues.create("octo", "app", title="by the app").parsed_data.user.login == "drover[bot]"  # type: ignore[union-attr]
     minted_at = time.time()
-    token = app.rest.apps.create_installation_access_token(7).parsed_data
+    token = app.rest.apps.create_installation_access_token(77).parsed_data
     assert datetime.datetime.strptime(token.expires_at, "%Y-%m-%dT%H:%M:%SZ").year >= 2026
     assert run_git("clone", "-q", gh.clone_url("octo/app", token.token), str(tmp_path / "c")).returncode == 0
     time.sleep(max(0.0, minted_at + LIFETIME + 0.2 - time.time()))
@@ -277,8 +279,8 @@ def test_app_installation_tokens_clone_expire_and_refresh(gh: FakeGitHub, tmp_pa
         != 0
     )
     assert installation.rest.issues.list_for_repo("octo", "app").status_code == 200  # githubkit fetched a new one
-    minted = [r for r in gh.requests if r.path == "/app/installations/7/access_tokens" and r.status == 201]
-    assert len(minted) >= 3 and all(r.token == "jwt:42" for r in minted)
+    minted = [r for r in gh.requests if r.path == "/app/installations/77/access_tokens" and r.status == 201]
+    assert len(minted) >= 3 and all(r.token == "jwt:4242" for r in minted)
 
 
 def test_bad_jwts_get_401(gh: FakeGitHub) -> None:
