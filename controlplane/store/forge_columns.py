@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 
@@ -18,6 +18,12 @@ class ForgeLink:
     forge_api_url: Mapped[str] = mapped_column(String(500), default="")
     forge_label: Mapped[str] = mapped_column(String(100), default="drover")
     max_fix_rounds: Mapped[int] = mapped_column(Integer, default=3)
+    # what an issue's Change is made of and where its pull request goes
+    forge_budget_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # 0: no Change budget
+    forge_branch_template: Mapped[str] = mapped_column(
+        String(300), default="drover/issue-{number}", server_default="drover/issue-{number}"
+    )  # the pull request's branch: {number}, {change}, {slug}
+    forge_check_command: Mapped[str] = mapped_column(Text, default="", server_default="")  # "": no check Task
     # the forge credential: sealed like the git credential, never returned
     forge_credential_kind: Mapped[str] = mapped_column(String(16), default="")  # token | app; "": none
     forge_credential_sealed: Mapped[str] = mapped_column(Text, default="")
@@ -59,10 +65,23 @@ class IssueChangeColumns:
     posted yet)."""
 
     __tablename__ = "forge_issue_changes"
-    __table_args__ = (Index("ix_forge_issue_changes_issue", "project", "issue_number"),)
+    __table_args__ = (
+        Index("ix_forge_issue_changes_issue", "project", "issue_number"),
+        Index("ix_forge_issue_changes_pr", "project", "pr_number"),
+    )
     change_id: Mapped[str] = mapped_column(String(40), ForeignKey("changes.id"), primary_key=True)
     project: Mapped[str] = mapped_column(String(200))
     issue_number: Mapped[int] = mapped_column(BigInteger)
     delivery_id: Mapped[str] = mapped_column(String(100))
     comment_id: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[dt.datetime] = mapped_column()
+    # the Change's place in the issue's loop: round 0 starts the pull request, rounds 1.. fix it
+    round: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    pr_number: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # 0: none opened yet
+    pr_branch: Mapped[str] = mapped_column(String(300), default="", server_default="")
+    outcome: Mapped[str] = mapped_column(String(24), default="", server_default="")
+    """"": the Change is running or its end is not yet told to the forge; pr_opened | pushed (a fix round's
+    commits on the pull request's branch) | reported (its failure said on the issue) | failed (telling failed)."""
+    outcome_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+    comment_digest: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    """sha256 of the issue comment's last posted text: an unchanged comment is not edited again."""
