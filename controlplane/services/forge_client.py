@@ -8,13 +8,18 @@ repository. Every failure is a ForgeError saying which call and why, never quoti
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
+import threading
 from typing import Any
 
 from controlplane.services.credentials import Sealer, forge_credential
 from controlplane.store.models import Project
 
 TIMEOUT_SECONDS = 20.0
+TOKEN_CACHES = 256
+"""The most credentials whose installation tokens are kept (the least recently used is dropped)."""
 
 
 class ForgeError(Exception):
@@ -54,6 +59,32 @@ class Issue:
     state: str
 
 
+class _TokenCaches:
+    """One githubkit cache per credential: githubkit's default cache is one per process and keys an
+    installation token by App id and installation id only, so two forges (or a rotated App key) sharing
+    those ids would be handed each other's token. Keyed by a digest of everything that identifies the
+    credential, so a token is reused across clients of one project and never crosses to another."""
+
+    def __init__(self) -> None:
+        self._caches: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, access: ForgeAccess) -> Any:
+        from githubkit.cache import MemCacheStrategy
+
+        parts = (access.api_url, access.kind, str(access.app_id), str(access.installation_id), access.secret)
+        key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+        with self._lock:
+            cache = self._caches.pop(key, None) or MemCacheStrategy()
+            self._caches[key] = cache
+            while len(self._caches) > TOKEN_CACHES:
+                self._caches.popitem(last=False)
+            return cache
+
+
+_token_caches = _TokenCaches()
+
+
 class ForgeClient:
     """One project's repository on GitHub; use as `async with ForgeClient(access) as forge:`."""
 
@@ -67,7 +98,12 @@ class ForgeClient:
         )
         self.owner, _, self.name = access.repo.partition("/")
         self.github: Any = GitHub(
-            auth, base_url=access.api_url.rstrip("/") + "/", timeout=TIMEOUT_SECONDS, auto_retry=False
+            auth,
+            base_url=access.api_url.rstrip("/") + "/",
+            timeout=TIMEOUT_SECONDS,
+            auto_retry=False,
+            cache_strategy=_token_caches.of(access),
+            http_cache=False,  # GitHub's `max-age=60` would hand the loop a minute-old pull request or check
         )
 
     async def __aenter__(self) -> ForgeClient:

@@ -81,3 +81,29 @@ def test_no_credential_a_refused_one_and_a_missing_issue_are_forge_errors(gh: Fa
     gh.add_token("ghp_other", "drover-bot")
     with pytest.raises(ForgeError, match="HTTP 404"):
         asyncio.run(round_trip(ForgeAccess.of(project(gh, sealer, "token", "ghp_other"), sealer)))
+
+
+def test_two_forges_with_the_same_app_ids_each_get_their_own_installation_token(
+    gh: FakeGitHub, tmp_path: pathlib.Path
+) -> None:
+    """githubkit's own cache is one per process, keyed by App id and installation id only: a second forge
+    (GitHub Enterprise beside github.com, or a test forge) with an App of the same ids would be sent the
+    first one's installation token and refused. Each credential has its own cache, reused across its
+    clients: one token exchange per forge, however many clients."""
+    sealer = Sealer.from_text(Fernet.generate_key().decode())
+    with FakeGitHub(tmp_path / "enterprise") as other:
+        other.create_repo("octo/app")
+        accesses = []
+        for forge, slug in ((gh, "drover"), (other, "drover-enterprise")):
+            private, public = _app_key()
+            forge.add_app(4343, public, 71, slug=slug, owner="octo")
+            forge.new_issue(forge.repos["octo/app"], "Crash", "on save", "alice")
+            forge.set_permission("octo/app", "carol", "write")
+            accesses.append(ForgeAccess.of(project(forge, sealer, "app", private, 4343, 71), sealer))
+        for access in accesses + accesses:  # each forge twice, interleaved
+            asyncio.run(round_trip(access))
+        for forge, slug in ((gh, "drover"), (other, "drover-enterprise")):
+            authors = [c.author for c in forge.comments["octo/app"].values()]
+            assert authors == [f"{slug}[bot]"] * 2
+            exchanges = [r for r in forge.recorded() if r.path.endswith("/access_tokens")]
+            assert [r.status for r in exchanges] == [201]  # one installation token, reused by the second client
