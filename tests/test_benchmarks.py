@@ -32,6 +32,7 @@ SMALLEST = {
         + ["--timeout", "200"],  # under the test's own timeout: a stuck wait prints what it waited for
         ["connected agents", "saturation runs/s", "output MB/s", "budget pairs/s"],
     ),
+    "forge_loop.py": (["--issues", "1", "--timeout", "200"], ["label -> PR opened", "-> pull request opened"]),
     "gateway.py": (["--calls", "3", "--warmup", "1"], ["gateway overhead json", "gateway overhead stream"]),
     "harness.py": (
         ["--round-trips", "3", "--command-round-trips", "1", "--runs", "1"],
