@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from controlplane.config import HarnessConfig
 from controlplane.dispatch import quota
+from controlplane.domain import forge_retry
 from controlplane.domain import forge_start as starts
 from controlplane.services import forge_start
 from controlplane.services.credentials import Sealer
@@ -86,6 +87,12 @@ class ForgeLoop:
                 log.info("project %s: issue #%d started Change %s", d.project, d.number, change_id)
                 comment = await forge.create_comment(d.number, starts.started_comment(change_id, self.console_url))
                 await self.store.run(forge_start.record_comment, change_id, comment)
-        except (ForgeError, DroverError) as err:
+        except ForgeError as err:
+            if forge_retry.passing(err.status) and await self.store.run(forge_start.try_again, d.delivery_id, str(err)):
+                log.warning("project %s: delivery %s will be tried again: %s", d.project, d.delivery_id, err)
+                return
+            log.warning("project %s: delivery %s failed: %s", d.project, d.delivery_id, err)
+            await self.store.run(forge_start.finish, d.delivery_id, "failed", str(err))
+        except DroverError as err:
             log.warning("project %s: delivery %s failed: %s", d.project, d.delivery_id, err)
             await self.store.run(forge_start.finish, d.delivery_id, "failed", str(err))

@@ -23,7 +23,12 @@ TOKEN_CACHES = 256
 
 
 class ForgeError(Exception):
-    """A forge call failed: no usable credential, the forge unreachable, or an error answer."""
+    """A forge call failed: no usable credential, the forge unreachable, or an error answer. `status` is the
+    forge's HTTP status, None when it could not be reached, 0 when the forge was not asked."""
+
+    def __init__(self, message: str, status: int | None = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,9 +124,10 @@ class ForgeClient:
         try:
             return (await method(self.owner, self.name, *args, **kwargs)).parsed_data
         except RequestFailed as err:
-            raise ForgeError(f"{what} on {self.owner}/{self.name}: HTTP {err.response.status_code}") from None
+            status = err.response.status_code
+            raise ForgeError(f"{what} on {self.owner}/{self.name}: HTTP {status}", status) from None
         except GitHubException as err:
-            raise ForgeError(f"{what} on {self.owner}/{self.name}: {type(err).__name__}: {err}") from None
+            raise ForgeError(f"{what} on {self.owner}/{self.name}: {type(err).__name__}: {err}", None) from None
 
     async def get_issue(self, number: int) -> Issue:
         found = await self._call(f"reading issue #{number}", self.github.rest.issues.async_get, number)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from controlplane.domain import graph
+from controlplane.domain import forge_retry, graph
 from controlplane.services.change_lifecycle import submit_change
 from controlplane.services.credentials import Sealer
 from controlplane.services.forge_client import ForgeAccess
@@ -48,11 +48,12 @@ def running_change(s: Session, project: str, number: int) -> str:
 
 
 def pending(s: Session) -> list[Pending]:
-    """The oldest deliveries still `received`, at most BATCH."""
+    """The oldest deliveries still `received` and due (not waiting to be tried again), at most BATCH."""
     rows = s.execute(
         select(ForgeDelivery, Project.forge_label)
         .join(Project, Project.name == ForgeDelivery.project)
         .where(ForgeDelivery.state == "received")
+        .where(or_(ForgeDelivery.next_attempt_at.is_(None), ForgeDelivery.next_attempt_at <= utcnow()))
         .order_by(ForgeDelivery.received_at, ForgeDelivery.delivery_id)
         .limit(BATCH)
     ).all()
@@ -87,6 +88,30 @@ def finish(s: Session, delivery_id: str, state: str, reason: str = "") -> None:
     row.state, row.reason = state, reason[:2000]
     if state == "failed":
         add_event(s, "forge.delivery_failed", project=row.project, delivery_id=delivery_id, reason=row.reason)
+
+
+def try_again(s: Session, delivery_id: str, reason: str) -> bool:
+    """A passing forge error stopped the delivery: keep it `received` to be tried again after a wait
+    (event `forge.delivery_retrying`), or fail it once the waits are used up. True: it will be tried again."""
+    row = s.get(ForgeDelivery, delivery_id)
+    if row is None or row.state != "received":
+        return False
+    row.attempts += 1
+    when = forge_retry.next_attempt(row.attempts, utcnow())
+    if when is None:
+        finish(s, delivery_id, "failed", f"{reason} (after {row.attempts} tries)")
+        return False
+    row.next_attempt_at, row.reason = when, reason[:2000]
+    add_event(
+        s,
+        "forge.delivery_retrying",
+        project=row.project,
+        delivery_id=delivery_id,
+        attempts=row.attempts,
+        next_attempt_at=when.isoformat(),
+        reason=row.reason,
+    )
+    return True
 
 
 def start_change(s: Session, delivery_id: str, spec: graph.ChangeSpec, number: int) -> str:

@@ -56,6 +56,8 @@ class DeliveryColumns:
     comment_id: Mapped[int] = mapped_column(BigInteger, default=0)
     state: Mapped[str] = mapped_column(String(16), default="received")  # received | done | failed
     reason: Mapped[str] = mapped_column(Text, default="", server_default="")  # why it failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # tries that failed passing
+    next_attempt_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)  # None: at once
     received_at: Mapped[dt.datetime] = mapped_column()
 
 

@@ -107,3 +107,30 @@ def test_an_issue_labelled_for_another_label_or_without_a_credential_starts_noth
             assert admin.list_changes("web") == []
         assert comments(api, issue.number) == [] and events(plane, "forge.change_started") == []
         assert [e["delivery_id"] for e in events(plane, "forge.delivery_failed")] == [kept[1]["delivery_id"]]
+
+
+def test_a_forge_outage_is_tried_again_and_a_refusal_fails_at_once(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    """The forge answering 502 to Drover's reading of the issue leaves the delivery to be tried again five
+    seconds later, when the Change starts; a 404 (the issue gone) fails the delivery with no retry."""
+    with linked(fleet, tmp_path) as (plane, gh):
+        api = GitHub(TokenAuthStrategy(ALICE), base_url=gh.base_url)
+        issue = api.rest.issues.create("octo", "app", title="Crash on save").parsed_data
+        gh.outage("drover-bot", 1, 502)
+        api.rest.issues.add_labels("octo", "app", issue.number, data={"labels": ["drover"]})
+        (retrying,) = wait_for(lambda: events(plane, "forge.delivery_retrying"), 30, what="the retry to be planned")
+        assert (retrying["attempts"], retrying["reason"]) == (1, f"reading issue #{issue.number} on octo/app: HTTP 502")
+        labeled = processed(plane)[-1]
+        assert (labeled["state"], labeled["attempts"]) == ("done", 1)  # tried again after 5 s, and started
+        with plane.client() as admin:
+            (change,) = admin.list_changes("web")
+        assert [e["delivery_id"] for e in events(plane, "forge.change_started")] == [labeled["delivery_id"]]
+
+        other = api.rest.issues.create("octo", "app", title="Typo").parsed_data
+        gh.outage("drover-bot", 1, 404)
+        api.rest.issues.add_labels("octo", "app", other.number, data={"labels": ["drover"]})
+        failed = processed(plane)[-1]
+        assert (failed["state"], failed["attempts"]) == ("failed", 0)
+        assert failed["reason"] == f"reading issue #{other.number} on octo/app: HTTP 404"
+        with plane.client() as admin:
+            assert [c.id for c in admin.list_changes("web")] == [change.id]
+        assert len(events(plane, "forge.delivery_retrying")) == 1

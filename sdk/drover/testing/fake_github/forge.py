@@ -52,8 +52,23 @@ class Forge:
         self.reviews: dict[str, dict[int, Review]] = {}
         self.review_comments: dict[str, dict[int, ReviewComment]] = {}
         self.requests: list[Request] = []
+        self.failing: list[tuple[str, int]] = []  # (login, status): the next REST requests of login fail
         self.hooks = Hooks()
         self.outbox: list[Delivery] = []
+
+    def outage(self, login: str, count: int, status: int = 502) -> None:
+        """The next `count` REST requests made as `login` are answered `status` (502: GitHub's "Server Error")."""
+        with self.lock:
+            self.failing.extend([(login, status)] * count)
+
+    def failure_for(self, login: str) -> int | None:
+        """The status to answer `login`'s request with, when an outage is under way for it."""
+        with self.lock:
+            for i, (who, status) in enumerate(self.failing):
+                if who == login:
+                    del self.failing[i]
+                    return status
+        return None
 
     def next_id(self) -> int:
         return next(self._ids)
