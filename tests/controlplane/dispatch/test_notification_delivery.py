@@ -1,0 +1,191 @@
+"""Notifications out (issue 28), whole-system: a real control plane with `[[notify]]` targets pointed at a
+real HTTP receiver in the test (a thread `http.server`). A finished Change reaches it once, signed with
+the target's secret; a receiver answering 500 twice gets the same delivery three times, backing off,
+and one delivered row; a bad `[[notify]]` entry stops the control plane from starting, naming the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import http.server
+import itertools
+import json
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy
+
+from tests.conftest import ControlPlane, Fleet, holds, make_repo, task, wait_for
+
+SECRET = "whsec-test-0123456789"
+
+
+@dataclasses.dataclass(frozen=True)
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return dict(json.loads(self.body))
+
+    @property
+    def delivery(self) -> str:
+        return self.headers["X-Drover-Delivery"]
+
+    def signed_with(self, secret: str) -> bool:
+        expected = "sha256=" + hmac.new(secret.encode(), self.body, hashlib.sha256).hexdigest()
+        return hmac.compare_digest(expected, self.headers.get("X-Drover-Signature-256", ""))
+
+
+class Receiver:
+    """An HTTP endpoint on loopback that keeps every POST and answers `statuses` in order (then 200),
+    each after `delay` seconds."""
+
+    def __init__(self, statuses: tuple[int, ...] = (), delay: float = 0.0) -> None:
+        self.received: list[Received] = []
+        self.statuses, self.delay = list(statuses), delay
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with receiver._lock:
+                    receiver.received.append(Received(dict(self.headers.items()), body, time.monotonic()))
+                    status = receiver.statuses.pop(0) if receiver.statuses else 200
+                time.sleep(receiver.delay)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/drover"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def of(self, event: str) -> list[Received]:
+        with self._lock:
+            return [r for r in self.received if r.headers.get("X-Drover-Event") == event]
+
+
+def notify_toml(path: pathlib.Path, url: str, events: list[str], name: str = "ops") -> pathlib.Path:
+    path.write_text(
+        f'[[notify]]\nname = "{name}"\nurl = "{url}"\nevents = {json.dumps(events)}\n'
+        'secret_env = "DROVER_TEST_HOOK_SECRET"\nconsole_url = "https://drover.example"\n'
+    )
+    return path
+
+
+def start(plane: ControlPlane, config: pathlib.Path) -> ControlPlane:
+    plane.extra_env["DROVER_TEST_HOOK_SECRET"] = SECRET
+    plane.args = ("--config", str(config))
+    return plane.start()
+
+
+def deliveries(url: str) -> list[dict[str, Any]]:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(sqlalchemy.text("SELECT * FROM notification_deliveries ORDER BY event_id"))
+            return [dict(row._mapping) for row in found]
+    finally:
+        engine.dispose()
+
+
+def sqlite_url(plane: ControlPlane) -> str:
+    return f"sqlite:///{plane.data_dir / 'drover.db'}"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+def test_a_finished_change_and_a_failed_run_are_delivered_once_signed(
+    fleet: Fleet, tmp_path: pathlib.Path, receiver: Receiver
+) -> None:
+    config = notify_toml(tmp_path / "cp.toml", receiver.url, ["change.finished", "run.failed"])
+    plane = start(fleet.plane, config)
+    plane.add_project("web", str(make_repo(tmp_path / "web", {"app.py": "print(1)\n"})))
+    fleet.agent("a1")
+    with plane.client() as client:
+        good = client.submit_change("web", "pass", [task("ok", ["true"])])
+        bad = client.submit_change("web", "fail", [task("no", ["false"])])
+        for change in (good, bad):
+            wait_for(lambda c=change: client.get_change(c.id).status in ("succeeded", "failed"), 60, what="Changes")
+    finished = wait_for(lambda: len(receiver.of("change.finished")) == 2 and receiver.of("change.finished"), 30)
+    (failed_run,) = wait_for(lambda: receiver.of("run.failed"), 30, what="the failed run's notification")
+    holds(lambda: len(receiver.received) == 3, 3, what="nothing is delivered twice")
+    assert all(r.signed_with(SECRET) and not r.signed_with(SECRET + "x") for r in receiver.received)
+    by_change = {r.payload["change"]: r.payload for r in finished}
+    assert {k: by_change[good.id][k] for k in ("event", "project", "status", "console")} == {
+        "event": "change.finished",
+        "project": "web",
+        "status": "succeeded",
+        "console": f"https://drover.example/changes/{good.id}",
+    }
+    assert by_change[bad.id]["status"] == "failed"
+    assert failed_run.payload["change"] == bad.id and failed_run.payload["run"].startswith("run_")
+    rows = deliveries(sqlite_url(plane))
+    assert sorted(r["id"] for r in rows) == sorted(r.delivery for r in receiver.received)
+    assert all((r["state"], r["attempts"], r["last_status"]) == ("delivered", 1, 200) for r in rows)
+    assert SECRET not in json.dumps([{k: str(v) for k, v in r.items()} for r in rows])
+    logs = "".join(p.read_text(errors="replace") for p in plane.data_dir.glob("controlplane-*.log"))
+    assert SECRET not in logs
+
+
+def test_a_receiver_failing_twice_gets_three_attempts_and_one_delivered_row(
+    fleet: Fleet, tmp_path: pathlib.Path
+) -> None:
+    with Receiver(statuses=(500, 500)) as receiver:
+        plane = start(fleet.plane, notify_toml(tmp_path / "cp.toml", receiver.url, ["change.finished"]))
+        plane.add_project("web", str(make_repo(tmp_path / "web", {"app.py": "print(1)\n"})))
+        with plane.client() as client:
+            change = client.submit_change("web", "stopped early", [task("t", ["true"])])
+            client.cancel_change(change.id)  # no agent: its queued run ends at once, and the Change with it
+        got = wait_for(lambda: len(receiver.received) >= 3 and receiver.received, 30, what="three attempts")
+        holds(lambda: len(receiver.received) == 3, 2, what="no fourth attempt after the 200")
+    assert len({r.delivery for r in got}) == 1 and len({r.body for r in got}) == 1  # the same delivery each time
+    assert got[0].payload["status"] == "cancelled" and all(r.signed_with(SECRET) for r in got)
+    waits = [later.at - earlier.at for earlier, later in itertools.pairwise(got)]
+    assert waits[0] >= 0.9 and waits[1] >= 1.9, waits  # backing off: 1 s, then 2 s
+    (row,) = deliveries(sqlite_url(plane))
+    assert (row["id"], row["state"], row["attempts"], row["last_status"]) == (got[0].delivery, "delivered", 3, 200)
+
+
+def test_a_bad_notify_entry_stops_the_start_naming_the_key(tmp_path: pathlib.Path) -> None:
+    config = notify_toml(tmp_path / "cp.toml", "https://hooks.example/x", ["change.finished", "change.done"])
+    plane = ControlPlane(tmp_path / "cp")
+    done = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "serve", "--data-dir", str(plane.data_dir), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env={**plane.env(), "DROVER_TEST_HOOK_SECRET": SECRET},
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "controlplane: notify[0].events: unknown ['change.done'] (known: change.finished, question.asked, "
+        "budget.stopped, run.failed, round.started)"
+    )
+    assert "listening" not in done.stdout
