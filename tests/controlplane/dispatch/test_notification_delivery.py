@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import sqlalchemy
 
+from drover.errors import InvalidArgument, PermissionDenied
 from tests.conftest import ControlPlane, Fleet, holds, make_repo, task, wait_for
 
 SECRET = "whsec-test-0123456789"
@@ -160,6 +161,7 @@ def test_a_receiver_failing_twice_gets_three_attempts_and_one_delivered_row(
     with Receiver(statuses=(500, 500)) as receiver:
         plane = start(fleet.plane, notify_toml(tmp_path / "cp.toml", receiver.url, ["change.finished"]))
         plane.add_project("web", str(make_repo(tmp_path / "web", {"app.py": "print(1)\n"})))
+        plane.add_project("api", str(make_repo(tmp_path / "api", {"app.py": "print(2)\n"})))
         with plane.client() as client:
             change = client.submit_change("web", "stopped early", [task("t", ["true"])])
             client.cancel_change(change.id)  # no agent: its queued run ends at once, and the Change with it
@@ -171,6 +173,31 @@ def test_a_receiver_failing_twice_gets_three_attempts_and_one_delivered_row(
     assert waits[0] >= 0.9 and waits[1] >= 1.9, waits  # backing off: 1 s, then 2 s
     (row,) = deliveries(sqlite_url(plane))
     assert (row["id"], row["state"], row["attempts"], row["last_status"]) == (got[0].delivery, "delivered", 3, 200)
+    with plane.client() as admin:
+        (listed,) = admin.notifications.list()
+        assert (listed.id, listed.target, listed.event, listed.change_id, listed.project) == (
+            got[0].delivery, "ops", "change.finished", change.id, "web"
+        )  # fmt: skip
+        assert (listed.state, listed.attempts, listed.last_status, listed.next_attempt_at) == (
+            "delivered",
+            3,
+            200,
+            None,
+        )
+        assert listed.delivered_at is not None and listed.last_error == ""
+        assert admin.notifications.list(state="failed") == [] and admin.notifications.list(target="other") == []
+        with pytest.raises(InvalidArgument) as bad:
+            admin.notifications.list(state="lost")
+        assert bad.value.field == "state"
+        operator = admin.tokens.create("op", role="run.manage").secret
+        submitter = admin.tokens.create("dev", role="submit").secret
+        elsewhere = admin.tokens.create("api-op", role="run.manage", projects=["api"]).secret
+    with plane.client(operator) as client:
+        assert [d.id for d in client.notifications.list()] == [listed.id]
+    with plane.client(elsewhere) as client:  # another project's notification does not exist for it
+        assert client.notifications.list() == []
+    with plane.client(submitter) as client, pytest.raises(PermissionDenied):
+        client.notifications.list()
 
 
 def test_a_bad_notify_entry_stops_the_start_naming_the_key(tmp_path: pathlib.Path) -> None:
