@@ -198,6 +198,14 @@ def test_a_receiver_failing_twice_gets_three_attempts_and_one_delivered_row(
         assert client.notifications.list() == []
     with plane.client(submitter) as client, pytest.raises(PermissionDenied):
         client.notifications.list()
+    cli = [sys.executable, "-m", "drover.cli", "notifications", "--target", plane.target, "--state", "delivered"]
+    shown = subprocess.run(
+        [*cli, "--json"], capture_output=True, text=True, env={**plane.env(), "DROVER_TOKEN": operator}
+    )
+    (item,) = json.loads(shown.stdout)
+    assert (item["id"], item["state"], item["attempts"], item["last_status"]) == (listed.id, "delivered", 3, 200)
+    refused = subprocess.run(cli, capture_output=True, text=True, env={**plane.env(), "DROVER_TOKEN": submitter})
+    assert refused.returncode != 0 and "run.manage" in refused.stderr, refused.stderr
 
 
 def test_a_bad_notify_entry_stops_the_start_naming_the_key(tmp_path: pathlib.Path) -> None:
