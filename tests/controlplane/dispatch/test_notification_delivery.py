@@ -12,6 +12,7 @@ import http.server
 import itertools
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ import sqlalchemy
 
 from drover.errors import InvalidArgument, PermissionDenied
 from tests.conftest import ControlPlane, Fleet, holds, make_repo, task, wait_for
+from tests.controlplane.web.test_console_projects_and_tokens import console, signed_in
 
 SECRET = "whsec-test-0123456789"
 
@@ -96,9 +98,9 @@ def notify_toml(path: pathlib.Path, url: str, events: list[str], name: str = "op
     return path
 
 
-def start(plane: ControlPlane, config: pathlib.Path) -> ControlPlane:
+def start(plane: ControlPlane, config: pathlib.Path, *args: str) -> ControlPlane:
     plane.extra_env["DROVER_TEST_HOOK_SECRET"] = SECRET
-    plane.args = ("--config", str(config))
+    plane.args = ("--config", str(config), *args)
     return plane.start()
 
 
@@ -126,7 +128,7 @@ def test_a_finished_change_and_a_failed_run_are_delivered_once_signed(
     fleet: Fleet, tmp_path: pathlib.Path, receiver: Receiver
 ) -> None:
     config = notify_toml(tmp_path / "cp.toml", receiver.url, ["change.finished", "run.failed"])
-    plane = start(fleet.plane, config)
+    plane = start(fleet.plane, config, "--http-listen", "127.0.0.1:0")
     plane.add_project("web", str(make_repo(tmp_path / "web", {"app.py": "print(1)\n"})))
     fleet.agent("a1")
     with plane.client() as client:
@@ -153,6 +155,19 @@ def test_a_finished_change_and_a_failed_run_are_delivered_once_signed(
     assert SECRET not in json.dumps([{k: str(v) for k, v in r.items()} for r in rows])
     logs = "".join(p.read_text(errors="replace") for p in plane.data_dir.glob("controlplane-*.log"))
     assert SECRET not in logs
+    with plane.client() as admin:
+        submitter = admin.tokens.create("dev", role="submit").secret
+    with signed_in(console(plane), plane.admin_token) as http:
+        page = http.get("/notifications")
+        assert page.status_code == 200 and 'href="/notifications" aria-current="page"' in page.text
+        shown = re.findall(r'data-delivery="(ntf_\w+)" data-state="(\w+)"', page.text)
+        assert sorted(shown) == sorted((r["id"], "delivered") for r in rows)
+        assert f'<a href="/changes/{good.id}">' in page.text and SECRET not in page.text
+        failed = http.get("/notifications", params={"state": "failed"})
+        assert "data-delivery=" not in failed.text and "No notification in this state." in failed.text
+    with signed_in(console(plane), submitter) as http:
+        assert 'href="/notifications"' not in http.get("/changes").text  # not offered to a submit token
+        assert http.get("/notifications").status_code == 403
 
 
 def test_a_receiver_failing_twice_gets_three_attempts_and_one_delivered_row(
