@@ -4,11 +4,13 @@ never the TOML); a bad entry is refused with the key it is about, so the control
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 
 from controlplane.config import load_harness, load_notify
 from controlplane.domain.notifications import Target
+from tests.conftest import ROOT
 
 GOOD = """
 [[notify]]
@@ -85,3 +87,17 @@ def test_an_empty_secret_file_is_refused(tmp_path: pathlib.Path) -> None:
     text = "[[notify]]\n" + TARGET.replace('secret_env = "S"', f'secret_file = "{empty}"')
     with pytest.raises(ValueError, match=r"^notify\[0\]\.secret_file: .*empty.secret is empty"):
         load_notify(toml(tmp_path, text), {})
+
+
+def test_the_documented_example_loads_as_written(tmp_path: pathlib.Path) -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text().split("\n#### Notifications\n", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", doc, re.S)
+    assert block, "docs/configuration.md's [[notify]] example"
+    secret_file = tmp_path / "team-chat.secret"
+    secret_file.write_text("chat-key\n")
+    path = toml(tmp_path, block.group(1).replace("/etc/drover/team-chat.secret", str(secret_file)))
+    ops, chat = load_notify(path, {"DROVER_NOTIFY_OPS_SECRET": "ops-key"})
+    assert (ops.name, ops.format, ops.secret, ops.events) == (
+        "ops", "json", b"ops-key", ("change.finished", "run.failed", "budget.stopped")
+    )  # fmt: skip
+    assert (chat.format, chat.secret, chat.console_url) == ("slack", b"chat-key", "https://drover.example.com")

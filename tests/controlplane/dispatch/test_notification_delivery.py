@@ -24,7 +24,7 @@ import pytest
 import sqlalchemy
 
 from drover.errors import InvalidArgument, PermissionDenied
-from tests.conftest import ControlPlane, Fleet, holds, make_repo, task, wait_for
+from tests.conftest import ROOT, ControlPlane, Fleet, holds, make_repo, task, wait_for
 from tests.controlplane.web.test_console_projects_and_tokens import console, signed_in
 
 SECRET = "whsec-test-0123456789"
@@ -116,6 +116,15 @@ def deliveries(url: str) -> list[dict[str, Any]]:
 
 def sqlite_url(plane: ControlPlane) -> str:
     return f"sqlite:///{plane.data_dir / 'drover.db'}"
+
+
+def documented_checks() -> tuple[str, str]:
+    """The Python function and the shell command docs/operations.md gives to check a signature."""
+    section = (ROOT / "docs" / "operations.md").read_text().split("\n## Notifications\n", 1)[1].split("\n## ", 1)[0]
+    python = re.search(r"```python\n(.*?)```", section, re.S)
+    shell = re.search(r"```sh\n(.*?)\n```", section, re.S)
+    assert python and shell, "docs/operations.md's signature checks"
+    return python.group(1), shell.group(1)
 
 
 @pytest.fixture
@@ -239,3 +248,24 @@ def test_a_bad_notify_entry_stops_the_start_naming_the_key(tmp_path: pathlib.Pat
         "budget.stopped, run.failed, round.started)"
     )
     assert "listening" not in done.stdout
+
+
+def test_the_documented_signature_checks_hold(fleet: Fleet, tmp_path: pathlib.Path, receiver: Receiver) -> None:
+    """docs/operations.md's `verified` and its openssl command, run as written on a real delivery."""
+    plane = start(fleet.plane, notify_toml(tmp_path / "cp.toml", receiver.url, ["change.finished"]))
+    plane.add_project("web", str(make_repo(tmp_path / "web", {"app.py": "print(1)\n"})))
+    with plane.client() as client:
+        client.cancel_change(client.submit_change("web", "g", [task("t", ["true"])]).id)
+    (got,) = wait_for(lambda: receiver.received, 30, what="a delivery")
+    python, shell = documented_checks()
+    scope: dict[str, Any] = {}
+    exec(python, scope)  # the page's function, as written
+    header = got.headers["X-Drover-Signature-256"]
+    assert scope["verified"](SECRET.encode(), got.body, header)
+    assert not scope["verified"](b"another secret", got.body, header)
+    assert not scope["verified"](SECRET.encode(), got.body + b" ", header)
+    (tmp_path / "body.json").write_bytes(got.body)
+    printed = subprocess.run(
+        ["bash", "-c", shell], cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "SECRET": SECRET}, capture_output=True
+    )
+    assert printed.stdout.decode().strip() == header, printed.stderr
