@@ -27,7 +27,7 @@ from controlplane.api.permissions import PERMISSIONS
 from controlplane.api.project_service import ProjectService
 from controlplane.api.replica import Replica
 from controlplane.api.token_service import TokenService
-from controlplane.config import HarnessConfig, ServerConfig, load_harness
+from controlplane.config import HarnessConfig, ServerConfig, load_harness, load_notify
 from controlplane.context.recall import Recall
 from controlplane.context.warmer import Warmer
 from controlplane.dispatch import packet_pipeline, quota
@@ -207,12 +207,13 @@ class ControlPlane:
             return True
         try:
             harness = load_harness(path, os.environ)
+            notify = load_notify(path, os.environ)
         except (ValueError, OSError) as err:
             log.error("config reload refused, keeping the running config: %s", err)
             return False
         for warning in harness.warnings:
             log.warning("%s", warning)
-        self.config = dataclasses.replace(self.config, harness=harness)
+        self.config = dataclasses.replace(self.config, harness=harness, notify=notify)
         self.agents.config = self.dispatcher.config = self.liveness.config = self.config
         self.router.reconfigure(harness)
         log.info("config reloaded from %s", path)

@@ -13,6 +13,7 @@ import itertools
 import json
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -269,3 +270,35 @@ def test_the_documented_signature_checks_hold(fleet: Fleet, tmp_path: pathlib.Pa
         ["bash", "-c", shell], cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "SECRET": SECRET}, capture_output=True
     )
     assert printed.stdout.decode().strip() == header, printed.stderr
+
+
+def test_sighup_moves_the_targets_and_a_bad_entry_keeps_the_running_ones(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "cp.toml"
+    with Receiver() as old, Receiver() as new:
+        plane = start(fleet.plane, notify_toml(config, old.url, ["change.finished"]))
+        plane.add_project("web", str(make_repo(tmp_path / "web", {"app.py": "print(1)\n"})))
+        log = plane.data_dir / "controlplane-1.log"
+
+        def finish_one() -> str:
+            with plane.client() as client:
+                change_id = client.submit_change("web", "g", [task("t", ["true"])]).id
+                client.cancel_change(change_id)
+            return change_id
+
+        first = finish_one()
+        wait_for(lambda: old.received, 30, what="the first target's delivery")
+        notify_toml(config, new.url, ["change.finished"], name="moved")
+        assert plane.proc is not None
+        plane.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "config reloaded" in log.read_text(), 10, what="the reload")
+        second = finish_one()
+        (got,) = wait_for(lambda: new.received, 30, what="the new target's delivery")
+        assert got.payload["change"] == second and [r.payload["change"] for r in old.received] == [first]
+
+        config.write_text(config.read_text().replace('"change.finished"', '"change.done"'))
+        plane.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "config reload refused" in log.read_text(), 10, what="the refused reload")
+        assert "notify[0].events: unknown ['change.done']" in log.read_text()
+        third = finish_one()
+        wait_for(lambda: len(new.received) == 2, 30, what="the running target to keep receiving")
+        assert new.received[1].payload["change"] == third
