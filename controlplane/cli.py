@@ -36,7 +36,7 @@ Command = Callable[["Store", "DataDir", argparse.Namespace], None]
 def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
     import asyncio
 
-    from controlplane.config import ServerConfig, load_harness, load_memory
+    from controlplane.config import ServerConfig, load_harness, load_memory, load_notify
     from controlplane.server import bootstrap_tokens, serve
     from controlplane.services.credentials import Sealer
 
@@ -55,6 +55,7 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
         grace_seconds=args.grace_seconds,
         harness=load_harness(file, os.environ),
         memory=load_memory(file, os.environ),
+        notify=load_notify(file, os.environ),
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,

@@ -8,7 +8,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from controlplane.domain import escalation
+from controlplane.domain import escalation, notifications
 from controlplane.domain.member_config import parse_classes, parse_modifiers, parse_quota_router
 from controlplane.domain.members import PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier
 from controlplane.domain.pricing import Price
@@ -100,6 +100,8 @@ class ServerConfig:
     credential_key_file: str = ""
     """The operator's key(s) that seal git credentials sent through the API (Fernet, newest first, one
     per line); empty: DROVER_CREDENTIAL_KEY, else none (setting a credential is then refused)."""
+    notify: tuple[notifications.Target, ...] = ()
+    """The `[[notify]]` targets notifications are delivered to (from the outbox, by the leader)."""
 
     @property
     def objects(self) -> pathlib.Path:
@@ -176,6 +178,7 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
         "quota_router",
         "budgets",
         "memory",
+        "notify",
     }
     if unknown:
         raise ValueError(f"{file}: unknown tables {sorted(unknown)}")
@@ -230,6 +233,67 @@ def load_memory(file: pathlib.Path | None, env: Mapping[str, str]) -> MemoryConf
         url=env.get("DROVER_MEMORY_URL", config.url),
         model_dir=env.get("DROVER_MEMORY_MODEL_DIR", config.model_dir),
     )
+
+
+NOTIFY_KEYS = ("name", "url", "events", "format", "secret_env", "secret_file", "console_url")
+
+
+def load_notify(file: pathlib.Path | None, env: Mapping[str, str]) -> tuple[notifications.Target, ...]:
+    """The `[[notify]]` tables; a bad one raises ValueError naming it and the key (`notify[0].events`)."""
+    tables = tomllib.loads(file.read_text()).get("notify", []) if file else []
+    if not isinstance(tables, list):
+        raise ValueError("notify: must be an array of tables ([[notify]])")
+    targets = [_notify_target(table, f"notify[{i}]", env) for i, table in enumerate(tables)]
+    names = [t.name for t in targets]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ValueError(f"notify[{i}].name: {name!r} names another target too")
+    return tuple(targets)
+
+
+def _notify_target(table: Any, where: str, env: Mapping[str, str]) -> notifications.Target:
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: must be a table")
+    _known_keys(table, where, NOTIFY_KEYS)
+    text = {key: table.get(key, "") for key in NOTIFY_KEYS if key != "events"}
+    for key, value in text.items():
+        if not isinstance(value, str):
+            raise ValueError(f"{where}.{key}: must be a string, not {value!r}")
+    if not text["name"].strip():
+        raise ValueError(f"{where}.name: a target needs a name")
+    if not text["url"].startswith(("http://", "https://")) or len(text["url"]) <= len("https://"):
+        raise ValueError(f"{where}.url: must be an http:// or https:// URL, not {text['url']!r}")
+    events = table.get("events")
+    if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+        raise ValueError(f"{where}.events: a list of one or more of {', '.join(notifications.EVENTS)}")
+    unknown = sorted(set(events) - set(notifications.EVENTS))
+    if unknown:
+        raise ValueError(f"{where}.events: unknown {unknown} (known: {', '.join(notifications.EVENTS)})")
+    form = text["format"] or "json"
+    if form not in notifications.FORMATS:
+        raise ValueError(f"{where}.format: {form!r} is not one of {', '.join(notifications.FORMATS)}")
+    secret = _notify_secret(text, where, env)
+    return notifications.Target(
+        text["name"], text["url"], tuple(dict.fromkeys(events)), form, secret, text["console_url"]
+    )
+
+
+def _notify_secret(text: Mapping[str, str], where: str, env: Mapping[str, str]) -> bytes:
+    """The target's HMAC key, from the environment variable or the file named (never the TOML itself)."""
+    if bool(text["secret_env"]) == bool(text["secret_file"]):
+        raise ValueError(f"{where}.secret_env: set exactly one of secret_env and secret_file")
+    if text["secret_env"]:
+        secret = env.get(text["secret_env"], "").strip()
+        if not secret:
+            raise ValueError(f"{where}.secret_env: the environment variable {text['secret_env']} is not set")
+        return secret.encode()
+    try:
+        secret = pathlib.Path(text["secret_file"]).read_text().strip()
+    except OSError as err:
+        raise ValueError(f"{where}.secret_file: cannot read {text['secret_file']}: {err.strerror}") from None
+    if not secret:
+        raise ValueError(f"{where}.secret_file: {text['secret_file']} is empty")
+    return secret.encode()
 
 
 def _known_keys(table: Mapping[str, Any], where: str, known: Iterable[str]) -> None:

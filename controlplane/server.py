@@ -27,7 +27,7 @@ from controlplane.api.permissions import PERMISSIONS
 from controlplane.api.project_service import ProjectService
 from controlplane.api.replica import Replica
 from controlplane.api.token_service import TokenService
-from controlplane.config import HarnessConfig, ServerConfig, load_harness
+from controlplane.config import HarnessConfig, ServerConfig, load_harness, load_notify
 from controlplane.context.recall import Recall
 from controlplane.context.warmer import Warmer
 from controlplane.dispatch import packet_pipeline, quota
@@ -35,6 +35,7 @@ from controlplane.dispatch.composer import Composer
 from controlplane.dispatch.dispatcher import Dispatcher
 from controlplane.dispatch.forge_loop import ForgeLoop
 from controlplane.dispatch.liveness import Liveness
+from controlplane.dispatch.notification_loop import NotificationLoop
 from controlplane.dispatch.router import Router
 from controlplane.services import agent_presence, token_files, tokens
 from controlplane.services.credentials import Sealer
@@ -173,12 +174,14 @@ class ControlPlane:
         self.forge = ForgeLoop(
             self.store, self.sealer, self.notifier, self.dispatcher.wake, self.replica.leading, self._harness
         )
+        self.notifications = NotificationLoop(self.store, lambda: self.config.notify, self.replica.leading)
         self._loops = [
             asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
             asyncio.create_task(self.liveness.run_forever(), name="liveness"),
             asyncio.create_task(self.composer.run_forever(), name="composer"),
             asyncio.create_task(self.warmer.run_forever(), name="context-warmer"),
             asyncio.create_task(self.forge.run_forever(), name="forge"),
+            asyncio.create_task(self.notifications.run_forever(), name="notifications"),
         ]
         await self.endpoint.start()
         if self.console is not None:
@@ -204,12 +207,13 @@ class ControlPlane:
             return True
         try:
             harness = load_harness(path, os.environ)
+            notify = load_notify(path, os.environ)
         except (ValueError, OSError) as err:
             log.error("config reload refused, keeping the running config: %s", err)
             return False
         for warning in harness.warnings:
             log.warning("%s", warning)
-        self.config = dataclasses.replace(self.config, harness=harness)
+        self.config = dataclasses.replace(self.config, harness=harness, notify=notify)
         self.agents.config = self.dispatcher.config = self.liveness.config = self.config
         self.router.reconfigure(harness)
         log.info("config reloaded from %s", path)

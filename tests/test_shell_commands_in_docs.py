@@ -85,6 +85,10 @@ EXECUTED: dict[str, tuple[str, str]] = {
     "docker-compose config": ("tests/deploy/test_artifacts.py", '"docker-compose", "-f", path, "config"'),
     "systemd-analyze verify": ("tests/deploy/test_artifacts.py", '"systemd-analyze", "verify"'),
     "kubernetes-validate --strict": ("tests/deploy/test_artifacts.py", '"kubernetes-validate"'),
+    "printf 'sha256=%s\\n' \"$(openssl dgst -sha256 -hmac \"$SECRET\" -r body.json | cut -d' ' -f1)\"": (
+        "tests/controlplane/dispatch/test_notification_delivery.py::test_the_documented_signature_checks_hold",
+        '"operations.md"',
+    ),
 }
 """Commands that a test runs as the page shows them, adapting only where (host, port, paths, ids for the
 page's placeholders). The tests of RUN_FROM_THE_PAGES read their commands from the pages and add themselves below."""

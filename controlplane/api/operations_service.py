@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from controlplane.api import auth, change_queries, run_queries
+from controlplane.api import auth, change_queries, notification_queries, run_queries
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.change_service import still_allowed
 from controlplane.api.status import reporting
@@ -238,3 +238,17 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
         self.notifier.notify()
         self.wake()  # a parked session's last answer queued the run that resumes it
         return answered
+
+    @reporting
+    async def ListNotificationDeliveries(
+        self, request: operations_pb2.ListNotificationDeliveriesRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.ListNotificationDeliveriesResponse:
+        page = await self.store.read(
+            notification_queries.list_deliveries,
+            request.state,
+            request.target,
+            request.page_size,
+            request.page_token,
+            auth.current().projects,
+        )
+        return operations_pb2.ListNotificationDeliveriesResponse(deliveries=page.items, next_page_token=page.next_token)

@@ -38,6 +38,7 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.OperationsService/ListInputs": USER,
     "/drover.v1.OperationsService/ListQuestions": USER,
     "/drover.v1.OperationsService/AnswerQuestion": Permission("user", "submit"),
+    "/drover.v1.OperationsService/ListNotificationDeliveries": Permission("user", "run.manage"),
     # Projects: any user token reads the projects it may use; changing them is the admin role's, and the
     # service refuses a scoped token what lies outside its projects (creating, deleting: unscoped only).
     "/drover.v1.ProjectService/CreateProject": ADMIN,

@@ -23,6 +23,7 @@ from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from controlplane.store.forge_columns import DeliveryColumns, ForgeLink, IssueChangeColumns
+from controlplane.store.notification_columns import NotificationCursorColumns, NotificationDeliveryColumns
 
 
 def utcnow() -> dt.datetime:
@@ -163,8 +164,7 @@ class RunLog(Base):
 
 
 class ToolLogEntry(Base):
-    """One tool-stream message of a run as it came (whole JSON lines, or a piece of a long one), stored
-    once: the run's tool log is these in seq order (`services/tool_logs.py`)."""
+    """A run's tool-stream message as it came (a JSON line or a piece of one); its tool log in seq order."""
 
     __tablename__ = "tool_log_entries"
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
@@ -225,8 +225,7 @@ class Agent(Base):
     token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the token this name is bound to
     pool: Mapped[str] = mapped_column(String(200), default="")  # its token's pool, whatever its labels say
     replica: Mapped[str] = mapped_column(String(100), default="")  # the control-plane replica holding its stream
-    lease_until: Mapped[dt.datetime | None] = mapped_column(nullable=True)
-    """Renewed by that replica while the stream is up; past it, the agent counts as gone (the replica died)."""
+    lease_until: Mapped[dt.datetime | None] = mapped_column(nullable=True)  # renewed by it; past it: agent gone
 
 
 class StoredObject(Base):
@@ -298,9 +297,8 @@ class Meter(Base):
 
     __tablename__ = "meters"
     key: Mapped[str] = mapped_column(String(300), primary_key=True)  # e.g. provider-usd:2026-11, change-usd:chg_x
-    kind: Mapped[str] = mapped_column(
-        String(32)
-    )  # provider_month | agent_calls_day | classifier_calls_day | change | project | user
+    # provider_month | agent_calls_day | classifier_calls_day | change | project | user
+    kind: Mapped[str] = mapped_column(String(32))
     period: Mapped[str] = mapped_column(String(16), default="")  # YYYY-MM, YYYY-MM-DD, or "" (a Change's life)
     unit: Mapped[str] = mapped_column(String(8), default="usd")  # usd (micro-dollars) | calls
     limit_amount: Mapped[int] = mapped_column(BigInteger, default=0)  # 0: no limit
@@ -319,10 +317,8 @@ class MeterReservation(Base):
     settled: Mapped[bool] = mapped_column(Boolean, default=False)
     holder: Mapped[str] = mapped_column(String(64), default="", server_default="")
     """The escrow slice the share was admitted into ("": held on the meter row itself)."""
-    used_amount: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    """What the share settled at (a slice share, until the slice counts it)."""
-    reconciled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
-    """A settled slice share its slice has counted (`controlplane.store.escrow`)."""
+    used_amount: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # what it settled at
+    reconciled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())  # its slice counted it
     __table_args__ = (
         Index(
             "ix_meter_reservations_unreconciled",
@@ -356,9 +352,7 @@ class DecisionReceipt(Base):
     change_id: Mapped[str] = mapped_column(String(40), index=True)
     task_id: Mapped[str] = mapped_column(String(40), index=True)
     tier: Mapped[str] = mapped_column(String(16))
-    data: Mapped[dict[str, Any]] = mapped_column(
-        default=dict
-    )  # rule, classifier, floor, opus_disabled, escalation, members, agent
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)  # rule, classifier, floor, escalation, members...
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
@@ -398,3 +392,9 @@ class ForgeDelivery(DeliveryColumns, Base): ...
 
 
 class ForgeIssueChange(IssueChangeColumns, Base): ...
+
+
+class NotificationDelivery(NotificationDeliveryColumns, Base): ...
+
+
+class NotificationCursor(NotificationCursorColumns, Base): ...

@@ -1,6 +1,7 @@
 """The console's projects and tokens: /projects and /projects/NAME show a project's settings and which
 git credential it has (kind, fingerprint; never the secret), /tokens lists the tokens the visitor may see,
-revokes them and mints new ones (the token shown once, on the page that answers the form); an admin of
+revokes them and mints new ones (the token shown once, on the page that answers the form), and
+/notifications lists what was sent to the [[notify]] targets and how it went; an admin of
 every project adds one from /projects, with its workspace preparation, which an admin of the project
 edits on /projects/NAME. Each is one API call as the signed-in user, so the API's rules hold here as
 with grpcurl."""
@@ -13,7 +14,8 @@ from starlette.responses import RedirectResponse, Response
 from controlplane.web.project_form import PREPARATION, env_text, preparation, spans_lines
 from controlplane.web.visit import Handler, Visit
 from drover.models import CreatedToken, Project, Token, from_proto
-from drover.v1 import project_pb2, token_pb2
+from drover.notifications import NotificationDelivery
+from drover.v1 import operations_pb2, project_pb2, token_pb2
 
 
 async def projects(v: Visit) -> Response:
@@ -82,7 +84,21 @@ async def revoke_token(v: Visit) -> Response:
     return RedirectResponse("/tokens", status_code=303)
 
 
-PAGES: dict[str, Handler] = {"/projects": projects, "/projects/{name}": project, "/tokens": tokens}
+async def notifications(v: Visit) -> Response:
+    """The newest notifications sent to [[notify]] targets (run.manage), of one state or target if asked."""
+    state, target = v.request.query_params.get("state", ""), v.request.query_params.get("target", "")
+    request = operations_pb2.ListNotificationDeliveriesRequest(state=state, target=target, page_size=200)
+    answer = await v.call("OperationsService/ListNotificationDeliveries", request)
+    found = [from_proto(d, NotificationDelivery) for d in answer.deliveries]
+    return v.render("notifications.html", deliveries=found, state=state, target=target, title="Notifications")
+
+
+PAGES: dict[str, Handler] = {
+    "/projects": projects,
+    "/projects/{name}": project,
+    "/tokens": tokens,
+    "/notifications": notifications,
+}
 ACTIONS: dict[str, Handler] = {
     "/projects": create_project,
     "/projects/{name}/preparation": update_preparation,

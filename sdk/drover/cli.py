@@ -161,6 +161,10 @@ SHOW: dict[str, tuple[Callable[[Client, argparse.Namespace], Any], Callable[[Any
     "spend": (lambda c, a: c.get_spend(a.change_id), render.spend_text),
     "usage": (lambda c, a: c.get_usage(a.prefix), render.meters_table),
     "claims": (lambda c, a: c.list_claims(a.change), render.claims_table),
+    "notifications": (
+        lambda c, a: c.notifications.list(state=a.state, target=a.to, limit=a.limit),
+        render.notifications_table,
+    ),
     "cancel": (lambda c, a: c.cancel_change(a.change_id), format_change),
     "cancel-run": (
         lambda c, a: c.cancel_run(a.run_id),
@@ -250,6 +254,16 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         "advisory claims: holder, resource, generation, expiry",
         _shower("claims"),
         [(("--change",), {"default": ""})],
+    ),
+    (
+        "notifications",
+        "notifications sent to [[notify]] targets, newest first, and how their delivery went",
+        _shower("notifications"),
+        [
+            (("--state",), {"default": "", "choices": ("", "pending", "delivered", "failed")}),
+            (("--to",), {"default": "", "help": "only those to this [[notify]] target (its name)"}),
+            LIMIT,
+        ],
     ),
     ("cancel", "cancel a Change", _shower("cancel"), [(("change_id",), {})]),
     ("cancel-run", "cancel one run", _shower("cancel-run"), [(("run_id",), {})]),

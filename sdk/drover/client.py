@@ -25,6 +25,7 @@ from drover.models import (
     Spend,
     from_proto,
 )
+from drover.notifications import Notifications
 from drover.v1 import (
     change_pb2,
     change_pb2_grpc,
@@ -127,6 +128,8 @@ class Client:
         """Projects and their git credential (ProjectService)."""
         self.tokens = Tokens(self._channel, self._metadata)
         """Tokens (TokenService, role admin)."""
+        self.notifications = Notifications(self._channel, self._metadata)
+        """Notifications sent to [[notify]] targets (role run.manage)."""
 
     def __enter__(self) -> Client:
         return self

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from drover.models import Agent, Change, ChangeSet, Claim, Event, LogLine, MeterUsage, Question, Run, Spend, to_json
+from drover.notifications import NotificationDelivery
 
 PIPE_CLOSED = 141
 """The exit status of a CLI whose stdout reader went away (`drover events | head -1`): 128 + SIGPIPE, what a
@@ -209,6 +210,16 @@ def claims_table(found: Iterable[Claim]) -> str:
             for c in found
         ),
         ["RESOURCE", "RUN", "HOLDER", "GENERATION", "EXPIRES"],
+    )
+
+
+def notifications_table(found: Iterable[NotificationDelivery]) -> str:
+    return table(
+        (
+            [d.id, d.target, d.event, d.change_id, d.state, str(d.attempts), str(d.last_status or ""), d.last_error]
+            for d in found
+        ),
+        ["DELIVERY", "TARGET", "EVENT", "CHANGE", "STATE", "ATTEMPTS", "HTTP", "ERROR"],
     )
 
 

@@ -23,65 +23,72 @@ _sym_db = _symbol_database.Default()
 
 
 from drover.v1 import types_pb2 as drover_dot_v1_dot_types__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64rover/v1/operations.proto\x12\tdrover.v1\x1a\x15\x64rover/v1/types.proto\"s\n\x14ListQuestionsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x11\n\topen_only\x18\x03 \x01(\x08\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"X\n\x15ListQuestionsResponse\x12&\n\tquestions\x18\x01 \x03(\x0b\x32\x13.drover.v1.Question\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\":\n\x15\x41nswerQuestionRequest\x12\x13\n\x0bquestion_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\">\n\x10SendInputRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"J\n\x11ListInputsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"R\n\x12ListInputsResponse\x12#\n\x06inputs\x18\x01 \x03(\x0b\x32\x13.drover.v1.RunInput\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"R\n\x11ListAgentsRequest\x12\x16\n\x0e\x63onnected_only\x18\x01 \x01(\x08\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"O\n\x12ListAgentsResponse\x12 \n\x06\x61gents\x18\x01 \x03(\x0b\x32\x10.drover.v1.Agent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"!\n\x11\x44rainAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"#\n\x13UndrainAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"x\n\x0fListRunsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"I\n\x10ListRunsResponse\x12\x1c\n\x04runs\x18\x01 \x03(\x0b\x32\x0e.drover.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x12TailRunLogsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"\x9c\x01\n\x11ListEventsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x10\n\x08\x61\x66ter_id\x18\x04 \x01(\x03\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\x0e\n\x06newest\x18\x08 \x01(\x08\"O\n\x12ListEventsResponse\x12 \n\x06\x65vents\x18\x01 \x03(\x0b\x32\x10.drover.v1.Event\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"H\n\x0fGetUsageRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"R\n\x10GetUsageResponse\x12%\n\x06meters\x18\x01 \x03(\x0b\x32\x15.drover.v1.MeterUsage\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"_\n\x13ListReceiptsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"]\n\x14ListReceiptsResponse\x12,\n\x08receipts\x18\x01 \x03(\x0b\x32\x1a.drover.v1.DecisionReceipt\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"g\n\x11ListClaimsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x18\n\x10include_released\x18\x02 \x01(\x08\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"O\n\x12ListClaimsResponse\x12 \n\x06\x63laims\x18\x01 \x03(\x0b\x32\x10.drover.v1.Claim\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x10GetPacketRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"<\n\x06Packet\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontext_hash\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t2\xe5\x08\n\x11OperationsService\x12I\n\nListAgents\x12\x1c.drover.v1.ListAgentsRequest\x1a\x1d.drover.v1.ListAgentsResponse\x12<\n\nDrainAgent\x12\x1c.drover.v1.DrainAgentRequest\x1a\x10.drover.v1.Agent\x12@\n\x0cUndrainAgent\x12\x1e.drover.v1.UndrainAgentRequest\x1a\x10.drover.v1.Agent\x12\x43\n\x08ListRuns\x12\x1a.drover.v1.ListRunsRequest\x1a\x1b.drover.v1.ListRunsResponse\x12\x32\n\x06GetRun\x12\x18.drover.v1.GetRunRequest\x1a\x0e.drover.v1.Run\x12\x38\n\tCancelRun\x12\x1b.drover.v1.CancelRunRequest\x1a\x0e.drover.v1.Run\x12\x42\n\x0bTailRunLogs\x12\x1d.drover.v1.TailRunLogsRequest\x1a\x12.drover.v1.LogLine0\x01\x12I\n\nListEvents\x12\x1c.drover.v1.ListEventsRequest\x1a\x1d.drover.v1.ListEventsResponse\x12\x43\n\x08GetUsage\x12\x1a.drover.v1.GetUsageRequest\x1a\x1b.drover.v1.GetUsageResponse\x12O\n\x0cListReceipts\x12\x1e.drover.v1.ListReceiptsRequest\x1a\x1f.drover.v1.ListReceiptsResponse\x12I\n\nListClaims\x12\x1c.drover.v1.ListClaimsRequest\x1a\x1d.drover.v1.ListClaimsResponse\x12;\n\tGetPacket\x12\x1b.drover.v1.GetPacketRequest\x1a\x11.drover.v1.Packet\x12=\n\tSendInput\x12\x1b.drover.v1.SendInputRequest\x1a\x13.drover.v1.RunInput\x12I\n\nListInputs\x12\x1c.drover.v1.ListInputsRequest\x1a\x1d.drover.v1.ListInputsResponse\x12R\n\rListQuestions\x12\x1f.drover.v1.ListQuestionsRequest\x1a .drover.v1.ListQuestionsResponse\x12G\n\x0e\x41nswerQuestion\x12 .drover.v1.AnswerQuestionRequest\x1a\x13.drover.v1.Questionb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64rover/v1/operations.proto\x12\tdrover.v1\x1a\x15\x64rover/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"i\n!ListNotificationDeliveriesRequest\x12\r\n\x05state\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"r\n\"ListNotificationDeliveriesResponse\x12\x33\n\ndeliveries\x18\x01 \x03(\x0b\x32\x1f.drover.v1.NotificationDelivery\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xd8\x02\n\x14NotificationDelivery\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\r\n\x05\x65vent\x18\x03 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\x03\x12\x11\n\tchange_id\x18\x05 \x01(\t\x12\x0f\n\x07project\x18\x06 \x01(\t\x12\r\n\x05state\x18\x07 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x08 \x01(\x05\x12\x13\n\x0blast_status\x18\t \x01(\x05\x12\x12\n\nlast_error\x18\n \x01(\t\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x0fnext_attempt_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0c\x64\x65livered_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"s\n\x14ListQuestionsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x11\n\topen_only\x18\x03 \x01(\x08\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"X\n\x15ListQuestionsResponse\x12&\n\tquestions\x18\x01 \x03(\x0b\x32\x13.drover.v1.Question\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\":\n\x15\x41nswerQuestionRequest\x12\x13\n\x0bquestion_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\">\n\x10SendInputRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"J\n\x11ListInputsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"R\n\x12ListInputsResponse\x12#\n\x06inputs\x18\x01 \x03(\x0b\x32\x13.drover.v1.RunInput\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"R\n\x11ListAgentsRequest\x12\x16\n\x0e\x63onnected_only\x18\x01 \x01(\x08\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"O\n\x12ListAgentsResponse\x12 \n\x06\x61gents\x18\x01 \x03(\x0b\x32\x10.drover.v1.Agent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"!\n\x11\x44rainAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"#\n\x13UndrainAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"x\n\x0fListRunsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"I\n\x10ListRunsResponse\x12\x1c\n\x04runs\x18\x01 \x03(\x0b\x32\x0e.drover.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x12TailRunLogsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"\x9c\x01\n\x11ListEventsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x10\n\x08\x61\x66ter_id\x18\x04 \x01(\x03\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\x0e\n\x06newest\x18\x08 \x01(\x08\"O\n\x12ListEventsResponse\x12 \n\x06\x65vents\x18\x01 \x03(\x0b\x32\x10.drover.v1.Event\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"H\n\x0fGetUsageRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"R\n\x10GetUsageResponse\x12%\n\x06meters\x18\x01 \x03(\x0b\x32\x15.drover.v1.MeterUsage\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"_\n\x13ListReceiptsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"]\n\x14ListReceiptsResponse\x12,\n\x08receipts\x18\x01 \x03(\x0b\x32\x1a.drover.v1.DecisionReceipt\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"g\n\x11ListClaimsRequest\x12\x11\n\tchange_id\x18\x01 \x01(\t\x12\x18\n\x10include_released\x18\x02 \x01(\x08\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"O\n\x12ListClaimsResponse\x12 \n\x06\x63laims\x18\x01 \x03(\x0b\x32\x10.drover.v1.Claim\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x10GetPacketRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"<\n\x06Packet\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontext_hash\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t2\xe0\t\n\x11OperationsService\x12I\n\nListAgents\x12\x1c.drover.v1.ListAgentsRequest\x1a\x1d.drover.v1.ListAgentsResponse\x12<\n\nDrainAgent\x12\x1c.drover.v1.DrainAgentRequest\x1a\x10.drover.v1.Agent\x12@\n\x0cUndrainAgent\x12\x1e.drover.v1.UndrainAgentRequest\x1a\x10.drover.v1.Agent\x12\x43\n\x08ListRuns\x12\x1a.drover.v1.ListRunsRequest\x1a\x1b.drover.v1.ListRunsResponse\x12\x32\n\x06GetRun\x12\x18.drover.v1.GetRunRequest\x1a\x0e.drover.v1.Run\x12\x38\n\tCancelRun\x12\x1b.drover.v1.CancelRunRequest\x1a\x0e.drover.v1.Run\x12\x42\n\x0bTailRunLogs\x12\x1d.drover.v1.TailRunLogsRequest\x1a\x12.drover.v1.LogLine0\x01\x12I\n\nListEvents\x12\x1c.drover.v1.ListEventsRequest\x1a\x1d.drover.v1.ListEventsResponse\x12\x43\n\x08GetUsage\x12\x1a.drover.v1.GetUsageRequest\x1a\x1b.drover.v1.GetUsageResponse\x12O\n\x0cListReceipts\x12\x1e.drover.v1.ListReceiptsRequest\x1a\x1f.drover.v1.ListReceiptsResponse\x12I\n\nListClaims\x12\x1c.drover.v1.ListClaimsRequest\x1a\x1d.drover.v1.ListClaimsResponse\x12;\n\tGetPacket\x12\x1b.drover.v1.GetPacketRequest\x1a\x11.drover.v1.Packet\x12=\n\tSendInput\x12\x1b.drover.v1.SendInputRequest\x1a\x13.drover.v1.RunInput\x12I\n\nListInputs\x12\x1c.drover.v1.ListInputsRequest\x1a\x1d.drover.v1.ListInputsResponse\x12R\n\rListQuestions\x12\x1f.drover.v1.ListQuestionsRequest\x1a .drover.v1.ListQuestionsResponse\x12G\n\x0e\x41nswerQuestion\x12 .drover.v1.AnswerQuestionRequest\x1a\x13.drover.v1.Question\x12y\n\x1aListNotificationDeliveries\x12,.drover.v1.ListNotificationDeliveriesRequest\x1a-.drover.v1.ListNotificationDeliveriesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'drover.v1.operations_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTQUESTIONSREQUEST']._serialized_start=64
-  _globals['_LISTQUESTIONSREQUEST']._serialized_end=179
-  _globals['_LISTQUESTIONSRESPONSE']._serialized_start=181
-  _globals['_LISTQUESTIONSRESPONSE']._serialized_end=269
-  _globals['_ANSWERQUESTIONREQUEST']._serialized_start=271
-  _globals['_ANSWERQUESTIONREQUEST']._serialized_end=329
-  _globals['_SENDINPUTREQUEST']._serialized_start=331
-  _globals['_SENDINPUTREQUEST']._serialized_end=393
-  _globals['_LISTINPUTSREQUEST']._serialized_start=395
-  _globals['_LISTINPUTSREQUEST']._serialized_end=469
-  _globals['_LISTINPUTSRESPONSE']._serialized_start=471
-  _globals['_LISTINPUTSRESPONSE']._serialized_end=553
-  _globals['_LISTAGENTSREQUEST']._serialized_start=555
-  _globals['_LISTAGENTSREQUEST']._serialized_end=637
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=639
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=718
-  _globals['_DRAINAGENTREQUEST']._serialized_start=720
-  _globals['_DRAINAGENTREQUEST']._serialized_end=753
-  _globals['_UNDRAINAGENTREQUEST']._serialized_start=755
-  _globals['_UNDRAINAGENTREQUEST']._serialized_end=790
-  _globals['_LISTRUNSREQUEST']._serialized_start=792
-  _globals['_LISTRUNSREQUEST']._serialized_end=912
-  _globals['_LISTRUNSRESPONSE']._serialized_start=914
-  _globals['_LISTRUNSRESPONSE']._serialized_end=987
-  _globals['_GETRUNREQUEST']._serialized_start=989
-  _globals['_GETRUNREQUEST']._serialized_end=1020
-  _globals['_CANCELRUNREQUEST']._serialized_start=1022
-  _globals['_CANCELRUNREQUEST']._serialized_end=1072
-  _globals['_TAILRUNLOGSREQUEST']._serialized_start=1074
-  _globals['_TAILRUNLOGSREQUEST']._serialized_end=1145
-  _globals['_LISTEVENTSREQUEST']._serialized_start=1148
-  _globals['_LISTEVENTSREQUEST']._serialized_end=1304
-  _globals['_LISTEVENTSRESPONSE']._serialized_start=1306
-  _globals['_LISTEVENTSRESPONSE']._serialized_end=1385
-  _globals['_GETUSAGEREQUEST']._serialized_start=1387
-  _globals['_GETUSAGEREQUEST']._serialized_end=1459
-  _globals['_GETUSAGERESPONSE']._serialized_start=1461
-  _globals['_GETUSAGERESPONSE']._serialized_end=1543
-  _globals['_LISTRECEIPTSREQUEST']._serialized_start=1545
-  _globals['_LISTRECEIPTSREQUEST']._serialized_end=1640
-  _globals['_LISTRECEIPTSRESPONSE']._serialized_start=1642
-  _globals['_LISTRECEIPTSRESPONSE']._serialized_end=1735
-  _globals['_LISTCLAIMSREQUEST']._serialized_start=1737
-  _globals['_LISTCLAIMSREQUEST']._serialized_end=1840
-  _globals['_LISTCLAIMSRESPONSE']._serialized_start=1842
-  _globals['_LISTCLAIMSRESPONSE']._serialized_end=1921
-  _globals['_GETPACKETREQUEST']._serialized_start=1923
-  _globals['_GETPACKETREQUEST']._serialized_end=1957
-  _globals['_PACKET']._serialized_start=1959
-  _globals['_PACKET']._serialized_end=2019
-  _globals['_OPERATIONSSERVICE']._serialized_start=2022
-  _globals['_OPERATIONSSERVICE']._serialized_end=3147
+  _globals['_LISTNOTIFICATIONDELIVERIESREQUEST']._serialized_start=97
+  _globals['_LISTNOTIFICATIONDELIVERIESREQUEST']._serialized_end=202
+  _globals['_LISTNOTIFICATIONDELIVERIESRESPONSE']._serialized_start=204
+  _globals['_LISTNOTIFICATIONDELIVERIESRESPONSE']._serialized_end=318
+  _globals['_NOTIFICATIONDELIVERY']._serialized_start=321
+  _globals['_NOTIFICATIONDELIVERY']._serialized_end=665
+  _globals['_LISTQUESTIONSREQUEST']._serialized_start=667
+  _globals['_LISTQUESTIONSREQUEST']._serialized_end=782
+  _globals['_LISTQUESTIONSRESPONSE']._serialized_start=784
+  _globals['_LISTQUESTIONSRESPONSE']._serialized_end=872
+  _globals['_ANSWERQUESTIONREQUEST']._serialized_start=874
+  _globals['_ANSWERQUESTIONREQUEST']._serialized_end=932
+  _globals['_SENDINPUTREQUEST']._serialized_start=934
+  _globals['_SENDINPUTREQUEST']._serialized_end=996
+  _globals['_LISTINPUTSREQUEST']._serialized_start=998
+  _globals['_LISTINPUTSREQUEST']._serialized_end=1072
+  _globals['_LISTINPUTSRESPONSE']._serialized_start=1074
+  _globals['_LISTINPUTSRESPONSE']._serialized_end=1156
+  _globals['_LISTAGENTSREQUEST']._serialized_start=1158
+  _globals['_LISTAGENTSREQUEST']._serialized_end=1240
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=1242
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=1321
+  _globals['_DRAINAGENTREQUEST']._serialized_start=1323
+  _globals['_DRAINAGENTREQUEST']._serialized_end=1356
+  _globals['_UNDRAINAGENTREQUEST']._serialized_start=1358
+  _globals['_UNDRAINAGENTREQUEST']._serialized_end=1393
+  _globals['_LISTRUNSREQUEST']._serialized_start=1395
+  _globals['_LISTRUNSREQUEST']._serialized_end=1515
+  _globals['_LISTRUNSRESPONSE']._serialized_start=1517
+  _globals['_LISTRUNSRESPONSE']._serialized_end=1590
+  _globals['_GETRUNREQUEST']._serialized_start=1592
+  _globals['_GETRUNREQUEST']._serialized_end=1623
+  _globals['_CANCELRUNREQUEST']._serialized_start=1625
+  _globals['_CANCELRUNREQUEST']._serialized_end=1675
+  _globals['_TAILRUNLOGSREQUEST']._serialized_start=1677
+  _globals['_TAILRUNLOGSREQUEST']._serialized_end=1748
+  _globals['_LISTEVENTSREQUEST']._serialized_start=1751
+  _globals['_LISTEVENTSREQUEST']._serialized_end=1907
+  _globals['_LISTEVENTSRESPONSE']._serialized_start=1909
+  _globals['_LISTEVENTSRESPONSE']._serialized_end=1988
+  _globals['_GETUSAGEREQUEST']._serialized_start=1990
+  _globals['_GETUSAGEREQUEST']._serialized_end=2062
+  _globals['_GETUSAGERESPONSE']._serialized_start=2064
+  _globals['_GETUSAGERESPONSE']._serialized_end=2146
+  _globals['_LISTRECEIPTSREQUEST']._serialized_start=2148
+  _globals['_LISTRECEIPTSREQUEST']._serialized_end=2243
+  _globals['_LISTRECEIPTSRESPONSE']._serialized_start=2245
+  _globals['_LISTRECEIPTSRESPONSE']._serialized_end=2338
+  _globals['_LISTCLAIMSREQUEST']._serialized_start=2340
+  _globals['_LISTCLAIMSREQUEST']._serialized_end=2443
+  _globals['_LISTCLAIMSRESPONSE']._serialized_start=2445
+  _globals['_LISTCLAIMSRESPONSE']._serialized_end=2524
+  _globals['_GETPACKETREQUEST']._serialized_start=2526
+  _globals['_GETPACKETREQUEST']._serialized_end=2560
+  _globals['_PACKET']._serialized_start=2562
+  _globals['_PACKET']._serialized_end=2622
+  _globals['_OPERATIONSSERVICE']._serialized_start=2625
+  _globals['_OPERATIONSSERVICE']._serialized_end=3873
 # @@protoc_insertion_point(module_scope)

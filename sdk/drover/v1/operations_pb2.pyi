@@ -1,4 +1,7 @@
+import datetime
+
 from drover.v1 import types_pb2 as _types_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -6,6 +9,56 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ListNotificationDeliveriesRequest(_message.Message):
+    __slots__ = ("state", "target", "page_size", "page_token")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    target: str
+    page_size: int
+    page_token: str
+    def __init__(self, state: _Optional[str] = ..., target: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListNotificationDeliveriesResponse(_message.Message):
+    __slots__ = ("deliveries", "next_page_token")
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    deliveries: _containers.RepeatedCompositeFieldContainer[NotificationDelivery]
+    next_page_token: str
+    def __init__(self, deliveries: _Optional[_Iterable[_Union[NotificationDelivery, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class NotificationDelivery(_message.Message):
+    __slots__ = ("id", "target", "event", "event_id", "change_id", "project", "state", "attempts", "last_status", "last_error", "created_at", "next_attempt_at", "delivered_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STATUS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    target: str
+    event: str
+    event_id: int
+    change_id: str
+    project: str
+    state: str
+    attempts: int
+    last_status: int
+    last_error: str
+    created_at: _timestamp_pb2.Timestamp
+    next_attempt_at: _timestamp_pb2.Timestamp
+    delivered_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., target: _Optional[str] = ..., event: _Optional[str] = ..., event_id: _Optional[int] = ..., change_id: _Optional[str] = ..., project: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., last_status: _Optional[int] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListQuestionsRequest(_message.Message):
     __slots__ = ("change_id", "run_id", "open_only", "page_size", "page_token")

@@ -116,6 +116,11 @@ class OperationsServiceStub:
                 request_serializer=drover_dot_v1_dot_operations__pb2.AnswerQuestionRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_types__pb2.Question.FromString,
                 _registered_method=True)
+        self.ListNotificationDeliveries = channel.unary_unary(
+                '/drover.v1.OperationsService/ListNotificationDeliveries',
+                request_serializer=drover_dot_v1_dot_operations__pb2.ListNotificationDeliveriesRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_operations__pb2.ListNotificationDeliveriesResponse.FromString,
+                _registered_method=True)
 
 
 class OperationsServiceServicer:
@@ -230,6 +235,13 @@ class OperationsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListNotificationDeliveries(self, request, context):
+        """Notifications sent to [[notify]] targets and how their delivery went, newest first (run.manage).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperationsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -312,6 +324,11 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.AnswerQuestion,
                     request_deserializer=drover_dot_v1_dot_operations__pb2.AnswerQuestionRequest.FromString,
                     response_serializer=drover_dot_v1_dot_types__pb2.Question.SerializeToString,
+            ),
+            'ListNotificationDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNotificationDeliveries,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.ListNotificationDeliveriesRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_operations__pb2.ListNotificationDeliveriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -747,6 +764,33 @@ class OperationsService:
             '/drover.v1.OperationsService/AnswerQuestion',
             drover_dot_v1_dot_operations__pb2.AnswerQuestionRequest.SerializeToString,
             drover_dot_v1_dot_types__pb2.Question.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNotificationDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/ListNotificationDeliveries',
+            drover_dot_v1_dot_operations__pb2.ListNotificationDeliveriesRequest.SerializeToString,
+            drover_dot_v1_dot_operations__pb2.ListNotificationDeliveriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
