@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import tomllib
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -261,8 +262,8 @@ def _notify_target(table: Any, where: str, env: Mapping[str, str]) -> notificati
             raise ValueError(f"{where}.{key}: must be a string, not {value!r}")
     if not text["name"].strip():
         raise ValueError(f"{where}.name: a target needs a name")
-    if not text["url"].startswith(("http://", "https://")) or len(text["url"]) <= len("https://"):
-        raise ValueError(f"{where}.url: must be an http:// or https:// URL, not {text['url']!r}")
+    if not _http_url(text["url"]):
+        raise ValueError(f"{where}.url: must be an http:// or https:// URL with a host, not {text['url']!r}")
     events = table.get("events")
     if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
         raise ValueError(f"{where}.events: a list of one or more of {', '.join(notifications.EVENTS)}")
@@ -276,6 +277,14 @@ def _notify_target(table: Any, where: str, env: Mapping[str, str]) -> notificati
     return notifications.Target(
         text["name"], text["url"], tuple(dict.fromkeys(events)), form, secret, text["console_url"]
     )
+
+
+def _http_url(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # a bad port or IPv6 address
+        return False
 
 
 def _notify_secret(text: Mapping[str, str], where: str, env: Mapping[str, str]) -> bytes:

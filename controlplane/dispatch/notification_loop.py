@@ -34,10 +34,13 @@ async def http_post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int
     import httpx2
 
     try:
-        async with httpx2.AsyncClient(timeout=TIMEOUT_SECONDS, follow_redirects=False) as client:
-            answer = await client.post(url, content=body, headers=headers)
-            return answer.status_code, "" if answer.is_success else f"HTTP {answer.status_code}"
-    except httpx2.HTTPError as err:  # the URL may hold a secret (a Slack webhook's path): never said
+        async with asyncio.timeout(TIMEOUT_SECONDS):  # httpx's timeout is per phase; this bounds the whole
+            async with httpx2.AsyncClient(timeout=TIMEOUT_SECONDS, follow_redirects=False) as client:
+                answer = await client.post(url, content=body, headers=headers)
+                return answer.status_code, "" if answer.is_success else f"HTTP {answer.status_code}"
+    except TimeoutError:
+        return 0, f"no answer within {TIMEOUT_SECONDS:.0f} s"
+    except (httpx2.HTTPError, httpx2.InvalidURL) as err:  # the URL may hold a secret (a Slack webhook's path)
         return 0, f"{type(err).__name__}: {err}".replace(url, "<the target's url>")
 
 

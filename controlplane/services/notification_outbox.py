@@ -37,8 +37,8 @@ class Attempt:
 
 def make_deliveries(s: Session, targets: Sequence[rules.Target], now: dt.datetime | None = None) -> int:
     """Deliveries for the events past the cursor that some target asks for; the cursor moved past them in
-    this transaction (with no target, it just moves). How many events were looked at (EVENTS_PER_PASS:
-    there may be more)."""
+    this transaction (with no target, it just moves). How many events it moved past (EVENTS_PER_PASS:
+    there may be more; fewer: it is at the newest event or waiting at a gap)."""
     now = now or utcnow()
     cursor = s.get(NotificationCursor, CURSOR, with_for_update=True)  # one maker at a time
     if cursor is None:  # a database migrated before this table: start at its newest event
@@ -48,8 +48,9 @@ def make_deliveries(s: Session, targets: Sequence[rules.Target], now: dt.datetim
         select(Event.id, Event.created_at).where(Event.id > cursor.event_id).order_by(Event.id).limit(EVENTS_PER_PASS)
     ).all()
     until = rules.advance_cursor(cursor.event_id, ((i, aware(t) or now) for i, t in rows), now)
-    if until == cursor.event_id:
-        return len(rows)
+    passed = sum(1 for event_id, _ in rows if event_id <= until)
+    if not passed:
+        return 0
     if targets:
         found = s.execute(
             select(Event, Change.project)
@@ -60,7 +61,7 @@ def make_deliveries(s: Session, targets: Sequence[rules.Target], now: dt.datetim
         for event, project in found:
             _deliveries_of(s, event, project or str((event.data or {}).get("project", "")), targets, now)
     cursor.event_id = until
-    return len(rows)
+    return passed
 
 
 def _deliveries_of(s: Session, event: Event, project: str, targets: Sequence[rules.Target], now: dt.datetime) -> None:

@@ -62,6 +62,9 @@ TARGET = 'name = "ops"\nurl = "https://hooks.example/x"\nevents = ["change.finis
     [
         (TARGET.replace("https://hooks.example/x", "ftp://hooks.example/x"), "notify[0].url: must be an http"),
         (TARGET.replace("https://hooks.example/x", "hooks.example"), "notify[0].url: must be an http"),
+        (TARGET.replace("https://hooks.example/x", "https://"), "notify[0].url: must be an http"),
+        (TARGET.replace("https://hooks.example/x", "http://[::1/x"), "notify[0].url: must be an http"),
+        (TARGET.replace("https://hooks.example/x", "http://h.example:99999/x"), "notify[0].url: must be an http"),
         (TARGET.replace('"change.finished"', '"change.done"'), "notify[0].events: unknown ['change.done']"),
         (TARGET.replace('["change.finished"]', "[]"), "notify[0].events: a list of one or more of"),
         (TARGET.replace('["change.finished"]', '"change.finished"'), "notify[0].events: a list"),

@@ -14,6 +14,7 @@ import json
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 import sqlalchemy
 
+from controlplane.dispatch.notification_loop import http_post
 from drover.errors import InvalidArgument, PermissionDenied
 from tests.conftest import ROOT, ControlPlane, Fleet, holds, make_repo, task, wait_for
 from tests.controlplane.web.test_console_projects_and_tokens import console, signed_in
@@ -302,3 +304,20 @@ def test_sighup_moves_the_targets_and_a_bad_entry_keeps_the_running_ones(fleet: 
         third = finish_one()
         wait_for(lambda: len(new.received) == 2, 30, what="the running target to keep receiving")
         assert new.received[1].payload["change"] == third
+
+
+async def test_an_attempt_says_what_answered_and_never_the_url() -> None:
+    """The loop's POST against real sockets: a status is passed on, and a failure to send is an error
+    without the URL (a Slack webhook's path is its secret)."""
+    with Receiver(statuses=(500,)) as r:
+        assert await http_post(r.url, b"{}", {"Content-Type": "application/json"}) == (500, "HTTP 500")
+        assert await http_post(r.url, b"{}", {}) == (200, "")
+        assert [x.body for x in r.received] == [b"{}", b"{}"]
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    secret_path = f"http://127.0.0.1:{port}/services/T000/B000/secret-part"
+    status, error = await http_post(secret_path, b"{}", {})
+    assert status == 0 and error.startswith("ConnectError") and "secret-part" not in error
+    status, error = await http_post("http://[::1/secret-part", b"{}", {})
+    assert status == 0 and error.startswith("InvalidURL") and "secret-part" not in error
