@@ -113,8 +113,10 @@ def ending(r: Round) -> str:
     retry = "Comment `/drover retry` to start this issue again as a new Change."
     if r.status == "budget_blocked":
         return (
-            f"Stopped on its budget: {reason}. Raising it (`drover raise-budget {r.change_id} <usd>`, the API's "
-            f"RaiseBudget) lets Change {r.change_id} go on from where it stopped; or {retry[0].lower()}{retry[1:]}"
+            f"Stopped at a limit: {reason}. Raising its budget above ${r.budget_usd:.2f} (`drover raise-budget "
+            f"{r.change_id} <usd>`, the API's RaiseBudget) gives the stopped Tasks fresh attempts and lets Change "
+            f"{r.change_id} go on from where it stopped; or comment `/drover retry` to start this issue again as "
+            "a new Change."
         )
     if r.status == "cancelled":
         return f"Cancelled: {reason}. {retry}"
@@ -139,8 +141,9 @@ def round_section(r: Round, console_url: str = "") -> list[str]:
 
 def comment(number: int, rounds: Sequence[Round], console_url: str = "") -> str:
     """The issue's one Drover comment: a section per round, oldest first."""
-    lines = [f"Drover is working on issue #{number}."]
-    for r in sorted(rounds, key=lambda r: r.number):
+    ordered = sorted(rounds, key=lambda r: r.number)
+    lines = [f"Drover started Change {ordered[0].change_id} for issue #{number}."]
+    for r in ordered:
         lines += ["", *round_section(r, console_url)]
     return "\n".join(lines) + "\n"
 

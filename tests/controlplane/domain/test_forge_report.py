@@ -87,7 +87,7 @@ def test_the_comment_shows_each_task_the_spend_the_pull_request_and_a_console_li
     opened = dataclasses.replace(ROUND, pr_number=12, pr_branch="drover/issue-7", outcome="pr_opened")
     text = report.comment(7, [opened], "https://drover.example/")
     assert text == (
-        "Drover is working on issue #7.\n\n"
+        "Drover started Change chg_1 for issue #7.\n\n"
         "**Change `chg_1`: succeeded**\n\n"
         "| Task | Status | Runtime | Tier | Attempts | Cost |\n"
         "| --- | --- | --- | --- | --- | --- |\n"
@@ -132,11 +132,12 @@ def test_a_change_that_ends_without_a_pull_request_says_why_and_what_a_retry_doe
 
 
 def test_a_budget_stop_says_how_raising_the_budget_goes_on() -> None:
-    stopped = dataclasses.replace(ROUND, status="budget_blocked", reason="change budget $5.00 spent", outcome="")
+    stopped = dataclasses.replace(ROUND, status="budget_blocked", reason="change_budget", outcome="")
     text = report.comment(7, [stopped])
-    assert "Stopped on its budget: change budget $5.00 spent." in text
-    assert "`drover raise-budget chg_1 <usd>`" in text and "go on from where it stopped" in text
-    assert "`/drover retry`" in text
+    assert "Stopped at a limit: change_budget. Raising its budget above $5.00" in text
+    assert "(`drover raise-budget chg_1 <usd>`, the API's RaiseBudget)" in text
+    assert "gives the stopped Tasks fresh attempts and lets Change chg_1 go on from where it stopped" in text
+    assert "`/drover retry` to start this issue again as a new Change." in text
 
 
 def test_opening_the_pull_request_given_up_says_why() -> None:
