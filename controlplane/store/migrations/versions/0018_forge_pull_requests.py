@@ -5,6 +5,8 @@ Revision ID: 0018
 Revises: 0017
 """
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -13,12 +15,12 @@ down_revision = "0017"
 branch_labels = None
 depends_on = None
 
-PROJECT_COLUMNS = (
+PROJECT_COLUMNS: tuple[sa.Column[Any], ...] = (
     sa.Column("forge_budget_usd", sa.Float(), nullable=False, server_default="0"),
     sa.Column("forge_branch_template", sa.String(length=300), nullable=False, server_default="drover/issue-{number}"),
     sa.Column("forge_check_command", sa.Text(), nullable=False, server_default=""),
 )
-LINK_COLUMNS = (
+LINK_COLUMNS: tuple[sa.Column[Any], ...] = (
     sa.Column("round", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("pr_number", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("pr_branch", sa.String(length=300), nullable=False, server_default=""),
