@@ -64,10 +64,8 @@ class ForgeOutcomes:
         if step == report.PROGRESS:
             await self.progress(issue)
             return
-        if issue.last_failure is not None:
-            waited = (utcnow() - issue.last_failure).total_seconds()
-            if waited < report.retry_after(issue.failures):
-                return
+        if not report.may_try(issue.failures, issue.last_failure, utcnow()):
+            return
         try:
             access = await self.store.read(forge_start.forge_access, issue.project, self.sealer)
             async with ForgeClient(access) as forge:

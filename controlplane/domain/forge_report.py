@@ -6,6 +6,7 @@ failed forge call waits before it is tried again."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 from collections.abc import Sequence
 
@@ -64,6 +65,14 @@ def next_step(status: str, candidate_state: str, outcome: str) -> str:
 def retry_after(failures: int) -> float:
     """Seconds to wait after the `failures`-th failed forge call: 2, 4, 8, 16, then at most 60."""
     return float(min(2 ** max(failures, 1), 60))
+
+
+def may_try(failures: int, last_failure: dt.datetime | None, now: dt.datetime) -> bool:
+    """Whether the wait after the last failed call is over (a naive time is UTC, as the store keeps it)."""
+    if last_failure is None or failures < 1:
+        return True
+    last = last_failure if last_failure.tzinfo is not None else last_failure.replace(tzinfo=dt.UTC)
+    return (now - last).total_seconds() >= retry_after(failures)
 
 
 def slug(title: str) -> str:

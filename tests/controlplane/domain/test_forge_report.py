@@ -4,6 +4,7 @@ request's branch, title and body, what a Change asks for next, and the wait afte
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 import pygit2
 import pytest
@@ -41,6 +42,16 @@ def test_what_a_change_asks_for_next(status: str, candidate: str, outcome: str, 
 
 def test_a_failed_call_waits_longer_each_time_and_at_most_a_minute() -> None:
     assert [report.retry_after(n) for n in (1, 2, 3, 4, 5, 9)] == [2, 4, 8, 16, 32, 60]
+
+
+def test_a_failed_call_is_tried_again_once_its_wait_is_over_naive_times_being_utc() -> None:
+    now = dt.datetime(2026, 12, 3, 12, 0, 10, tzinfo=dt.UTC)
+    assert report.may_try(0, None, now)
+    assert not report.may_try(3, dt.datetime(2026, 12, 3, 12, 0, 3), now)  # 7 s of 8, naive as SQLite gives it
+    assert report.may_try(3, dt.datetime(2026, 12, 3, 12, 0, 2), now)
+    assert not report.may_try(1, now - dt.timedelta(seconds=1), now) and report.may_try(
+        1, now - dt.timedelta(seconds=2), now
+    )
 
 
 @pytest.mark.parametrize(
