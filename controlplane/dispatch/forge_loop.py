@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from controlplane.config import HarnessConfig
 from controlplane.dispatch import quota
+from controlplane.dispatch.forge_outcomes import ForgeOutcomes
 from controlplane.domain import forge_retry
 from controlplane.domain import forge_start as starts
 from controlplane.services import forge_start
@@ -45,6 +46,7 @@ class ForgeLoop:
         self.store, self.sealer, self.notifier = store, sealer, notifier
         self.wake_dispatch, self.leading, self.harness = wake_dispatch, leading, harness
         self.console_url = console_url
+        self.outcomes = ForgeOutcomes(store, sealer, console_url)  # the Changes' ends, told on the forge
         self._woken = asyncio.Event()
 
     def wake(self) -> None:
@@ -59,6 +61,7 @@ class ForgeLoop:
             try:
                 if await self.leading():
                     await self.process_pending()
+                    await self.outcomes.pass_once()
             except Exception:
                 log.exception("processing forge deliveries failed; retrying")
                 await asyncio.sleep(POLL_SECONDS)

@@ -3,8 +3,9 @@ project's `forge_api_url`, authenticated with its sealed forge credential (a fin
 GitHub App: a JWT signed with its RSA key exchanged for an installation token, refreshed by githubkit).
 githubkit is imported when a client is made, so the control plane's start does not pay for it.
 
-Only what the forge loop uses so far: read an issue, comment on it, and a user's permission on the
-repository. Every failure is a ForgeError saying which call and why, never quoting the credential."""
+Only what the forge loop uses so far: read an issue, comment on it and edit the comment, open a pull
+request or find the open one from a branch, and a user's permission on the repository. Every failure is
+a ForgeError saying which call and why, never quoting the credential."""
 
 from __future__ import annotations
 
@@ -138,6 +139,25 @@ class ForgeClient:
         method = self.github.rest.issues.async_create_comment
         made = await self._call(f"commenting on issue #{number}", method, number, data={"body": body})
         return int(made.id)
+
+    async def update_comment(self, comment_id: int, body: str) -> None:
+        method = self.github.rest.issues.async_update_comment
+        await self._call(f"editing comment {comment_id}", method, comment_id, data={"body": body})
+
+    async def create_pull(self, title: str, body: str, head: str, base: str) -> int:
+        """The new pull request's number; a ForgeError with status 422 when one from `head` exists already."""
+        method = self.github.rest.pulls.async_create
+        data = {"title": title, "body": body, "head": head, "base": base}
+        made = await self._call(f"opening a pull request from {head}", method, data=data)
+        return int(made.number)
+
+    async def find_pull(self, head: str, base: str) -> int:
+        """The open pull request from branch `head` into `base` (0: none)."""
+        method = self.github.rest.pulls.async_list
+        found = await self._call(
+            f"listing pull requests from {head}", method, state="open", head=f"{self.owner}:{head}", base=base
+        )
+        return next((int(p.number) for p in found if p.head.ref == head and p.base.ref == base), 0)
 
     async def permission(self, login: str) -> str:
         """admin, write, read or none (GitHub's legacy names: maintain counts as write, triage as read)."""

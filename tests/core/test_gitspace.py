@@ -19,6 +19,7 @@ from drover.core.gitspace import (
     StackItem,
     compose_candidate,
     open_workspace,
+    push_branch,
 )
 from drover.core.workspace import WorkspaceError, git_dir, open_repository
 
@@ -187,6 +188,22 @@ def test_compose_candidate_conflict_pushes_nothing(tmp_path: pathlib.Path, origi
         compose_candidate(origin, "main", "ch1", [item(r1, 1), item(r2, 2)], tmp_path / "compose")
     assert err.value.changeset_id == "cs-2" and err.value.files == ["app.py"]
     assert "drover/ch1/candidate" not in origin_branches(origin)
+
+
+def test_a_candidate_is_pushed_to_its_pull_request_branch_again_and_again(tmp_path: pathlib.Path, origin: str) -> None:
+    r1 = publish_task(tmp_path, origin, "t1", {"fix.py": "fixed = True\n"})
+    made = compose_candidate(origin, "main", "ch1", [item(r1, 1)], tmp_path / "compose")
+    for _ in range(2):  # after a crash the same push is made again: the branch stays on the commit
+        push_branch(origin, made.branch, made.commit, "drover/issue-7", tmp_path / "push")
+        assert str(pygit2.Repository(origin).branches.local["drover/issue-7"].target) == made.commit
+    assert tree_files(origin, "drover/issue-7")["fix.py"] == "fixed = True\n"
+    assert not any((tmp_path / "push").iterdir())  # the scratch repository is removed
+    with pytest.raises(WorkspaceError, match="not a valid branch name"):
+        push_branch(origin, made.branch, made.commit, "drover/issue..7", tmp_path / "push")
+    other = publish_task(tmp_path, origin, "t2", {"other.py": "x = 1\n"})  # a commit, but not the candidate's
+    with pytest.raises(WorkspaceError, match="is not on drover/ch1/candidate"):
+        push_branch(origin, made.branch, other.commit, "drover/issue-8", tmp_path / "push")
+    assert "drover/issue-8" not in origin_branches(origin)
 
 
 def test_publish_rejects_a_bad_branch_name(tmp_path: pathlib.Path, origin: str) -> None:

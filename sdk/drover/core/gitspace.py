@@ -268,6 +268,20 @@ def compose_candidate(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def push_branch(repo_url: str, source: str, commit: str, target: str, work_dir: pathlib.Path, token: str = "") -> None:
+    """Force-update branch `target` at `repo_url` to `commit`, which must be on branch `source` there (a
+    composed candidate onto its pull request's branch), through a bare scratch clone removed afterwards."""
+    target = _checked_branch(target)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="branch-", dir=work_dir))
+    try:
+        repo = pygit2.init_repository(str(scratch / "repo.git"), bare=True)
+        found = repo[_fetch(repo, repo_url, StackItem("", "", _checked_branch(source), commit, ""), token)]
+        _push(repo, repo_url, target, found.peel(pygit2.Commit), token)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _branch_name(change_id: str, task_id: str) -> str:
     if not change_id or not task_id:
         raise WorkspaceError(f"not a valid branch name: 'drover/{change_id}/{task_id}'")
