@@ -10,6 +10,7 @@ import dataclasses
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.domain import graph
 from controlplane.services.change_lifecycle import cancel_change
 from controlplane.services.forge_start import running_change
 from controlplane.store.events import add_event
@@ -53,6 +54,10 @@ def stop(s: Session, delivery_id: str, change_id: str, login: str) -> list[Run]:
     whose agents must be told. Nothing when the delivery was already processed."""
     row = s.get(ForgeDelivery, delivery_id)
     if row is None or row.state != "received":
+        return []
+    change = s.get(Change, change_id)
+    if change is None or change.status in graph.TERMINAL_CHANGE:  # it finished since the comment was read
+        row.state, row.reason = "done", f"/drover stop: Change {change_id} had already finished"
         return []
     by = f"github:{login}"
     runs = cancel_change(s, change_id, f"cancelled by {by} (/drover stop)", by=by)

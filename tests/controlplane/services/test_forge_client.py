@@ -16,6 +16,7 @@ from controlplane.services.credentials import Sealer
 from controlplane.services.forge_client import ForgeAccess, ForgeClient, ForgeError
 from controlplane.store.models import Project
 from drover.testing.fake_github import FakeGitHub
+from drover.testing.fake_github.records import Comment
 from tests.sdk.test_fake_github import _app_key
 
 TOKEN = "github_pat_forge_client_test"
@@ -81,3 +82,30 @@ def test_no_credential_a_refused_one_and_a_missing_issue_are_forge_errors(gh: Fa
     gh.add_token("ghp_other", "drover-bot")
     with pytest.raises(ForgeError, match="HTTP 404"):
         asyncio.run(round_trip(ForgeAccess.of(project(gh, sealer, "token", "ghp_other"), sealer)))
+
+
+async def read_back(access: ForgeAccess, ids: list[int]) -> tuple[list[tuple[int, str, str, str]], bool, bool]:
+    async with ForgeClient(access) as forge:
+        read = [await forge.get_comment(i) for i in ids]
+        issue, pull = await forge.get_issue(1), await forge.get_issue(2)
+    return [(c.id, c.body, c.user, c.user_type) for c in read], issue.pull_request, pull.pull_request
+
+
+def test_a_comment_is_read_back_with_its_author_and_a_pull_request_is_told_from_an_issue(gh: FakeGitHub) -> None:
+    sealer = Sealer.from_text(Fernet.generate_key().decode())
+    repo = gh.repos["octo/app"]
+    gh.new_issue(repo, "Crash", "on save", "alice")
+    gh.new_issue(repo, "Fix crash", "Fixes #1", "alice", pull=True)
+    stamp = "2026-12-03T10:00:00Z"
+    by_app, by_alice = gh.next_id(), gh.next_id()
+    gh.comments["octo/app"][by_app] = Comment(by_app, 1, "Drover started Change chg_1.", "drover[bot]", stamp, stamp)
+    gh.comments["octo/app"][by_alice] = Comment(by_alice, 1, "/drover", "alice", stamp, stamp)
+    with_token = ForgeAccess.of(project(gh, sealer, "token", TOKEN), sealer)
+    read, issue_is_pull, pull_is_pull = asyncio.run(read_back(with_token, [by_app, by_alice]))
+    assert read == [
+        (by_app, "Drover started Change chg_1.", "drover[bot]", "Bot"),
+        (by_alice, "/drover", "alice", "User"),
+    ]
+    assert (issue_is_pull, pull_is_pull) == (False, True)
+    with pytest.raises(ForgeError, match=r"reading comment 999999 on octo/app: HTTP 404"):
+        asyncio.run(read_back(with_token, [999999]))
