@@ -95,7 +95,10 @@ def test_a_reader_is_answered_once_and_nothing_runs(fleet: Fleet, tmp_path: path
         alice, bob = people(gh)
         issue = alice.rest.issues.create("octo", "app", title="Crash on save", body=BODY).parsed_data
         say(bob, issue.number, "/drover budget $50")
+        asked = gh.deliveries[-1]
         kept = settled(plane, alice, issue.number)
+        assert gh.redeliver(asked.id).status == 200  # the same delivery again: no second reply
+        settled(plane, alice, issue.number)
         with plane.client() as admin:
             assert admin.list_changes("web") == []
         said = comments(alice, issue.number)
