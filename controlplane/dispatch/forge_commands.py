@@ -59,6 +59,9 @@ async def process_comment(loop: ForgeLoop, d: forge_start.Pending) -> None:
 
 
 async def _comment(loop: ForgeLoop, forge: ForgeClient, d: forge_start.Pending) -> None:
+    if d.sender.endswith("[bot]"):  # a GitHub App's comment (Drover's own, as an App): not even read
+        await loop.store.run(forge_start.finish, d.delivery_id, "done", f"a comment by the bot {d.sender}")
+        return
     comment = await forge.get_comment(d.comment_id)
     command = commands.parse(comment.body)
     if command is None or comment.user_type == "Bot":

@@ -4,7 +4,8 @@ GitHub App: a JWT signed with its RSA key exchanged for an installation token, r
 githubkit is imported when a client is made, so the control plane's start does not pay for it.
 
 Only what the forge loop uses so far: read an issue or one of its comments, comment on it, and a user's
-permission on the repository. Every failure is a ForgeError saying which call and why, never quoting the credential."""
+permission on the repository. Every failure is a ForgeError saying which call and why, never quoting the
+credential."""
 
 from __future__ import annotations
 
