@@ -55,6 +55,9 @@ def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> 
             forge_api_url=args.forge_api_url,
             forge_label=args.forge_label,
             max_fix_rounds=args.max_fix_rounds,
+            forge_budget_usd=args.forge_budget_usd,
+            forge_branch_template=args.forge_branch_template,
+            forge_check_command=args.forge_check_command,
         )
     )
     print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
@@ -97,6 +100,9 @@ def as_dict(p: Project) -> dict[str, Any]:
         "forge_api_url": p.forge_api_url,
         "forge_label": p.forge_label,
         "max_fix_rounds": p.max_fix_rounds,
+        "forge_budget_usd": p.forge_budget_usd,
+        "forge_branch_template": p.forge_branch_template,
+        "forge_check_command": p.forge_check_command,
         "forge_credential": p.forge_credential_kind,
         "webhook_secret": bool(p.webhook_secret_sealed),
     }
@@ -217,3 +223,10 @@ def forge_flags(pa: argparse.ArgumentParser) -> None:
         default=3,
         help="fix rounds per pull request after CI or a review (0-20, default 3)",
     )
+    pa.add_argument("--forge-budget-usd", type=float, default=0.0, help="each issue's Change budget (0: none)")
+    pa.add_argument(
+        "--forge-branch-template",
+        default="drover/issue-{number}",
+        help="the pull request's branch: {number}, {change}, {slug} (default drover/issue-{number})",
+    )
+    pa.add_argument("--forge-check-command", default="", help="a check Task runs it with sh -c ('': no check Task)")

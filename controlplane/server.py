@@ -175,6 +175,7 @@ class ControlPlane:
             self.store, self.sealer, self.notifier, self.dispatcher.wake, self.replica.leading, self._harness
         )
         self.notifications = NotificationLoop(self.store, lambda: self.config.notify, self.replica.leading)
+        self.forge.tell_cancel = self.agents.tell_cancel
         self._loops = [
             asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
             asyncio.create_task(self.liveness.run_forever(), name="liveness"),

@@ -62,6 +62,9 @@ def project_message(p: Project) -> project_pb2.Project:
         forge_api_url=p.forge_api_url or "",
         forge_label=p.forge_label or "",
         max_fix_rounds=p.max_fix_rounds or 0,
+        forge_budget_usd=p.forge_budget_usd or 0.0,
+        forge_branch_template=p.forge_branch_template or "",
+        forge_check_command=p.forge_check_command or "",
     )
     if p.git_credential_kind:
         out.git_credential.CopyFrom(
@@ -163,6 +166,9 @@ class ProjectService(project_pb2_grpc.ProjectServiceServicer):
             # proto3 cannot tell an unset double from 0: creating, 0 is the default (update sets 0: never park)
             given["answer_window_minutes"] = (
                 given["answer_window_minutes"] or projects.ProjectSettings.answer_window_minutes
+            )
+            given["forge_branch_template"] = (  # unset when creating: the default (update refuses "")
+                given["forge_branch_template"] or projects.ProjectSettings.forge_branch_template
             )
             want = projects.ProjectSettings(**given)
             # The repository is read before the transaction: a slow remote never holds the writer.

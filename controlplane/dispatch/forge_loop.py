@@ -4,8 +4,9 @@ is kept here and polling every few seconds for those kept by other replicas.
 
 An issue labelled with the project's forge label starts a Change (controlplane.domain.forge_start
 decides): the issue read from the forge, the Change submitted and linked to the issue in one
-transaction, then ONE comment posted on the issue naming the Change. Every other delivery is done
-without action for now."""
+transaction, then ONE comment posted on the issue naming the Change. A comment on an issue may be a
+`/drover` command (controlplane.dispatch.forge_commands). Every other delivery is done without action
+for now."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import os
 from collections.abc import Awaitable, Callable
 
 from controlplane.config import HarnessConfig
-from controlplane.dispatch import quota
+from controlplane.dispatch import forge_commands, quota
 from controlplane.dispatch.forge_outcomes import ForgeOutcomes
 from controlplane.domain import forge_retry
 from controlplane.domain import forge_start as starts
@@ -48,6 +49,8 @@ class ForgeLoop:
         self.console_url = console_url
         self.outcomes = ForgeOutcomes(store, sealer, console_url)  # the Changes' ends, told on the forge
         self._woken = asyncio.Event()
+        self.tell_cancel: Callable[[list[tuple[str, str]], str], None] = lambda runs, reason: None
+        """Tells the agents of cancelled runs (the server sets it to its agent sessions')."""
 
     def wake(self) -> None:
         """A delivery was kept: process it now rather than at the next poll."""
@@ -72,6 +75,9 @@ class ForgeLoop:
 
     async def process(self, d: forge_start.Pending) -> None:
         decision = starts.decide(d.event, d.action, d.label, d.forge_label, d.running_change)
+        if decision.action == starts.COMMENT:
+            await forge_commands.process_comment(self, d)
+            return
         if decision.action == starts.SKIP:
             await self.store.run(forge_start.finish, d.delivery_id, "done", decision.why)
             return
@@ -81,7 +87,7 @@ class ForgeLoop:
             access = await self.store.read(forge_start.forge_access, d.project, self.sealer)
             async with ForgeClient(access) as forge:
                 issue = await forge.get_issue(d.number)
-                spec = starts.change_spec(d.project, d.number, issue.title, issue.body)
+                spec = await forge_commands.issue_spec(self, d.project, issue)
                 change_id = await self.store.run(forge_start.start_change, d.delivery_id, spec, d.number)
                 if not change_id:
                     return

@@ -8,9 +8,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import math
 import re
+import string
 import urllib.parse
 
+from controlplane.domain.preparation import legal_branch, slug
 from drover.errors import InvalidArgument
 
 FORGES = ("", "github")
@@ -28,6 +31,11 @@ REPO_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 FORGE_REPO = re.compile(rf"{OWNER.pattern}/{REPO_NAME.pattern}")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 SIGNATURE_PREFIX = "sha256="
+DEFAULT_BRANCH_TEMPLATE = "drover/issue-{number}"
+ISSUE_PLACEHOLDERS = frozenset({"number", "change", "slug"})
+MAX_BRANCH_TEMPLATE = 200
+MAX_CHECK_COMMAND = 4096
+"""Bytes of a project's check command (run by `sh -c` in the check Task)."""
 
 
 def check_forge(forge: str) -> str:
@@ -115,6 +123,47 @@ def check_fix_rounds(rounds: int) -> int:
     if not 0 <= rounds <= MAX_FIX_ROUNDS:
         raise InvalidArgument(f"must be 0 to {MAX_FIX_ROUNDS}", field="max_fix_rounds")
     return rounds
+
+
+def check_budget(budget_usd: float) -> float:
+    """The budget of each Change an issue starts, in USD (0: the Change has no budget of its own)."""
+    if not (math.isfinite(budget_usd) and budget_usd >= 0):
+        raise InvalidArgument("must be a finite number of USD, 0 or more (0: no budget)", field="forge_budget_usd")
+    return budget_usd
+
+
+def issue_branch(template: str, number: int, change: str, title: str = "") -> str:
+    """The pull request's branch for an issue's Change, from the project's template."""
+    return (template or DEFAULT_BRANCH_TEMPLATE).format(number=number, change=change, slug=slug(title))
+
+
+def check_branch_template(template: str) -> str:
+    """{number}, {change} and {slug} only; {number} or {change} required (two issues never share a branch);
+    whatever they hold, it must name a legal branch."""
+    field = "forge_branch_template"
+    if not template:
+        raise InvalidArgument(f"must not be empty (the default is {DEFAULT_BRANCH_TEMPLATE!r})", field=field)
+    try:
+        parsed = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError as err:
+        raise InvalidArgument(f"not a template: {err}", field=field) from None
+    if {name for name, _, _ in parsed} - ISSUE_PLACEHOLDERS or any(spec or conv for _, spec, conv in parsed):
+        raise InvalidArgument("may only use {number}, {change} and {slug}", field=field)
+    if not {"number", "change"} & {name for name, _, _ in parsed}:
+        raise InvalidArgument("must use {number} or {change}: each issue needs its own branch", field=field)
+    sample = issue_branch(template, 123456, "ch-0123456789abcdef", "A title")
+    if len(template) > MAX_BRANCH_TEMPLATE or not legal_branch(sample):
+        raise InvalidArgument(f"names {sample!r}, which is not a legal branch name", field=field)
+    return template
+
+
+def check_check_command(command: str) -> str:
+    """The command an issue's check Task runs (`sh -c`); "": no check Task."""
+    if len(command.encode()) > MAX_CHECK_COMMAND:
+        raise InvalidArgument(f"at most {MAX_CHECK_COMMAND} bytes", field="forge_check_command")
+    if "\x00" in command:
+        raise InvalidArgument("must not contain NUL", field="forge_check_command")
+    return command
 
 
 def signature(secret: bytes, body: bytes) -> str:

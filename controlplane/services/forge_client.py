@@ -3,9 +3,9 @@ project's `forge_api_url`, authenticated with its sealed forge credential (a fin
 GitHub App: a JWT signed with its RSA key exchanged for an installation token, refreshed by githubkit).
 githubkit is imported when a client is made, so the control plane's start does not pay for it.
 
-Only what the forge loop uses so far: read an issue, comment on it and edit the comment, open a pull
-request or find the open one from a branch, and a user's permission on the repository. Every failure is
-a ForgeError saying which call and why, never quoting the credential."""
+Only what the forge loop uses so far: read an issue or one of its comments, comment on it and edit the
+comment, open a pull request or find the open one from a branch, and a user's permission on the
+repository. Every failure is a ForgeError saying which call and why, never quoting the credential."""
 
 from __future__ import annotations
 
@@ -63,6 +63,16 @@ class Issue:
     title: str
     body: str
     state: str
+    pull_request: bool = False
+    """The number is a pull request's (GitHub's issues API answers for pull requests too)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Comment:
+    id: int
+    body: str
+    user: str  # the author's login
+    user_type: str  # User | Bot | Organization
 
 
 class _TokenCaches:
@@ -132,7 +142,14 @@ class ForgeClient:
 
     async def get_issue(self, number: int) -> Issue:
         found = await self._call(f"reading issue #{number}", self.github.rest.issues.async_get, number)
-        return Issue(found.number, found.title or "", found.body or "", found.state or "")
+        return Issue(found.number, found.title or "", found.body or "", found.state or "", bool(found.pull_request))
+
+    async def get_comment(self, comment_id: int) -> Comment:
+        """An issue comment (a webhook delivery keeps its id, never its body)."""
+        method = self.github.rest.issues.async_get_comment
+        found = await self._call(f"reading comment {comment_id}", method, comment_id)
+        user = found.user
+        return Comment(int(found.id), found.body or "", user.login if user else "", user.type if user else "")
 
     async def create_comment(self, number: int, body: str) -> int:
         """The new comment's id."""

@@ -32,6 +32,8 @@ class Pending:
     forge_label: str
     running_change: str
     """The issue's Change that has not finished ("": none)."""
+    comment_id: int = 0
+    """issue_comment: the comment, read from the forge (the delivery keeps no body)."""
 
 
 def running_change(s: Session, project: str, number: int) -> str:
@@ -68,6 +70,7 @@ def pending(s: Session) -> list[Pending]:
             d.sender,
             label,
             running_change(s, d.project, d.number) if d.event == "issues" and d.number else "",
+            d.comment_id,
         )
         for d, label in rows
     ]

@@ -57,6 +57,12 @@ class ProjectSettings:
     """The forge's REST API ("": https://api.github.com for github)."""
     forge_label: str = forge_rules.DEFAULT_LABEL
     max_fix_rounds: int = forge_rules.DEFAULT_FIX_ROUNDS
+    forge_budget_usd: float = 0.0
+    """The budget of each Change an issue starts (0: none of its own); a `/drover budget $N` comment wins."""
+    forge_branch_template: str = forge_rules.DEFAULT_BRANCH_TEMPLATE
+    """The pull request's branch: {number} (the issue's), {change}, {slug}."""
+    forge_check_command: str = ""
+    """The command an issue's check Task runs after its implement Task ("": no check Task)."""
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ProjectSettings))
@@ -85,6 +91,9 @@ def settings_of(p: Project) -> ProjectSettings:
         forge_api_url=p.forge_api_url or "",
         forge_label=p.forge_label or forge_rules.DEFAULT_LABEL,
         max_fix_rounds=forge_rules.DEFAULT_FIX_ROUNDS if p.max_fix_rounds is None else p.max_fix_rounds,
+        forge_budget_usd=p.forge_budget_usd or 0.0,
+        forge_branch_template=p.forge_branch_template or forge_rules.DEFAULT_BRANCH_TEMPLATE,
+        forge_check_command=p.forge_check_command or "",
     )
 
 
@@ -171,6 +180,9 @@ def _apply(project: Project, w: ProjectSettings) -> None:
     project.forge_api_url = api_url
     project.forge_label = forge_rules.check_label(w.forge_label)
     project.max_fix_rounds = forge_rules.check_fix_rounds(w.max_fix_rounds)
+    project.forge_budget_usd = forge_rules.check_budget(w.forge_budget_usd)
+    project.forge_branch_template = forge_rules.check_branch_template(w.forge_branch_template)
+    project.forge_check_command = forge_rules.check_check_command(w.forge_check_command)
 
 
 def list_projects(s: Session, scope: frozenset[str] | None = None, after: str = "", limit: int = 0) -> list[Project]:

@@ -43,6 +43,9 @@ SETTINGS: list[tuple[str, str, str]] = [
     ("--forge-api-url", TEXT, "the forge's API (default https://api.github.com; GitHub Enterprise: its /api/v3)"),
     ("--forge-label", TEXT, "the issue label that hands an issue to Drover (default drover)"),
     ("--max-fix-rounds", INT, "fix rounds after failing CI or a review, per pull request (default 3, 0-20)"),
+    ("--forge-budget-usd", FLOAT, "each issue's Change budget in USD (0: none; `/drover budget $N` wins)"),
+    ("--forge-branch-template", TEXT, "the pull request's branch: {number}, {change}, {slug}"),
+    ("--forge-check-command", TEXT, "a check Task runs it with sh -c after the implement Task ('' : none)"),
 ]
 FIELD = {"--allow": "commands", "--build-output": "build_outputs", "--cache-key-file": "cache_key_files"}
 

@@ -77,3 +77,6 @@ class Project:
     max_fix_rounds: int
     forge_credential: ForgeCredential
     webhook_secret: WebhookSecret
+    forge_budget_usd: float  # each issue's Change budget (0: none)
+    forge_branch_template: str  # the pull request's branch: {number}, {change}, {slug}
+    forge_check_command: str  # the check Task's command ("": no check Task)

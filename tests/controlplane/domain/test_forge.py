@@ -119,3 +119,42 @@ def test_labels(label: str, stored: str) -> None:
 def test_refused_labels(label: str) -> None:
     with pytest.raises(InvalidArgument):
         forge.check_label(label)
+
+
+@pytest.mark.parametrize(
+    ("template", "branch"),
+    [
+        ("drover/issue-{number}", "drover/issue-42"),
+        ("ai/{slug}-{number}", "ai/fix-the-login-form-42"),
+        ("bot/{change}", "bot/ch-abc"),
+        ("", "drover/issue-42"),  # the default
+    ],
+)
+def test_an_issues_branch_is_rendered_from_the_template(template: str, branch: str) -> None:
+    assert forge.issue_branch(template, 42, "ch-abc", "Fix the login form!") == branch
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["", "x/{slug}", "plain", "{number}{task}", "{number!r}", "{number:3}", "{}", "a b{number}", "{number}/",
+     "-{number}", "a..{number}", "{number}.lock", "a~{number}", "x" * 200 + "{number}"],
+)  # fmt: skip
+def test_a_branch_template_that_is_not_one_branch_per_issue_is_refused(template: str) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        forge.check_branch_template(template)
+    assert refused.value.field == "forge_branch_template"
+
+
+@pytest.mark.parametrize("budget", [-1.0, float("nan"), float("inf"), float("-inf")])
+def test_a_budget_must_be_finite_and_not_negative(budget: float) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        forge.check_budget(budget)
+    assert refused.value.field == "forge_budget_usd"
+    assert forge.check_budget(0.0) == 0.0 and forge.check_budget(2.5) == 2.5
+
+
+def test_a_check_command_is_at_most_4_kib() -> None:
+    assert forge.check_check_command("x" * 4096) == "x" * 4096
+    with pytest.raises(InvalidArgument) as refused:
+        forge.check_check_command("é" * 2049)  # 4098 bytes
+    assert refused.value.field == "forge_check_command"

@@ -16,6 +16,7 @@ from controlplane.services.credentials import Sealer
 from controlplane.services.forge_client import ForgeAccess, ForgeClient, ForgeError
 from controlplane.store.models import Project
 from drover.testing.fake_github import FakeGitHub
+from drover.testing.fake_github.records import Comment
 from tests.sdk.test_fake_github import _app_key
 
 TOKEN = "github_pat_forge_client_test"
@@ -107,3 +108,30 @@ def test_two_forges_with_the_same_app_ids_each_get_their_own_installation_token(
             assert authors == [f"{slug}[bot]"] * 2
             exchanges = [r for r in forge.recorded() if r.path.endswith("/access_tokens")]
             assert [r.status for r in exchanges] == [201]  # one installation token, reused by the second client
+
+
+async def read_back(access: ForgeAccess, ids: list[int]) -> tuple[list[tuple[int, str, str, str]], bool, bool]:
+    async with ForgeClient(access) as forge:
+        read = [await forge.get_comment(i) for i in ids]
+        issue, pull = await forge.get_issue(1), await forge.get_issue(2)
+    return [(c.id, c.body, c.user, c.user_type) for c in read], issue.pull_request, pull.pull_request
+
+
+def test_a_comment_is_read_back_with_its_author_and_a_pull_request_is_told_from_an_issue(gh: FakeGitHub) -> None:
+    sealer = Sealer.from_text(Fernet.generate_key().decode())
+    repo = gh.repos["octo/app"]
+    gh.new_issue(repo, "Crash", "on save", "alice")
+    gh.new_issue(repo, "Fix crash", "Fixes #1", "alice", pull=True)
+    stamp = "2026-12-03T10:00:00Z"
+    by_app, by_alice = gh.next_id(), gh.next_id()
+    gh.comments["octo/app"][by_app] = Comment(by_app, 1, "Drover started Change chg_1.", "drover[bot]", stamp, stamp)
+    gh.comments["octo/app"][by_alice] = Comment(by_alice, 1, "/drover", "alice", stamp, stamp)
+    with_token = ForgeAccess.of(project(gh, sealer, "token", TOKEN), sealer)
+    read, issue_is_pull, pull_is_pull = asyncio.run(read_back(with_token, [by_app, by_alice]))
+    assert read == [
+        (by_app, "Drover started Change chg_1.", "drover[bot]", "Bot"),
+        (by_alice, "/drover", "alice", "User"),
+    ]
+    assert (issue_is_pull, pull_is_pull) == (False, True)
+    with pytest.raises(ForgeError, match=r"reading comment 999999 on octo/app: HTTP 404"):
+        asyncio.run(read_back(with_token, [999999]))

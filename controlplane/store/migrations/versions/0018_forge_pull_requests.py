@@ -35,16 +35,16 @@ def upgrade() -> None:
         for column in PROJECT_COLUMNS:
             batch_op.add_column(column)
     with op.batch_alter_table("forge_issue_changes", schema=None) as batch_op:
-        for column in LINK_COLUMNS:
-            batch_op.add_column(column)
+        for link_column in LINK_COLUMNS:
+            batch_op.add_column(link_column)
         batch_op.create_index("ix_forge_issue_changes_pr", ["project", "pr_number"], unique=False)
 
 
 def downgrade() -> None:
     with op.batch_alter_table("forge_issue_changes", schema=None) as batch_op:
         batch_op.drop_index("ix_forge_issue_changes_pr")
-        for column in reversed(LINK_COLUMNS):
-            batch_op.drop_column(column.name)
+        for link_column in reversed(LINK_COLUMNS):
+            batch_op.drop_column(link_column.name)
     with op.batch_alter_table("projects", schema=None) as batch_op:
         for column in reversed(PROJECT_COLUMNS):
             batch_op.drop_column(column.name)
