@@ -38,6 +38,8 @@ class ForgeLoop(Protocol):
     console_url: str
     tell_cancel: Callable[[list[tuple[str, str]], str], None]
 
+    async def failed(self, d: forge_start.Pending, err: ForgeError | DroverError) -> None: ...
+
 
 async def issue_spec(loop: ForgeLoop, project: str, issue: Issue, budget_usd: float = 0.0) -> graph.ChangeSpec:
     """The issue's Change by the project's plan: `budget_usd` when a comment gave one, else the project's."""
@@ -54,8 +56,7 @@ async def process_comment(loop: ForgeLoop, d: forge_start.Pending) -> None:
         async with ForgeClient(access) as forge:
             await _comment(loop, forge, d)
     except (ForgeError, DroverError) as err:
-        log.warning("project %s: delivery %s failed: %s", d.project, d.delivery_id, err)
-        await loop.store.run(forge_start.finish, d.delivery_id, "failed", str(err))
+        await loop.failed(d, err)
 
 
 async def _comment(loop: ForgeLoop, forge: ForgeClient, d: forge_start.Pending) -> None:

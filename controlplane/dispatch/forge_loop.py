@@ -96,12 +96,15 @@ class ForgeLoop:
                 log.info("project %s: issue #%d started Change %s", d.project, d.number, change_id)
                 comment = await forge.create_comment(d.number, starts.started_comment(change_id, self.console_url))
                 await self.store.run(forge_start.record_comment, change_id, comment)
-        except ForgeError as err:
-            if forge_retry.passing(err.status) and await self.store.run(forge_start.try_again, d.delivery_id, str(err)):
-                log.warning("project %s: delivery %s will be tried again: %s", d.project, d.delivery_id, err)
-                return
-            log.warning("project %s: delivery %s failed: %s", d.project, d.delivery_id, err)
-            await self.store.run(forge_start.finish, d.delivery_id, "failed", str(err))
-        except DroverError as err:
-            log.warning("project %s: delivery %s failed: %s", d.project, d.delivery_id, err)
-            await self.store.run(forge_start.finish, d.delivery_id, "failed", str(err))
+        except (ForgeError, DroverError) as err:
+            await self.failed(d, err)
+
+    async def failed(self, d: forge_start.Pending, err: ForgeError | DroverError) -> None:
+        """A passing forge error (5xx, 429, unreachable) leaves the delivery to be tried again later; any
+        other error fails it, saying why."""
+        passing = isinstance(err, ForgeError) and forge_retry.passing(err.status)
+        if passing and await self.store.run(forge_start.try_again, d.delivery_id, str(err)):
+            log.warning("project %s: delivery %s will be tried again: %s", d.project, d.delivery_id, err)
+            return
+        log.warning("project %s: delivery %s failed: %s", d.project, d.delivery_id, err)
+        await self.store.run(forge_start.finish, d.delivery_id, "failed", str(err))
