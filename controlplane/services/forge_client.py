@@ -131,9 +131,13 @@ class ForgeClient:
 
     async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
         from githubkit.exception import GitHubException, RequestFailed
+        from pydantic import ValidationError
 
         try:
             return (await method(self.owner, self.name, *args, **kwargs)).parsed_data
+        except ValidationError as err:  # an answer not of GitHub's shape: a refusal, not a passing failure
+            why = f"{err.error_count()} fields not as GitHub's API describes them"
+            raise ForgeError(f"{what} on {self.owner}/{self.name}: the forge's answer is malformed ({why})") from None
         except RequestFailed as err:
             status = err.response.status_code
             raise ForgeError(f"{what} on {self.owner}/{self.name}: HTTP {status}", status) from None

@@ -111,7 +111,9 @@ def test_an_issue_labelled_for_another_label_or_without_a_credential_starts_noth
         assert [e["delivery_id"] for e in events(plane, "forge.delivery_failed")] == [kept[1]["delivery_id"]]
 
 
-def test_a_forge_outage_is_tried_again_and_a_refusal_fails_at_once(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+def test_a_forge_outage_is_tried_again_a_refusal_or_a_malformed_answer_fails_at_once(
+    fleet: Fleet, tmp_path: pathlib.Path
+) -> None:
     """The forge answering 502 to Drover's reading of the issue leaves the delivery to be tried again five
     seconds later, when the Change starts; a 404 (the issue gone) fails the delivery with no retry."""
     with linked(fleet, tmp_path) as (plane, gh):
@@ -133,6 +135,14 @@ def test_a_forge_outage_is_tried_again_and_a_refusal_fails_at_once(fleet: Fleet,
         failed = processed(plane)[-1]
         assert (failed["state"], failed["attempts"]) == ("failed", 0)
         assert failed["reason"] == f"reading issue #{other.number} on octo/app: HTTP 404"
+        third = api.rest.issues.create("octo", "app", title="Slow").parsed_data
+        gh.outage("drover-bot", 1, 200)  # 200 with a body that is not an issue: malformed, not passing
+        api.rest.issues.add_labels("octo", "app", third.number, data={"labels": ["drover"]})
+        malformed = processed(plane)[-1]
+        assert (malformed["state"], malformed["attempts"]) == ("failed", 0)
+        assert malformed["reason"].startswith(
+            f"reading issue #{third.number} on octo/app: the forge's answer is malformed"
+        )
         with plane.client() as admin:
             assert [c.id for c in admin.list_changes("web")] == [change.id]
         assert len(events(plane, "forge.delivery_retrying")) == 1
