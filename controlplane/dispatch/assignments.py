@@ -149,7 +149,7 @@ def build(
         attempt=run.attempt,
         project=project.name,
         repo=project.repo,
-        branch=project.branch,
+        branch=change.base_branch or project.branch,
         timeout_seconds=task.timeout_seconds,
         stack=stack,
         secret_env=git_env,
