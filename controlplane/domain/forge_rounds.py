@@ -119,7 +119,8 @@ def _fenced(label: str, text: str) -> str:
 
 def check_evidence(checks: Sequence[Check]) -> str:
     """The failing checks' names and output: at most MAX_CHECK_BYTES each and MAX_EVIDENCE_BYTES in all."""
-    parts, left = [], MAX_EVIDENCE_BYTES
+    parts: list[str] = []
+    left = MAX_EVIDENCE_BYTES
     for check in checks:
         body = "\n".join(p for p in (check.title, check.summary, check.text) if p) or "(no output)"
         if check.url:
