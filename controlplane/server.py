@@ -173,6 +173,7 @@ class ControlPlane:
         self.forge = ForgeLoop(
             self.store, self.sealer, self.notifier, self.dispatcher.wake, self.replica.leading, self._harness
         )
+        self.forge.rounds.configure(self.agents.tell_cancel, self.config.data_dir / "forge")
         self._loops = [
             asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
             asyncio.create_task(self.liveness.run_forever(), name="liveness"),

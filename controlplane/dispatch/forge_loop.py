@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 
 from controlplane.config import HarnessConfig
 from controlplane.dispatch import quota
+from controlplane.dispatch.forge_rounds import ForgeRounds
+from controlplane.domain import forge_rounds as rounds
 from controlplane.domain import forge_start as starts
 from controlplane.services import forge_start
 from controlplane.services.credentials import Sealer
@@ -45,6 +47,8 @@ class ForgeLoop:
         self.wake_dispatch, self.leading, self.harness = wake_dispatch, leading, harness
         self.console_url = console_url
         self._woken = asyncio.Event()
+        model_key = lambda: quota.has_model_key(self.harness(), os.environ)  # noqa: E731
+        self.rounds = ForgeRounds(store, sealer, notifier, wake_dispatch, model_key)  # fix rounds on pull requests
 
     def wake(self) -> None:
         """A delivery was kept: process it now rather than at the next poll."""
@@ -65,8 +69,12 @@ class ForgeLoop:
     async def process_pending(self) -> None:
         for delivery in await self.store.read(forge_start.pending):
             await self.process(delivery)
+        await self.rounds.finish_rounds()
 
     async def process(self, d: forge_start.Pending) -> None:
+        if d.event in rounds.EVENTS:  # checks, statuses, pull requests and reviews: fix rounds
+            await self.rounds.process(d.delivery_id)
+            return
         decision = starts.decide(d.event, d.action, d.label, d.forge_label, d.running_change)
         if decision.action == starts.SKIP:
             await self.store.run(forge_start.finish, d.delivery_id, "done", decision.why)

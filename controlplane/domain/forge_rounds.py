@@ -68,12 +68,12 @@ def decide(kind: str, pull: Pull | None) -> Decision:
     names (None: none does)."""
     if not kind:
         return Decision(SKIP, "not a failing check, a review asking for changes or a closed pull request")
+    if kind == COMMENT:
+        return Decision(SKIP, "a line comment: gathered into the next round")
     if pull is None:
         return Decision(SKIP, "not an open pull request Drover opened")
     if kind == CLOSED:
         return Decision(CLOSE, f"pull request #{pull.pr_number} closed")
-    if kind == COMMENT:
-        return Decision(SKIP, "a line comment: gathered into the next round")
     if pull.running_change:
         return Decision(SKIP, f"the issue's Change {pull.running_change} is running")
     if pull.rounds_done >= pull.max_fix_rounds:

@@ -49,6 +49,7 @@ PULL = Pull(issue_number=4, pr_number=9, pr_branch="drover/issue-4", rounds_done
         (r.REVIEW, PULL, r.ROUND, "fix round 1 of 2", 1),
         (r.REVIEW, dataclasses.replace(PULL, rounds_done=1), r.ROUND, "fix round 2 of 2", 2),
         (r.COMMENT, PULL, r.SKIP, "a line comment: gathered into the next round", 0),
+        (r.COMMENT, None, r.SKIP, "a line comment: gathered into the next round", 0),
         (r.CHECK, Pull(4, 9, "b", 0, "chg-1", 2), r.SKIP, "the issue's Change chg-1 is running", 0),
         (r.CHECK, Pull(4, 9, "b", 2, "", 2), r.EXHAUSTED, "max_fix_rounds (2) reached", 0),
         (r.REVIEW, Pull(4, 9, "b", 2, "", 2, True), r.SKIP, "max_fix_rounds (2) reached; said already", 0),
