@@ -96,7 +96,9 @@ def pull_state(s: Session, project: str, pr_number: int) -> PullState | None:
         max_fix_rounds=row.max_fix_rounds,
         exhausted_said=bool(said),
     )
-    return PullState(pull, max(link.created_at for link in links), row.forge_budget_usd)
+    since = max(link.created_at for link in links)
+    since = since if since.tzinfo else since.replace(tzinfo=dt.UTC)  # SQLite keeps no zone: stored as UTC
+    return PullState(pull, since, row.forge_budget_usd)
 
 
 def start_round(s: Session, delivery_id: str, spec: graph.ChangeSpec, pull: Pull, number: int) -> str:

@@ -151,11 +151,13 @@ def test_a_failing_check_starts_a_round_that_pushes_and_max_fix_rounds_stops_the
     with forge(fleet, model, tmp_path, max_fix_rounds=1) as (plane, gh, admin):
         number, first, branch = open_pull(plane, gh, admin, tmp_path)
         head = head_of(gh, branch)
+        gh.submit_review("octo/app", number, "bob", "COMMENTED", "", [("calc.py", 2, "negatives too")])  # no round
         gh.complete_check_run("octo/app", head, "tests", "failure", title="1 failed", text=FAILURE)
         fix = round_change(admin, 1)
         (task,) = fix.tasks
         assert (task.kind, fix.goal) == ("fix", f"Fix round 1 on pull request #{number} (issue #1)")
         assert FAILURE in task.objective and "Check 'tests' ended failure." in task.objective
+        assert "calc.py:2: negatives too" in task.objective  # the line comment, gathered into this round
         wait_for(lambda: admin.get_change(fix.id).status in ("succeeded", "failed"), 120, what="round 1 to end")
         run = admin.get_run(admin.get_change(fix.id).tasks[0].latest_run_id)
         assert FAILURE in admin.get_packet(run.id)["task"]["objective"]
