@@ -184,14 +184,22 @@ def test_a_failing_check_starts_a_round_that_pushes_and_max_fix_rounds_stops_the
         assert len(admin.list_changes("web")) == 2
 
         gh.submit_review("octo/app", number, "bob", "CHANGES_REQUESTED", "Name it better", [("calc.py", 1, "rename")])
-        gh.complete_check_run("octo/app", new_head, "lint", "failure", text="E501")  # a second trigger
-        kept = processed(plane, kept + 6)
+        ci = GitHub(TokenAuthStrategy(ALICE), base_url=gh.base_url)  # a failing commit status: another trigger
+        ci.rest.repos.create_commit_status("octo", "app", new_head, data={"state": "error", "context": "lint"})
+        processed(plane, kept + 4)
         (exhausted,) = wait_for(lambda: events(plane, "forge.rounds_exhausted"), 30, what="max_fix_rounds said")
         assert (exhausted["pr_number"], exhausted["max_fix_rounds"]) == (number, 1)
         assert len(admin.list_changes("web")) == 2 and {c.id for c in admin.list_changes("web")} == {first, fix.id}
-        bodies = [c.body for c in comments(bot, number)]
+        bodies = wait_for(
+            lambda: [c.body for c in comments(bot, number)][1:] and [c.body for c in comments(bot, number)], 30
+        )
         assert len(bodies) == 2 and bodies[1].startswith("Drover stopped fixing this pull request: max_fix_rounds (1)")
-        assert any(r["reason"] == "max_fix_rounds (1) reached; said already" for r in kept)
+        (status,) = wait_for(
+            lambda: [r for r in rows(plane) if r["event"] == "status" and r["conclusion"] == "error" and r["reason"]],
+            30,
+            what="the failing status processed",
+        )
+        assert (status["state"], status["reason"]) == ("done", "max_fix_rounds (1) reached; said already")
 
 
 def test_a_review_on_a_line_starts_a_round_with_it_and_closing_the_pull_request_cancels_it(
