@@ -158,6 +158,12 @@ def test_a_failing_check_starts_a_round_that_pushes_and_max_fix_rounds_stops_the
         assert (task.kind, fix.goal) == ("fix", f"Fix round 1 on pull request #{number} (issue #1)")
         assert FAILURE in task.objective and "Check 'tests' ended failure." in task.objective
         assert "calc.py:2: negatives too" in task.objective  # the line comment, gathered into this round
+        suite = wait_for(
+            lambda: [r["reason"] for r in rows(plane) if r["event"] == "check_suite" and r["state"] != "received"],
+            30,
+            what="the failing suite processed",
+        )
+        assert suite == [f"the issue's Change {fix.id} is running"]  # the same failure again: no second round
         wait_for(lambda: admin.get_change(fix.id).status in ("succeeded", "failed"), 120, what="round 1 to end")
         run = admin.get_run(admin.get_change(fix.id).tasks[0].latest_run_id)
         assert FAILURE in admin.get_packet(run.id)["task"]["objective"]
@@ -190,9 +196,7 @@ def test_a_failing_check_starts_a_round_that_pushes_and_max_fix_rounds_stops_the
         (exhausted,) = wait_for(lambda: events(plane, "forge.rounds_exhausted"), 30, what="max_fix_rounds said")
         assert (exhausted["pr_number"], exhausted["max_fix_rounds"]) == (number, 1)
         assert len(admin.list_changes("web")) == 2 and {c.id for c in admin.list_changes("web")} == {first, fix.id}
-        bodies = wait_for(
-            lambda: [c.body for c in comments(bot, number)][1:] and [c.body for c in comments(bot, number)], 30
-        )
+        bodies = wait_for(lambda: len(b := [c.body for c in comments(bot, number)]) == 2 and b, 30, what="2 comments")
         assert len(bodies) == 2 and bodies[1].startswith("Drover stopped fixing this pull request: max_fix_rounds (1)")
         (status,) = wait_for(
             lambda: [r for r in rows(plane) if r["event"] == "status" and r["conclusion"] == "error" and r["reason"]],
