@@ -169,7 +169,8 @@ def close_pull(s: Session, delivery_id: str, pr_number: int) -> list[tuple[str, 
     if row is None or row.state != "received":
         return []
     reason = f"pull request #{pr_number} closed"
-    cancelled, runs = [], []
+    cancelled: list[str] = []
+    runs: list[Run] = []
     for link in _links(s, row.project, pr_number):
         change = s.get(Change, link.change_id)
         if change is not None and change.status not in graph.TERMINAL_CHANGE:
@@ -177,7 +178,7 @@ def close_pull(s: Session, delivery_id: str, pr_number: int) -> list[tuple[str, 
             cancelled.append(change.id)
     row.state, row.reason = "done", reason
     add_event(s, "forge.pull_closed", project=row.project, pr_number=pr_number, cancelled=cancelled)
-    return [(r.id, r.agent) for r in runs if isinstance(r, Run)]
+    return [(r.id, r.agent) for r in runs]
 
 
 @dataclasses.dataclass(frozen=True)
