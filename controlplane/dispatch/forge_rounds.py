@@ -57,34 +57,41 @@ class ForgeRounds:
         if d is None:
             return
         kind = rounds.trigger(d.event, d.action, d.conclusion)
-        if not kind or kind == rounds.COMMENT:
-            await self.store.run(finish, d.delivery_id, "done", rounds.decide(kind, None).why)
-            return
+        state = None
+        if kind in (rounds.REVIEW, rounds.CLOSED):  # by number; a check by its head commit, below
+            state = await self.store.read(store_rounds.pull_state, d.project, d.number)
+        if kind != rounds.CHECK:
+            decision = rounds.decide(kind, state.pull if state else None)
+            if decision.action == rounds.SKIP:
+                await self.store.run(finish, d.delivery_id, "done", decision.why)
+                return
+            if decision.action == rounds.CLOSE:
+                runs = await self.store.run(store_rounds.close_pull, d.delivery_id, d.number)
+                self.tell_cancel(runs, "pull request closed")
+                self.notifier.notify()
+                return
         try:
             access = await self.store.read(forge_access, d.project, self.sealer)
             async with ForgeClient(access) as forge:
-                state = await self._pull_of(forge, d, kind)
+                if kind == rounds.CHECK:
+                    state = await self._pull_of(forge, d)
+                elif state is not None and (await forge.get_pull(d.number)).state != "open":
+                    state = None  # a review of a pull request closed since
                 decision = rounds.decide(kind, state.pull if state else None)
-                if decision.action == rounds.SKIP:
+                if decision.action == rounds.SKIP or state is None:
                     await self.store.run(finish, d.delivery_id, "done", decision.why)
-                elif decision.action == rounds.CLOSE:
-                    runs = await self.store.run(store_rounds.close_pull, d.delivery_id, d.number)
-                    self.tell_cancel(runs, "pull request closed")
-                    self.notifier.notify()
-                elif decision.action == rounds.EXHAUSTED and state is not None:
+                elif decision.action == rounds.EXHAUSTED:
                     if await self.store.run(store_rounds.record_exhausted, d.delivery_id, state.pull):
                         await forge.create_comment(state.pull.pr_number, rounds.exhausted_comment(state.pull))
-                elif state is not None:
+                else:
                     await self._start(forge, d, kind, state, decision.round)
         except (ForgeError, DroverError) as err:
             log.warning("project %s: delivery %s failed: %s", d.project, d.delivery_id, err)
             await self.store.run(finish, d.delivery_id, "failed", str(err))
 
-    async def _pull_of(self, forge: ForgeClient, d: store_rounds.Delivery, kind: str) -> store_rounds.PullState | None:
-        """The open pull request Drover opened that the delivery is about: by number for reviews and the
-        closing, by head commit for checks and statuses (their pull request list is not to be trusted)."""
-        if kind != rounds.CHECK:
-            return await self.store.read(store_rounds.pull_state, d.project, d.number)
+    async def _pull_of(self, forge: ForgeClient, d: store_rounds.Delivery) -> store_rounds.PullState | None:
+        """The open pull request Drover opened whose head is the failing commit, by reading each one's head
+        through the API (a check's own list of pull requests is empty for a fork's and not to be trusted)."""
         for number in await self.store.read(store_rounds.pull_numbers, d.project):
             head = await forge.get_pull(number)
             if head.state == "open" and head.head_sha == d.head_sha:
