@@ -176,6 +176,7 @@ class ControlPlane:
         )
         self.notifications = NotificationLoop(self.store, lambda: self.config.notify, self.replica.leading)
         self.forge.tell_cancel = self.agents.tell_cancel
+        self.forge.rounds.configure(self.agents.tell_cancel, self.config.data_dir / "forge")
         self._loops = [
             asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
             asyncio.create_task(self.liveness.run_forever(), name="liveness"),

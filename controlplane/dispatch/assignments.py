@@ -20,7 +20,7 @@ from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.models import Change, Project, Run, Task
 from controlplane.store.objects import ObjectStore, packet_key
 
-WRITE_KINDS = frozenset({"implement", "migrate", "test"})
+WRITE_KINDS = frozenset({"implement", "migrate", "test", "fix"})  # fix: a fix round on a pull request
 
 
 def workspace_mode(kind: str, project: Project) -> str:
@@ -149,7 +149,7 @@ def build(
         attempt=run.attempt,
         project=project.name,
         repo=project.repo,
-        branch=project.branch,
+        branch=change.base_branch or project.branch,
         timeout_seconds=task.timeout_seconds,
         stack=stack,
         secret_env=git_env,

@@ -32,8 +32,9 @@ def pending(s: Session) -> list[str]:
 
 
 def inputs(s: Session, change_id: str, sealer: Sealer | None = None) -> tuple[str, str, list[gitspace.StackItem], str]:
-    """The project repository, its branch, the Change's ChangeSets in merge order and the git secret
-    (FailedPrecondition when the project's stored credential does not open)."""
+    """The project repository, the Change's base branch (the project's unless it names one), the Change's
+    ChangeSets in merge order and the git secret (FailedPrecondition when the project's stored credential
+    does not open)."""
     change = s.get(Change, change_id)
     assert change is not None
     project = s.get(Project, change.project)
@@ -47,7 +48,7 @@ def inputs(s: Session, change_id: str, sealer: Sealer | None = None) -> tuple[st
         gitspace.StackItem(cs.id, cs.task_id, cs.branch, cs.commit, cs.created_at.isoformat())
         for cs in (latest[tasks[k].id] for k in ordered)
     ]
-    return project.repo, project.branch, items, git_secret(project, sealer)[1]
+    return project.repo, change.base_branch or project.branch, items, git_secret(project, sealer)[1]
 
 
 class Composer:

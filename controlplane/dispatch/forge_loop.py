@@ -19,7 +19,9 @@ from collections.abc import Awaitable, Callable
 from controlplane.config import HarnessConfig
 from controlplane.dispatch import forge_commands, quota
 from controlplane.dispatch.forge_outcomes import ForgeOutcomes
+from controlplane.dispatch.forge_rounds import ForgeRounds
 from controlplane.domain import forge_retry
+from controlplane.domain import forge_rounds as rounds
 from controlplane.domain import forge_start as starts
 from controlplane.services import forge_start
 from controlplane.services.credentials import Sealer
@@ -51,6 +53,8 @@ class ForgeLoop:
         self._woken = asyncio.Event()
         self.tell_cancel: Callable[[list[tuple[str, str]], str], None] = lambda runs, reason: None
         """Tells the agents of cancelled runs (the server sets it to its agent sessions')."""
+        model_key = lambda: quota.has_model_key(self.harness(), os.environ)  # noqa: E731
+        self.rounds = ForgeRounds(store, sealer, notifier, wake_dispatch, model_key)  # fix rounds on pull requests
 
     def wake(self) -> None:
         """A delivery was kept: process it now rather than at the next poll."""
@@ -72,8 +76,12 @@ class ForgeLoop:
     async def process_pending(self) -> None:
         for delivery in await self.store.read(forge_start.pending):
             await self.process(delivery)
+        await self.rounds.finish_rounds()
 
     async def process(self, d: forge_start.Pending) -> None:
+        if d.event in rounds.EVENTS:  # checks, statuses, pull requests and reviews: fix rounds
+            await self.rounds.process(d.delivery_id)
+            return
         decision = starts.decide(d.event, d.action, d.label, d.forge_label, d.running_change)
         if decision.action == starts.COMMENT:
             await forge_commands.process_comment(self, d)

@@ -48,6 +48,8 @@ class ChangeSpec:
     criteria: tuple[str, ...] = ()
     invariants: tuple[str, ...] = ()
     budget_usd: float = 0.0
+    base_branch: str = ""
+    """The branch the Change starts from ("": the project's)."""
 
 
 def validate(change: ChangeSpec) -> None:

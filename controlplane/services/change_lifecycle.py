@@ -27,6 +27,7 @@ def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str, scope: 
         criteria=list(spec.criteria),
         invariants=list(spec.invariants),
         budget_usd=spec.budget_usd,
+        base_branch=spec.base_branch,
         submitted_by=submitted_by,
         status="open",
         created_at=utcnow(),

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
 import hashlib
 import threading
 from typing import Any
 
+from controlplane.domain.forge_rounds import FAILED_CHECK, FAILED_STATUS, Check, LineComment
 from controlplane.services.credentials import Sealer, forge_credential
 from controlplane.store.models import Project
 
@@ -185,3 +187,54 @@ class ForgeClient:
         method = self.github.rest.repos.async_get_collaborator_permission_level
         found = await self._call(f"reading {login}'s permission", method, login)
         return str(found.permission)
+
+    # -- fix rounds on a pull request (controlplane.dispatch.forge_rounds) -----------------------------------
+
+    async def get_pull(self, number: int) -> PullHead:
+        found = await self._call(f"reading pull request #{number}", self.github.rest.pulls.async_get, number)
+        return PullHead(int(found.number), str(found.state), str(found.head.sha), str(found.head.ref))
+
+    async def failing_checks(self, ref: str) -> list[Check]:
+        """The check runs on `ref` that ended failure or timed_out, and its commit statuses whose newest
+        state (per context) is failure or error, each with its output as the forge gives it."""
+        method = self.github.rest.checks.async_list_for_ref
+        runs = await self._call(f"reading the check runs of {ref[:12]}", method, ref, per_page=100)
+        found = [
+            Check(r.name, str(r.conclusion), r.output.title or "", r.output.summary or "", r.output.text or "")
+            for r in runs.check_runs
+            if r.conclusion in FAILED_CHECK
+        ]
+        method = self.github.rest.repos.async_list_commit_statuses_for_ref
+        seen: set[str] = set()
+        for status in await self._call(f"reading the statuses of {ref[:12]}", method, ref, per_page=100):
+            if status.context in seen:
+                continue  # newest first: an older state of the same context is stale
+            seen.add(status.context)
+            if status.state in FAILED_STATUS:
+                found.append(
+                    Check(status.context, status.state, summary=status.description or "", url=status.target_url or "")
+                )
+        return found
+
+    async def review_body(self, number: int, review_id: int) -> str:
+        method = self.github.rest.pulls.async_list_reviews
+        reviews = await self._call(f"reading the reviews of pull request #{number}", method, number, per_page=100)
+        return next((r.body or "" for r in reviews if r.id == review_id), "")
+
+    async def line_comments(self, number: int, review_id: int, since: dt.datetime) -> list[LineComment]:
+        """The pull request's line comments of review `review_id`, and any made after `since`."""
+        method = self.github.rest.pulls.async_list_review_comments
+        found = await self._call(f"reading the line comments of pull request #{number}", method, number, per_page=100)
+        return [
+            LineComment(c.path, int(c.line or c.original_line or 0), c.body)
+            for c in found
+            if (review_id and c.pull_request_review_id == review_id) or c.created_at >= since
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
+class PullHead:
+    number: int
+    state: str  # open | closed
+    head_sha: str
+    head_ref: str

@@ -128,7 +128,10 @@ def issue_state(s: Session, project: str, number: int) -> IssueState:
         .where(ForgeIssueChange.project == project, ForgeIssueChange.issue_number == number)
         .order_by(ForgeIssueChange.round, ForgeIssueChange.created_at)
     ).all()
-    first = rows[0][1]
+    # the issue's latest attempt (a `/drover retry` starts a new round 0) and the fix rounds after it
+    latest = max((link for link, _ in rows if link.round == 0), key=lambda link: link.created_at, default=rows[0][0])
+    kept = [(link, change) for link, change in rows if link is latest or link.created_at > latest.created_at]
+    first = kept[0][1]
     # a budget raise starts a new count: failures older than the Change's last end do not count
     since = first.finished_at or first.created_at
     failures = s.execute(
@@ -136,13 +139,13 @@ def issue_state(s: Session, project: str, number: int) -> IssueState:
             Event.change_id == first.id, Event.kind == RETRY_EVENT, Event.created_at >= since
         )
     ).one()
-    comment_id = next((link.comment_id for link, _ in rows if link.comment_id), 0)
+    comment_id = next((link.comment_id for link, _ in kept if link.comment_id), 0)
     return IssueState(
         project,
         number,
         comment_id,
-        next((link.comment_digest for link, _ in rows if link.comment_id == comment_id), ""),
-        tuple(_round(s, link, change) for link, change in rows),
+        next((link.comment_digest for link, _ in kept if link.comment_id == comment_id), ""),
+        tuple(_round(s, link, change) for link, change in kept),
         first.goal,
         tuple(str(c) for c in first.criteria or ()),
         int(failures[0] or 0),

@@ -38,6 +38,14 @@ class ForgeLink:
     webhook_secret_set_by: Mapped[str] = mapped_column(String(200), default="")
 
 
+class ChangeBase:
+    """A Change's base branch (`changes.base_branch`): mixed into `controlplane.store.models.Change`."""
+
+    base_branch: Mapped[str] = mapped_column(String(300), default="", server_default="")
+    """The branch its Tasks start from and its candidate is composed on ("": the project's branch); a fix
+    round's is its pull request's branch, so the round's candidate fast-forwards it."""
+
+
 class DeliveryColumns:
     """One webhook delivery kept for the forge loop (`forge_deliveries`), once per X-GitHub-Delivery: the
     few fields the loop reads, never the body or anything secret."""

@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from controlplane.store.forge_columns import DeliveryColumns, ForgeLink, IssueChangeColumns
+from controlplane.store.forge_columns import ChangeBase, DeliveryColumns, ForgeLink, IssueChangeColumns
 from controlplane.store.notification_columns import NotificationCursorColumns, NotificationDeliveryColumns
 
 
@@ -85,7 +85,7 @@ class Project(ForgeLink, Base):
     updated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
 
 
-class Change(Base):
+class Change(ChangeBase, Base):
     __tablename__ = "changes"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     project: Mapped[str] = mapped_column(ForeignKey("projects.name"))

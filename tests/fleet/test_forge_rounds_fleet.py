@@ -1,0 +1,243 @@
+"""Fix rounds on a pull request Drover opened (issue 28), whole-system: a real control plane with its HTTP
+listener, a real agentd, the scripted fake model, and drover.testing.fake_github as the forge, CI and
+reviewer; project web's repository is the fake's (git over HTTP with a token).
+
+A labelled issue's Change runs; the test then opens its pull request the way the finish step will (the
+candidate pushed to drover/issue-N, the pull request created by Drover's bot, the link row given the pull
+request). A failing check on the pull request's head starts a fix round whose packet holds the check's
+log; the round's commit lands on the pull request's branch and the pull request says so with its cost;
+CI passing on the new head starts nothing. With max_fix_rounds=1, the next trigger says on the pull
+request, once, that max_fix_rounds stopped it. A review requesting changes on a line starts a round with
+that comment; closing the pull request cancels that round while it runs."""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy
+from cryptography.fernet import Fernet
+from githubkit import GitHub, TokenAuthStrategy
+
+from drover import Client
+from drover.testing import fake_anthropic as fake
+from drover.testing.fake_github import FakeGitHub
+from tests.conftest import API_KEY, ControlPlane, Fleet, wait_for
+from tests.controlplane.api.test_projects_and_tokens import events
+from tests.controlplane.web.test_console_projects_and_tokens import console
+from tests.controlplane.web.test_forge_issue_start import comments
+from tests.controlplane.web.test_forge_webhooks import rows
+
+pytestmark = pytest.mark.timeout(300)
+
+ALICE = "ghp_alice_rounds"  # files and labels the issue
+BOT = "github_pat_drover_bot_rounds"  # Drover's credential on the forge, for the API and for git
+CALC = "def add(a, b):\n    return a - b\n"
+FAILURE = "FAILED tests/test_calc.py::test_add - assert -1 == 5"
+
+
+def edit(old: str, new: str, summary: str) -> list[fake.Step]:
+    """One model run: an edit of calc.py, then complete_task."""
+    return [
+        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": old, "new_text": new}]}),
+        fake.tool_use("complete_task", {"summary": summary, "files_changed": ["calc.py"]}),
+    ]
+
+
+@contextlib.contextmanager
+def forge(
+    fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path, max_fix_rounds: int
+) -> Iterator[tuple[ControlPlane, FakeGitHub, Client]]:
+    fleet.plane.extra_env.update(
+        DROVER_CREDENTIAL_KEY=Fernet.generate_key().decode(),
+        ANTHROPIC_BASE_URL=model.base_url,
+        ANTHROPIC_API_KEY=API_KEY,
+    )
+    with FakeGitHub(tmp_path / "forge") as gh:
+        gh.create_repo("octo/app", files={"calc.py": CALC})
+        gh.add_token(ALICE, "alice")
+        gh.add_token(BOT, "drover-bot")
+        plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+        (tmp_path / "git.token").write_text(BOT + "\n")
+        plane.cli(
+            "project", "add", "web", "--repo", gh.clone_url("octo/app"), "--git-token-file", str(tmp_path / "git.token")
+        )
+        with plane.client() as admin:
+            admin.projects.update(
+                "web", forge="github", forge_repo="octo/app", forge_api_url=gh.base_url, max_fix_rounds=max_fix_rounds
+            )
+            admin.projects.set_forge_credential("web", "token", BOT)
+            gh.set_webhook(console(plane) + "/hooks/github", admin.projects.rotate_webhook_secret("web").secret)
+            fleet.agent("worker")
+            yield plane, gh, admin
+
+
+def sql(plane: ControlPlane, statement: str, **params: Any) -> list[dict[str, Any]]:
+    engine = sqlalchemy.create_engine(f"sqlite:///{plane.data_dir / 'drover.db'}")
+    try:
+        with engine.begin() as conn:
+            found = conn.execute(sqlalchemy.text(statement), params)
+            return [dict(row._mapping) for row in found] if found.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def open_pull(plane: ControlPlane, gh: FakeGitHub, admin: Client, tmp_path: pathlib.Path) -> tuple[int, str, str]:
+    """Label an issue, let its Change succeed, and open its pull request as the finish step will: the
+    candidate pushed to drover/issue-N over git, the pull request made by Drover's bot, the link updated
+    (test setup only). Answers the pull request's number, the issue's Change and the branch."""
+    alice = GitHub(TokenAuthStrategy(ALICE), base_url=gh.base_url)
+    issue = alice.rest.issues.create("octo", "app", title="add subtracts", body="add(2, 3) is -1").parsed_data
+    alice.rest.issues.add_labels("octo", "app", issue.number, data={"labels": ["drover"]})
+    change = wait_for(lambda: next(iter(admin.list_changes("web")), None), 30, what="the issue's Change")
+    wait_for(lambda: admin.get_change(change.id).status in ("succeeded", "failed"), 120, what="the Change to end")
+    done = admin.get_change(change.id)
+    assert done.status == "succeeded", done.reason
+    branch, clone = f"drover/issue-{issue.number}", tmp_path / "clone"
+    url = gh.clone_url("octo/app", BOT)
+    subprocess.run(["git", "clone", "-q", url, str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "fetch", "-q", "origin", done.candidate_branch], check=True)
+    subprocess.run(["git", "-C", str(clone), "push", "-q", "origin", f"FETCH_HEAD:refs/heads/{branch}"], check=True)
+    bot = GitHub(TokenAuthStrategy(BOT), base_url=gh.base_url)
+    pull = bot.rest.pulls.create("octo", "app", data={"title": "Fix add", "head": branch, "base": "main"}).parsed_data
+    sql(
+        plane,
+        "UPDATE forge_issue_changes SET pr_number = :pr, pr_branch = :branch, outcome = 'pr_opened' "
+        "WHERE change_id = :c",
+        pr=pull.number,
+        branch=branch,
+        c=change.id,
+    )
+    return pull.number, change.id, branch
+
+
+def processed(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
+    """The kept deliveries once at least `count` are kept and none is left `received`."""
+    return wait_for(
+        lambda: (kept := rows(plane)) and len(kept) >= count and all(r["state"] != "received" for r in kept) and kept,
+        60,
+        what="the forge loop to process every delivery",
+    )
+
+
+def round_change(admin: Client, number: int) -> Any:
+    started = wait_for(
+        lambda: [e for e in admin.list_events(kind="forge.round_started", limit=100) if e.data["round"] == number],
+        60,
+        what=f"fix round {number} to start",
+    )
+    return admin.get_change(started[0].change_id)
+
+
+def head_of(gh: FakeGitHub, branch: str) -> str:
+    """The branch's commit on the forge, as git sees it over HTTP."""
+    found = subprocess.run(
+        ["git", "ls-remote", gh.clone_url("octo/app", BOT), f"refs/heads/{branch}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return found.stdout.split()[0]
+
+
+def test_a_failing_check_starts_a_round_that_pushes_and_max_fix_rounds_stops_the_next(
+    fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path
+) -> None:
+    model.extend(edit("return a - b", "return a - b  # TODO", "looked at add") + edit("a - b", "a + b", "add adds"))
+    with forge(fleet, model, tmp_path, max_fix_rounds=1) as (plane, gh, admin):
+        number, first, branch = open_pull(plane, gh, admin, tmp_path)
+        head = head_of(gh, branch)
+        gh.submit_review("octo/app", number, "bob", "COMMENTED", "", [("calc.py", 2, "negatives too")])  # no round
+        gh.complete_check_run("octo/app", head, "tests", "failure", title="1 failed", text=FAILURE)
+        fix = round_change(admin, 1)
+        (task,) = fix.tasks
+        assert (task.kind, fix.goal) == ("fix", f"Fix round 1 on pull request #{number} (issue #1)")
+        assert FAILURE in task.objective and "Check 'tests' ended failure." in task.objective
+        assert "calc.py:2: negatives too" in task.objective  # the line comment, gathered into this round
+        suite = wait_for(
+            lambda: [r["reason"] for r in rows(plane) if r["event"] == "check_suite" and r["state"] != "received"],
+            30,
+            what="the failing suite processed",
+        )
+        assert suite == [f"the issue's Change {fix.id} is running"]  # the same failure again: no second round
+        wait_for(lambda: admin.get_change(fix.id).status in ("succeeded", "failed"), 120, what="round 1 to end")
+        run = admin.get_run(admin.get_change(fix.id).tasks[0].latest_run_id)
+        assert FAILURE in admin.get_packet(run.id)["task"]["objective"]
+        assert any(FAILURE in str(r.body) for r in model.requests)  # what the model was given
+        pushed = wait_for(lambda: events(plane, "forge.round_pushed"), 60, what="round 1's push")
+        assert [(e["round"], e["pr_number"]) for e in pushed] == [(1, number)]
+        new_head = head_of(gh, branch)
+        assert new_head == pushed[0]["commit"] == admin.get_change(fix.id).candidate_commit != head
+        subprocess.run(["git", "-C", str(tmp_path / "clone"), "fetch", "-q", "origin", branch], check=True)
+        calc = subprocess.run(
+            ["git", "-C", str(tmp_path / "clone"), "show", "FETCH_HEAD:calc.py"], capture_output=True, text=True
+        ).stdout
+        assert "return a + b" in calc
+        bot = GitHub(TokenAuthStrategy(BOT), base_url=gh.base_url)
+        said = wait_for(lambda: [c.body for c in comments(bot, number)], 30, what="the pull request told")
+        assert said == [f"Drover's fix round 1 (Change {fix.id}) pushed {new_head[:12]} to this branch; it cost $0.00."]
+        assert sql(plane, "SELECT outcome FROM forge_issue_changes WHERE change_id = :c", c=fix.id) == [
+            {"outcome": "pushed"}
+        ]
+
+        kept = len(rows(plane))
+        gh.complete_check_run("octo/app", new_head, "tests", "success")  # CI passes on the round's commit
+        assert all(r["state"] == "done" for r in processed(plane, kept + 2)[kept:])
+        assert len(admin.list_changes("web")) == 2
+
+        gh.submit_review("octo/app", number, "bob", "CHANGES_REQUESTED", "Name it better", [("calc.py", 1, "rename")])
+        ci = GitHub(TokenAuthStrategy(ALICE), base_url=gh.base_url)  # a failing commit status: another trigger
+        ci.rest.repos.create_commit_status("octo", "app", new_head, data={"state": "error", "context": "lint"})
+        processed(plane, kept + 4)
+        (exhausted,) = wait_for(lambda: events(plane, "forge.rounds_exhausted"), 30, what="max_fix_rounds said")
+        assert (exhausted["pr_number"], exhausted["max_fix_rounds"]) == (number, 1)
+        assert len(admin.list_changes("web")) == 2 and {c.id for c in admin.list_changes("web")} == {first, fix.id}
+        bodies = wait_for(lambda: len(b := [c.body for c in comments(bot, number)]) == 2 and b, 30, what="2 comments")
+        assert len(bodies) == 2 and bodies[1].startswith("Drover stopped fixing this pull request: max_fix_rounds (1)")
+        (status,) = wait_for(
+            lambda: [r for r in rows(plane) if r["event"] == "status" and r["conclusion"] == "error" and r["reason"]],
+            30,
+            what="the failing status processed",
+        )
+        assert (status["state"], status["reason"]) == ("done", "max_fix_rounds (1) reached; said already")
+
+
+def test_a_review_on_a_line_starts_a_round_with_it_and_closing_the_pull_request_cancels_it(
+    fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path
+) -> None:
+    model.extend(edit("return a - b", "return a + b", "add adds") + [fake.stall(120)])
+    with forge(fleet, model, tmp_path, max_fix_rounds=3) as (plane, gh, admin):
+        number, first, _ = open_pull(plane, gh, admin, tmp_path)
+        gh.submit_review(
+            "octo/app",
+            number,
+            "bob",
+            "CHANGES_REQUESTED",
+            "Please document add.",
+            [("calc.py", 1, "a docstring")],
+        )
+        fix = round_change(admin, 1)
+        assert "Review: Please document add.\ncalc.py:1: a docstring" in fix.tasks[0].objective
+        kept = processed(plane, 1)
+        assert any(
+            r["event"] == "pull_request_review_comment"
+            and r["reason"] == "a line comment: gathered into the next round"
+            for r in kept
+        )
+        wait_for(lambda: admin.get_change(fix.id).tasks[0].status == "running", 60, what="round 1 to run")
+
+        bot = GitHub(TokenAuthStrategy(BOT), base_url=gh.base_url)
+        bot.rest.pulls.update("octo", "app", number, data={"state": "closed"})
+        (closed,) = wait_for(lambda: events(plane, "forge.pull_closed"), 30, what="the close to be processed")
+        assert (closed["pr_number"], closed["cancelled"]) == (number, [fix.id])
+        wait_for(lambda: admin.get_change(fix.id).status == "cancelled", 60, what="round 1 cancelled")
+        run = admin.get_run(admin.get_change(fix.id).tasks[0].latest_run_id)
+        wait_for(lambda: admin.get_run(run.id).state not in ("queued", "running"), 60, what="the run to stop")
+        assert admin.get_change(first).status == "succeeded"
+        wait_for(lambda: events(plane, "forge.round_ended"), 30, what="the round's end recorded")
+        assert events(plane, "forge.round_pushed") == []
+        assert comments(bot, number) == []  # a cancelled round says nothing on the closed pull request
