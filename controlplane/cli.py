@@ -33,6 +33,15 @@ if TYPE_CHECKING:
 Command = Callable[["Store", "DataDir", argparse.Namespace], None]
 
 
+def _console_url(url: str) -> str:
+    from controlplane.config import check_console_url
+
+    try:
+        return check_console_url(url)
+    except ValueError as err:
+        raise SystemExit(f"controlplane serve: {err}") from None
+
+
 def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
     import asyncio
 
@@ -46,6 +55,7 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
         listen=args.listen,
         metrics_listen=args.metrics_listen,
         http_listen=args.http_listen,
+        console_url=_console_url(args.console_url),
         data_dir=config.data_dir,
         database_url=config.database_url,
         agent_lost_seconds=args.agent_lost_seconds,
@@ -212,6 +222,11 @@ def _serve_parser(sub: Any) -> None:
         "--http-listen",
         default=env("DROVER_HTTP_LISTEN", ""),
         help="host:port of the web console (default none; env DROVER_HTTP_LISTEN); TLS as --tls-cert/--tls-key",
+    )
+    s.add_argument(
+        "--console-url",
+        default=env("DROVER_CONSOLE_URL", ""),
+        help="the console's address as users reach it, linked from issue comments (env DROVER_CONSOLE_URL)",
     )
     _console_limits(s)
     s.add_argument(

@@ -63,6 +63,8 @@ class ServerConfig:
     """host:port of the Prometheus endpoint (/metrics); empty: none."""
     http_listen: str = ""
     """host:port of the web console; empty: none. TLS and the loopback rule as the gRPC port."""
+    console_url: str = ""
+    """The console's address as users reach it (https://drover.example.com): links in issue comments."""
     data_dir: pathlib.Path = pathlib.Path(".drover")
     """Holds the SQLite database, the tokens and (later) the object store."""
     database_url: str = ""
@@ -333,3 +335,18 @@ def settings(cls: type, table: Mapping[str, Any], where: str, names: Iterable[st
             except (TypeError, ValueError):
                 raise ValueError(f"{where}.{name}: must be {kind.__name__}, not {table[name]!r}") from None
     return out
+
+
+def check_console_url(url: str) -> str:
+    """The console's public address without a trailing slash; ValueError when it is not an http(s) URL
+    with a host and nothing else that would leak into a comment (credentials, query, fragment)."""
+    import urllib.parse
+
+    if not url:
+        return ""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"--console-url {url!r}: not an http(s) URL with a host")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError("--console-url: no credentials, query or fragment")
+    return url.rstrip("/")

@@ -172,7 +172,13 @@ class ControlPlane:
             await self.store.run(agent_presence.disconnect_all)
         self.replica.start()
         self.forge = ForgeLoop(
-            self.store, self.sealer, self.notifier, self.dispatcher.wake, self.replica.leading, self._harness
+            self.store,
+            self.sealer,
+            self.notifier,
+            self.dispatcher.wake,
+            self.replica.leading,
+            self._harness,
+            self.config.console_url,
         )
         self.notifications = NotificationLoop(self.store, lambda: self.config.notify, self.replica.leading)
         self.forge.tell_cancel = self.agents.tell_cancel

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,14 +28,16 @@ BOT = "github_pat_drover_bot"  # Drover's credential on the forge
 
 
 @contextlib.contextmanager
-def linked(fleet: Fleet, tmp_path: pathlib.Path, credential: bool = True) -> Iterator[tuple[ControlPlane, FakeGitHub]]:
+def linked(
+    fleet: Fleet, tmp_path: pathlib.Path, credential: bool = True, *args: str
+) -> Iterator[tuple[ControlPlane, FakeGitHub]]:
     fleet.plane.extra_env["DROVER_CREDENTIAL_KEY"] = Fernet.generate_key().decode()
     fleet.plane.extra_env["ANTHROPIC_API_KEY"] = "sk-ant-test-not-called"  # a model Task may be submitted
     with FakeGitHub(tmp_path / "forge") as gh:
         gh.create_repo("octo/app")
         gh.add_token(ALICE, "alice")
         gh.add_token(BOT, "drover-bot")
-        plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+        plane = fleet.start_plane("--http-listen", "127.0.0.1:0", *args)
         with plane.client() as admin:
             admin.projects.create("web", forge="github", forge_repo="octo/app", forge_api_url=gh.base_url)
             if credential:
@@ -146,3 +150,31 @@ def test_a_forge_outage_is_tried_again_a_refusal_or_a_malformed_answer_fails_at_
         with plane.client() as admin:
             assert [c.id for c in admin.list_changes("web")] == [change.id]
         assert len(events(plane, "forge.delivery_retrying")) == 1
+
+
+def test_the_issue_comment_links_the_change_in_the_console_at_its_public_url(
+    fleet: Fleet, tmp_path: pathlib.Path
+) -> None:
+    """`--console-url` is the console's address as users reach it (behind a proxy, not the listener's)."""
+    with linked(fleet, tmp_path, True, "--console-url", "https://drover.example.com/") as (plane, gh):
+        api = GitHub(TokenAuthStrategy(ALICE), base_url=gh.base_url)
+        issue = api.rest.issues.create("octo", "app", title="Crash on save").parsed_data
+        api.rest.issues.add_labels("octo", "app", issue.number, data={"labels": ["drover"]})
+        with plane.client() as admin:
+            (change,) = wait_for(lambda: admin.list_changes("web"), 30, what="the issue's Change")
+        link = f"https://drover.example.com/changes/{change.id}"
+        (said,) = wait_for(
+            lambda: [c for c in comments(api, issue.number) if link in (c.body or "")], 30, what="the link"
+        )
+        assert said.user.login == "drover-bot"
+
+
+def test_a_console_url_that_is_not_a_plain_http_address_stops_the_start(tmp_path: pathlib.Path) -> None:
+    for bad, why in [
+        ("drover.example.com", "not an http(s) URL with a host"),
+        ("https://user:pw@drover.example.com", "no credentials, query or fragment"),
+    ]:
+        serve = [sys.executable, "-m", "controlplane.cli", "serve", "--data-dir", str(tmp_path / "cp")]
+        done = subprocess.run([*serve, "--console-url", bad], capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and why in done.stderr
+        assert "pw" not in done.stderr  # the refused URL's password is not repeated
