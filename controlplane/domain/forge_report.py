@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Sequence
 
-from controlplane.domain import graph
+from controlplane.domain import forge, graph
+from controlplane.domain.preparation import legal_branch
 
 PROGRESS, OPEN_PULL, REPORT = "progress", "open_pull", "report"
 MAX_ATTEMPTS = 5
 """Failed forge calls after which a Change's end is given up on (outcome `failed`)."""
-MAX_SLUG = 40
 MAX_REASON = 500
 MAX_GOAL = 20_000
 """The most of the goal put in a pull request's body (GitHub allows 65536 characters)."""
-_FORBIDDEN_IN_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,26 +73,14 @@ def may_try(failures: int, last_failure: dt.datetime | None, now: dt.datetime) -
     return (now - last).total_seconds() >= retry_after(failures)
 
 
-def slug(title: str) -> str:
-    """The title in lower case, runs of anything but letters and digits one '-', at most MAX_SLUG."""
-    text = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-    return text[:MAX_SLUG].strip("-") or "change"
-
-
-def valid_branch(name: str) -> bool:
-    """git check-ref-format's rules for refs/heads/<name>."""
-    if not name or len(name) > 255 or name == "@" or _FORBIDDEN_IN_REF.search(name):
-        return False
-    if name.startswith("/") or name.endswith(("/", ".")) or "//" in name or ".." in name or "@{" in name:
-        return False
-    return all(part and not part.startswith(".") and not part.endswith(".lock") for part in name.split("/"))
-
-
 def branch_name(template: str, number: int, change_id: str, title: str) -> str:
-    """The pull request's branch from the project's template ({number}, {change}, {slug}); ValueError
-    naming the template when what it gives is not a branch name."""
-    name = template.replace("{number}", str(number)).replace("{change}", change_id).replace("{slug}", slug(title))
-    if "{" in name or "}" in name or not valid_branch(name):
+    """The pull request's branch from the project's template ({number}, {change}, {slug}: rendered as
+    controlplane.domain.forge renders it); ValueError naming the template when it gives no branch name."""
+    try:
+        name = forge.issue_branch(template, number, change_id, title)
+    except (KeyError, IndexError, ValueError):
+        name = template
+    if "{" in name or "}" in name or not legal_branch(name):
         raise ValueError(f"forge_branch_template {template!r} gives {name!r}, which is not a git branch name")
     return name
 
