@@ -33,19 +33,10 @@ if TYPE_CHECKING:
 Command = Callable[["Store", "DataDir", argparse.Namespace], None]
 
 
-def _console_url(url: str) -> str:
-    from controlplane.config import check_console_url
-
-    try:
-        return check_console_url(url)
-    except ValueError as err:
-        raise SystemExit(f"controlplane serve: {err}") from None
-
-
 def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
     import asyncio
 
-    from controlplane.config import ServerConfig, load_harness, load_memory, load_notify
+    from controlplane.config import ServerConfig, check_console_url, load_harness, load_memory, load_notify
     from controlplane.server import bootstrap_tokens, serve
     from controlplane.services.credentials import Sealer
 
@@ -55,7 +46,7 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
         listen=args.listen,
         metrics_listen=args.metrics_listen,
         http_listen=args.http_listen,
-        console_url=_console_url(args.console_url),
+        console_url=check_console_url(args.console_url),
         data_dir=config.data_dir,
         database_url=config.database_url,
         agent_lost_seconds=args.agent_lost_seconds,
@@ -223,11 +214,6 @@ def _serve_parser(sub: Any) -> None:
         default=env("DROVER_HTTP_LISTEN", ""),
         help="host:port of the web console (default none; env DROVER_HTTP_LISTEN); TLS as --tls-cert/--tls-key",
     )
-    s.add_argument(
-        "--console-url",
-        default=env("DROVER_CONSOLE_URL", ""),
-        help="the console's address as users reach it, linked from issue comments (env DROVER_CONSOLE_URL)",
-    )
     _console_limits(s)
     s.add_argument(
         "--agent-lost-seconds",
@@ -275,7 +261,13 @@ def _serve_parser(sub: Any) -> None:
 
 
 def _console_limits(s: Any) -> None:
-    """The console process's limits (ConsoleLimits): flags, or DROVER_CONSOLE_* in the environment."""
+    """The console's public address, and its process's limits (ConsoleLimits): flags, or DROVER_CONSOLE_*
+    in the environment."""
+    s.add_argument(
+        "--console-url",
+        default=os.environ.get("DROVER_CONSOLE_URL", ""),
+        help="the console's address as users reach it, linked from issue comments (env DROVER_CONSOLE_URL)",
+    )
     default = ConsoleLimits()
     for flag, kind, meaning in (
         ("max-connections", int, "open console connections at once; 503 beyond"),

@@ -27,7 +27,7 @@ from controlplane.services.credentials import Sealer
 from controlplane.services.forge_client import ForgeClient, ForgeError
 from controlplane.store.engine import Store
 from controlplane.store.models import utcnow
-from drover.core import gitspace
+from drover.core import forge_branches, gitspace
 from drover.errors import DroverError
 
 log = logging.getLogger("drover.forge")
@@ -115,7 +115,7 @@ class ForgeOutcomes:
         branch = report.branch_name(inputs.template, issue.number, first.change_id, title)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(
-            gitspace.push_branch,
+            forge_branches.push_branch,
             inputs.repo,
             inputs.candidate_branch,
             inputs.candidate_commit,

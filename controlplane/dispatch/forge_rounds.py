@@ -26,7 +26,7 @@ from controlplane.services.forge_client import ForgeClient, ForgeError
 from controlplane.services.forge_start import finish, forge_access
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
-from drover.core import gitspace
+from drover.core import forge_branches, gitspace
 from drover.errors import DroverError
 
 log = logging.getLogger("drover.forge")
@@ -141,7 +141,7 @@ class ForgeRounds:
             return
         repo, token = await self.store.read(store_rounds.push_inputs, done.project, self.sealer)
         await asyncio.to_thread(
-            gitspace.fast_forward,
+            forge_branches.fast_forward,
             repo,
             done.candidate_branch,
             done.candidate_commit,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from drover.core.gitspace import fast_forward
+from drover.core.forge_branches import fast_forward
 from drover.core.workspace import WorkspaceError
 from drover.testing.git_http import GitHttpServer
 

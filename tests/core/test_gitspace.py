@@ -13,13 +13,13 @@ from typing import ClassVar
 import pygit2
 import pytest
 
+from drover.core.forge_branches import push_branch
 from drover.core.gitspace import (
     ChangeSetResult,
     MergeConflict,
     StackItem,
     compose_candidate,
     open_workspace,
-    push_branch,
 )
 from drover.core.workspace import WorkspaceError, git_dir, open_repository
 

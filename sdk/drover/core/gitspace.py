@@ -268,20 +268,6 @@ def compose_candidate(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def push_branch(repo_url: str, source: str, commit: str, target: str, work_dir: pathlib.Path, token: str = "") -> None:
-    """Force-update branch `target` at `repo_url` to `commit`, which must be on branch `source` there (a
-    composed candidate onto its pull request's branch), through a bare scratch clone removed afterwards."""
-    target = _checked_branch(target)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    scratch = pathlib.Path(tempfile.mkdtemp(prefix="branch-", dir=work_dir))
-    try:
-        repo = pygit2.init_repository(str(scratch / "repo.git"), bare=True)
-        found = repo[_fetch(repo, repo_url, StackItem("", "", _checked_branch(source), commit, ""), token)]
-        _push(repo, repo_url, target, found.peel(pygit2.Commit), token)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 def _branch_name(change_id: str, task_id: str) -> str:
     if not change_id or not task_id:
         raise WorkspaceError(f"not a valid branch name: 'drover/{change_id}/{task_id}'")
@@ -382,32 +368,3 @@ def _diff(repo: pygit2.Repository, old: str, new: str) -> pygit2.Diff:
 
 def _changed_paths(diff: pygit2.Diff) -> list[str]:
     return sorted({path for delta in diff.deltas for path in (delta.old_file.path, delta.new_file.path)})
-
-
-def fast_forward(
-    repo_url: str, source_branch: str, commit: str, branch: str, work_dir: pathlib.Path, token: str = ""
-) -> None:
-    """Move `branch` at `repo_url` to `commit`, the tip of `source_branch` there, when it descends from
-    `branch`'s tip (a fix round's candidate onto its pull request's branch); never a forced update.
-    WorkspaceError, free of the token, when it does not or the forge refuses."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    scratch = pathlib.Path(tempfile.mkdtemp(prefix="fast-forward-", dir=work_dir))
-    try:
-        repo = pygit2.init_repository(str(scratch), bare=True)
-        refs = {_checked_branch(b): f"refs/remotes/origin/{b}" for b in (source_branch, branch)}
-        with _git_errors(f"cannot fetch {source_branch} and {branch}", token):
-            specs = [f"+refs/heads/{b}:{ref}" for b, ref in refs.items()]
-            repo.remotes.create_anonymous(repo_url).fetch(specs, callbacks=GitCallbacks(token))
-            source, tip = repo.references[refs[source_branch]].target, repo.references[refs[branch]].target
-        if str(source) != commit:
-            raise WorkspaceError(f"{source_branch} is at {source}, not {commit}")
-        if source != tip and not repo.descendant_of(source, tip):
-            raise WorkspaceError(f"{commit} does not descend from {branch}'s tip {tip}: not a fast-forward")
-        callbacks, ref = GitCallbacks(token), f"refs/heads/{branch}"
-        with _git_errors(f"cannot push {branch}", token):
-            repo.references.create(ref, source, force=True)
-            repo.remotes.create_anonymous(repo_url).push([f"{ref}:{ref}"], callbacks=callbacks)
-        if callbacks.rejected:
-            raise WorkspaceError(f"origin refused {branch}: {_clean(callbacks.rejected.popitem()[1], token)}")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
