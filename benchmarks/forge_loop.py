@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from cryptography.fernet import Fernet
-from dispatch import Deadline, Proc, agentd_argv, log_tail, pct, start_plane, ts, wait_for
+from dispatch import Deadline, Proc, add_project, agentd_argv, log_tail, pct, start_plane, ts, wait_for
 from githubkit import GitHub, TokenAuthStrategy
 
 from drover import Client
@@ -132,15 +132,14 @@ def run(args: argparse.Namespace, tmp: pathlib.Path, deadline: Deadline) -> None
             if not found:
                 raise RuntimeError(f"no console URL in the log:\n{log_tail(plane.log)}")
             token = (data_dir / "tokens" / "admin.token").read_text().strip()
+            git_token = tmp / "git.token"
+            git_token.write_text(BOT + "\n")
+            add_project(
+                data_dir, env, "web", "--repo", gh.clone_url("octo/app"), "--branch", "main",
+                "--git-token-file", str(git_token), "--forge", "github", "--forge-repo", "octo/app",
+                "--forge-api-url", gh.base_url,
+            )  # fmt: skip
             with Client(target, token=token) as client:
-                client.projects.create(
-                    "web",
-                    repo=gh.clone_url("octo/app"),
-                    forge="github",
-                    forge_repo="octo/app",
-                    forge_api_url=gh.base_url,
-                )
-                client.projects.set_git_credential("web", "token", BOT)
                 client.projects.set_forge_credential("web", "token", BOT)
                 gh.set_webhook(found.group(1) + "/hooks/github", client.projects.rotate_webhook_secret("web").secret)
                 root = tmp / "agent"

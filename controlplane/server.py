@@ -180,6 +180,7 @@ class ControlPlane:
             self._harness,
             self.config.console_url,
         )
+        self.composer.composed = self.forge.wake
         self.notifications = NotificationLoop(self.store, lambda: self.config.notify, self.replica.leading)
         self.forge.tell_cancel = self.agents.tell_cancel
         self.forge.rounds.configure(self.agents.tell_cancel, self.config.data_dir / "forge")

@@ -62,6 +62,8 @@ class Composer:
     ) -> None:
         self.store, self.notifier, self.sealer = store, notifier, sealer
         self.leading = leading  # with several replicas, only the leader composes
+        self.composed: Callable[[], None] = lambda: None
+        """Told after each composition (the forge loop opens the pull request at once, not at its next poll)."""
         self.work_dir = work_dir or pathlib.Path(tempfile.gettempdir()) / "drover-compose"
 
     async def compose(self, change_id: str) -> None:
@@ -83,6 +85,7 @@ class Composer:
         except (gitspace.WorkspaceError, DroverError) as err:
             await self.store.run(change_lifecycle.finish_composition, change_id, "", "", f"candidate_failed: {err}")
         self.notifier.notify()
+        self.composed()
 
     async def run_forever(self) -> None:
         while True:
