@@ -123,7 +123,7 @@ def test_a_forge_outage_is_tried_again_a_refusal_or_a_malformed_answer_fails_at_
     with linked(fleet, tmp_path) as (plane, gh):
         api = GitHub(TokenAuthStrategy(ALICE), base_url=gh.base_url)
         issue = api.rest.issues.create("octo", "app", title="Crash on save").parsed_data
-        gh.outage("drover-bot", 1, 502)
+        gh.outage("drover-bot", 1, 502, f"/repos/octo/app/issues/{issue.number}")
         api.rest.issues.add_labels("octo", "app", issue.number, data={"labels": ["drover"]})
         (retrying,) = wait_for(lambda: events(plane, "forge.delivery_retrying"), 30, what="the retry to be planned")
         assert (retrying["attempts"], retrying["reason"]) == (1, f"reading issue #{issue.number} on octo/app: HTTP 502")
@@ -134,13 +134,13 @@ def test_a_forge_outage_is_tried_again_a_refusal_or_a_malformed_answer_fails_at_
         assert [e["delivery_id"] for e in events(plane, "forge.change_started")] == [labeled["delivery_id"]]
 
         other = api.rest.issues.create("octo", "app", title="Typo").parsed_data
-        gh.outage("drover-bot", 1, 404)
+        gh.outage("drover-bot", 1, 404, f"/repos/octo/app/issues/{other.number}")
         api.rest.issues.add_labels("octo", "app", other.number, data={"labels": ["drover"]})
         failed = processed(plane)[-1]
         assert (failed["state"], failed["attempts"]) == ("failed", 0)
         assert failed["reason"] == f"reading issue #{other.number} on octo/app: HTTP 404"
         third = api.rest.issues.create("octo", "app", title="Slow").parsed_data
-        gh.outage("drover-bot", 1, 200)  # 200 with a body that is not an issue: malformed, not passing
+        gh.outage("drover-bot", 1, 200, f"/repos/octo/app/issues/{third.number}")  # not an issue: malformed
         api.rest.issues.add_labels("octo", "app", third.number, data={"labels": ["drover"]})
         malformed = processed(plane)[-1]
         assert (malformed["state"], malformed["attempts"]) == ("failed", 0)

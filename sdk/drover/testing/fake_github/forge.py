@@ -52,20 +52,21 @@ class Forge:
         self.reviews: dict[str, dict[int, Review]] = {}
         self.review_comments: dict[str, dict[int, ReviewComment]] = {}
         self.requests: list[Request] = []
-        self.failing: list[tuple[str, int]] = []  # (login, status): the next REST requests of login fail
+        self.failing: list[tuple[str, int, str]] = []  # (login, status, path): the next REST requests fail
         self.hooks = Hooks()
         self.outbox: list[Delivery] = []
 
-    def outage(self, login: str, count: int, status: int = 502) -> None:
-        """The next `count` REST requests made as `login` are answered `status` (502: GitHub's "Server Error")."""
+    def outage(self, login: str, count: int, status: int = 502, path: str = "") -> None:
+        """The next `count` REST requests made as `login` (to `path` below the API root, when given) are
+        answered `status` (502: GitHub's "Server Error")."""
         with self.lock:
-            self.failing.extend([(login, status)] * count)
+            self.failing.extend([(login, status, path)] * count)
 
-    def failure_for(self, login: str) -> int | None:
-        """The status to answer `login`'s request with, when an outage is under way for it."""
+    def failure_for(self, login: str, path: str) -> int | None:
+        """The status to answer `login`'s request to `path` with, when an outage is under way for it."""
         with self.lock:
-            for i, (who, status) in enumerate(self.failing):
-                if who == login:
+            for i, (who, status, only) in enumerate(self.failing):
+                if who == login and only in ("", path):
                     del self.failing[i]
                     return status
         return None

@@ -116,7 +116,7 @@ class _Handler(git_http._Handler):
         login = forge.login_of(token)
         if login is None:
             return token, 401, api.ApiError(401, "Bad credentials").body
-        if (status := forge.failure_for(login)) is not None:
+        if (status := forge.failure_for(login, path)) is not None:
             return token, status, {"message": "Server Error"}
         for method, pattern, handler in ROUTES:
             if method == self.command and (match := pattern.match(path)):
