@@ -87,9 +87,9 @@ def sql(plane: ControlPlane, statement: str, **params: Any) -> list[dict[str, An
 
 
 def open_pull(plane: ControlPlane, gh: FakeGitHub, admin: Client, tmp_path: pathlib.Path) -> tuple[int, str, str]:
-    """Label an issue, let its Change succeed, and open its pull request as the finish step will: the
-    candidate pushed to drover/issue-N over git, the pull request made by Drover's bot, the link updated
-    (test setup only). Answers the pull request's number, the issue's Change and the branch."""
+    """Label an issue, let its Change succeed and Drover open its pull request (the candidate pushed to
+    drover/issue-N, the pull request made by Drover's bot, the link recorded). Answers the pull request's
+    number, the issue's Change and the branch; the repository is cloned to tmp_path/clone."""
     alice = GitHub(TokenAuthStrategy(ALICE), base_url=gh.base_url)
     issue = alice.rest.issues.create("octo", "app", title="add subtracts", body="add(2, 3) is -1").parsed_data
     alice.rest.issues.add_labels("octo", "app", issue.number, data={"labels": ["drover"]})
@@ -97,22 +97,11 @@ def open_pull(plane: ControlPlane, gh: FakeGitHub, admin: Client, tmp_path: path
     wait_for(lambda: admin.get_change(change.id).status in ("succeeded", "failed"), 120, what="the Change to end")
     done = admin.get_change(change.id)
     assert done.status == "succeeded", done.reason
-    branch, clone = f"drover/issue-{issue.number}", tmp_path / "clone"
-    url = gh.clone_url("octo/app", BOT)
-    subprocess.run(["git", "clone", "-q", url, str(clone)], check=True)
-    subprocess.run(["git", "-C", str(clone), "fetch", "-q", "origin", done.candidate_branch], check=True)
-    subprocess.run(["git", "-C", str(clone), "push", "-q", "origin", f"FETCH_HEAD:refs/heads/{branch}"], check=True)
-    bot = GitHub(TokenAuthStrategy(BOT), base_url=gh.base_url)
-    pull = bot.rest.pulls.create("octo", "app", data={"title": "Fix add", "head": branch, "base": "main"}).parsed_data
-    sql(
-        plane,
-        "UPDATE forge_issue_changes SET pr_number = :pr, pr_branch = :branch, outcome = 'pr_opened' "
-        "WHERE change_id = :c",
-        pr=pull.number,
-        branch=branch,
-        c=change.id,
-    )
-    return pull.number, change.id, branch
+    (opened,) = wait_for(lambda: admin.list_events(kind="forge.pull_opened", limit=10), 60, what="the pull request")
+    branch = f"drover/issue-{issue.number}"
+    assert (opened.change_id, opened.data["branch"]) == (change.id, branch)
+    subprocess.run(["git", "clone", "-q", gh.clone_url("octo/app", BOT), str(tmp_path / "clone")], check=True)
+    return opened.data["pull"], change.id, branch
 
 
 def processed(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
