@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from controlplane.dispatch import quota
 from controlplane.domain import forge_rounds as rounds
+from controlplane.domain.forge_commands import PERMITTED
 from controlplane.services import forge_rounds as store_rounds
 from controlplane.services.credentials import Sealer
 from controlplane.services.forge_client import ForgeClient, ForgeError
@@ -104,22 +105,33 @@ class ForgeRounds:
         pull = state.pull
         if not self.model_key():
             raise ForgeError(quota.NO_MODEL_KEY)
+        if kind != rounds.CHECK and (level := await forge.permission(d.sender)) not in PERMITTED:
+            why = f"a review by {d.sender} ({level}) starts no round: it needs write permission"
+            await self.store.run(finish, d.delivery_id, "done", why)
+            return
         if kind == rounds.CHECK:
             checks = await forge.failing_checks(d.head_sha)
             evidence = rounds.check_evidence(checks)
-            comments = await forge.line_comments(pull.pr_number, 0, state.since)
+            comments = await self._by_writers(forge, await forge.line_comments(pull.pr_number, 0, state.since))
             if comments:
                 evidence += "\n\n" + rounds.review_evidence("", comments)
         else:
             body = await forge.review_body(pull.pr_number, d.review_id)
             comments = await forge.line_comments(pull.pr_number, d.review_id, state.since)
-            evidence = rounds.review_evidence(body, comments)
+            evidence = rounds.review_evidence(body, await self._by_writers(forge, comments))
         spec = rounds.round_spec(d.project, number, pull, evidence, state.budget_usd)
         change_id = await self.store.run(store_rounds.start_round, d.delivery_id, spec, pull, number)
         if change_id:
             self.notifier.notify()
             self.wake_dispatch()
             log.info("project %s: PR #%d fix round %d is Change %s", d.project, pull.pr_number, number, change_id)
+
+    @staticmethod
+    async def _by_writers(forge: ForgeClient, comments: list[rounds.LineComment]) -> list[rounds.LineComment]:
+        """The line comments of users with write permission: anyone may comment on a public repository's
+        pull request, and only those who may push decide what a round changes (and spends)."""
+        writers = {a for a in {c.author for c in comments} if a and await forge.permission(a) in PERMITTED}
+        return [c for c in comments if c.author in writers]
 
     async def finish_rounds(self) -> None:
         """Tell each finished round's end: its candidate pushed onto the pull request's branch, or why not."""

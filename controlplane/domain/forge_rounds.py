@@ -100,6 +100,7 @@ class LineComment:
     path: str
     line: int
     body: str
+    author: str = ""  # the commenter's login
 
 
 def _clip(text: str, limit: int) -> str:

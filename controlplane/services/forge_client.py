@@ -183,9 +183,15 @@ class ForgeClient:
         return next((int(p.number) for p in found if p.head.ref == head and p.base.ref == base), 0)
 
     async def permission(self, login: str) -> str:
-        """admin, write, read or none (GitHub's legacy names: maintain counts as write, triage as read)."""
+        """admin, write, read or none (GitHub's legacy names: maintain counts as write, triage as read); none
+        for a login the forge does not know."""
         method = self.github.rest.repos.async_get_collaborator_permission_level
-        found = await self._call(f"reading {login}'s permission", method, login)
+        try:
+            found = await self._call(f"reading {login}'s permission", method, login)
+        except ForgeError as err:
+            if err.status == 404:
+                return "none"
+            raise
         return str(found.permission)
 
     # -- fix rounds on a pull request (controlplane.dispatch.forge_rounds) -----------------------------------
@@ -226,7 +232,7 @@ class ForgeClient:
         method = self.github.rest.pulls.async_list_review_comments
         found = await self._call(f"reading the line comments of pull request #{number}", method, number, per_page=100)
         return [
-            LineComment(c.path, int(c.line or c.original_line or 0), c.body)
+            LineComment(c.path, int(c.line or c.original_line or 0), c.body, c.user.login if c.user else "")
             for c in found
             if (review_id and c.pull_request_review_id == review_id) or c.created_at >= since
         ]
