@@ -11,7 +11,7 @@ from __future__ import annotations
 from google.protobuf import field_mask_pb2
 from starlette.responses import RedirectResponse, Response
 
-from controlplane.web.project_form import PREPARATION, env_text, preparation, spans_lines
+from controlplane.web.project_form import FORGE, PREPARATION, env_text, forge_link, number, preparation, spans_lines
 from controlplane.web.visit import Handler, Visit
 from drover.models import CreatedToken, Project, Token, from_proto
 from drover.notifications import NotificationDelivery
@@ -54,6 +54,42 @@ async def update_preparation(v: Visit) -> Response:
         "ProjectService/UpdateProject", project_pb2.UpdateProjectRequest(project=wanted, update_mask=mask)
     )
     return RedirectResponse(f"/projects/{made.name}", status_code=303)
+
+
+async def update_forge(v: Visit) -> Response:
+    """The project's forge link as the forge form sets it (the mask names exactly FORGE)."""
+    wanted = project_pb2.Project(name=v.request.path_params["name"], **forge_link(v.form))
+    mask = field_mask_pb2.FieldMask(paths=FORGE)
+    made = await v.call(
+        "ProjectService/UpdateProject", project_pb2.UpdateProjectRequest(project=wanted, update_mask=mask)
+    )
+    return RedirectResponse(f"/projects/{made.name}", status_code=303)
+
+
+async def set_forge_credential(v: Visit) -> Response:
+    """A fine-grained token, or a GitHub App's ids and private key, pasted into the form; sealed by the
+    API, never shown again (the page shows its kind and fingerprint)."""
+    f = v.form
+    request = project_pb2.SetForgeCredentialRequest(
+        project=v.request.path_params["name"],
+        kind=f.get("kind", ""),
+        secret=f.get("secret", "").replace("\r\n", "\n").strip() + ("\n" if f.get("kind") == "app" else ""),
+        app_id=number(f, "app_id", int),
+        installation_id=number(f, "installation_id", int),
+    )
+    made = await v.call("ProjectService/SetForgeCredential", request)
+    return RedirectResponse(f"/projects/{made.name}", status_code=303)
+
+
+async def rotate_webhook_secret(v: Visit) -> Response:
+    """A new webhook secret, shown on this answer only, to paste into the forge's webhook settings."""
+    name = v.request.path_params["name"]
+    answer = await v.call("ProjectService/RotateWebhookSecret", project_pb2.RotateWebhookSecretRequest(project=name))
+    found = from_proto(answer.project, Project)
+    split = spans_lines(found.setup, found.env)
+    return v.render(
+        "project.html", project=found, env_text=env_text(found.env), split=split, secret=answer.secret, title=name
+    )
 
 
 async def _tokens(v: Visit) -> list[Token]:
@@ -102,6 +138,9 @@ PAGES: dict[str, Handler] = {
 ACTIONS: dict[str, Handler] = {
     "/projects": create_project,
     "/projects/{name}/preparation": update_preparation,
+    "/projects/{name}/forge": update_forge,
+    "/projects/{name}/forge-credential": set_forge_credential,
+    "/projects/{name}/webhook-secret": rotate_webhook_secret,
     "/tokens": create_token,
     "/tokens/{name}/revoke": revoke_token,
 }
