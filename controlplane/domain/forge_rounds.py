@@ -54,6 +54,14 @@ class Pull:
     max_fix_rounds: int
     exhausted_said: bool = False
     """Whether `forge.rounds_exhausted` was said for it already."""
+    budget_usd: float = 0.0
+    """The issue's Change's budget, which its fix rounds share (0: none, each round gets the project's)."""
+    spent_usd: float = 0.0
+    """What the pull request's Changes (the issue's and its rounds) have spent so far."""
+
+    @property
+    def budget_spent(self) -> bool:
+        return self.budget_usd > 0 and self.spent_usd >= self.budget_usd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +69,16 @@ class Decision:
     action: str  # round | exhausted | close | skip
     why: str
     round: int = 0
+
+
+def stop_reason(pull: Pull) -> str:
+    """Why the pull request gets no more rounds ("": it may): max_fix_rounds ran, or the budget the
+    issue's Change and its rounds share is spent."""
+    if pull.rounds_done >= pull.max_fix_rounds:
+        return f"max_fix_rounds ({pull.max_fix_rounds}) reached"
+    if pull.budget_spent:
+        return f"the issue's budget (${pull.budget_usd:.2f}) is spent (${pull.spent_usd:.2f})"
+    return ""
 
 
 def decide(kind: str, pull: Pull | None) -> Decision:
@@ -76,10 +94,8 @@ def decide(kind: str, pull: Pull | None) -> Decision:
         return Decision(CLOSE, f"pull request #{pull.pr_number} closed")
     if pull.running_change:
         return Decision(SKIP, f"the issue's Change {pull.running_change} is running")
-    if pull.rounds_done >= pull.max_fix_rounds:
-        if pull.exhausted_said:
-            return Decision(SKIP, f"max_fix_rounds ({pull.max_fix_rounds}) reached; said already")
-        return Decision(EXHAUSTED, f"max_fix_rounds ({pull.max_fix_rounds}) reached")
+    if why := stop_reason(pull):
+        return Decision(SKIP, f"{why}; said already") if pull.exhausted_said else Decision(EXHAUSTED, why)
     return Decision(ROUND, f"fix round {pull.rounds_done + 1} of {pull.max_fix_rounds}", pull.rounds_done + 1)
 
 
@@ -161,6 +177,11 @@ def round_spec(project: str, number: int, pull: Pull, evidence: str, budget_usd:
 
 
 def exhausted_comment(pull: Pull) -> str:
+    if pull.rounds_done < pull.max_fix_rounds and pull.budget_spent:
+        return (
+            f"Drover stopped fixing this pull request: the issue's budget (${pull.budget_usd:.2f}) is spent "
+            f"(${pull.spent_usd:.2f} over the issue's Change and {pull.rounds_done} fix rounds). Push a fix yourself."
+        )
     return (
         f"Drover stopped fixing this pull request: max_fix_rounds ({pull.max_fix_rounds}) rounds have run. "
         "Push a fix yourself, or raise the project's max_fix_rounds and ask again."

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.domain import graph
-from controlplane.domain.forge_rounds import Pull
+from controlplane.domain.forge_rounds import Pull, stop_reason
 from controlplane.services import credentials
 from controlplane.services.change_lifecycle import cancel_change, submit_change
 from controlplane.services.credentials import Sealer
@@ -87,6 +87,8 @@ def pull_state(s: Session, project: str, pr_number: int) -> PullState | None:
         .where(Event.kind == "forge.rounds_exhausted", Event.change_id.in_([link.change_id for link in links]))
     )
     issue = links[0].issue_number
+    first = s.get(Change, links[0].change_id)  # round 0: the issue's Change
+    budget = first.budget_usd if first is not None else 0.0
     pull = Pull(
         issue_number=issue,
         pr_number=pr_number,
@@ -95,10 +97,13 @@ def pull_state(s: Session, project: str, pr_number: int) -> PullState | None:
         running_change=running_change(s, project, issue),
         max_fix_rounds=row.max_fix_rounds,
         exhausted_said=bool(said),
+        budget_usd=budget,
+        spent_usd=sum(change_spent(s, link.change_id) for link in links) / 1_000_000,
     )
     since = max(link.created_at for link in links)
     since = since if since.tzinfo else since.replace(tzinfo=dt.UTC)  # SQLite keeps no zone: stored as UTC
-    return PullState(pull, since, row.forge_budget_usd)
+    # the rounds share the issue's budget: each gets what is left of it (none set: the project's per issue)
+    return PullState(pull, since, max(budget - pull.spent_usd, 0.01) if budget > 0 else row.forge_budget_usd)
 
 
 def start_round(s: Session, delivery_id: str, spec: graph.ChangeSpec, pull: Pull, number: int) -> str:
@@ -148,7 +153,7 @@ def record_exhausted(s: Session, delivery_id: str, pull: Pull) -> bool:
         finish(s, delivery_id, "done", "max_fix_rounds reached; said already")
         return False
     newest = _links(s, row.project, pull.pr_number)[-1]
-    row.state, row.reason = "done", f"max_fix_rounds ({pull.max_fix_rounds}) reached"
+    row.state, row.reason = "done", stop_reason(now.pull) or f"max_fix_rounds ({pull.max_fix_rounds}) reached"
     add_event(
         s,
         "forge.rounds_exhausted",
@@ -157,6 +162,8 @@ def record_exhausted(s: Session, delivery_id: str, pull: Pull) -> bool:
         number=pull.issue_number,
         pr_number=pull.pr_number,
         max_fix_rounds=pull.max_fix_rounds,
+        budget_usd=now.pull.budget_usd,
+        spent_usd=now.pull.spent_usd,
         delivery_id=delivery_id,
     )
     return True

@@ -55,6 +55,28 @@ PULL = Pull(issue_number=4, pr_number=9, pr_branch="drover/issue-4", rounds_done
         (r.REVIEW, Pull(4, 9, "b", 2, "", 2, True), r.SKIP, "max_fix_rounds (2) reached; said already", 0),
         (r.CHECK, Pull(4, 9, "b", 0, "", 0), r.EXHAUSTED, "max_fix_rounds (0) reached", 0),
         (r.CLOSED, Pull(4, 9, "b", 2, "chg-1", 2), r.CLOSE, "pull request #9 closed", 0),
+        (r.CHECK, Pull(4, 9, "b", 1, "", 3, budget_usd=2, spent_usd=1.5), r.ROUND, "fix round 2 of 3", 2),
+        (
+            r.CHECK,
+            Pull(4, 9, "b", 1, "", 3, budget_usd=2, spent_usd=2.0),
+            r.EXHAUSTED,
+            "the issue's budget ($2.00) is spent ($2.00)",
+            0,
+        ),
+        (
+            r.REVIEW,
+            Pull(4, 9, "b", 1, "", 3, True, 2, 2.4),
+            r.SKIP,
+            "the issue's budget ($2.00) is spent ($2.40); said already",
+            0,
+        ),
+        (
+            r.CHECK,
+            Pull(4, 9, "b", 1, "", 3, budget_usd=0, spent_usd=9),
+            r.ROUND,
+            "fix round 2 of 3",
+            2,
+        ),  # no budget set
         (r.CLOSED, None, r.SKIP, "not an open pull request Drover opened", 0),
     ],
 )
@@ -97,6 +119,13 @@ def test_a_review_round_holds_the_review_and_its_line_comments() -> None:
     assert "A reviewer asked for changes. (untrusted output" in text
     assert "Review: Please handle None.\napp.py:3: this crashes on None" in text
     assert len(r.review_evidence("x" * 100_000, []).encode()) < r.MAX_EVIDENCE_BYTES + 200
+
+
+def test_a_spent_budget_is_said_as_the_reason_the_rounds_stopped() -> None:
+    spent = Pull(4, 9, "b", 1, "", 3, budget_usd=2, spent_usd=2.25)
+    assert r.exhausted_comment(spent).startswith("Drover stopped fixing this pull request: the issue's budget ($2.00)")
+    assert "($2.25 over the issue's Change and 1 fix rounds)" in r.exhausted_comment(spent)
+    assert "max_fix_rounds (3)" in r.exhausted_comment(dataclasses.replace(spent, rounds_done=3))
 
 
 def test_the_comments_say_the_round_its_cost_and_max_fix_rounds() -> None:

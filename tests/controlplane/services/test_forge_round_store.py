@@ -102,3 +102,22 @@ def test_a_closed_pull_request_cancels_its_running_round_once_and_max_fix_rounds
     assert (said.change_id, said.data["max_fix_rounds"]) == (fix, 1)
     final = store.transaction(lambda s: service.pull_state(s, "web", 5))
     assert final is not None and rounds.decide(rounds.REVIEW, final.pull).action == rounds.SKIP
+
+
+def test_the_rounds_share_what_is_left_of_the_issues_budget(store: Store) -> None:
+    """A pull request's rounds get what the issue's Change left of its budget, not a fresh one each; with
+    no budget on the issue's Change, each round gets the project's per-issue budget."""
+
+    def budget(s: Session, usd: float) -> None:
+        first = s.scalar(select(ForgeIssueChange.change_id).where(ForgeIssueChange.round == 0))
+        change = s.get(Change, first)
+        assert change is not None
+        change.budget_usd = usd
+        s.get(Project, "web").forge_budget_usd = 0.75  # type: ignore[union-attr]
+
+    store.transaction(lambda s: budget(s, 3.0))
+    state = store.transaction(lambda s: service.pull_state(s, "web", 5))
+    assert state is not None and (state.pull.budget_usd, state.pull.spent_usd, state.budget_usd) == (3.0, 0.0, 3.0)
+    store.transaction(lambda s: budget(s, 0.0))
+    state = store.transaction(lambda s: service.pull_state(s, "web", 5))
+    assert state is not None and (state.pull.budget_usd, state.budget_usd) == (0.0, 0.75)
