@@ -403,6 +403,7 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     "drover logs": ({"RUN": "test"}, prints("test_add", "OK")),
     "drover runs": ({"S": "succeeded_state"}, prints("{fix}", "{test}", absent=("{held_run}",))),
     "drover agents": ({}, prints(AGENT, SPARE)),
+    "drover notifications": ({}, prints("DELIVERY", "TARGET", "ATTEMPTS")),  # no [[notify]] target here: none
     "drover drain": ({}, then(lambda c, ids: next(a for a in c.list_agents() if a.name == SPARE).draining)),
     "drover undrain": ({}, then(lambda c, ids: not next(a for a in c.list_agents() if a.name == SPARE).draining)),
     "drover events": ({"ID": "zero"}, follows("run.started", "{fix}")),
