@@ -7,10 +7,12 @@ import json
 import os
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drover.models import Agent, Change, ChangeSet, Claim, Event, LogLine, MeterUsage, Question, Run, Spend, to_json
-from drover.notifications import NotificationDelivery
+
+if TYPE_CHECKING:  # drover.notifications imports grpc, which `drover --version` must not load
+    from drover.notifications import NotificationDelivery
 
 PIPE_CLOSED = 141
 """The exit status of a CLI whose stdout reader went away (`drover events | head -1`): 128 + SIGPIPE, what a
