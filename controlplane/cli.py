@@ -51,6 +51,7 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
         database_url=config.database_url,
         agent_lost_seconds=args.agent_lost_seconds,
         agent_silence_seconds=args.agent_silence_seconds,
+        delivery_retention_days=args.delivery_retention_days,
         max_budget_usd=args.max_budget_usd,
         output_limit_bytes=args.output_limit_bytes,
         grace_seconds=args.grace_seconds,
@@ -228,6 +229,12 @@ def _serve_parser(sub: Any) -> None:
         help="close an agent stream that carries nothing, not even a heartbeat, this long (default 30)",
     )
     s.add_argument(
+        "--delivery-retention-days",
+        type=_retention_days,
+        default=env("DROVER_DELIVERY_RETENTION_DAYS", "30"),  # a string default goes through `type` too
+        help="prune finished forge webhook and notification deliveries after this many days; 0: never (default 30)",
+    )
+    s.add_argument(
         "--max-budget-usd",
         type=float,
         default=float(env("DROVER_MAX_BUDGET_USD", "10000")),
@@ -258,6 +265,18 @@ def _serve_parser(sub: Any) -> None:
         default=env("DROVER_CONFIG", ""),
         help="TOML file: [anthropic], [harness], [tiers.*], [prices.*] (env DROVER_CONFIG)",
     )
+
+
+def _retention_days(text: str) -> float:
+    """A number of days, at least 1 (GitHub redelivers for a few days: a delivery pruned sooner could
+    be applied twice), or 0 for never."""
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if not (days == 0 or 1 <= days <= 36500):
+        raise argparse.ArgumentTypeError(f"{text}: must be 0 (keep forever) or from 1 to 36500 days")
+    return days
 
 
 def _console_limits(s: Any) -> None:

@@ -71,6 +71,8 @@ class ServerConfig:
     """SQLAlchemy URL; empty: SQLite at <data_dir>/drover.db."""
     agent_lost_seconds: float = 120.0
     """A run fails as agent_lost when its agent stays gone this long, counted from when it was last heard."""
+    delivery_retention_days: float = 30.0
+    """Finished forge webhook and notification deliveries are pruned after this many days; 0: kept forever."""
     agent_silence_seconds: float = 30.0
     """An agent stream that carries nothing (agents send a heartbeat every 10 s) this long is closed."""
     output_limit_bytes: int = 8 * 1024 * 1024

@@ -181,7 +181,12 @@ class ControlPlane:
             self.config.console_url,
         )
         self.composer.composed = self.forge.wake
-        self.notifications = NotificationLoop(self.store, lambda: self.config.notify, self.replica.leading)
+        self.notifications = NotificationLoop(
+            self.store,
+            lambda: self.config.notify,
+            self.replica.leading,
+            retention_days=self.config.delivery_retention_days,
+        )
         self.forge.tell_cancel = self.agents.tell_cancel
         self.forge.rounds.configure(self.agents.tell_cancel, self.config.data_dir / "forge")
         self._loops = [

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from controlplane.domain import notifications as rules
+from controlplane.services import delivery_retention
 from controlplane.services import notification_outbox as outbox
 from controlplane.store.engine import Store
 
@@ -25,6 +26,8 @@ LEASE_SECONDS = TIMEOUT_SECONDS + 10.0
 """A taken delivery is due again after this if its attempt's result was never recorded (its sender died)."""
 BATCH = 16
 """Deliveries attempted at once."""
+PRUNE_SECONDS = 3600.0
+"""How often the leader prunes finished deliveries older than the retention."""
 
 Post = Callable[[str, bytes, dict[str, str]], Awaitable[tuple[int, str]]]
 """POST (url, body, headers): the HTTP status, or 0 and why nothing answered."""
@@ -51,14 +54,18 @@ class NotificationLoop:
         targets: Callable[[], Sequence[rules.Target]],
         leading: Callable[[], Awaitable[bool]],
         post: Post = http_post,
+        retention_days: float = 30.0,
     ) -> None:
         self.store, self.targets, self.leading, self.post = store, targets, leading, post
+        self.retention_days = retention_days
+        self._pruned_at = -PRUNE_SECONDS  # monotonic time of the last prune; the first pass prunes
 
     async def run_forever(self) -> None:
         while True:
             try:
                 if await self.leading():
                     await self.pass_once()
+                    await self.prune_due()
             except Exception:
                 log.exception("delivering notifications failed; retrying")
             await asyncio.sleep(POLL_SECONDS)
@@ -74,6 +81,18 @@ class NotificationLoop:
                 return
             await asyncio.gather(*(self.attempt(targets[d.target], d) for d in due))
             if len(due) < BATCH or not await self.leading():
+                return
+
+    async def prune_due(self) -> None:
+        """Once every PRUNE_SECONDS: prune finished deliveries past the retention, batch by batch."""
+        if asyncio.get_running_loop().time() - self._pruned_at < PRUNE_SECONDS:
+            return
+        self._pruned_at = asyncio.get_running_loop().time()
+        while True:
+            forge, notes = await self.store.run(delivery_retention.prune_all, self.retention_days)
+            if forge or notes:
+                log.info("pruned %d forge deliveries and %d notification deliveries", forge, notes)
+            if max(forge, notes) < delivery_retention.BATCH:
                 return
 
     async def attempt(self, target: rules.Target, attempt: outbox.Attempt) -> None:
