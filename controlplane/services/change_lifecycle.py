@@ -85,7 +85,8 @@ def finish_composition(
         return
     if conflict:
         add_event(s, "change.candidate_conflict", change_id=change.id, reason=conflict, files=list(files))
-        if changeset_id and conflicts.after_candidate_conflict(s, change, changeset_id, list(files), "candidate_conflict"):
+        reopened = changeset_id and conflicts.after_candidate_conflict(s, change, changeset_id, list(files))
+        if reopened:
             advance(s, change)
             return
         change.candidate_state, change.reason = "failed", conflict

@@ -14,10 +14,10 @@ from controlplane.store.events import add_event
 from controlplane.store.models import Change, ChangeSet, Event, Run, Task
 
 
-def after_candidate_conflict(s: Session, change: Change, changeset_id: str, files: list[str], cause: str) -> bool:
+def after_candidate_conflict(s: Session, change: Change, changeset_id: str, files: list[str]) -> bool:
     """The composer could not merge `changeset_id`: reopen its Task on the ones merged before it."""
     tasks = tasks_by_key(s, change.id)
-    return _reopen(s, change, tasks, list(tasks), changeset_id, files, cause, dependent=None)
+    return _reopen(s, change, tasks, list(tasks), changeset_id, files, "candidate_conflict", None)
 
 
 def after_dependency_conflict(s: Session, change: Change, dependent: Task, error: str) -> bool:
@@ -28,7 +28,8 @@ def after_dependency_conflict(s: Session, change: Change, dependent: Task, error
         return False
     changeset_id, files = parsed
     tasks = tasks_by_key(s, change.id)
-    return _reopen(s, change, tasks, dependent.depends_on, changeset_id, list(files), "dependency_merge_conflict", dependent)
+    cause = "dependency_merge_conflict"
+    return _reopen(s, change, tasks, dependent.depends_on, changeset_id, list(files), cause, dependent)
 
 
 def _reopen(

@@ -77,7 +77,8 @@ def test_a_candidate_conflict_reopens_the_later_task_and_the_change_succeeds(
     assert final.status == "succeeded", final
     assert blob(repo, final.candidate_branch, "f.txt") == "alpha\nbeta\n"
     kinds = [e.kind for e in events]
-    assert kinds.index("change.candidate_conflict") < kinds.index("task.reopened") < kinds.index("change.candidate_composed")
+    conflicted, reopening = kinds.index("change.candidate_conflict"), kinds.index("task.reopened")
+    assert conflicted < reopening < kinds.index("change.candidate_composed")
     (reopened,) = [e for e in events if e.kind == "task.reopened"]
     later, earlier = reopened.data["key"], reopened.data["depends_on"][0]
     assert {later, earlier} == {"alpha", "beta"}
@@ -112,5 +113,5 @@ def test_a_dependency_conflict_reopens_the_dependency_and_the_dependent_runs_aga
     assert reopened.data["reason"] == "dependency_merge_conflict" and reopened.data["dependent"] == "gamma"
     assert reopened.data["files"] == ["f.txt"]
     gamma_runs = sorted((r for r in runs if r.task_id == gamma.id), key=lambda r: r.created_at)
-    assert [r.reason for r in gamma_runs][0] == "dependency_merge_conflict" and gamma_runs[-1].state == "succeeded"
+    assert gamma_runs[0].reason == "dependency_merge_conflict" and gamma_runs[-1].state == "succeeded"
     assert blob(repo, final.candidate_branch, "f.txt") == "alpha\nbeta\ngamma\n"  # gamma saw both edits

@@ -9,6 +9,7 @@ from controlplane.domain.conflicts import MAX_REOPENINGS, Decision, Merged, deci
 pytestmark = pytest.mark.timeout(10)
 
 A, B, C = Merged("a", ("f.txt",)), Merged("b", ("f.txt",)), Merged("c", ("g.txt",))
+STACKED = "it already stacks on every Task it conflicts with"
 FREE = {"a": [], "b": [], "c": []}
 
 
@@ -31,7 +32,7 @@ FREE = {"a": [], "b": [], "c": []}
             ["f.txt"],
             0,
             {"a": [], "b": ["a"], "c": []},
-            Decision(False, "b", reason="it already stacks on every Task it conflicts with"),
+            Decision(False, "b", reason=STACKED),
         ),
         # an edge that would close a cycle is never added
         (
@@ -40,10 +41,10 @@ FREE = {"a": [], "b": [], "c": []}
             ["f.txt"],
             0,
             {"a": ["b"], "b": [], "c": []},
-            Decision(False, "b", reason="it already stacks on every Task it conflicts with"),
+            Decision(False, "b", reason=STACKED),
         ),
         # the first ChangeSet cannot conflict with nothing
-        ([B, A], "b", ["f.txt"], 0, FREE, Decision(False, "b", reason="it already stacks on every Task it conflicts with")),
+        ([B, A], "b", ["f.txt"], 0, FREE, Decision(False, "b", reason=STACKED)),
         ([A], "x", ["f.txt"], 0, FREE, Decision(False, "x", reason="its ChangeSet is not in the merge")),
     ],
 )
