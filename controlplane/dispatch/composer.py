@@ -1,7 +1,8 @@
 """Composes a Change's ChangeSets onto drover/<change>/candidate once every Task succeeded.
 
 Git work runs in a thread, outside any transaction; the result (or the conflict
-naming its files) is recorded in one transaction that also ends the Change."""
+naming its files) is recorded in one transaction: a conflict reopens the later Task
+(services/conflicts.py) and the Change composes again once it succeeds, or it ends the Change."""
 
 from __future__ import annotations
 
@@ -81,6 +82,8 @@ class Composer:
                 "",
                 "",
                 f"candidate_conflict: {', '.join(conflict.files)} ({conflict.changeset_id})",
+                conflict.changeset_id,
+                tuple(conflict.files),
             )
         except (gitspace.WorkspaceError, DroverError) as err:
             await self.store.run(change_lifecycle.finish_composition, change_id, "", "", f"candidate_failed: {err}")

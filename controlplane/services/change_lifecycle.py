@@ -7,6 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.domain import graph, run_states
+from controlplane.services import conflicts
 from controlplane.services.progress import advance, queue_run, settle_change
 from controlplane.services.run_lifecycle import finish_run
 from controlplane.services.tenancy import Scope, check_owner, visible_change
@@ -67,14 +68,28 @@ def _workspace(t: graph.TaskSpec) -> dict[str, object]:
     return kept
 
 
-def finish_composition(s: Session, change_id: str, branch: str, commit: str, conflict: str) -> None:
-    """Record the composed candidate branch, or the conflict that stopped it, and end the Change."""
+def finish_composition(
+    s: Session,
+    change_id: str,
+    branch: str,
+    commit: str,
+    conflict: str,
+    changeset_id: str = "",
+    files: tuple[str, ...] = (),
+) -> None:
+    """Record the composed candidate branch, or the conflict that stopped it. A merge conflict (the
+    ChangeSet `changeset_id` did not merge, in `files`) reopens that ChangeSet's Task stacked on the
+    ones it conflicted with, and the Change runs on; the last conflict, or any other failure, ends it."""
     change = s.get(Change, change_id)
     if change is None or change.candidate_state != "pending":
         return
     if conflict:
+        add_event(s, "change.candidate_conflict", change_id=change.id, reason=conflict, files=list(files))
+        reopened = changeset_id and conflicts.after_candidate_conflict(s, change, changeset_id, list(files))
+        if reopened:
+            advance(s, change)
+            return
         change.candidate_state, change.reason = "failed", conflict
-        add_event(s, "change.candidate_conflict", change_id=change.id, reason=conflict)
         change.status, change.finished_at = "failed", utcnow()
         add_event(s, "change.finished", change_id=change.id, status="failed", reason=conflict)
         return

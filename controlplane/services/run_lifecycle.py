@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from controlplane import metrics
 from controlplane.domain import escalation, graph, run_states
-from controlplane.services import run_input, tool_logs
+from controlplane.services import conflicts, run_input, tool_logs
 from controlplane.services.late_results import take_late_result
 from controlplane.services.progress import (
     advance,
@@ -98,6 +98,12 @@ def finish_run(
         elif status == "succeeded":
             task.status, task.reason = "succeeded", ""
             add_event(s, "task.succeeded", change_id=change.id, task_id=task.id, key=task.key)
+        elif (
+            status == "failed"
+            and reason == "dependency_merge_conflict"
+            and conflicts.after_dependency_conflict(s, change, task, error)
+        ):
+            pass  # the Task whose ChangeSet did not merge runs again, stacked; this one waits for it
         elif run.driver in graph.RUNTIMES and status == "failed" and _next_attempt(s, change, task, run, policy):
             pass  # queued again (retry or escalation) or stopped by a budget
         else:

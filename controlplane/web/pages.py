@@ -92,6 +92,8 @@ async def change(v: Visit) -> Response:
     ]
     contended_request = operations_pb2.ListEventsRequest(change_id=change_id, kind="claim.contended", page_size=100)
     contended = [from_proto(e, Event) for e in (await v.call("OperationsService/ListEvents", contended_request)).events]
+    reopened_request = operations_pb2.ListEventsRequest(change_id=change_id, kind="task.reopened", page_size=100)
+    reopened = [from_proto(e, Event) for e in (await v.call("OperationsService/ListEvents", reopened_request)).events]
     newest = operations_pb2.ListEventsRequest(change_id=change_id, page_size=1, newest=True)
     last_event = max((e.id for e in (await v.call("OperationsService/ListEvents", newest)).events), default=0)
     runs_by_task: dict[str, list[Run]] = collections.defaultdict(list)
@@ -106,6 +108,7 @@ async def change(v: Visit) -> Response:
         patches=patches,
         claims=claims,
         contended=contended,
+        reopened=reopened,
         watch=f"/changes/{found.id}/stream?after={last_event}" if found.status in ("open", "running") else "",
         title=f"Change {found.id}",
     )

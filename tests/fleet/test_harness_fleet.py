@@ -1,4 +1,5 @@
-"""Harness runs across a fleet: stacked workspaces, merge conflicts, candidates, caps, cancel, resume."""
+"""Harness runs across a fleet: stacked workspaces, candidates, caps, cancel, resume (merge conflicts:
+test_conflict_reopening_fleet.py)."""
 
 from __future__ import annotations
 
@@ -84,31 +85,6 @@ def test_a_task_stacks_on_both_dependencies_and_the_candidate_composes_all(
     origin = pygit2.Repository(str(calc_repo))
     candidate = origin[origin.branches[final.candidate_branch].target].peel(pygit2.Commit)
     assert {"schema.py", "api.py", "ui.py", "calc.py"} <= {e.name for e in candidate.tree}
-
-
-def test_conflicting_dependencies_fail_the_task_as_dependency_merge_conflict(
-    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
-) -> None:
-    model.extend(
-        [
-            fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
-            fake.tool_use("complete_task", {"summary": "plus"}),
-            fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "b + a"}]}),
-            fake.tool_use("complete_task", {"summary": "commuted"}),
-        ]
-    )
-    start(fleet, model, calc_repo)
-    with fleet.plane.client() as client:
-        change = client.submit_change(
-            "calc", "two fixes", [implement("one"), implement("two"), implement("both", "one", "two")]
-        )
-        list(client.watch(change.id))
-        final = client.get_change(change.id)
-        both = next(t for t in final.tasks if t.key == "both")
-        run = client.get_run(both.latest_run_id)
-    assert final.status == "failed" and both.status == "failed"
-    assert run.reason == "dependency_merge_conflict"
-    assert len(model.requests) == 4  # the conflicting Task never called the model
 
 
 def test_the_call_cap_ends_the_run_and_the_task_retries_at_its_tier(
@@ -208,27 +184,6 @@ def test_a_harness_run_resumes_after_agentd_and_its_supervisor_are_killed(
     assert len(steps) == len({(e["step"], e["kind"], e.get("tool")) for e in stream})
     assert [e["kind"] for e in stream].count("tool_use") == 3
     assert [e["tool"] for e in stream if e["kind"] == "tool_result"] == ["write_file", "run_command", "complete_task"]
-
-
-def test_a_candidate_conflict_fails_the_change_naming_the_files(
-    fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path
-) -> None:
-    model.extend(
-        [
-            fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "a + b"}]}),
-            fake.tool_use("complete_task", {"summary": "plus"}),
-            fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": "a - b", "new_text": "b + a"}]}),
-            fake.tool_use("complete_task", {"summary": "commuted"}),
-        ]
-    )
-    start(fleet, model, calc_repo)
-    with fleet.plane.client() as client:
-        change = client.submit_change("calc", "two fixes", [implement("one"), implement("two")])
-        events_seen = [e.kind for e in client.watch(change.id)]
-        final = client.get_change(change.id)
-    assert all(t.status == "succeeded" for t in final.tasks)
-    assert final.status == "failed" and final.reason.startswith("candidate_conflict: calc.py")
-    assert "change.candidate_conflict" in events_seen and not final.candidate_branch
 
 
 def test_secrets_never_reach_the_database_objects_events_or_output(
