@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane.domain import graph
 from controlplane.domain import forge_rounds as rounds
+from controlplane.domain import graph
 from controlplane.domain.forge_rounds import Pull, stop_reason
 from controlplane.services import credentials
 from controlplane.services.change_lifecycle import cancel_change, submit_change
@@ -308,7 +309,12 @@ def record_failure(s: Session, change_id: str, reason: str, passing: bool) -> st
     failures, _, pushed = _told(s, change_id)
     attempt, reason = failures + 1, reason[:2000]
     step = rounds.after_failure(passing, attempt)
-    where = {"project": link.project, "number": link.issue_number, "pr_number": link.pr_number, "round": link.round}
+    where: dict[str, Any] = {
+        "project": link.project,
+        "number": link.issue_number,
+        "pr_number": link.pr_number,
+        "round": link.round,
+    }
     if step == rounds.RETRY:
         add_event(s, RETRY_EVENT, change_id=change_id, **where, attempt=attempt, reason=reason)
         return step

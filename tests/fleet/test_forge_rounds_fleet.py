@@ -71,7 +71,8 @@ def forge(
         gh.set_permission("octo/app", "bob", "write")  # a reviewer who may push
         gh.set_permission("octo/app", "mallory", "read")  # anyone, on a public repository
         (tmp_path / "controlplane.toml").write_text(config)
-        plane = fleet.start_plane("--http-listen", "127.0.0.1:0", *(("--config", str(tmp_path / "controlplane.toml")) if config else ()))
+        configured = ("--config", str(tmp_path / "controlplane.toml")) if config else ()
+        plane = fleet.start_plane("--http-listen", "127.0.0.1:0", *configured)
         (tmp_path / "git.token").write_text(BOT + "\n")
         plane.cli(
             "project", "add", "web", "--repo", gh.clone_url("octo/app"), "--git-token-file", str(tmp_path / "git.token")

@@ -62,8 +62,6 @@ def fast_forward(
             repo.references.create(ref, source, force=True)
             repo.remotes.create_anonymous(repo_url).push([f"{ref}:{ref}"], callbacks=callbacks)
         if callbacks.rejected:
-            raise PushRefused(
-                f"origin refused {branch}: {gitspace._clean(callbacks.rejected.popitem()[1], token)}"
-            )
+            raise PushRefused(f"origin refused {branch}: {gitspace._clean(callbacks.rejected.popitem()[1], token)}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
