@@ -8,7 +8,10 @@ changes, starts a round unless the issue has a Change running or max_fix_rounds 
 once on the pull request): a Change with one `fix` Task on the pull request's branch, its objective the
 failing checks' output or the review and its line comments, read through the API. When the round's
 Change succeeds its candidate is fast-forwarded onto the pull request's branch with the project's git
-credential and the pull request told, with the round's cost. A closed pull request cancels its Changes."""
+credential and the pull request told, with the round's cost. A passing failure while telling a round's
+end (no answer, 5xx, 429, a push that did not reach the forge) is tried again on a later pass after a
+growing wait, from the step it stopped at (a push done is not repeated); a refusal for good, or the fifth
+failure, gives up (outcome `failed`). A closed pull request cancels its Changes."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import tempfile
 from collections.abc import Callable
 
 from controlplane.dispatch import quota
+from controlplane.domain import forge_report, forge_retry
 from controlplane.domain import forge_rounds as rounds
 from controlplane.domain.forge_commands import PERMITTED
 from controlplane.services import forge_rounds as store_rounds
@@ -27,6 +31,7 @@ from controlplane.services.forge_client import ForgeClient, ForgeError
 from controlplane.services.forge_start import finish, forge_access
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
+from controlplane.store.models import utcnow
 from drover.core import forge_branches, gitspace
 from drover.errors import DroverError
 
@@ -134,35 +139,50 @@ class ForgeRounds:
         return [c for c in comments if c.author in writers]
 
     async def finish_rounds(self) -> None:
-        """Tell each finished round's end: its candidate pushed onto the pull request's branch, or why not."""
+        """Tell each finished round's end whose wait after a failed try is over: its candidate pushed onto
+        the pull request's branch and said there, or why not."""
         for done in await self.store.read(store_rounds.finished_rounds):
+            if not forge_report.may_try(done.failures, done.last_failure, utcnow()):
+                continue
             try:
                 await self._tell(done)
             except (ForgeError, DroverError, gitspace.WorkspaceError) as err:
-                log.warning("project %s: fix round %s not told: %s", done.project, done.change_id, err)
-                await self.store.run(store_rounds.record_end, done.change_id, "failed", str(err))
+                passing = _passing(err)
+                step = await self.store.run(store_rounds.record_failure, done.change_id, str(err), passing)
+                how = "tried again later" if step == rounds.RETRY else "given up"
+                log.warning("project %s: fix round %s not told (%s): %s", done.project, done.change_id, how, err)
 
     async def _tell(self, done: store_rounds.Finished) -> None:
         access = await self.store.read(forge_access, done.project, self.sealer)
         if done.status != "succeeded" or not done.candidate_commit:
-            await self.store.run(store_rounds.record_end, done.change_id, "reported", done.reason or done.status)
             if done.status != "cancelled":  # a cancelled round was stopped on purpose: the pull request closed
                 text = rounds.ended_comment(done.round, done.change_id, done.status, done.reason)
                 async with ForgeClient(access) as forge:
                     await forge.create_comment(done.pr_number, text)
+            await self.store.run(store_rounds.record_end, done.change_id, "reported", done.reason or done.status)
             return
-        repo, token = await self.store.read(store_rounds.push_inputs, done.project, self.sealer)
-        await asyncio.to_thread(
-            forge_branches.fast_forward,
-            repo,
-            done.candidate_branch,
-            done.candidate_commit,
-            done.pr_branch,
-            self.work_dir,
-            token,
-        )
-        await self.store.run(store_rounds.record_end, done.change_id, "pushed", "", done.candidate_commit)
-        log.info("project %s: fix round %s pushed to %s", done.project, done.change_id, done.pr_branch)
+        if not done.pushed:
+            repo, token = await self.store.read(store_rounds.push_inputs, done.project, self.sealer)
+            await asyncio.to_thread(
+                forge_branches.fast_forward,
+                repo,
+                done.candidate_branch,
+                done.candidate_commit,
+                done.pr_branch,
+                self.work_dir,
+                token,
+            )
+            await self.store.run(store_rounds.record_push, done.change_id, done.candidate_commit)
+            log.info("project %s: fix round %s pushed to %s", done.project, done.change_id, done.pr_branch)
         async with ForgeClient(access) as forge:
             text = rounds.pushed_comment(done.round, done.change_id, done.candidate_commit, done.cost_micros)
             await forge.create_comment(done.pr_number, text)
+        await self.store.run(store_rounds.record_end, done.change_id, "pushed", "", done.candidate_commit)
+
+
+def _passing(err: Exception) -> bool:
+    """Whether a failure telling a round's end may pass: a forge call with no answer, a 5xx or a 429, or a
+    git fetch or push that did not reach the forge (a push refused for good is forge_branches.PushRefused)."""
+    if isinstance(err, ForgeError):
+        return forge_retry.passing(err.status)
+    return isinstance(err, gitspace.WorkspaceError) and not isinstance(err, forge_branches.PushRefused)

@@ -23,6 +23,9 @@ MAX_CHECK_BYTES = 8 * 1024
 """The most of one failing check's (or status's) output kept in a round's objective."""
 MAX_EVIDENCE_BYTES = 32 * 1024
 """The most of all checks' output, or of a review and its comments, kept in a round's objective."""
+RETRY, GIVE_UP = "retry", "give_up"
+MAX_TELL_ATTEMPTS = 5
+"""The failed attempts at telling a finished round's end (its push and its comment) before it fails."""
 
 
 def trigger(event: str, action: str, conclusion: str) -> str:
@@ -198,3 +201,11 @@ def pushed_comment(number: int, change_id: str, commit: str, cost_micros: int) -
 def ended_comment(number: int, change_id: str, status: str, reason: str) -> str:
     why = f": {reason[:500]}" if reason else ""
     return f"Drover's fix round {number} (Change {change_id}) ended {status} without a push{why}."
+
+
+def after_failure(passing: bool, attempt: int) -> str:
+    """What the `attempt`-th failed try at telling a finished round's end leads to: RETRY on a later pass
+    (after controlplane.domain.forge_report.retry_after) when the error may pass (no answer, 5xx, 429, a
+    push that did not reach the forge), GIVE_UP (outcome `failed`) on a refusal for good (401, 403, 404,
+    422, a push refused as not a fast-forward) or at the MAX_TELL_ATTEMPTS-th failure."""
+    return RETRY if passing and attempt < MAX_TELL_ATTEMPTS else GIVE_UP

@@ -2,17 +2,21 @@
 pull request as its links in `forge_issue_changes` say (controlplane.domain.forge_rounds decides on it);
 a round's Change submitted and linked (round n, the pull request and its branch) with the delivery done
 and `forge.round_started`; max_fix_rounds said once (`forge.rounds_exhausted`); the pull request closed
-(every unfinished Change of it cancelled, `forge.pull_closed`); and a finished round's end recorded
-(`forge.round_pushed` when its candidate is on the pull request's branch). Each in one transaction."""
+(every unfinished Change of it cancelled, `forge.pull_closed`); and a finished round's end told: its
+candidate on the pull request's branch (`forge.round_pushed`), the pull request told (`forge.round_ended`),
+a failed try counted (`forge.round_retry`, tried again later) or given up (`forge.round_failed`, outcome
+`failed`). Each in one transaction."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controlplane.domain import forge_rounds as rounds
 from controlplane.domain import graph
 from controlplane.domain.forge_rounds import Pull, stop_reason
 from controlplane.services import credentials
@@ -202,6 +206,25 @@ class Finished:
     candidate_branch: str
     candidate_commit: str
     cost_micros: int
+    failures: int = 0
+    """Failed tries at telling its end so far (`forge.round_retry`), the last one at `last_failure`."""
+    last_failure: dt.datetime | None = None
+    pushed: bool = False
+    """Its candidate is on the pull request's branch already (`forge.round_pushed`): only the comment is left."""
+
+
+RETRY_EVENT = "forge.round_retry"
+
+
+def _told(s: Session, change_id: str) -> tuple[int, dt.datetime | None, bool]:
+    """The round's failed tries, when the last one was, and whether its push is done."""
+    failures, last = s.execute(
+        select(func.count(), func.max(Event.created_at)).where(Event.change_id == change_id, Event.kind == RETRY_EVENT)
+    ).one()
+    pushed = s.scalar(
+        select(func.count()).select_from(Event).where(Event.change_id == change_id, Event.kind == "forge.round_pushed")
+    )
+    return int(failures or 0), last, bool(pushed)
 
 
 def finished_rounds(s: Session) -> list[Finished]:
@@ -225,6 +248,7 @@ def finished_rounds(s: Session) -> list[Finished]:
             change.candidate_branch,
             change.candidate_commit,
             change_spent(s, change.id),
+            *_told(s, change.id),
         )
         for link, change in rows
     ]
@@ -237,16 +261,33 @@ def push_inputs(s: Session, project: str, sealer: Sealer) -> tuple[str, str]:
     return row.repo, credentials.git_secret(row, sealer)[1]
 
 
+def record_push(s: Session, change_id: str, commit: str) -> None:
+    """The round's candidate is on the pull request's branch (its comment may still fail): a retry only
+    posts the comment."""
+    link = s.get(ForgeIssueChange, change_id)
+    if link is None or link.outcome or _told(s, change_id)[2]:
+        return
+    add_event(
+        s,
+        "forge.round_pushed",
+        change_id=change_id,
+        project=link.project,
+        number=link.issue_number,
+        pr_number=link.pr_number,
+        round=link.round,
+        commit=commit,
+    )
+
+
 def record_end(s: Session, change_id: str, outcome: str, reason: str = "", commit: str = "") -> None:
-    """A round told: pushed (its candidate is on the pull request's branch), reported or failed (why)."""
+    """A round's end told on the pull request: pushed (its candidate is on the branch) or reported (why not)."""
     link = s.get(ForgeIssueChange, change_id)
     if link is None or link.outcome:
         return
     link.outcome, link.outcome_reason = outcome, reason[:2000]
-    kind = "forge.round_pushed" if outcome == "pushed" else "forge.round_ended"
     add_event(
         s,
-        kind,
+        "forge.round_ended",
         change_id=change_id,
         project=link.project,
         number=link.issue_number,
@@ -256,3 +297,27 @@ def record_end(s: Session, change_id: str, outcome: str, reason: str = "", commi
         commit=commit,
         reason=link.outcome_reason,
     )
+
+
+def record_failure(s: Session, change_id: str, reason: str, passing: bool) -> str:
+    """A try at telling the round's end failed: counted (`forge.round_retry`, tried again after
+    forge_report.retry_after), or, on a refusal for good or the MAX_TELL_ATTEMPTS-th failure, given up with
+    outcome `failed` and why (`forge.round_failed`). Answers forge_rounds.RETRY or GIVE_UP."""
+    link = s.get(ForgeIssueChange, change_id)
+    if link is None or link.outcome:
+        return rounds.GIVE_UP
+    failures, _, pushed = _told(s, change_id)
+    attempt, reason = failures + 1, reason[:2000]
+    step = rounds.after_failure(passing, attempt)
+    where: dict[str, Any] = {
+        "project": link.project,
+        "number": link.issue_number,
+        "pr_number": link.pr_number,
+        "round": link.round,
+    }
+    if step == rounds.RETRY:
+        add_event(s, RETRY_EVENT, change_id=change_id, **where, attempt=attempt, reason=reason)
+        return step
+    link.outcome, link.outcome_reason = "failed", reason
+    add_event(s, "forge.round_failed", change_id=change_id, **where, attempts=attempt, pushed=pushed, reason=reason)
+    return step

@@ -40,18 +40,25 @@ CALC = "def add(a, b):\n    return a - b\n"
 FAILURE = "FAILED tests/test_calc.py::test_add - assert -1 == 5"
 
 
-def edit(old: str, new: str, summary: str) -> list[fake.Step]:
-    """One model run: an edit of calc.py, then complete_task."""
+def edit(old: str, new: str, summary: str, usage: dict[str, int] | None = None) -> list[fake.Step]:
+    """One model run: an edit of calc.py, then complete_task (each call reporting `usage`)."""
     return [
-        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": old, "new_text": new}]}),
-        fake.tool_use("complete_task", {"summary": summary, "files_changed": ["calc.py"]}),
+        fake.tool_use("edit_file", {"path": "calc.py", "edits": [{"old_text": old, "new_text": new}]}, usage=usage),
+        fake.tool_use("complete_task", {"summary": summary, "files_changed": ["calc.py"]}, usage=usage),
     ]
 
 
 @contextlib.contextmanager
 def forge(
-    fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path, max_fix_rounds: int
+    fleet: Fleet,
+    model: fake.FakeAnthropic,
+    tmp_path: pathlib.Path,
+    max_fix_rounds: int,
+    budget_usd: float = 0.0,
+    config: str = "",
 ) -> Iterator[tuple[ControlPlane, FakeGitHub, Client]]:
+    """Project web linked to a fake forge, each issue's Change given `budget_usd` (0: none); `config`,
+    when given, is the control plane's controlplane.toml."""
     fleet.plane.extra_env.update(
         DROVER_CREDENTIAL_KEY=Fernet.generate_key().decode(),
         ANTHROPIC_BASE_URL=model.base_url,
@@ -63,14 +70,21 @@ def forge(
         gh.add_token(BOT, "drover-bot")
         gh.set_permission("octo/app", "bob", "write")  # a reviewer who may push
         gh.set_permission("octo/app", "mallory", "read")  # anyone, on a public repository
-        plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+        (tmp_path / "controlplane.toml").write_text(config)
+        configured = ("--config", str(tmp_path / "controlplane.toml")) if config else ()
+        plane = fleet.start_plane("--http-listen", "127.0.0.1:0", *configured)
         (tmp_path / "git.token").write_text(BOT + "\n")
         plane.cli(
             "project", "add", "web", "--repo", gh.clone_url("octo/app"), "--git-token-file", str(tmp_path / "git.token")
         )
         with plane.client() as admin:
             admin.projects.update(
-                "web", forge="github", forge_repo="octo/app", forge_api_url=gh.base_url, max_fix_rounds=max_fix_rounds
+                "web",
+                forge="github",
+                forge_repo="octo/app",
+                forge_api_url=gh.base_url,
+                max_fix_rounds=max_fix_rounds,
+                forge_budget_usd=budget_usd,
             )
             admin.projects.set_forge_credential("web", "token", BOT)
             gh.set_webhook(console(plane) + "/hooks/github", admin.projects.rotate_webhook_secret("web").secret)
@@ -242,3 +256,51 @@ def test_a_review_on_a_line_starts_a_round_with_it_and_closing_the_pull_request_
         wait_for(lambda: events(plane, "forge.round_ended"), 30, what="the round's end recorded")
         assert events(plane, "forge.round_pushed") == []
         assert comments(bot, number) == []  # a cancelled round says nothing on the closed pull request
+
+
+# Every model at $1,000 per million output tokens and nothing for input, each tier answering at most 100
+# tokens: a call reserves exactly $0.10 (100 tokens, the worst case) and, reporting 100 output tokens,
+# costs exactly that. The issue's Change and a round each make two calls: $0.20 each, $0.40 in all.
+PRICED = "".join(
+    f'[prices."claude-{m}-5-5"]\ninput = 0\noutput = 1000\n[tiers.{m}]\nmax_output_tokens = 100\n'
+    for m in ("haiku", "sonnet", "opus")
+)
+CALL = {"input_tokens": 100, "output_tokens": 100}
+
+
+def test_the_shared_budget_spent_by_the_issue_and_one_round_stops_the_next_said_once_on_the_pull_request(
+    fleet: Fleet, model: fake.FakeAnthropic, tmp_path: pathlib.Path
+) -> None:
+    """forge_budget_usd $0.40: the issue's Change spends $0.20, round 1 gets and spends the other $0.20;
+    the next failing check starts no round, and the pull request is told once that the budget stopped it."""
+    model.extend(edit("return a - b", "return a - b  # TODO", "looked", CALL) + edit("a - b", "a + b", "adds", CALL))
+    with forge(fleet, model, tmp_path, max_fix_rounds=3, budget_usd=0.4, config=PRICED) as (plane, gh, admin):
+        number, first, branch = open_pull(plane, gh, admin, tmp_path)
+        assert admin.get_change(first).budget_usd == 0.4
+        gh.complete_check_run("octo/app", head_of(gh, branch), "tests", "failure", title="1 failed", text=FAILURE)
+        fix = round_change(admin, 1)
+        assert fix.budget_usd == pytest.approx(0.2)  # what the issue's Change left
+        wait_for(lambda: admin.get_change(fix.id).status in ("succeeded", "failed"), 120, what="round 1 to end")
+        (pushed,) = wait_for(lambda: events(plane, "forge.round_pushed"), 60, what="round 1's push")
+        bot = GitHub(TokenAuthStrategy(BOT), base_url=gh.base_url)
+        said = wait_for(lambda: [c.body for c in comments(bot, number)], 30, what="the pull request told")
+        assert said == [
+            f"Drover's fix round 1 (Change {fix.id}) pushed {pushed['commit'][:12]} to this branch; it cost $0.20."
+        ]
+
+        gh.complete_check_run("octo/app", head_of(gh, branch), "tests", "failure", title="1 failed", text=FAILURE)
+        (exhausted,) = wait_for(lambda: events(plane, "forge.rounds_exhausted"), 30, what="the spent budget said")
+        assert (exhausted["pr_number"], exhausted["budget_usd"], exhausted["spent_usd"]) == (number, 0.4, 0.4)
+        assert [e.change_id for e in admin.list_events(kind="forge.rounds_exhausted", limit=10)] == [fix.id]
+        bodies = wait_for(lambda: len(b := [c.body for c in comments(bot, number)]) == 2 and b, 30, what="2 comments")
+        assert bodies[1] == (
+            "Drover stopped fixing this pull request: the issue's budget ($0.40) is spent "
+            "($0.40 over the issue's Change and 1 fix rounds). Push a fix yourself."
+        )
+        kept = len(processed(plane, len(rows(plane))))
+        gh.complete_check_run("octo/app", head_of(gh, branch), "lint", "failure", title="style")  # said once
+        later = processed(plane, kept + 1)[kept:]
+        assert later and all(r["state"] == "done" and r["reason"].endswith("; said already") for r in later)
+        assert {c.id for c in admin.list_changes("web")} == {first, fix.id}
+        assert [e["round"] for e in events(plane, "forge.round_started")] == [1]
+        assert len(comments(bot, number)) == 2

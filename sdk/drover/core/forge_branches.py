@@ -14,6 +14,11 @@ import pygit2
 from drover.core import gitspace
 
 
+class PushRefused(gitspace.WorkspaceError):
+    """The forge was reached and the move is refused for good: the candidate is not where it was, does
+    not descend from the branch's tip, or the forge refused the update (trying again will not help)."""
+
+
 def push_branch(repo_url: str, source: str, commit: str, target: str, work_dir: pathlib.Path, token: str = "") -> None:
     """Force-update branch `target` at `repo_url` to `commit`, which must be on branch `source` there (a
     composed candidate onto its pull request's branch), through a bare scratch clone removed afterwards."""
@@ -37,7 +42,8 @@ def fast_forward(
 ) -> None:
     """Move `branch` at `repo_url` to `commit`, the tip of `source_branch` there, when it descends from
     `branch`'s tip (a fix round's candidate onto its pull request's branch); never a forced update.
-    gitspace.WorkspaceError, free of the token, when it does not or the forge refuses."""
+    PushRefused when it does not or the forge refuses the update, gitspace.WorkspaceError when the forge
+    could not be reached; both free of the token."""
     work_dir.mkdir(parents=True, exist_ok=True)
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="fast-forward-", dir=work_dir))
     try:
@@ -48,16 +54,14 @@ def fast_forward(
             repo.remotes.create_anonymous(repo_url).fetch(specs, callbacks=gitspace.GitCallbacks(token))
             source, tip = repo.references[refs[source_branch]].target, repo.references[refs[branch]].target
         if str(source) != commit:
-            raise gitspace.WorkspaceError(f"{source_branch} is at {source}, not {commit}")
+            raise PushRefused(f"{source_branch} is at {source}, not {commit}")
         if source != tip and not repo.descendant_of(source, tip):
-            raise gitspace.WorkspaceError(f"{commit} does not descend from {branch}'s tip {tip}: not a fast-forward")
+            raise PushRefused(f"{commit} does not descend from {branch}'s tip {tip}: not a fast-forward")
         callbacks, ref = gitspace.GitCallbacks(token), f"refs/heads/{branch}"
         with gitspace._git_errors(f"cannot push {branch}", token):
             repo.references.create(ref, source, force=True)
             repo.remotes.create_anonymous(repo_url).push([f"{ref}:{ref}"], callbacks=callbacks)
         if callbacks.rejected:
-            raise gitspace.WorkspaceError(
-                f"origin refused {branch}: {gitspace._clean(callbacks.rejected.popitem()[1], token)}"
-            )
+            raise PushRefused(f"origin refused {branch}: {gitspace._clean(callbacks.rejected.popitem()[1], token)}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

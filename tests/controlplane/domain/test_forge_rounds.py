@@ -133,3 +133,14 @@ def test_the_comments_say_the_round_its_cost_and_max_fix_rounds() -> None:
         "Drover's fix round 2 (Change chg-1) pushed aaaaaaaaaaaa to this branch; it cost $1.23."
     )
     assert "max_fix_rounds (2)" in r.exhausted_comment(PULL)
+
+
+@pytest.mark.parametrize(
+    ("passing", "attempt", "step"),
+    [(True, 1, r.RETRY), (True, 4, r.RETRY), (True, 5, r.GIVE_UP), (True, 6, r.GIVE_UP)]
+    + [(False, 1, r.GIVE_UP), (False, 3, r.GIVE_UP)],
+)
+def test_a_passing_failure_telling_a_round_is_tried_again_until_the_fifth_a_refusal_gives_up_at_once(
+    passing: bool, attempt: int, step: str
+) -> None:
+    assert r.after_failure(passing, attempt) == step

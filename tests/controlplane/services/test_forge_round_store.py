@@ -121,3 +121,37 @@ def test_the_rounds_share_what_is_left_of_the_issues_budget(store: Store) -> Non
     store.transaction(lambda s: budget(s, 0.0))
     state = store.transaction(lambda s: service.pull_state(s, "web", 5))
     assert state is not None and (state.pull.budget_usd, state.budget_usd) == (0.0, 0.75)
+
+
+def test_a_rounds_failed_tries_are_counted_until_the_fifth_gives_up_and_a_push_done_is_remembered(
+    store: Store,
+) -> None:
+    state = store.transaction(lambda s: service.pull_state(s, "web", 5))
+    assert state is not None
+    fix = store.transaction(
+        lambda s: service.start_round(s, "d1", rounds.round_spec("web", 1, state.pull, "e"), state.pull, 1)
+    )
+
+    def succeed(s: Session) -> None:
+        change = s.get(Change, fix)
+        assert change is not None
+        change.status, change.candidate_branch, change.candidate_commit = "succeeded", "cand", "c" * 40
+
+    store.transaction(succeed)
+    (done,) = store.transaction(service.finished_rounds)
+    assert (done.change_id, done.failures, done.last_failure, done.pushed) == (fix, 0, None, False)
+    store.transaction(lambda s: service.record_push(s, fix, "c" * 40))
+    store.transaction(lambda s: service.record_push(s, fix, "c" * 40))  # once
+    steps = [store.transaction(lambda s: service.record_failure(s, fix, "HTTP 502", True)) for _ in range(4)]
+    assert steps == [rounds.RETRY] * 4
+    (done,) = store.transaction(service.finished_rounds)
+    assert (done.failures, done.pushed) == (4, True) and done.last_failure is not None
+    assert store.transaction(lambda s: service.record_failure(s, fix, "HTTP 502", True)) == rounds.GIVE_UP
+    assert store.transaction(service.finished_rounds) == []
+    link = store.transaction(lambda s: s.get(ForgeIssueChange, fix))
+    assert link is not None and (link.outcome, link.outcome_reason) == ("failed", "HTTP 502")
+    (failed,) = kinds(store, "forge.round_failed")
+    assert (failed.change_id, failed.data["attempts"], failed.data["pushed"]) == (fix, 5, True)
+    assert len(kinds(store, "forge.round_pushed")) == 1 and len(kinds(store, "forge.round_retry")) == 4
+    store.transaction(lambda s: service.record_end(s, fix, "pushed"))  # an end told already stays
+    assert kinds(store, "forge.round_ended") == []
