@@ -36,7 +36,9 @@ def test_a_run_ends_after_the_checks_without_progress(
 ) -> None:
     checking = at(checking_since)
     assert checking is not None
-    reason = run_ceiling.stall_reason(at(last_activity), at(started), checking, T0 + dt.timedelta(seconds=now), MINUTE, 15)
+    reason = run_ceiling.stall_reason(
+        at(last_activity), at(started), checking, T0 + dt.timedelta(seconds=now), MINUTE, 15
+    )
     assert bool(reason) is ended
     if ended:
         assert reason == "no_progress: no output, model or tool call for 15 min"
