@@ -35,9 +35,9 @@ from controlplane.dispatch.composer import Composer
 from controlplane.dispatch.dispatcher import Dispatcher
 from controlplane.dispatch.forge_loop import ForgeLoop
 from controlplane.dispatch.liveness import Liveness
-from controlplane.dispatch.run_check import RunCheck
 from controlplane.dispatch.notification_loop import NotificationLoop
 from controlplane.dispatch.router import Router
+from controlplane.dispatch.run_check import RunCheck
 from controlplane.services import agent_presence, token_files, tokens
 from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier

@@ -85,10 +85,10 @@ from drover.testing.script import (
 from drover.testing.script import classification as classification
 from drover.testing.script import error as error
 from drover.testing.script import stall as stall
-from drover.testing.script import trickle as trickle
 from drover.testing.script import text as text
 from drover.testing.script import tool_use as tool_use
 from drover.testing.script import tool_uses as tool_uses
+from drover.testing.script import trickle as trickle
 
 
 @dataclasses.dataclass(frozen=True)
