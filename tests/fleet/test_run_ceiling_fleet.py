@@ -59,3 +59,6 @@ def test_a_silent_run_ends_as_timeout_and_a_chatty_one_goes_on(fleet: Fleet) -> 
     assert finished[0].data["error"] == "no_progress: no output, model or tool call for 2 s"
     assert silent_task.status == "failed"
     assert chatty_run.state == "succeeded" and chatty_run.reason == ""
+    # GetRun shows when the run last made progress (as of the last check): well after its start.
+    assert chatty_run.started_at is not None and chatty_run.last_activity_at is not None
+    assert (chatty_run.last_activity_at - chatty_run.started_at).total_seconds() > 5
