@@ -120,6 +120,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
             return convert.question(row)
 
         asked = await self.store.run(ask)
+        self.sessions.activity.seen(request.run_id)
         self.notifier.notify()
         return asked
 

@@ -5,6 +5,8 @@ output, model call or tool call) for `run_stall_checks` checks in a row ends as 
 Task's own timeout. Progress is counted from the run's last activity, its start, or the moment this
 control plane began checking, whichever is latest: a control plane that was down, or a replica that
 just took the lead (and never saw what the last leader held in memory), gives every run a full window.
+A run held by an open blocking question waits for people, not for itself: the project's answer window
+(which parks it) governs it, and the window starts afresh when it is answered.
 """
 
 from __future__ import annotations
@@ -31,8 +33,12 @@ def stall_reason(
     now: dt.datetime,
     every: dt.timedelta,
     limit: int,
+    held: bool = False,
 ) -> str:
-    """Why the run is ended (`no_progress: ...`), or "" while it may go on."""
+    """Why the run is ended (`no_progress: ...`), or "" while it may go on (`held`: it waits for an
+    answer to a blocking question)."""
+    if held:
+        return ""
     since = progress_since(last_activity, started, checking_since)
     if checks_without_progress(since, now, every) < limit:
         return ""

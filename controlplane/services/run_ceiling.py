@@ -7,14 +7,14 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.domain import escalation, run_ceiling
 from controlplane.services.run_lifecycle import finish_run
 from controlplane.store.engine import aware
 from controlplane.store.events import run_event
-from controlplane.store.models import Run
+from controlplane.store.models import Question, Run
 from controlplane.store.objects import ObjectStore
 
 BATCH = 500
@@ -58,9 +58,22 @@ def end_stalled_runs(
     rows = s.execute(
         select(Run.id, Run.change_id, Run.started_at, Run.last_activity_at).where(Run.state == "running")
     ).all()
+    held = set(s.scalars(select(Question.run_id).where(Question.state == "open", Question.blocking)))
+    answered = dict(  # an answer starts the window afresh, before its agent's receipt is flushed
+        s.execute(
+            select(Question.run_id, func.max(Question.answered_at))
+            .join(Run, Run.id == Question.run_id)
+            .where(Run.state == "running", Question.answered_at.is_not(None))
+            .group_by(Question.run_id)
+        )
+        .tuples()
+        .all()
+    )
     due = []
     for run_id, change_id, started, last in rows:
-        reason = run_ceiling.stall_reason(aware(last), aware(started), checking_since, now, every, limit)
+        activity = [t for t in (aware(last), aware(answered.get(run_id))) if t is not None]
+        since = max(activity, default=None), aware(started), checking_since
+        reason = run_ceiling.stall_reason(*since, now, every, limit, held=run_id in held)
         if reason:
             due.append((change_id, run_id, reason))
     ended = []

@@ -16,11 +16,11 @@ from sqlalchemy import select
 from controlplane.config import ServerConfig
 from controlplane.dispatch.run_check import RunActivity, RunCheck
 from controlplane.domain.graph import ChangeSpec, TaskSpec
-from controlplane.services import agent_presence, change_lifecycle, projects, run_lifecycle
+from controlplane.services import agent_presence, change_lifecycle, projects, questions, run_lifecycle
 from controlplane.services.notify import Notifier
 from controlplane.services.run_lifecycle import RunMessage
 from controlplane.store.engine import Store
-from controlplane.store.models import Event, Run, Task
+from controlplane.store.models import Event, Question, Run, Task
 
 AGENT = "agent-1"
 T0 = dt.datetime(2026, 12, 3, 9, 0, tzinfo=dt.UTC)
@@ -53,11 +53,13 @@ class Agents:
         self.cancelled.append((runs, reason))
 
 
-def running_run(store: Store, clock: Clock) -> str:
-    spec = TaskSpec(key="build", kind="test", objective="build it", command=("sleep", "3600"))
+def running_run(store: Store, clock: Clock, session: bool = False) -> str:
+    """A run started at `clock.now`: a command, or (`session`) a harness session people can talk to."""
+    command = () if session else ("sleep", "3600")
+    spec = TaskSpec(key="build", kind="code" if session else "test", objective="build it", command=command)
     change_id = store.transaction(change_lifecycle.submit_change, ChangeSpec("web", "build", (spec,)), "alice")
     run_id = store.transaction(lambda s: s.scalar(select(Run.id).where(Run.change_id == change_id)))
-    store.transaction(agent_presence.agent_connected, AGENT, {}, 4, ["command"], "test", set(), False)
+    store.transaction(agent_presence.agent_connected, AGENT, {}, 4, ["command", "harness"], "test", set(), False)
     assert store.transaction(run_lifecycle.assign, run_id, AGENT) is not None
     store.transaction(run_lifecycle.apply_run_message, AGENT, RunMessage(run_id, 1, "started"), 1 << 20)
     store.transaction(lambda s: setattr(s.get(Run, run_id), "started_at", clock.now))
@@ -125,4 +127,20 @@ async def test_a_new_leader_gives_every_run_a_full_window(store: Store) -> None:
     clock.now = T0 + dt.timedelta(hours=2, minutes=14, seconds=59)
     assert await leader.check() == []
     clock.now = T0 + dt.timedelta(hours=2, minutes=15)
+    assert [e.run_id for e in await leader.check()] == [run_id]
+
+
+async def test_a_run_waiting_for_an_answer_is_left_to_its_answer_window(store: Store) -> None:
+    clock, agents = Clock(), Agents()
+    run_id = running_run(store, clock, session=True)
+    leader = check(store, clock, RunActivity(clock), agents, leading=True)
+    await leader.check()
+    question = store.transaction(lambda s: questions.ask(s, s.get(Run, run_id), "q1", "which database?", True).id)
+    clock.now = T0 + dt.timedelta(hours=3)  # nobody answered for three hours: the run waited, it did not stall
+    assert await leader.check() == []
+    store.transaction(questions.answer, question, "PostgreSQL", "alice", True)
+    store.transaction(lambda s: setattr(s.get(Question, question), "answered_at", clock.now))
+    clock.now = T0 + dt.timedelta(hours=3, minutes=14, seconds=59)  # the answer started a full window
+    assert await leader.check() == []
+    clock.now = T0 + dt.timedelta(hours=3, minutes=15)
     assert [e.run_id for e in await leader.check()] == [run_id]

@@ -44,6 +44,12 @@ def test_a_run_ends_after_the_checks_without_progress(
         assert reason == "no_progress: no output, model or tool call for 15 min"
 
 
+def test_a_run_waiting_for_an_answer_is_not_ended() -> None:
+    silent_for_hours = (None, T0, T0, T0 + dt.timedelta(hours=5), MINUTE, 15)
+    assert run_ceiling.stall_reason(*silent_for_hours, held=True) == ""
+    assert run_ceiling.stall_reason(*silent_for_hours, held=False) != ""
+
+
 @pytest.mark.parametrize(
     ("every", "checks", "said"),
     [(60, 15, "15 min"), (0.5, 4, "2 s"), (30, 3, "90 s"), (60, 1, "1 min"), (0.25, 3, "0.75 s")],
