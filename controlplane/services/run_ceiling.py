@@ -59,15 +59,13 @@ def end_stalled_runs(
         select(Run.id, Run.change_id, Run.started_at, Run.last_activity_at).where(Run.state == "running")
     ).all()
     held = set(s.scalars(select(Question.run_id).where(Question.state == "open", Question.blocking)))
-    answered = dict(  # an answer starts the window afresh, before its agent's receipt is flushed
+    answered: dict[str, dt.datetime] = dict(  # an answer starts the window afresh, before its receipt is flushed
         s.execute(
             select(Question.run_id, func.max(Question.answered_at))
             .join(Run, Run.id == Question.run_id)
             .where(Run.state == "running", Question.answered_at.is_not(None))
             .group_by(Question.run_id)
-        )
-        .tuples()
-        .all()
+        ).all()
     )
     due = []
     for run_id, change_id, started, last in rows:
