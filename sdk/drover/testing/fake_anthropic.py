@@ -339,8 +339,8 @@ class _Handler(BaseHTTPRequestHandler):
                 delta = {"type": "text_delta", "text": piece}
                 self._event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
             self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
-            delta = {"stop_reason": "end_turn", "stop_sequence": None}
-            self._event("message_delta", {"type": "message_delta", "delta": delta, "usage": {"output_tokens": 20}})
+            end = {"stop_reason": "end_turn", "stop_sequence": None}
+            self._event("message_delta", {"type": "message_delta", "delta": end, "usage": {"output_tokens": 20}})
             self._event("message_stop", {"type": "message_stop"})
             self._end_stream()
         except OSError:
