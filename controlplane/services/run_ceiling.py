@@ -59,14 +59,15 @@ def end_stalled_runs(
         select(Run.id, Run.change_id, Run.started_at, Run.last_activity_at).where(Run.state == "running")
     ).all()
     held = set(s.scalars(select(Question.run_id).where(Question.state == "open", Question.blocking)))
-    answered: dict[str, dt.datetime] = dict(  # an answer starts the window afresh, before its receipt is flushed
-        s.execute(
+    answered = {  # an answer starts the window afresh, before its receipt is flushed
+        row[0]: row[1]
+        for row in s.execute(
             select(Question.run_id, func.max(Question.answered_at))
             .join(Run, Run.id == Question.run_id)
             .where(Run.state == "running", Question.answered_at.is_not(None))
             .group_by(Question.run_id)
-        ).all()
-    )
+        )
+    }
     due = []
     for run_id, change_id, started, last in rows:
         activity = [t for t in (aware(last), aware(answered.get(run_id))) if t is not None]
