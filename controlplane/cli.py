@@ -52,6 +52,8 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
         agent_lost_seconds=args.agent_lost_seconds,
         agent_silence_seconds=args.agent_silence_seconds,
         delivery_retention_days=args.delivery_retention_days,
+        run_check_seconds=_positive(args.run_check_seconds, "run_check_seconds"),
+        run_stall_checks=int(_positive(args.run_stall_checks, "run_stall_checks")),
         max_budget_usd=args.max_budget_usd,
         output_limit_bytes=args.output_limit_bytes,
         grace_seconds=args.grace_seconds,
@@ -77,6 +79,12 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
         kept = "" if path == usual else f" ({usual} exists and is kept: it is not a token of this database)"
         print(f"wrote {name} token to {path}{kept}", flush=True)
     asyncio.run(serve(server, store, file))
+
+
+def _positive(value: float, field: str) -> float:
+    if not value > 0:
+        raise InvalidArgument(f"--{field.replace('_', '-')} must be over 0, not {value:g}", field=field)
+    return value
 
 
 def cmd_token_create(store: Store, config: DataDir, args: argparse.Namespace) -> None:
@@ -233,6 +241,18 @@ def _serve_parser(sub: Any) -> None:
         type=_retention_days,
         default=env("DROVER_DELIVERY_RETENTION_DAYS", "30"),  # a string default goes through `type` too
         help="prune finished forge webhook and notification deliveries after this many days; 0: never (default 30)",
+    )
+    s.add_argument(
+        "--run-check-seconds",
+        type=float,
+        default=float(env("DROVER_RUN_CHECK_SECONDS", "60")),
+        help="check each running run for progress this often (default 60)",
+    )
+    s.add_argument(
+        "--run-stall-checks",
+        type=int,
+        default=int(env("DROVER_RUN_STALL_CHECKS", "15")),
+        help="end a running run as timeout after this many checks without output, model or tool call (default 15)",
     )
     s.add_argument(
         "--max-budget-usd",

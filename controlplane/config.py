@@ -75,6 +75,10 @@ class ServerConfig:
     """Finished forge webhook and notification deliveries are pruned after this many days; 0: kept forever."""
     agent_silence_seconds: float = 30.0
     """An agent stream that carries nothing (agents send a heartbeat every 10 s) this long is closed."""
+    run_check_seconds: float = 60.0
+    """How often the leading replica checks each running run for progress (output, a model or tool call)."""
+    run_stall_checks: int = 15
+    """Checks in a row without progress after which a running run ends as timeout (15 x 60 s: 15 min)."""
     output_limit_bytes: int = 8 * 1024 * 1024
     """Output kept per run; later output is dropped with one system line."""
     max_message_bytes: int = 4 * 1024 * 1024

@@ -37,6 +37,7 @@ from controlplane.dispatch.forge_loop import ForgeLoop
 from controlplane.dispatch.liveness import Liveness
 from controlplane.dispatch.notification_loop import NotificationLoop
 from controlplane.dispatch.router import Router
+from controlplane.dispatch.run_check import RunCheck
 from controlplane.services import agent_presence, token_files, tokens
 from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
@@ -120,6 +121,16 @@ class ControlPlane:
             replica=self.replica.id,
             objects=self.objects,
         )
+        self.run_check = RunCheck(
+            store,
+            config,
+            self.agents.activity,
+            self.agents,
+            self.notifier,
+            self.dispatcher.wake,
+            leading,
+            self.objects,
+        )
         self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading, self.sealer)
         self.warmer = Warmer(store, mirrors, packet_pipeline.GRAPHS, self.recall, leading, sealer=self.sealer)
         self.replica.handlers += [self._on_note, self.agents.on_note]
@@ -192,6 +203,7 @@ class ControlPlane:
         self._loops = [
             asyncio.create_task(self.dispatcher.run_forever(), name="dispatch"),
             asyncio.create_task(self.liveness.run_forever(), name="liveness"),
+            asyncio.create_task(self.run_check.run_forever(), name="run-check"),
             asyncio.create_task(self.composer.run_forever(), name="composer"),
             asyncio.create_task(self.warmer.run_forever(), name="context-warmer"),
             asyncio.create_task(self.forge.run_forever(), name="forge"),
@@ -228,7 +240,7 @@ class ControlPlane:
         for warning in harness.warnings:
             log.warning("%s", warning)
         self.config = dataclasses.replace(self.config, harness=harness, notify=notify)
-        self.agents.config = self.dispatcher.config = self.liveness.config = self.config
+        self.agents.config = self.dispatcher.config = self.liveness.config = self.run_check.config = self.config
         self.router.reconfigure(harness)
         log.info("config reloaded from %s", path)
         return True

@@ -69,6 +69,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
             return r
 
         r = await self.calls.apply(reserve)
+        self.sessions.activity.seen(request.run_id)
         self.notifier.notify()
         return agent_pb2.ReserveModelCallResponse(
             reservation_id=r.reservation_id,
@@ -87,11 +88,12 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         u = request.usage
         usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
 
-        def settle(s: Session) -> tuple[int, int]:
-            tenancy.agent_reservation(s, request.reservation_id, token_id)
-            return model_calls.settle(s, h, request.reservation_id, usage, request.error)
+        def settle(s: Session) -> tuple[str, int, int]:
+            run_id = tenancy.agent_reservation(s, request.reservation_id, token_id)
+            return (run_id, *model_calls.settle(s, h, request.reservation_id, usage, request.error))
 
-        cost, run_cost = await self.calls.apply(settle)
+        run_id, cost, run_cost = await self.calls.apply(settle)
+        self.sessions.activity.seen(run_id)
         if request.error:  # a 429 or quota error blocks the member while its quota is unknown
             self.router.observe(await self.store.read(model_calls.member_of, request.reservation_id), request.error)
         return agent_pb2.SettleModelCallResponse(cost_micros=cost, run_cost_micros=run_cost)
@@ -118,6 +120,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
             return convert.question(row)
 
         asked = await self.store.run(ask)
+        self.sessions.activity.seen(request.run_id)
         self.notifier.notify()
         return asked
 

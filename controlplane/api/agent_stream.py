@@ -22,6 +22,7 @@ from controlplane.api import auth, convert, status, validation
 from controlplane.config import ServerConfig
 from controlplane.dispatch.assignments import Assignment
 from controlplane.dispatch.dispatcher import resume_assignments
+from controlplane.dispatch.run_check import RunActivity
 from controlplane.services import agent_presence, run_input, run_lifecycle, tokens
 from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
@@ -77,6 +78,8 @@ class AgentSessions:
         self.sealer = sealer
         """Opens the projects' git credentials for resumed runs' secret_env."""
         self.sessions: dict[str, AgentSession] = {}
+        self.activity = RunActivity()
+        """When this replica last saw each run's output, tool or model calls; flushed by the run check."""
         self.messages = GroupCommit(store, run_lifecycle.apply_run_message, lock=run_lifecycle.lock_message_changes)
         """Every stream's run messages, applied in group commits and acked after them."""
         self.on_change: Callable[[], None] = lambda: None
@@ -328,6 +331,7 @@ class AgentSessions:
                 session.close(grpc.StatusCode.INVALID_ARGUMENT, str(err))
                 return
             decoded = convert.run_message(message.run)
+            self.activity.seen(decoded.run_id)  # progress, unlike the agent's heartbeats
             if decoded.kind == "refused":
                 # Before the run is requeued: a dispatch pass between the commit and this note would
                 # hand the run straight back to the agent that refused it.

@@ -161,6 +161,7 @@ def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0, 
         branch=row.branch,
         setup_cached=row.setup_cached,
         setup_seconds=row.setup_seconds,
+        last_activity_at=ts(row.last_activity_at),
     )
 
 

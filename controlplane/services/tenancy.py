@@ -104,12 +104,14 @@ def agent_run(s: Session, run_id: str, token_id: int) -> Run:
     return run
 
 
-def agent_reservation(s: Session, reservation_id: str, token_id: int) -> None:
+def agent_reservation(s: Session, reservation_id: str, token_id: int) -> str:
+    """The id of the run the reservation is for, if the calling agent holds that run."""
     call = s.get(ModelCall, reservation_id) if reservation_id else None
     try:
         if call is None:
             raise NotFound("")
         agent_run(s, call.run_id, token_id)
+        return call.run_id
     except NotFound:
         raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id") from None
 

@@ -150,6 +150,8 @@ class Run(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    last_activity_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    """Its last output, model or tool call as flushed once per run check (None: none yet; started_at counts)."""
 
 
 class RunLog(Base):

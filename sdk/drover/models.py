@@ -187,6 +187,7 @@ class Run:
     branch: str = ""  # where the run's ChangeSet is pushed (the project's branch_template)
     setup_cached: bool = False  # the workspace came prepared from the agent's cache
     setup_seconds: float = 0.0  # spent running the project's setup commands
+    last_activity_at: dt.datetime | None = None  # its last output, model or tool call, as of the last run check
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from agentd.drivers.harness import fold
 from agentd.drivers.harness.tools import Finished, TaskTools
-from agentd.drivers.harness.transcript import INTERRUPTED, Transcript, messages
+from agentd.drivers.harness.transcript import INTERRUPTED, RESPONSE_INTERRUPTED, Transcript, messages
 from agentd.errors import AgentdError, RunEnded
 from agentd.run.session_input import Input
 from drover.core.model import ModelError, ModelReply
@@ -189,15 +189,21 @@ class Harness:
         conversation = messages(self.transcript)
         conversation[-1] = {**conversation[-1], "content": cached(conversation[-1]["content"])}
         self.request_tokens = self._context_tokens()  # the meter reserves on this estimate
-        reply = await self._interruptible(
-            self.model.complete(
-                system=cached([{"type": "text", "text": SYSTEM}]),
-                tools=cached(self.tools.definitions()),
-                messages=conversation,
-                max_tokens=self.limits.max_output_tokens,
-                thinking=self.limits.thinking,
+        try:
+            reply = await self._interruptible(
+                self.model.complete(
+                    system=cached([{"type": "text", "text": SYSTEM}]),
+                    tools=cached(self.tools.definitions()),
+                    messages=conversation,
+                    max_tokens=self.limits.max_output_tokens,
+                    thinking=self.limits.thinking,
+                )
             )
-        )
+        except ModelError as err:
+            if err.partial:  # every attempt failed: the last words the model got out, marked as cut off
+                text = f"{err.partial}\n{RESPONSE_INTERRUPTED}"
+                self._append("partial", call=self.transcript.model_calls + 1, text=text, reason=str(err))
+            raise
         self._append(
             "reply", call=self.transcript.model_calls + 1, content=reply.content, usage=dataclasses.asdict(reply.usage)
         )
@@ -327,6 +333,8 @@ def events_for(index: int, entry: dict[str, Any]) -> list[dict[str, Any]]:
         ]
     if kind == "fold":
         return [{"kind": "fold", "through": entry["through"], "step": index}]
+    if kind == "partial":
+        return [{"kind": "text", "text": entry["text"], "interrupted": True, "step": index}]
     if kind == "user":
         return [{"kind": "user", "text": entry["text"], "step": index}]
     if kind == "interrupted":

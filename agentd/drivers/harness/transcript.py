@@ -7,6 +7,9 @@ interrupted (never run again), and a model call in flight is simply asked again.
 Entries (one JSON object per line, in order):
   {"kind": "prompt", "text"}                      the opening user message
   {"kind": "reply", "call", "content", "usage"}   a model reply (a committed step)
+  {"kind": "partial", "call", "text", "reason"}   the text of a reply whose stream broke off (stall, attempt
+                                                  ceiling, dropped connection) and was never completed, ending
+                                                  `[response interrupted]`; kept for people, never sent to the model
   {"kind": "tool_started", "id", "name", "input"}
   {"kind": "tool_done", "id", "name", "text", "error"}
   {"kind": "fold", "summary", "through"}          replies up to index `through` are summarised
@@ -25,6 +28,9 @@ import os
 import pathlib
 import posixpath
 from typing import Any
+
+RESPONSE_INTERRUPTED = "[response interrupted]"
+"""How a partial reply ends in the transcript: the model was cut off, this is not what it finished saying."""
 
 INTERRUPTED = (
     "interrupted: this tool call was under way when the agent restarted, so it was not run "

@@ -54,6 +54,8 @@ class ModelError(Exception):
         self.error_type = error_type  # the API's error.type, "" when there was none
         self.attempts = attempts  # attempts made so far, this one included
         self.retry_after = retry_after  # the provider's Retry-After in seconds, if it sent one
+        self.partial = ""
+        """The text an interrupted stream had sent (the last attempt's that sent any); never a reply."""
 
     @property
     def outcome(self) -> str:
@@ -87,7 +89,7 @@ _ERROR_CLASS = {RETRY: TransientModelError, SPEND_LIMITED: SpendLimited, PERMANE
 
 
 class _Interrupted(Exception):
-    """The stream stalled or ended before message_stop."""
+    """The stream stalled, ran over the attempt ceiling, or ended before message_stop."""
 
 
 class AnthropicModel:
@@ -150,15 +152,20 @@ class AnthropicModel:
         }
         if thinking is not None:
             params["thinking"] = thinking
-        async for attempt in tenacity.AsyncRetrying(
-            retry=tenacity.retry_if_exception_type(TransientModelError),
-            stop=tenacity.stop_after_attempt(self.policy.max_attempts),
-            wait=self._wait,
-            sleep=self._sleep,
-            reraise=True,
-        ):
-            with attempt:
-                return await self._one(params, attempt.retry_state.attempt_number)
+        partials: list[str] = []  # what each interrupted attempt had streamed, in order
+        try:
+            async for attempt in tenacity.AsyncRetrying(
+                retry=tenacity.retry_if_exception_type(TransientModelError),
+                stop=tenacity.stop_after_attempt(self.policy.max_attempts),
+                wait=self._wait,
+                sleep=self._sleep,
+                reraise=True,
+            ):
+                with attempt:
+                    return await self._one(params, attempt.retry_state.attempt_number, partials)
+        except ModelError as err:
+            err.partial = next((p for p in reversed(partials) if p), "")
+            raise
         raise AssertionError("tenacity re-raises the last failure")
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
@@ -166,17 +173,19 @@ class AnthropicModel:
         retry_after = error.retry_after if isinstance(error, ModelError) else None
         return retry_delay(state.attempt_number, retry_after, self.policy)
 
-    async def _one(self, params: dict[str, Any], attempt: int) -> ModelReply:
+    async def _one(self, params: dict[str, Any], attempt: int, partials: list[str]) -> ModelReply:
         """One attempt: the reply, or the ModelError it ended with (both reported to `on_attempt`)."""
         partial: list[Usage] = []  # usage seen so far in this attempt, for accounting a failure
+        streams: list[Any] = []  # the attempt's stream, for the text it sent before it broke off
         if self._before_attempt is not None:
             await self._before_attempt(attempt)
         import anthropic
         import httpx2  # anthropic 2.x's HTTP client; its transport errors escape mid-stream unwrapped
 
         try:
-            message = await self._attempt(params, partial)
+            message = await self._attempt(params, partial, streams)
         except (anthropic.APIError, httpx2.TransportError, _Interrupted) as err:
+            partials.append(_text_so_far(streams))
             error = _model_error(err, attempt)
             await self._notify(attempt, partial[-1] if partial else None, error)
             raise error from err
@@ -186,15 +195,18 @@ class AnthropicModel:
         await self._notify(attempt, reply.usage, None)
         return reply
 
-    async def _attempt(self, params: dict[str, Any], partial: list[Usage]) -> Any:
+    async def _attempt(self, params: dict[str, Any], partial: list[Usage], streams: list[Any]) -> Any:
         loop = asyncio.get_running_loop()
-        stall = self.policy.stall_timeout
+        client = self._client  # made (anthropic imported) before the clocks start
+        stall, ceiling = self.policy.stall_timeout, self.policy.attempt_ceiling
+        over = loop.time() + ceiling  # the attempt's ceiling, however steadily it streams
         stopped = False
         try:
-            async with asyncio.timeout(stall) as timer:
-                async with self._client.messages.stream(**params) as stream:
+            async with asyncio.timeout_at(min(loop.time() + stall, over)) as timer:
+                async with client.messages.stream(**params) as stream:
+                    streams.append(stream)
                     async for event in stream:
-                        timer.reschedule(loop.time() + stall)
+                        timer.reschedule(min(loop.time() + stall, over))
                         if event.type in ("message_start", "message_delta"):
                             partial.append(_usage(stream.current_message_snapshot.usage))
                         stopped = stopped or event.type == "message_stop"
@@ -202,6 +214,8 @@ class AnthropicModel:
                         raise _Interrupted("the stream ended before message_stop")
                     return await stream.get_final_message()
         except TimeoutError as err:
+            if timer.expired() and timer.when() == over:  # the ceiling, not a silence, came first
+                raise _Interrupted(f"the attempt ran over its {ceiling:g} s ceiling") from err
             if timer.expired():
                 raise _Interrupted(f"no stream event for {stall:g} s") from err
             raise
@@ -233,6 +247,17 @@ def _model_error(err: Exception, attempt: int) -> ModelError:
     )
     error.__cause__ = err  # on_attempt sees it too, before anything is raised
     return error
+
+
+def _text_so_far(streams: list[Any]) -> str:
+    """The text blocks an attempt's stream had received when it broke off ("" before any)."""
+    if not streams:
+        return ""
+    try:
+        snapshot = streams[-1].current_message_snapshot
+    except Exception:  # no message_start yet: nothing was said
+        return ""
+    return "".join(getattr(b, "text", "") for b in snapshot.content if b.type == "text")
 
 
 def _body_type(body: object) -> str:

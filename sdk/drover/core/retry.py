@@ -28,6 +28,9 @@ class RetryPolicy:
     """Attempts per call, the first included."""
     stall_timeout: float = 120.0
     """Seconds without a stream event after which an attempt is cancelled and retried."""
+    attempt_ceiling: float = 600.0
+    """Seconds one attempt may take in all, however steadily it streams; over it, it is cancelled and
+    retried like a stall (ten minutes)."""
     max_retry_after: float = 60.0
     """A provider's Retry-After is honoured up to this many seconds."""
     base_delay: float = 1.0

@@ -29,8 +29,14 @@ module in "step" and passes its keyword arguments::
       {"step": "tool_uses", "uses": [["list_files", {}], ["read_file", {"path": "b"}]]},
       {"step": "error", "status": 429, "type": "rate_limit_error", "message": "slow", "retry_after": 1},
       {"step": "error", "status": 529, "type": "overloaded_error", "message": "busy", "in_stream": true},
-      {"step": "stall", "seconds": 5}
+      {"step": "stall", "seconds": 5},
+      {"step": "stall", "seconds": 5, "partial": "I will first"},
+      {"step": "trickle", "text": "a slow answer", "every": 0.5, "pieces": 20}
     ]
+
+A stall with `partial` streams that text as the start of an answer before it falls silent and drops
+the connection (a broken stream); a trickle streams a text reply one piece every `every` seconds, never
+silent for long, so only a per-attempt ceiling ends it early.
 
 Usage dicts may name any of input_tokens, output_tokens,
 cache_creation_input_tokens and cache_read_input_tokens; the rest default to
@@ -68,6 +74,7 @@ from drover.testing.script import (
     Reply,
     Stall,
     Step,
+    Trickle,
     is_classification,
     is_classifier_request,
     step_from_json,
@@ -81,6 +88,7 @@ from drover.testing.script import stall as stall
 from drover.testing.script import text as text
 from drover.testing.script import tool_use as tool_use
 from drover.testing.script import tool_uses as tool_uses
+from drover.testing.script import trickle as trickle
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +232,8 @@ class _Handler(BaseHTTPRequestHandler):
         model = str(body.get("model", "claude-fake"))
         if isinstance(step, Stall):
             return self._stall(step, stream, model)
+        if isinstance(step, Trickle):
+            return self._trickle(step, model)
         if isinstance(step, Error) and not (step.in_stream and stream):
             return self._send_error(step)
         if stream:
@@ -305,10 +315,36 @@ class _Handler(BaseHTTPRequestHandler):
                 start = _message(Reply((), DEFAULT_USAGE), model)
                 start.update(stop_reason=None, usage={**DEFAULT_USAGE, "output_tokens": 1})
                 self._event("message_start", {"type": "message_start", "message": start})
+                if step.partial:
+                    for name, data in _block_events(0, {"type": "text", "text": step.partial})[:-1]:
+                        self._event(name, data)  # the block is never stopped: the answer broke off
             self.owner._stopping.wait(step.seconds)
         except OSError:
             pass  # the client gave up first
         self.close_connection = True  # drop it without finishing the response
+
+    def _trickle(self, step: Trickle, model: str) -> None:
+        try:
+            self._start_stream()
+            start = _message(Reply((), DEFAULT_USAGE), model)
+            start.update(stop_reason=None, usage={**DEFAULT_USAGE, "output_tokens": 1})
+            self._event("message_start", {"type": "message_start", "message": start})
+            self._event(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            )
+            for piece in _pieces(step.text, step.pieces):
+                if self.owner._stopping.wait(step.every):
+                    break
+                delta = {"type": "text_delta", "text": piece}
+                self._event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+            self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            end = {"stop_reason": "end_turn", "stop_sequence": None}
+            self._event("message_delta", {"type": "message_delta", "delta": end, "usage": {"output_tokens": 20}})
+            self._event("message_stop", {"type": "message_stop"})
+            self._end_stream()
+        except OSError:
+            self.close_connection = True  # the client gave up first
 
 
 def _seconds(value: float) -> str:

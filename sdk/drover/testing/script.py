@@ -46,13 +46,25 @@ class Error:
 class Stall:
     """Accept the request, then say nothing for `seconds` and drop the connection.
 
-    Streaming requests get the headers and message_start first.
+    Streaming requests get the headers and message_start first, and `partial` (if any) as the start of a
+    text block: an answer broken off mid-way.
     """
 
     seconds: float
+    partial: str = ""
 
 
-Step = Reply | Error | Stall
+@dataclasses.dataclass(frozen=True)
+class Trickle:
+    """A streamed text reply that never stalls but takes long: one piece of `text` every `every` seconds
+    (`pieces` of them), then the end of the message."""
+
+    text: str
+    every: float
+    pieces: int = 10
+
+
+Step = Reply | Error | Stall | Trickle
 
 _tool_ids = itertools.count(1)
 
@@ -100,9 +112,14 @@ def error(
     return Error(status, type, message or type, retry_after, in_stream)
 
 
-def stall(seconds: float) -> Stall:
-    """Hold the request silently for `seconds`."""
-    return Stall(seconds)
+def stall(seconds: float, partial: str = "") -> Stall:
+    """Hold the request silently for `seconds` (after `partial`, streamed as the start of a text block)."""
+    return Stall(seconds, partial)
+
+
+def trickle(text: str, every: float, pieces: int = 10) -> Trickle:
+    """Stream `text` slowly: `pieces` pieces, one every `every` seconds."""
+    return Trickle(text, every, pieces)
 
 
 def classification(tier: str = "sonnet", confidence: float = 0.9, usage: dict[str, int] | None = None) -> Reply:
@@ -144,6 +161,7 @@ _CONSTRUCTORS: dict[str, Callable[..., Step]] = {
     "tool_uses": tool_uses,
     "error": error,
     "stall": stall,
+    "trickle": trickle,
     "classification": classification,
 }
 
