@@ -133,7 +133,9 @@ def _forge_credential(table: dict[str, Any], here: pathlib.Path, where: str) -> 
     token, key = table.get("forge_token_file"), table.get("forge_app_key_file")
     app_id, installation_id = table.get("forge_app_id", 0), table.get("forge_installation_id", 0)
     if token and key:
-        raise InvalidArgument("give forge_token_file or forge_app_key_file, not both", field=f"{where}.forge_token_file")
+        raise InvalidArgument(
+            "give forge_token_file or forge_app_key_file, not both", field=f"{where}.forge_token_file"
+        )
     if token:
         for name in ("forge_app_id", "forge_installation_id"):
             if name in table:
@@ -169,7 +171,8 @@ def _unknown(key: str) -> str:
 def _kind(field: dataclasses.Field[Any] | None) -> type:
     """The TOML type a setting takes, from its default in ProjectSettings."""
     assert field is not None
-    default = field.default_factory() if field.default is dataclasses.MISSING else field.default  # type: ignore[misc]
+    factory = field.default_factory
+    default = factory() if callable(factory) else field.default
     return dict if isinstance(default, dict) else type(default)
 
 

@@ -110,9 +110,11 @@ monthly_budget_usd = 7.5
     assert host.ok("project apply projects.toml").splitlines() == ["web: added", "api: updated (monthly_budget_usd)"]
     web = host.show("web")
     assert (web["repo"], web["branch"], web["pool"], web["network"]) == (str(repo), "main", "web", True)
-    assert (web["commands"], web["setup"], web["env"]) == (["pytest [args]", "npm run <script>"], ["pip install -e ."], {
-        "MODE": "test"
-    })
+    assert (web["commands"], web["setup"], web["env"]) == (
+        ["pytest [args]", "npm run <script>"],
+        ["pip install -e ."],
+        {"MODE": "test"},
+    )
     api = host.show("api")  # the keys the file does not name stay as they were
     assert (api["monthly_budget_usd"], api["git_name"], api["pool"]) == (7.5, "Api Bot", "api")
     assert "spare" in [p["name"] for p in host.projects()], "a project the file leaves out is never removed"
