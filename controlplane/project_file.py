@@ -34,8 +34,7 @@ SECRET_KEYS = {
     "webhook_secret_file": str,
 }
 """Keys for the project's sealed secrets: each file is read once and its content sealed, never stored."""
-CREDENTIAL_FIELDS = {
-    "secret": "",  # filled in with the key of the file the secret came from
+CREDENTIAL_FIELDS = {  # set_forge_credential's fields; its `secret` is the key of the file it came from
     "kind": "forge_token_file",
     "app_id": "forge_app_id",
     "installation_id": "forge_installation_id",
@@ -276,7 +275,7 @@ def _apply_one(s: Session, sealer: Sealer, e: ProjectEntry, branch: str | None, 
         try:
             credentials.set_forge_credential(s, sealer, e.name, c.kind, c.secret, by, c.app_id, c.installation_id)
         except DroverError as err:
-            raise at(err, f"projects.{e.name}.{CREDENTIAL_FIELDS.get(err.field or '') or c.key}") from None
+            raise at(err, f"projects.{e.name}.{CREDENTIAL_FIELDS.get(err.field or '', c.key)}") from None
         keys.append(c.key)
     if e.webhook_secret is not None and not _webhook_secret_is(row, sealer, e.webhook_secret):
         try:
