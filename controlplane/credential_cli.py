@@ -47,7 +47,7 @@ def cmd_credential_key(store: Store | None, config: DataDir | None, args: argpar
 def cmd_credential_reseal(store: Store, config: DataDir, args: argparse.Namespace) -> None:
     from controlplane.services.credentials import reseal_all
 
-    done = store.transaction(reseal_all, _sealer(args), _who())
+    done = store.transaction(reseal_all, _sealer(args), host_account())
     print(f"resealed {len(done)} git credential{'s' if len(done) != 1 else ''} with the newest key")
 
 
@@ -56,14 +56,14 @@ def cmd_credential_set(store: Store, config: DataDir, args: argparse.Namespace) 
 
     secret = pathlib.Path(args.secret_file).read_text()
     sealer = _sealer(args)
-    row = store.transaction(lambda s: set_git_credential(s, sealer, args.name, args.kind, secret, _who()))
+    row = store.transaction(lambda s: set_git_credential(s, sealer, args.name, args.kind, secret, host_account()))
     print(f"project {args.name}: git credential set ({args.kind}, fingerprint {row.git_credential_fingerprint})")
 
 
 def cmd_credential_delete(store: Store, config: DataDir, args: argparse.Namespace) -> None:
     from controlplane.services.credentials import delete_git_credential
 
-    store.transaction(lambda s: delete_git_credential(s, args.name, _who()))
+    store.transaction(lambda s: delete_git_credential(s, args.name, host_account()))
     print(f"project {args.name}: git credential deleted")
 
 
@@ -73,7 +73,7 @@ def _sealer(args: argparse.Namespace) -> Sealer:
     return Sealer.from_config(args.credential_key_file)
 
 
-def _who() -> str:
+def host_account() -> str:
     """Who set it, for the event: the host account (these commands need the host, not a token)."""
     try:
         return f"host:{getpass.getuser()}"
@@ -81,7 +81,7 @@ def _who() -> str:
         return f"host:uid {os.getuid()}"
 
 
-def _key_file_flag(p: argparse.ArgumentParser) -> None:
+def key_file_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--credential-key-file",
         default=os.environ.get(KEY_FILE_ENV, ""),
@@ -96,12 +96,12 @@ def credential_parsers(sub: Any, projects: Any, command: Callable[..., argparse.
     key.add_argument("--out", default="", help="write it to this new file (mode 0600) instead of printing it")
     key.set_defaults(func=cmd_credential_key, needs_store=False)
     reseal = command(sub, "credential-reseal", cmd_credential_reseal, "seal every git credential with the newest key")
-    _key_file_flag(reseal)
+    key_file_flag(reseal)
     cr = projects.add_parser("credential", help="a project's git credential")
     cs = cr.add_subparsers(dest="credential_command", required=True)
     cset = command(cs, "set", cmd_credential_set, "store a project's git credential, sealed")
     cset.add_argument("name")
     cset.add_argument("--kind", choices=("token", "ssh_key"), required=True, help="an https token or an SSH deploy key")
     cset.add_argument("--secret-file", required=True, help="the file holding it (read once; never stored in the clear)")
-    _key_file_flag(cset)
+    key_file_flag(cset)
     command(cs, "delete", cmd_credential_delete, "delete a project's git credential").add_argument("name")

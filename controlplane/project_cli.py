@@ -1,4 +1,4 @@
-"""`controlplane project add | list | show | remove`: the projects a control plane serves."""
+"""`controlplane project add | apply | list | show | remove`: the projects a control plane serves."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pathlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from controlplane.credential_cli import key_file_flag
 from drover.core.workspace import redact_url
 from drover.errors import InvalidArgument
 
@@ -108,6 +109,14 @@ def as_dict(p: Project) -> dict[str, Any]:
     }
 
 
+def cmd_project_apply(store: Store, config: DataDir, args: argparse.Namespace) -> None:
+    from controlplane.credential_cli import host_account
+    from controlplane.project_file import apply_file
+
+    for line in apply_file(store, pathlib.Path(args.file), args.credential_key_file, host_account(), args.dry_run):
+        print(line)
+
+
 def cmd_project_list(store: Store, config: DataDir, args: argparse.Namespace) -> None:
     from controlplane.services.projects import list_projects
     from drover.render import table
@@ -174,6 +183,10 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
     )
     preparation_flags(pa)
     forge_flags(pa)
+    apply = command(pr, "apply", cmd_project_apply, "add or update the projects of a TOML file, in one transaction")
+    apply.add_argument("file", help="[projects.NAME] tables of project add's settings and secret files")
+    apply.add_argument("--dry-run", action="store_true", help="check it all and print what would change; write nothing")
+    key_file_flag(apply)
     command(pr, "list", cmd_project_list, "every project").add_argument("--json", action="store_true")
     command(pr, "show", cmd_project_show, "one project's settings, as JSON").add_argument("name")
     command(pr, "remove", cmd_project_remove, "remove a project that has no Changes").add_argument("name")

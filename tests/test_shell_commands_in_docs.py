@@ -46,6 +46,7 @@ RUN_FROM_THE_PAGES = (
     "tests/controlplane/api/test_documented_project_commands.py",
     "tests/controlplane/test_documented_credential_commands.py",
     "tests/controlplane/api/test_documented_forge_commands.py",
+    "tests/controlplane/test_project_apply.py",
 )
 """Tests that read their commands from the pages and run every one: each lists them in its RUN_FROM_THE_PAGES."""
 TOUR = (

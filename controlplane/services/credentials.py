@@ -182,7 +182,7 @@ def set_forge_credential(
         raise NotFound(f"no project {project!r}", field="project")
     if kind not in FORGE_KINDS:
         raise InvalidArgument(f"must be one of {', '.join(FORGE_KINDS)}", field="kind")
-    secret = secret.strip() + ("\n" if kind == "app" else "")
+    secret = forge_secret_as_stored(kind, secret)
     if not secret.strip() or len(secret) > MAX_SECRET or "\x00" in secret:
         raise InvalidArgument(f"must be 1 to {MAX_SECRET} bytes, without NUL", field="secret")
     if kind == "token":
@@ -217,6 +217,18 @@ def set_forge_credential(
         fingerprint=row.forge_credential_fingerprint,
     )
     return row
+
+
+def forge_secret_as_stored(kind: str, secret: str) -> str:
+    """The forge secret as `set_forge_credential` seals and fingerprints it."""
+    return secret.strip() + ("\n" if kind == "app" else "")
+
+
+def forge_credential_is(project: Project, kind: str, secret: str, app_id: int = 0, installation_id: int = 0) -> bool:
+    """Whether the project already holds this forge credential (by its fingerprint, never by opening it)."""
+    held = (project.forge_credential_kind, project.forge_credential_fingerprint)
+    ids = (project.forge_app_id or 0, project.forge_installation_id or 0)
+    return held == (kind, fingerprint(forge_secret_as_stored(kind, secret))) and ids == (app_id, installation_id)
 
 
 def check_rsa_private_key(pem: str) -> None:
@@ -266,6 +278,13 @@ def rotate_webhook_secret(s: Session, sealer: Sealer, project: str, by: str) -> 
     keeps only the sealed text). The event names who, never the secret."""
     import secrets
 
+    secret = secrets.token_urlsafe(32)
+    return set_webhook_secret(s, sealer, project, secret, by), secret
+
+
+def set_webhook_secret(s: Session, sealer: Sealer, project: str, secret: str, by: str) -> Project:
+    """Store the project's webhook secret, sealed (a rotation, or one an operator keeps in a file for
+    `controlplane project apply`); the old one stops verifying at once. The event names who, never it."""
     row = s.get(Project, project)
     if row is None:
         raise NotFound(f"no project {project!r}", field="project")
@@ -273,13 +292,15 @@ def rotate_webhook_secret(s: Session, sealer: Sealer, project: str, by: str) -> 
         raise FailedPrecondition(
             f"project {project!r} is not linked to a forge; set its forge and forge_repo first", field="project"
         )
-    secret = secrets.token_urlsafe(32)
+    secret = secret.strip()
+    if not secret or len(secret) > MAX_SECRET or not secret.isprintable():
+        raise InvalidArgument(f"must be 1 to {MAX_SECRET} printable characters on one line", field="secret")
     row.webhook_secret_sealed = sealer.seal(secret)
     row.webhook_secret_set_at = utcnow()
     row.webhook_secret_set_by = by
     row.updated_at = utcnow()
     add_event(s, "project.webhook_secret_rotated", project=project, by=by)
-    return row, secret
+    return row
 
 
 def webhook_secret(project: Project, sealer: Sealer) -> bytes:

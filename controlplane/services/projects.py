@@ -140,8 +140,30 @@ def update_project(s: Session, project: Project, changes: Mapping[str, Any], by:
     return project
 
 
-def _apply(project: Project, w: ProjectSettings) -> None:
-    """Check every setting (InvalidArgument naming it) and set it on the row."""
+def put_project(s: Session, name: str, wanted: Mapping[str, Any], by: str = HOST) -> tuple[str, list[str]]:
+    """Add project `name` with the settings `wanted` names (the others at their defaults), or set those
+    settings of the existing one and leave the rest (`controlplane project apply`). Answers "added",
+    "updated" or "unchanged" and the settings that changed (each value compared as it would be stored);
+    an unchanged project gets no write and no event."""
+    unknown = sorted(set(wanted) - set(FIELDS))
+    if unknown:
+        raise InvalidArgument(f"no setting {unknown[0]!r}", field=unknown[0])
+    project = s.get(Project, name)
+    if project is None:
+        create_project(s, name, ProjectSettings(**_tuples(dict(wanted))), by)
+        return "added", sorted(wanted)
+    now = settings_of(project)
+    after = checked_settings(dataclasses.replace(now, **_tuples(dict(wanted))), project)
+    changed = [f for f in FIELDS if getattr(after, f) != getattr(now, f)]
+    if not changed:
+        return "unchanged", []
+    update_project(s, project, {f: getattr(after, f) for f in changed}, by)
+    return "updated", changed
+
+
+def checked_settings(w: ProjectSettings, project: Project) -> ProjectSettings:
+    """`w` with every setting checked (InvalidArgument naming it) and put as the row would store it.
+    `project` is the row it is for: while it holds a forge credential its forge_api_url stays."""
     if w.pool and not NAME.fullmatch(w.pool):
         raise InvalidArgument(f"{w.pool!r} is not a pool name", field="pool")
     if not w.branch.strip() or "\x00" in w.branch or len(w.branch) > 200:
@@ -158,31 +180,46 @@ def _apply(project: Project, w: ProjectSettings) -> None:
         build_outputs = check_patterns(list(w.build_outputs))
     except ValueError as err:
         raise InvalidArgument(str(err), field="build_outputs") from None
-    project.repo, project.branch, project.pool = w.repo, w.branch, w.pool
-    project.commands, project.network = list(w.commands), w.network
-    project.git_token_file = w.git_token_file
-    project.monthly_budget_usd, project.answer_window_minutes = w.monthly_budget_usd, w.answer_window_minutes
-    project.build_outputs = build_outputs
-    project.setup = preparation.check_setup(list(w.setup))
-    project.setup_network = w.setup_network
-    project.env = preparation.check_env(dict(w.env))
-    project.git_name, project.git_email = preparation.check_identity(w.git_name, w.git_email)
-    project.branch_template = preparation.check_branch_template(w.branch_template)
-    project.cache_key_files = preparation.check_cache_key_files(list(w.cache_key_files))
-    project.forge = forge_rules.check_forge(w.forge)
-    project.forge_repo = forge_rules.check_repo(w.forge, w.forge_repo)
+    setup = tuple(preparation.check_setup(list(w.setup)))
+    env = preparation.check_env(dict(w.env))
+    git_name, git_email = preparation.check_identity(w.git_name, w.git_email)
+    branch_template = preparation.check_branch_template(w.branch_template)
+    cache_key_files = tuple(preparation.check_cache_key_files(list(w.cache_key_files)))
+    forge = forge_rules.check_forge(w.forge)
+    forge_repo = forge_rules.check_repo(w.forge, w.forge_repo)
     api_url = forge_rules.check_api_url(w.forge, w.forge_api_url)
     if project.forge_credential_kind and api_url != project.forge_api_url:
         raise FailedPrecondition(  # the credential goes to the forge's API: it would be sent elsewhere
             "the project has a forge credential, which would be sent to the new API URL; delete it first",
             field="forge" if not api_url else "forge_api_url",
         )
-    project.forge_api_url = api_url
-    project.forge_label = forge_rules.check_label(w.forge_label)
-    project.max_fix_rounds = forge_rules.check_fix_rounds(w.max_fix_rounds)
-    project.forge_budget_usd = forge_rules.check_budget(w.forge_budget_usd)
-    project.forge_branch_template = forge_rules.check_branch_template(w.forge_branch_template)
-    project.forge_check_command = forge_rules.check_check_command(w.forge_check_command)
+    return dataclasses.replace(
+        w,
+        commands=tuple(w.commands),
+        build_outputs=tuple(build_outputs),
+        setup=setup,
+        env=env,
+        git_name=git_name,
+        git_email=git_email,
+        branch_template=branch_template,
+        cache_key_files=cache_key_files,
+        forge=forge,
+        forge_repo=forge_repo,
+        forge_api_url=api_url,
+        forge_label=forge_rules.check_label(w.forge_label),
+        max_fix_rounds=forge_rules.check_fix_rounds(w.max_fix_rounds),
+        forge_budget_usd=forge_rules.check_budget(w.forge_budget_usd),
+        forge_branch_template=forge_rules.check_branch_template(w.forge_branch_template),
+        forge_check_command=forge_rules.check_check_command(w.forge_check_command),
+    )
+
+
+def _apply(project: Project, w: ProjectSettings) -> None:
+    """Check every setting (InvalidArgument naming it) and set it on the row."""
+    checked = checked_settings(w, project)
+    for name in FIELDS:
+        value = getattr(checked, name)
+        setattr(project, name, list(value) if isinstance(value, tuple) else dict(value) if name == "env" else value)
 
 
 def list_projects(s: Session, scope: frozenset[str] | None = None, after: str = "", limit: int = 0) -> list[Project]:
