@@ -138,7 +138,9 @@ class ControlPlane:
             self.limits,
             lambda: self.config.harness,
         )
-        self.operations = OperationsService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake)
+        self.operations = OperationsService(
+            store, self.notifier, self.objects, self.agents, self.dispatcher.wake, lambda: self.config.harness.budgets
+        )
         agent_service = AgentService(store, self.notifier, self.objects, self.agents, self.router, lambda: self.config)
         self.admin = (ProjectService(store, self.sealer), TokenService(store))
         self.endpoint = Endpoint(config, self.auth, agent_service, self.changes, self.operations, self.admin)
