@@ -237,6 +237,24 @@ class Client:
         return from_proto(answer, Change)
 
     @_mapped
+    def retry_task(self, task_id: str, tier: str = "") -> Change:
+        """Run a failed or stopped Task again (at `tier`, when named); answers its Change."""
+        answer = self._changes.RetryTask(
+            change_pb2.RetryTaskRequest(task_id=task_id, tier=tier), metadata=self._metadata
+        )
+        return from_proto(answer, Change)
+
+    @_mapped
+    def raise_meter(self, meter: str, limit: float, name: str = "") -> MeterUsage:
+        """Raise a meter that stopped work in its current window (provider_month, agent_calls_day,
+        classifier_calls_day; project or user with `name`): USD, or calls for a calls meter. Tasks
+        it stopped run again."""
+        answer = self._ops.RaiseMeter(
+            operations_pb2.RaiseMeterRequest(meter=meter, name=name, limit=limit), metadata=self._metadata
+        )
+        return from_proto(answer, MeterUsage)
+
+    @_mapped
     def get_spend(self, change_id: str) -> Spend:
         """A Change's spend by tier, member and model, and its Decision Receipts."""
         answer = self._changes.GetSpend(change_pb2.GetSpendRequest(change_id=change_id), metadata=self._metadata)
