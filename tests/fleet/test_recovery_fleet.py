@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import pathlib
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 import drover
 from drover.testing import fake_anthropic as fake
-from tests.conftest import API_KEY, Fleet, python_command, task
+from tests.conftest import API_KEY, Fleet, task
 from tests.security.test_4_tenancy import user
 
 
@@ -90,19 +91,21 @@ def test_raise_meter_checks_its_values_and_roles_and_the_raise_survives_a_restar
     ]
 
 
-DEAR = {"input_tokens": 100, "output_tokens": 20_000}  # $0.10 at haiku prices: over the project's month
+# A haiku call reserves its worst case: 10,000 output tokens ($0.05) plus its input, and settles at most
+# that. A project month of $0.08 holds one such call, not two.
+DEAR = {"input_tokens": 100, "output_tokens": 10_000}
 
 
 def test_a_change_stopped_on_its_project_budget_runs_again_when_the_meter_is_raised(
     fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     config = tmp_path / "controlplane.toml"
-    config.write_text("[tiers.haiku]\nmax_output_tokens = 1000\n")
+    config.write_text("[tiers.haiku]\nmax_output_tokens = 10000\n")
     model.extend([fake.tool_use("complete_task", {"summary": "first"}, usage=DEAR)])
     model.extend([fake.tool_use("complete_task", {"summary": "second"})])
     fleet.plane.extra_env.update(ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY=API_KEY)
     plane = fleet.start_plane("--config", str(config))
-    plane.cli("project", "add", "calc", "--repo", str(calc_repo), "--monthly-budget-usd", "0.05")
+    plane.cli("project", "add", "calc", "--repo", str(calc_repo), "--monthly-budget-usd", "0.08")
     fleet.agent("recovery-agent")
     small = {"kind": "implement", "size": "small", "risk": "low"}
     with plane.client() as client:
@@ -122,7 +125,7 @@ def test_a_change_stopped_on_its_project_budget_runs_again_when_the_meter_is_rai
         assert len(model.requests) == 1  # b's call was refused before it reached the model
 
         raised = client.raise_meter("project", 1, name="calc")
-        assert raised.limit == 1_000_000 and raised.used > 50_000
+        assert raised.limit == 1_000_000 and raised.used >= 50_000
         list(client.watch(change.id, after_event_id=first[-1].id))
         final = client.get_change(change.id)
         after = client.list_events(change_id=change.id, kind="task.ready")
@@ -132,16 +135,14 @@ def test_a_change_stopped_on_its_project_budget_runs_again_when_the_meter_is_rai
 
 
 def test_retry_task_runs_a_failed_command_task_again_and_its_change_succeeds(
-    fleet: Fleet, tmp_path: pathlib.Path
+    fleet: Fleet, git_repo: pathlib.Path
 ) -> None:
-    marker = tmp_path / "marker"
     plane = fleet.start_plane()
-    plane.add_project("retry")
+    plane.add_project("retry", str(git_repo))
     fleet.agent("retry-agent")
-    check = python_command(f"import os, sys; sys.exit(0 if os.path.exists({str(marker)!r}) else 3)")
     with plane.client() as client:
         change = client.submit_change(
-            "retry", "needs a marker", [task("check", check), task("after", ["true"], ("check",))]
+            "retry", "needs a marker", [task("check", ["test", "-f", "marker"]), task("after", ["true"], ("check",))]
         )
         first = list(client.watch(change.id))
         failed = client.get_change(change.id)
@@ -151,14 +152,34 @@ def test_retry_task_runs_a_failed_command_task_again_and_its_change_succeeds(
 
         # A tier that is not configured, or any tier for a command Task, is refused by field.
         assert _refused(drover.InvalidArgument, lambda: client.retry_task(check_task.id, "gpt")).field == "tier"
+        assert _refused(drover.InvalidArgument, lambda: client.retry_task(check_task.id, "haiku")).field == "tier"
         assert _refused(drover.NotFound, lambda: client.retry_task("tsk_nope")).field == "task_id"
 
-        marker.write_text("")
+        # The fix lands on the project's branch; the retried run starts from it.
+        (git_repo / "marker").write_text("")
+        subprocess.run(["git", "-C", str(git_repo), "add", "marker"], check=True)
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                str(git_repo),
+                "-c",
+                "user.name=T",
+                "-c",
+                "user.email=t@drover.invalid",
+                "commit",
+                "-qm",
+                "m",
+            ],
+            check=True,
+        )
         again = client.retry_task(check_task.id)
         assert again.status == "running"
         list(client.watch(change.id, after_event_id=first[-1].id))
         final = client.get_change(change.id)
-        assert final.status == "succeeded" and [t.status for t in final.tasks] == ["succeeded", "succeeded"]
+        runs = [(r.attempt, r.state, r.reason) for r in client.list_runs(change_id=change.id)]
+        assert final.status == "succeeded", ([(t.key, t.status, t.reason) for t in final.tasks], runs)
+        assert [t.status for t in final.tasks] == ["succeeded", "succeeded"]
 
         done = _refused(drover.FailedPrecondition, lambda: client.retry_task(check_task.id))
         assert done.field == "task_id" and "is succeeded" in done.message
