@@ -173,7 +173,7 @@ def retry_task(
     if task.status not in ("failed", "blocked") or task.reason.startswith("dependency "):
         state = f"{task.status} ({task.reason})" if task.reason else task.status
         raise FailedPrecondition(
-            f"task {task_id} is {state}: only a failed or stopped Task runs again", field="task_id"
+            f"task {task_id} is {state}; only a failed or stopped Task runs again", field="task_id"
         )
     previous = f"{task.status}: {task.reason}" if task.reason else task.status
     tasks = tasks_of(s, change.id)

@@ -14,7 +14,7 @@ import pytest
 
 import drover
 from drover.testing import fake_anthropic as fake
-from tests.conftest import API_KEY, Fleet, task
+from tests.conftest import API_KEY, Fleet, task, wait_for
 from tests.security.test_4_tenancy import user
 
 
@@ -185,6 +185,16 @@ def test_retry_task_runs_a_failed_command_task_again_and_its_change_succeeds(
         assert done.field == "task_id" and "is succeeded" in done.message
         retried = client.list_events(change_id=change.id, kind="task.retried")
         reopened = client.list_events(change_id=change.id, kind="change.reopened")
+        # A running Task, or one of a cancelled Change, is not retried; the message says its state.
+        sleeper = client.submit_change("retry", "sleeps", [task("nap", ["sleep", "300"])])
+        (nap,) = client.get_change(sleeper.id).tasks
+        wait_for(lambda: client.get_change(sleeper.id).tasks[0].status == "running", 60, what="the nap to run")
+        running = _refused(drover.FailedPrecondition, lambda: client.retry_task(nap.id))
+        assert running.message == f"task_id: task {nap.id} is running; only a failed or stopped Task runs again"
+        client.cancel_change(sleeper.id)
+        wait_for(lambda: client.get_change(sleeper.id).status == "cancelled", 60, what="the nap to be cancelled")
+        cancelled = _refused(drover.FailedPrecondition, lambda: client.retry_task(nap.id))
+        assert cancelled.message == f"task_id: change {sleeper.id} is cancelled"
     assert [(e.data["by"], e.data["key"]) for e in retried] == [("admin", "check")]
     assert retried[0].data["previous"].startswith("failed")
     assert len(reopened) == 1
