@@ -84,8 +84,7 @@ class ControlPlane:
     and the gRPC server, each given exactly the collaborators it uses."""
 
     def __init__(self, config: ServerConfig, store: Store) -> None:
-        self.config = config
-        self.store = store
+        self.config, self.store = config, store
         self.notifier = Notifier()
         for warning in config.harness.warnings:
             log.warning("%s", warning)
@@ -128,14 +127,13 @@ class ControlPlane:
             lambda digest: store.read(tokens.lookup, digest),
             lambda token_id: store.run(tokens.touch, token_id),
         )
-        self.limits = validation.Limits(config.max_budget_usd)
         self.changes = ChangeService(
             store,
             self.notifier,
             self.objects,
             self.agents,
             self.dispatcher.wake,
-            self.limits,
+            validation.Limits(config.max_budget_usd),
             lambda: self.config.harness,
         )
         self.operations = OperationsService(

@@ -1,7 +1,6 @@
-"""One validation layer at the edge: every request message, of every service, is checked against one
-table of rules before any servicer sees it (DESIGN.md "Security": names, sizes, NUL, finite numbers,
-normalised paths). A refusal is INVALID_ARGUMENT naming the field (`tasks[1].env["A=B"]: ...`), and
-nothing has been read or written yet.
+"""One validation layer at the edge: every request message, of every service, is checked against one table of rules
+before any servicer sees it (DESIGN.md "Security": names, sizes, NUL, finite numbers, normalised paths). A refusal
+is INVALID_ARGUMENT naming the field (`tasks[1].env["A=B"]: ...`), and nothing has been read or written yet.
 
 `RULES` holds what is particular to a field, keyed by the field's full protobuf name; every other
 field gets the default of its type: strings at most 4,096 characters, lists and maps at most 1,000
@@ -54,8 +53,6 @@ LEVELS = ("", "low", "medium", "high")
 FLAGS = frozenset({"destructive_migration", "billing", "authorization", "authorization_trivial", "design_conflict"})
 STREAMS = ("stdout", "stderr", "system", "event", "tool")
 PURPOSES = ("", "agent", "fold")
-METERS = ("provider_month", "agent_calls_day", "classifier_calls_day", "project", "user")
-"""The meters RaiseMeter raises."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +185,6 @@ RULES: dict[str, Rule] = {
     "drover.v1.RaiseBudgetRequest.change_id": ID_REQUIRED,
     "drover.v1.RaiseBudgetRequest.budget_usd": Rule(limit=lambda limits: limits.max_budget_usd),
     "drover.v1.RetryTaskRequest.task_id": ID_REQUIRED,
-    "drover.v1.RetryTaskRequest.tier": Rule(pattern=NAME, max_len=64, explain="a tier name"),
     "drover.v1.GetSpendRequest.change_id": ID_REQUIRED,
     # --- OperationsService ----------------------------------------------------------------------
     "drover.v1.ListAgentsRequest.page_size": _page(1000),
@@ -214,9 +210,6 @@ RULES: dict[str, Rule] = {
     "drover.v1.GetUsageRequest.prefix": Rule(max_len=300),
     "drover.v1.GetUsageRequest.page_size": _page(1000),
     "drover.v1.GetUsageRequest.page_token": TOKEN,
-    "drover.v1.RaiseMeterRequest.meter": Rule(choices=METERS, optional=False),
-    "drover.v1.RaiseMeterRequest.name": Rule(max_len=200),
-    "drover.v1.RaiseMeterRequest.limit": Rule(maximum=1e9),
     "drover.v1.ListReceiptsRequest.change_id": ID_RULE,
     "drover.v1.ListReceiptsRequest.run_id": ID_RULE,
     "drover.v1.ListReceiptsRequest.page_size": _page(1000),

@@ -155,6 +155,8 @@ def retry_task(
 ) -> Task:
     """Run a failed or stopped Task again in a fresh attempt window, at `tier` when one is named; its
     Change runs again if it had ended failed or budget_blocked."""
+    if tier and tier not in tiers:
+        raise InvalidArgument(f"no tier {tier!r}; configured: {', '.join(sorted(tiers))}", field="tier")
     task = s.get(Task, task_id) if task_id else None
     if task is None:
         raise NotFound(f"no task {task_id!r}", field="task_id")
@@ -163,8 +165,6 @@ def retry_task(
     except NotFound:
         raise NotFound(f"no task {task_id!r}", field="task_id") from None
     check_owner(change, by, may_manage, "retrying a Task of")
-    if tier and tier not in tiers:
-        raise InvalidArgument(f"no tier {tier!r}; configured: {', '.join(sorted(tiers))}", field="tier")
     if tier and task.command:
         raise InvalidArgument("a command Task runs on no model tier", field="tier")
     if change.cancel_requested or change.status == "cancelled":

@@ -211,6 +211,8 @@ def _positive(text: str) -> int:
 
 Arguments = list[tuple[tuple[str, ...], dict[str, Any]]]
 LOGS: Arguments = [(("--logs",), {"action": "store_true", "help": "also follow each run's output and tool calls"})]
+METERS = ("provider_month", "agent_calls_day", "classifier_calls_day", "project", "user")
+TIER = (("--tier",), {"default": "", "help": "at this configured tier (a model Task)"})
 LIMIT = (("--limit",), {"type": _positive, "default": 50, "help": "at most this many (1-1000, default 50)"})
 COMMANDS: list[tuple[str, str, Command, Arguments]] = [
     (
@@ -250,20 +252,11 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
     ),
     (
         "raise-meter",
-        "raise a meter that stopped work, this month or UTC day (USD, or calls); its stopped Tasks run again",
+        "raise a meter this month or UTC day (USD or calls; --name: its project or user); its stopped Tasks run again",
         _shower("raise-meter"),
-        [
-            (("meter",), {"choices": ("provider_month", "agent_calls_day", "classifier_calls_day", "project", "user")}),
-            (("limit",), {"type": float}),
-            (("--name",), {"default": "", "help": "the project or user (token name) of a project or user meter"}),
-        ],
+        [(("meter",), {"choices": METERS}), (("limit",), {"type": float}), (("--name",), {"default": ""})],
     ),
-    (
-        "retry",
-        "run a failed or stopped Task again",
-        _shower("retry"),
-        [(("task_id",), {}), (("--tier",), {"default": "", "help": "at this configured tier"})],
-    ),
+    ("retry", "run a failed or stopped Task again", _shower("retry"), [(("task_id",), {}), TIER]),
     ("spend", "a Change's spend by tier and member, and its receipts", _shower("spend"), [(("change_id",), {})]),
     ("usage", "every meter: value, limit, period", _shower("usage"), [(("--prefix",), {"default": ""})]),
     ("packet", "a run's Context Packet", cmd_packet, [(("run_id",), {})]),
