@@ -26,6 +26,7 @@ from drover.models import (
     from_proto,
 )
 from drover.notifications import Notifications
+from drover.recovery import Recovery
 from drover.v1 import (
     change_pb2,
     change_pb2_grpc,
@@ -108,7 +109,7 @@ def _every_page(call: Callable[[str], Any], field: str, cls: type[T]) -> list[T]
             return items
 
 
-class Client:
+class Client(Recovery):
     """Submit and follow Changes. `Client("127.0.0.1:50051", token=...)`; use as a context manager
     or call close(). Every method raises a `drover.DroverError` subclass on failure."""
 
@@ -235,24 +236,6 @@ class Client:
             change_pb2.RaiseBudgetRequest(change_id=change_id, budget_usd=budget_usd), metadata=self._metadata
         )
         return from_proto(answer, Change)
-
-    @_mapped
-    def retry_task(self, task_id: str, tier: str = "") -> Change:
-        """Run a failed or stopped Task again (at `tier`, when named); answers its Change."""
-        answer = self._changes.RetryTask(
-            change_pb2.RetryTaskRequest(task_id=task_id, tier=tier), metadata=self._metadata
-        )
-        return from_proto(answer, Change)
-
-    @_mapped
-    def raise_meter(self, meter: str, limit: float, name: str = "") -> MeterUsage:
-        """Raise a meter that stopped work in its current window (provider_month, agent_calls_day,
-        classifier_calls_day; project or user with `name`): USD, or calls for a calls meter. Tasks
-        it stopped run again."""
-        answer = self._ops.RaiseMeter(
-            operations_pb2.RaiseMeterRequest(meter=meter, name=name, limit=limit), metadata=self._metadata
-        )
-        return from_proto(answer, MeterUsage)
 
     @_mapped
     def get_spend(self, change_id: str) -> Spend:
