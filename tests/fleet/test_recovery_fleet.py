@@ -73,7 +73,9 @@ def test_raise_meter_checks_its_values_and_roles_and_the_raise_survives_a_restar
         )
         assert admin.get_usage(f"provider-usd:{month}")[0].limit == 25_000_000  # nothing refused changed anything
 
+    plane.cli("token", "create", "--kind", "user", "--name", "uma", "--role", "submit", "--monthly-budget-usd", "3")
     with plane.client() as admin, plane.client(ann) as a:
+        assert admin.raise_meter("user", 4, name="uma").limit == 4_000_000
         admin.projects.update("api", monthly_budget_usd=5)
         assert a.raise_meter("project", 8, "api").limit == 8_000_000
 
@@ -83,10 +85,12 @@ def test_raise_meter_checks_its_values_and_roles_and_the_raise_survives_a_restar
         assert admin.get_usage(f"provider-usd:{month}")[0].limit == 25_000_000
         assert admin.get_usage("agent-calls:")[0].limit == 5000
         assert admin.projects.get("api").monthly_budget_usd == 8
+        assert next(t for t in admin.tokens.list() if t.name == "uma").monthly_budget_usd == 4
         raised_events = [e.data for e in admin.list_events(kind="meter.raised")]
     assert [(e["by"], e["meter"], e["previous"], e["limit"]) for e in raised_events] == [
         ("admin", f"provider-usd:{month}", 10_000_000, 25_000_000),
         ("admin", f"agent-calls:{dt.datetime.now(dt.UTC):%Y-%m-%d}", 1000, 5000),
+        ("admin", f"user-usd:uma:{month}", 3_000_000, 4_000_000),
         ("ann", f"project-usd:api:{month}", 5_000_000, 8_000_000),
     ]
 
