@@ -85,8 +85,7 @@ class ControlPlane:
     and the gRPC server, each given exactly the collaborators it uses."""
 
     def __init__(self, config: ServerConfig, store: Store) -> None:
-        self.config = config
-        self.store = store
+        self.config, self.store = config, store
         self.notifier = Notifier()
         for warning in config.harness.warnings:
             log.warning("%s", warning)
@@ -139,17 +138,18 @@ class ControlPlane:
             lambda digest: store.read(tokens.lookup, digest),
             lambda token_id: store.run(tokens.touch, token_id),
         )
-        self.limits = validation.Limits(config.max_budget_usd)
         self.changes = ChangeService(
             store,
             self.notifier,
             self.objects,
             self.agents,
             self.dispatcher.wake,
-            self.limits,
+            validation.Limits(config.max_budget_usd),
             lambda: self.config.harness,
         )
-        self.operations = OperationsService(store, self.notifier, self.objects, self.agents, self.dispatcher.wake)
+        self.operations = OperationsService(
+            store, self.notifier, self.objects, self.agents, self.dispatcher.wake, lambda: self.config.harness.budgets
+        )
         agent_service = AgentService(store, self.notifier, self.objects, self.agents, self.router, lambda: self.config)
         self.admin = (ProjectService(store, self.sealer), TokenService(store))
         self.endpoint = Endpoint(config, self.auth, agent_service, self.changes, self.operations, self.admin)

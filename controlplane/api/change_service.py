@@ -14,7 +14,7 @@ from controlplane.api.status import reporting
 from controlplane.config import HarnessConfig
 from controlplane.dispatch import quota
 from controlplane.domain import graph
-from controlplane.services import change_lifecycle, tokens
+from controlplane.services import change_lifecycle, recovery, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.objects import ObjectStore
@@ -150,6 +150,27 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         self.notifier.notify()
         self.wake()
         return await self.store.read(change_queries.get_change, request.change_id)
+
+    @reporting
+    async def RetryTask(
+        self, request: change_pb2.RetryTaskRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Change:
+        who = auth.current()
+        tiers = frozenset(self.harness().tiers)
+        task = await self.store.run(
+            lambda s: recovery.retry_task(
+                s,
+                request.task_id,
+                request.tier,
+                tiers,
+                scope=who.projects,
+                by=who.name,
+                may_manage=who.has_role("run.manage"),
+            )
+        )
+        self.notifier.notify()
+        self.wake()
+        return await self.store.read(change_queries.get_change, task.change_id)
 
     @reporting
     async def GetSpend(

@@ -11,9 +11,11 @@ from controlplane.api import auth, change_queries, notification_queries, run_que
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.change_service import still_allowed
 from controlplane.api.status import reporting
+from controlplane.config import BudgetConfig
 from controlplane.domain import run_states
-from controlplane.services import agent_presence, run_input, run_lifecycle
+from controlplane.services import agent_presence, recovery, run_input, run_lifecycle
 from controlplane.services.notify import Notifier
+from controlplane.store import meters
 from controlplane.store.engine import Store
 from controlplane.store.objects import ObjectStore
 from drover.v1 import operations_pb2, operations_pb2_grpc, types_pb2
@@ -23,9 +25,16 @@ TAIL_POLL_SECONDS = 1.0
 
 class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
     def __init__(
-        self, store: Store, notifier: Notifier, objects: ObjectStore, agents: AgentSessions, wake: Callable[[], None]
+        self,
+        store: Store,
+        notifier: Notifier,
+        objects: ObjectStore,
+        agents: AgentSessions,
+        wake: Callable[[], None],
+        budgets: Callable[[], BudgetConfig] = BudgetConfig,
     ) -> None:
         self.store, self.notifier, self.objects, self.agents, self.wake = store, notifier, objects, agents, wake
+        self.budgets = budgets
 
     @reporting
     async def ListAgents(
@@ -144,6 +153,24 @@ class OperationsService(operations_pb2_grpc.OperationsServiceServicer):
             )
         )
         return operations_pb2.GetUsageResponse(meters=page.items, next_page_token=page.next_token)
+
+    @reporting
+    async def RaiseMeter(
+        self, request: operations_pb2.RaiseMeterRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.MeterUsage:
+        who, budgets = auth.current(), self.budgets()
+        key, _, limit = await self.store.run(
+            lambda s: recovery.raise_meter(
+                s, request.meter, request.name, request.limit, budgets, scope=who.projects, by=who.name
+            )
+        )
+        self.notifier.notify()
+        self.wake()
+        rows = await self.store.read(lambda s: meters.usage(s, key, exact=True))
+        if rows:
+            return types_pb2.MeterUsage(**rows[0])
+        spec = meters.spec_of_key(key, limit)  # a Project or user meter nothing has drawn on yet
+        return types_pb2.MeterUsage(key=key, kind=spec.kind, period=spec.period, unit=spec.unit, limit=limit)
 
     @reporting
     async def ListReceipts(

@@ -21,6 +21,7 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.ChangeService/ListChangeSets": USER,
     "/drover.v1.ChangeService/GetPatch": USER,
     "/drover.v1.ChangeService/RaiseBudget": Permission("user", "submit"),
+    "/drover.v1.ChangeService/RetryTask": Permission("user", "submit"),
     "/drover.v1.ChangeService/GetSpend": USER,
     "/drover.v1.OperationsService/ListAgents": USER,
     "/drover.v1.OperationsService/DrainAgent": Permission("user", "admin"),
@@ -31,6 +32,8 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.OperationsService/TailRunLogs": USER,
     "/drover.v1.OperationsService/ListEvents": USER,
     "/drover.v1.OperationsService/GetUsage": USER,
+    # A fleet meter or a user's: an admin for every project; a project's: an admin of the project.
+    "/drover.v1.OperationsService/RaiseMeter": ADMIN,
     "/drover.v1.OperationsService/ListReceipts": USER,
     "/drover.v1.OperationsService/ListClaims": USER,
     "/drover.v1.OperationsService/GetPacket": USER,

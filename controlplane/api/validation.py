@@ -1,7 +1,6 @@
-"""One validation layer at the edge: every request message, of every service, is checked against one
-table of rules before any servicer sees it (DESIGN.md "Security": names, sizes, NUL, finite numbers,
-normalised paths). A refusal is INVALID_ARGUMENT naming the field (`tasks[1].env["A=B"]: ...`), and
-nothing has been read or written yet.
+"""One validation layer at the edge: every request message, of every service, is checked against one table of rules
+before any servicer sees it (DESIGN.md "Security": names, sizes, NUL, finite numbers, normalised paths). A refusal
+is INVALID_ARGUMENT naming the field (`tasks[1].env["A=B"]: ...`), and nothing has been read or written yet.
 
 `RULES` holds what is particular to a field, keyed by the field's full protobuf name; every other
 field gets the default of its type: strings at most 4,096 characters, lists and maps at most 1,000
@@ -185,6 +184,7 @@ RULES: dict[str, Rule] = {
     "drover.v1.GetPatchRequest.changeset_id": ID_REQUIRED,
     "drover.v1.RaiseBudgetRequest.change_id": ID_REQUIRED,
     "drover.v1.RaiseBudgetRequest.budget_usd": Rule(limit=lambda limits: limits.max_budget_usd),
+    "drover.v1.RetryTaskRequest.task_id": ID_REQUIRED,
     "drover.v1.GetSpendRequest.change_id": ID_REQUIRED,
     # --- OperationsService ----------------------------------------------------------------------
     "drover.v1.ListAgentsRequest.page_size": _page(1000),

@@ -3,12 +3,12 @@ function runs inside one transaction and appends the Events of what it changed."
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.domain import graph, run_states
-from controlplane.services import conflicts
-from controlplane.services.progress import advance, queue_run, settle_change
+from controlplane.services import conflicts, recovery
+from controlplane.services.progress import advance, settle_change
 from controlplane.services.run_lifecycle import finish_run
 from controlplane.services.tenancy import Scope, check_owner, visible_change
 from controlplane.store.changes import tasks_of
@@ -148,20 +148,7 @@ def raise_budget(
     meters.raise_limit(s, f"change-usd:{change.id}", round(budget_usd * 1_000_000))
     tasks = tasks_of(s, change.id)
     stopped = [t for t in tasks if t.status == "blocked" and t.reason.startswith("budget_stop")]
-    for task in stopped:
-        task.status, task.reason, task.attempts_reset_at = "ready", "", utcnow()
-        last = s.scalar(select(func.max(Run.attempt)).where(Run.task_id == task.id)) or 0
-        queue_run(s, task, attempt=last + 1)
-        add_event(s, "task.ready", change_id=change.id, task_id=task.id, key=task.key, reason="budget raised")
-    if stopped:
-        reopened = {t.key for t in stopped}
-        deps = {t.key: t.depends_on for t in tasks}
-        for t in tasks:  # dependents blocked by a stopped Task wait again
-            if t.status == "blocked" and t.reason.startswith("dependency ") and graph.ancestors(t.key, deps) & reopened:
-                t.status, t.reason = "pending", ""
-        if change.status == "budget_blocked":
-            change.status, change.finished_at, change.reason = "running", None, ""
-            add_event(s, "change.reopened", change_id=change.id)
+    recovery.reopen(s, change, tasks, stopped, "budget raised")
     s.flush()
     advance(s, change)
     return change

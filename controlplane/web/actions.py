@@ -30,6 +30,22 @@ async def raise_budget(v: Visit) -> Response:
     return _back(f"/changes/{change_id}")
 
 
+async def retry_task(v: Visit) -> Response:
+    request = change_pb2.RetryTaskRequest(task_id=v.request.path_params["task_id"], tier=v.form.get("tier", ""))
+    change = await v.call("ChangeService/RetryTask", request)
+    return _back(f"/changes/{change.id}")
+
+
+async def raise_meter(v: Visit) -> Response:
+    try:
+        limit = float(v.form.get("limit", ""))
+    except ValueError:
+        raise InvalidArgument("must be a number (USD, or calls for a calls meter)", field="limit") from None
+    request = operations_pb2.RaiseMeterRequest(meter=v.form.get("meter", ""), name=v.form.get("name", ""), limit=limit)
+    await v.call("OperationsService/RaiseMeter", request)
+    return _back("/spend")
+
+
 async def cancel_run(v: Visit) -> Response:
     run_id = v.request.path_params["run_id"]
     reason = v.form.get("reason", "") or f"cancelled in the console by {v.who.name}"
@@ -66,6 +82,8 @@ async def undrain(v: Visit) -> Response:
 ACTIONS: dict[str, Handler] = {
     "/changes/{change_id}/cancel": cancel_change,
     "/changes/{change_id}/budget": raise_budget,
+    "/tasks/{task_id}/retry": retry_task,
+    "/meters/raise": raise_meter,
     "/runs/{run_id}/cancel": cancel_run,
     "/runs/{run_id}/input": send_input,
     "/questions/{question_id}/answer": answer_question,

@@ -216,6 +216,16 @@ async def packet(v: Visit) -> Response:
     return v.render("packet.html", run_id=run_id, context_hash=found.context_hash, packet=pretty, title="Packet")
 
 
+def _raisable(v: Visit) -> list[str]:
+    """The meters the visitor may raise, by RaiseMeter's own rules: an admin for every project any of
+    them, a project's admin its project's."""
+    if not v.may("OperationsService/RaiseMeter"):
+        return []
+    if v.who.projects is not None:
+        return ["project"]
+    return ["provider_month", "agent_calls_day", "classifier_calls_day", "project", "user"]
+
+
 async def spend(v: Visit) -> Response:
     meters = [
         from_proto(m, MeterUsage)
@@ -231,6 +241,7 @@ async def spend(v: Visit) -> Response:
     return v.render(
         "spend.html",
         meters=meters,
+        raisable=_raisable(v),
         charts=spend_chart.charts(spends),
         refusals=list(reversed(refusals)),
         title="Spend",

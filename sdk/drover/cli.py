@@ -158,6 +158,8 @@ SHOW: dict[str, tuple[Callable[[Client, argparse.Namespace], Any], Callable[[Any
     "change": (lambda c, a: c.get_change(a.change_id), format_change),
     "changesets": (lambda c, a: c.list_changesets(a.change_id), render.changesets_table),
     "raise-budget": (lambda c, a: c.raise_budget(a.change_id, a.budget_usd), format_change),
+    "raise-meter": (lambda c, a: c.raise_meter(a.meter, a.limit, a.name), lambda m: render.meters_table([m])),
+    "retry": (lambda c, a: c.retry_task(a.task_id, a.tier), format_change),
     "spend": (lambda c, a: c.get_spend(a.change_id), render.spend_text),
     "usage": (lambda c, a: c.get_usage(a.prefix), render.meters_table),
     "claims": (lambda c, a: c.list_claims(a.change), render.claims_table),
@@ -209,6 +211,8 @@ def _positive(text: str) -> int:
 
 Arguments = list[tuple[tuple[str, ...], dict[str, Any]]]
 LOGS: Arguments = [(("--logs",), {"action": "store_true", "help": "also follow each run's output and tool calls"})]
+METERS = ("provider_month", "agent_calls_day", "classifier_calls_day", "project", "user")
+TIER = (("--tier",), {"default": "", "help": "at this configured tier (a model Task)"})
 LIMIT = (("--limit",), {"type": _positive, "default": 50, "help": "at most this many (1-1000, default 50)"})
 COMMANDS: list[tuple[str, str, Command, Arguments]] = [
     (
@@ -246,6 +250,13 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         _shower("raise-budget"),
         [(("change_id",), {}), (("budget_usd",), {"type": float})],
     ),
+    (
+        "raise-meter",
+        "raise a meter this month or UTC day (USD or calls; --name: its project or user); its stopped Tasks run again",
+        _shower("raise-meter"),
+        [(("meter",), {"choices": METERS}), (("limit",), {"type": float}), (("--name",), {"default": ""})],
+    ),
+    ("retry", "run a failed or stopped Task again", _shower("retry"), [(("task_id",), {}), TIER]),
     ("spend", "a Change's spend by tier and member, and its receipts", _shower("spend"), [(("change_id",), {})]),
     ("usage", "every meter: value, limit, period", _shower("usage"), [(("--prefix",), {"default": ""})]),
     ("packet", "a run's Context Packet", cmd_packet, [(("run_id",), {})]),

@@ -26,6 +26,7 @@ from drover.models import (
     from_proto,
 )
 from drover.notifications import Notifications
+from drover.recovery import Recovery
 from drover.v1 import (
     change_pb2,
     change_pb2_grpc,
@@ -108,7 +109,7 @@ def _every_page(call: Callable[[str], Any], field: str, cls: type[T]) -> list[T]
             return items
 
 
-class Client:
+class Client(Recovery):
     """Submit and follow Changes. `Client("127.0.0.1:50051", token=...)`; use as a context manager
     or call close(). Every method raises a `drover.DroverError` subclass on failure."""
 

@@ -414,3 +414,44 @@ def test_a_harness_run_shows_its_tool_calls_receipt_packet_and_spend(
     assert packet.status_code == 200 and run.context_hash in packet.text and "calc.py" in packet.text
     spend = console.get("/spend").text
     assert "provider_month" in spend and "<svg" in spend and "calc" in spend and "no spend yet" not in spend
+
+
+def test_a_failed_task_is_retried_and_a_meter_raised_from_the_console(setup: dict[str, Any]) -> None:
+    """Retry on a failed Task's row and Raise meter on /spend, each offered only to whom the API allows
+    it, each needing the CSRF field, each recording its event."""
+    fleet: Fleet = setup["fleet"]
+    with fleet.plane.client() as client:
+        task = {
+            "key": "flaky",
+            "kind": "test",
+            "objective": "flaky",
+            "command": ["python", "-c", "raise SystemExit(3)"],
+        }
+        change = client.submit_change("web", "fails once", [task])
+        list(client.watch(change.id))
+        (failed,) = client.get_change(change.id).tasks
+    assert failed.status == "failed"
+    admin, submitter = signed_in(setup), signed_in(setup, "submitter")
+    assert f'action="/tasks/{failed.id}/retry"' in admin.get(f"/changes/{change.id}").text
+    assert "/retry" not in submitter.get(f"/changes/{change.id}").text  # the admin's Change: sam may not
+    assert admin.http.post(f"/tasks/{failed.id}/retry", data={"csrf": "0" * 64}).status_code == 403
+    refused = submitter.act(f"/tasks/{failed.id}/retry")
+    assert refused.status_code == 403 and "run.manage" in refused.text
+    done = admin.act(f"/tasks/{failed.id}/retry")
+    assert done.status_code == 303 and done.headers["location"] == f"/changes/{change.id}"
+    with fleet.plane.client() as client:
+        (retried,) = client.list_events(change_id=change.id, kind="task.retried")
+        wait_for(lambda: client.get_change(change.id).status == "failed", 30, what="the retried Task to fail again")
+    assert retried.data["by"] == "admin" and retried.data["key"] == "flaky"
+
+    assert "Raise meter</button>" in admin.get("/spend").text
+    assert "Raise meter</button>" not in submitter.get("/spend").text
+    assert submitter.act("/meters/raise", meter="provider_month", limit="30").status_code == 403
+    bad = admin.act("/meters/raise", meter="provider_month", limit="lots")
+    assert bad.status_code == 400 and "limit" in bad.text
+    raised = admin.act("/meters/raise", meter="provider_month", limit="30")
+    assert raised.status_code == 303 and raised.headers["location"] == "/spend"
+    assert "$30.00" in admin.get("/spend").text
+    with fleet.plane.client() as client:
+        (event,) = client.list_events(kind="meter.raised")
+    assert event.data["by"] == "admin" and event.data["limit"] == 30_000_000

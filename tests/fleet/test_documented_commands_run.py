@@ -114,14 +114,14 @@ class World:
         return self.fleet.plane.client()
 
 
-PLACEHOLDER = re.compile(r"(?<![\w.$<-])(RUN|CHANGE|CHANGESET|QUESTION|AGENT|TEXT|USD|ID|[CRAPNS])(?![\w.>-])")
+PLACEHOLDER = re.compile(r"(?<![\w.$<-])(RUN|CHANGE|CHANGESET|QUESTION|AGENT|TASK|TEXT|USD|ID|[CRAPNS])(?![\w.>-])")
 
 
 def adapt(line: str, ids: dict[str, str]) -> str:
     """The page's line with the test's address and real ids for its placeholders (the module docstring)."""
     line = line.replace("127.0.0.1:50051", ids["TARGET"]).replace("vm-7", SPARE)
     line = " ".join(line.replace("[", " ").replace("]", " ").split()) if line.startswith("drover") else line
-    for literal in ("run_...", "chg_...", "cs_...", "q_...", '"..."', "<id>"):
+    for literal in ("run_...", "chg_...", "cs_...", "q_...", "tsk_...", '"..."', "<id>"):
         if literal in line:
             line = line.replace(literal, ids[literal].join('""') if literal == '"..."' else ids[literal])
     if line.startswith("drover"):  # placeholders in capitals; grpcurl's lines have none (and a $TOKEN)
@@ -182,7 +182,11 @@ def build(fleet: Fleet, model: fake.FakeAnthropic, tmp: pathlib.Path) -> World:
     with Client(fleet.plane.target, token=made.stdout.split()[-1]) as alice:  # printed once
         failed = alice.submit_change("sample", "fails", [{**SLEEPY, "key": "false", "command": ["false"]}])
         wait_for(lambda: alice.get_change(failed.id).status == "failed", 60, what="alice's Change to fail")
-    ids.update(failed=failed.id, succeeded_state="succeeded", zero="0")
+    with fleet.plane.client() as client:  # a failed Task of the admin's, for RetryTask
+        stopped = client.submit_change("sample", "fails too", [{**SLEEPY, "key": "false", "command": ["false"]}])
+        wait_for(lambda: client.get_change(stopped.id).status == "failed", 60, what="the admin's Change to fail")
+        ids.update({"TASK": client.get_change(failed.id).tasks[0].id, "tsk_...": stopped.tasks[0].id})
+    ids.update(failed=failed.id, stopped=stopped.id, succeeded_state="succeeded", zero="0", fifty="50")
     ids.update({"CHANGE": done.id, "C": done.id, "chg_...": done.id, "<id>": done.id, "CHANGESET": changeset.id})
     ids.update({"cs_...": changeset.id, "RUN": fix, "R": fix, "run_...": fix, "fix": fix, "test": test, "ID": "0"})
     return World(fleet, model, here, ids)
@@ -393,6 +397,16 @@ def first_page(answer: Any, ids: dict[str, str]) -> bool:
     return len(answer["changes"]) == 20 and bool(answer["next_page_token"])
 
 
+def retried_and_ended(client: Any, change_id: str) -> bool:
+    """The Task ran again (`false` fails again, so its Change ends failed once more)."""
+    retried = client.list_events(change_id=change_id, kind="task.retried")
+    return (
+        len(retried) == 1
+        and len(client.list_runs(change_id=change_id, state="failed")) == 2
+        and (client.get_change(change_id).status == "failed")
+    )
+
+
 RUNNING = {"RUN": "held_run", "CHANGE": "held", "C": "held", "R": "held_run", "run_...": "held_run"}
 CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     # docs/cli.md, in its order
@@ -413,6 +427,8 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     "drover spend": ({}, prints("sonnet")),
     "drover usage": ({}, prints("change-usd:{CHANGE}")),
     "drover raise-budget": ({"CHANGE": "held"}, then(lambda c, ids: c.get_change(ids["held"]).budget_usd == 2.5)),
+    "drover raise-meter": ({"USD": "fifty"}, then(lambda c, ids: c.get_usage("provider-usd:")[0].limit == 50_000_000)),
+    "drover retry": ({}, then(lambda c, ids: retried_and_ended(c, ids["failed"]), "running")),
     "drover changesets": ({}, prints("drover/{CHANGE}/", "calc.py")),
     "drover patch": ({}, prints("a + b")),
     "drover cancel": ({"CHANGE": "cancel"}, then(lambda c, ids: c.get_change(ids["cancel"]).status == "cancelled")),
@@ -451,6 +467,8 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     ),
     "GetPatch": ({}, prints("a + b")),
     "RaiseBudget": ({"chg_...": "held"}, then(lambda c, ids: c.get_change(ids["held"]).budget_usd == 5)),
+    "RetryTask": ({}, then(lambda c, ids: retried_and_ended(c, ids["stopped"]), '"status": "running"')),
+    "RaiseMeter": ({}, grpc_json(lambda a, ids: a["key"].startswith("provider-usd:") and a["limit"] == "100000000")),
     "GetSpend": ({}, prints("sonnet")),
     "GetUsage": ({}, grpc_json(lambda a, ids: all(m["key"].startswith("provider-usd:") for m in a["meters"]))),
     "ListReceipts": ({}, grpc_json(lambda a, ids: ids["fix"] in [r["run_id"] for r in a["receipts"]])),

@@ -144,6 +144,17 @@ for budget in (math.nan, math.inf, 1e308, -1.0, 10_001.0):
         INVALID,
         "budget_usd",
     )
+for bad in BAD_IDS:
+    case("change", "RetryTask", change_pb2.RetryTaskRequest(task_id=bad), INVALID, "task_id")
+case("change", "RetryTask", change_pb2.RetryTaskRequest(task_id="tsk_00000000000000000000"), NOT_FOUND, "task_id")
+for tier in ("a b", "x\x00", "t" * 65, "-x"):
+    case("change", "RetryTask", change_pb2.RetryTaskRequest(task_id="tsk_x", tier=tier), INVALID, "tier")
+for limit in (math.nan, math.inf, 1e308, -1.0, 0.0, 1e10):
+    request = operations_pb2.RaiseMeterRequest(meter="provider_month", limit=limit)
+    case("ops", "RaiseMeter", request, INVALID, "limit")
+for meter in ("", "tokens", "x\x00"):
+    case("ops", "RaiseMeter", operations_pb2.RaiseMeterRequest(meter=meter, limit=5), INVALID, "meter")
+case("ops", "RaiseMeter", operations_pb2.RaiseMeterRequest(meter="project", name="nope", limit=5), NOT_FOUND, "name")
 case(
     "change",
     "WatchChange",

@@ -107,6 +107,14 @@ class RaiseBudgetRequest(_message.Message):
     budget_usd: float
     def __init__(self, change_id: _Optional[str] = ..., budget_usd: _Optional[float] = ...) -> None: ...
 
+class RetryTaskRequest(_message.Message):
+    __slots__ = ("task_id", "tier")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    tier: str
+    def __init__(self, task_id: _Optional[str] = ..., tier: _Optional[str] = ...) -> None: ...
+
 class GetSpendRequest(_message.Message):
     __slots__ = ("change_id",)
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -76,6 +76,11 @@ class ChangeServiceStub:
                 request_serializer=drover_dot_v1_dot_change__pb2.RaiseBudgetRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_types__pb2.Change.FromString,
                 _registered_method=True)
+        self.RetryTask = channel.unary_unary(
+                '/drover.v1.ChangeService/RetryTask',
+                request_serializer=drover_dot_v1_dot_change__pb2.RetryTaskRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_types__pb2.Change.FromString,
+                _registered_method=True)
         self.GetSpend = channel.unary_unary(
                 '/drover.v1.ChangeService/GetSpend',
                 request_serializer=drover_dot_v1_dot_change__pb2.GetSpendRequest.SerializeToString,
@@ -138,6 +143,15 @@ class ChangeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RetryTask(self, request, context):
+        """Run a failed or stopped Task again in a fresh attempt window, at a named tier if one is given; a
+        Change that had ended failed or budget_blocked runs again. A Task of a cancelled Change, or one
+        pending, ready, running or succeeded, is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetSpend(self, request, context):
         """What a Change spent, by tier and member, and its routing receipts.
         """
@@ -186,6 +200,11 @@ def add_ChangeServiceServicer_to_server(servicer, server):
             'RaiseBudget': grpc.unary_unary_rpc_method_handler(
                     servicer.RaiseBudget,
                     request_deserializer=drover_dot_v1_dot_change__pb2.RaiseBudgetRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_types__pb2.Change.SerializeToString,
+            ),
+            'RetryTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryTask,
+                    request_deserializer=drover_dot_v1_dot_change__pb2.RetryTaskRequest.FromString,
                     response_serializer=drover_dot_v1_dot_types__pb2.Change.SerializeToString,
             ),
             'GetSpend': grpc.unary_unary_rpc_method_handler(
@@ -410,6 +429,33 @@ class ChangeService:
             target,
             '/drover.v1.ChangeService/RaiseBudget',
             drover_dot_v1_dot_change__pb2.RaiseBudgetRequest.SerializeToString,
+            drover_dot_v1_dot_types__pb2.Change.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.ChangeService/RetryTask',
+            drover_dot_v1_dot_change__pb2.RetryTaskRequest.SerializeToString,
             drover_dot_v1_dot_types__pb2.Change.FromString,
             options,
             channel_credentials,

@@ -242,6 +242,16 @@ class GetUsageResponse(_message.Message):
     next_page_token: str
     def __init__(self, meters: _Optional[_Iterable[_Union[_types_pb2.MeterUsage, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class RaiseMeterRequest(_message.Message):
+    __slots__ = ("meter", "name", "limit")
+    METER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    meter: str
+    name: str
+    limit: float
+    def __init__(self, meter: _Optional[str] = ..., name: _Optional[str] = ..., limit: _Optional[float] = ...) -> None: ...
+
 class ListReceiptsRequest(_message.Message):
     __slots__ = ("change_id", "run_id", "page_size", "page_token")
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]

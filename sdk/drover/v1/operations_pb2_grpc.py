@@ -81,6 +81,11 @@ class OperationsServiceStub:
                 request_serializer=drover_dot_v1_dot_operations__pb2.GetUsageRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_operations__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
+        self.RaiseMeter = channel.unary_unary(
+                '/drover.v1.OperationsService/RaiseMeter',
+                request_serializer=drover_dot_v1_dot_operations__pb2.RaiseMeterRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_types__pb2.MeterUsage.FromString,
+                _registered_method=True)
         self.ListReceipts = channel.unary_unary(
                 '/drover.v1.OperationsService/ListReceipts',
                 request_serializer=drover_dot_v1_dot_operations__pb2.ListReceiptsRequest.SerializeToString,
@@ -179,6 +184,14 @@ class OperationsServiceServicer:
 
     def GetUsage(self, request, context):
         """Every meter's current value, limit and period (key prefix filter).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RaiseMeter(self, request, context):
+        """Raise the limit of a meter that stopped work (admin; a project's meter: an admin of the project),
+        in its current window; Tasks it stopped get a fresh attempt window and run again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -289,6 +302,11 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.GetUsage,
                     request_deserializer=drover_dot_v1_dot_operations__pb2.GetUsageRequest.FromString,
                     response_serializer=drover_dot_v1_dot_operations__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'RaiseMeter': grpc.unary_unary_rpc_method_handler(
+                    servicer.RaiseMeter,
+                    request_deserializer=drover_dot_v1_dot_operations__pb2.RaiseMeterRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_types__pb2.MeterUsage.SerializeToString,
             ),
             'ListReceipts': grpc.unary_unary_rpc_method_handler(
                     servicer.ListReceipts,
@@ -575,6 +593,33 @@ class OperationsService:
             '/drover.v1.OperationsService/GetUsage',
             drover_dot_v1_dot_operations__pb2.GetUsageRequest.SerializeToString,
             drover_dot_v1_dot_operations__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RaiseMeter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.OperationsService/RaiseMeter',
+            drover_dot_v1_dot_operations__pb2.RaiseMeterRequest.SerializeToString,
+            drover_dot_v1_dot_types__pb2.MeterUsage.FromString,
             options,
             channel_credentials,
             insecure,
