@@ -178,7 +178,14 @@ class ControlPlane:
         """The harness config in use now (SIGHUP replaces it)."""
         return self.config.harness
 
+    def log_classes(self) -> None:
+        """The resolved members of every tier's class, at start-up and after each reload (seed 004)."""
+        harness = self.config.harness
+        for tier in dict.fromkeys([*harness.tiers, *harness.classes]):
+            log.info("%s", harness.tier_class(tier).describe())
+
     async def start(self) -> None:
+        self.log_classes()
         if not self.replica.shared:  # a single node: none is connected to this process yet
             await self.store.run(agent_presence.disconnect_all)
         self.replica.start()
@@ -243,6 +250,7 @@ class ControlPlane:
         self.agents.config = self.dispatcher.config = self.liveness.config = self.run_check.config = self.config
         self.router.reconfigure(harness)
         log.info("config reloaded from %s", path)
+        self.log_classes()
         return True
 
     async def stop(self) -> None:

@@ -129,7 +129,15 @@ def record(
         s.add(receipt)
     data = {**(receipt.data or {}), **_receipt(decision, selection)}
     ids = dict(change_id=run.change_id, task_id=run.task_id, run_id=run.id)
-    events.add_event(s, "quota_router.scored", **ids, tier=decision.model_tier, candidates=selection.candidates)
+    chosen = next((c for c in selection.candidates if c["verdict"] == "chosen"), None)
+    events.add_event(
+        s,
+        "quota_router.scored",
+        **ids,
+        tier=decision.model_tier,
+        modifiers=chosen["modifiers"] if chosen else [],
+        candidates=selection.candidates,
+    )
     if selection.outcome == "wait":
         run.not_before = utcnow() + dt.timedelta(seconds=delay)
         receipt.data = data
@@ -198,6 +206,7 @@ def _record_probes(s: Session, run_id: str, cls: members.TierClass, snapshots: d
                 s,
                 "quota_router.probed",
                 run_id=run_id,
+                tier_class=cls.id,
                 member=m.route_key,
                 available_pct=snapshots[m.route_key].available_pct,
             )

@@ -97,6 +97,11 @@ class TodModifier:
     delta: int
     """-5..+5."""
 
+    @property
+    def name(self) -> str:
+        """How events and receipts name it: "anthropic/acct-a 22:00-06:00 -1"."""
+        return f"{'/'.join(s for s in (self.route_key, self.model) if s)} {self.start}-{self.end} {self.delta:+d}"
+
     def matches(self, member: Member) -> bool:
         if self.route_key and self.route_key.lower() not in (member.route_key.lower(), member.agent):
             return False
@@ -122,7 +127,8 @@ class Selection:
     outcome: str
     """"chosen", "no_eligible" (the Task fails with ROUTING_NO_ELIGIBLE) or "wait" (re-route later)."""
     candidates: list[dict[str, Any]]
-    """{route_key, model, billing, base, effective, verdict}; verdict is "chosen" or why it lost."""
+    """{route_key, model, billing, base, effective, modifiers, verdict}: modifiers names the time-of-day
+    modifiers applied (`TodModifier.name`); verdict is "chosen" or why it lost."""
     message: str
 
 
@@ -144,7 +150,12 @@ def tag_set(values: Iterable[str]) -> frozenset[str]:
 
 def effective_score(member: Member, modifiers: Sequence[TodModifier], now: dt.datetime) -> int:
     """Quality score plus the deltas of every modifier that matches the member and is active at `now`."""
-    return member.quality_score + sum(m.delta for m in modifiers if m.matches(member) and m.active(now))
+    return member.quality_score + sum(m.delta for m in applied_modifiers(member, modifiers, now))
+
+
+def applied_modifiers(member: Member, modifiers: Sequence[TodModifier], now: dt.datetime) -> list[TodModifier]:
+    """The modifiers that match the member and are active at `now`, in config order."""
+    return [m for m in modifiers if m.matches(member) and m.active(now)]
 
 
 def rank(
@@ -283,7 +294,7 @@ def select(
     """
     required = tag_set(required_capabilities)
     ranked, rejected = rank(cls.members, required, modifiers, now, runtime)
-    lost = [_candidate(m, effective_score(m, modifiers, now), reason) for m, reason in rejected]
+    lost = [_candidate(m, modifiers, now, reason) for m, reason in rejected]
     if not ranked:
         return Selection(
             None,
@@ -296,7 +307,9 @@ def select(
     counters = rr_counters if rr_counters is not None else {}
     drain = drain_scores(ranked, snapshots, policy, now) if policy.intra_kind_policy == "DeadlineAwareDrain" else None
     ordered = intra_kind_order(ranked, policy.intra_kind_policy, snapshots, counters, sticky, drain)
-    chosen, candidates, quota_blocked = _first_allowed(ordered, snapshots, observed, active_counts, policy, now)
+    chosen, candidates, quota_blocked = _first_allowed(
+        ordered, snapshots, observed, active_counts, policy, now, modifiers
+    )
     candidates += lost
     if chosen is not None:
         if policy.intra_kind_policy == "RoundRobin":
@@ -325,6 +338,7 @@ def _first_allowed(
     active_counts: Mapping[str, int],
     policy: QuotaPolicy,
     now: dt.datetime,
+    modifiers: Sequence[TodModifier],
 ) -> tuple[Member | None, list[dict[str, Any]], bool]:
     """The first member the quota gate allows, every candidate with its verdict, and whether a quota (not
     max_concurrent) stopped any."""
@@ -347,16 +361,18 @@ def _first_allowed(
                 chosen, verdict = r.member, "chosen"
             else:
                 quota_blocked |= verdict != "at max_concurrent"
-        candidates.append(_candidate(r.member, r.effective, verdict))
+        candidates.append(_candidate(r.member, modifiers, now, verdict))
     return chosen, candidates, quota_blocked
 
 
-def _candidate(member: Member, effective: int, verdict: str) -> dict[str, Any]:
+def _candidate(member: Member, modifiers: Sequence[TodModifier], now: dt.datetime, verdict: str) -> dict[str, Any]:
+    applied = applied_modifiers(member, modifiers, now)
     return {
         "route_key": member.route_key,
         "model": member.model,
         "billing": member.billing,
         "base": member.quality_score,
-        "effective": effective,
+        "effective": member.quality_score + sum(m.delta for m in applied),
+        "modifiers": [m.name for m in applied],
         "verdict": verdict,
     }

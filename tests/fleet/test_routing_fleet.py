@@ -237,6 +237,29 @@ def test_an_invalid_member_config_stops_the_start_with_the_seed_message(tmp_path
     assert "quality_score" in done.stderr and "AgentClass 'sonnet'" in done.stderr
 
 
+def test_the_resolved_members_are_logged_at_start_up_and_after_each_reload(
+    fleet: Fleet, tmp_path: pathlib.Path
+) -> None:
+    member = (
+        '[[classes]]\nid = "sonnet"\n[[classes.members]]\nagent = "anthropic"\ninstance_id = "{acct}"\n'
+        'billing = "PayPerApi"\nmodel = "{model}"\nquality_score = 90\ncredential_env = "ANTHROPIC_API_KEY"\n'
+    )
+    config = tmp_path / "members.toml"
+    config.write_text(member.format(acct="acct-a", model="claude-sonnet-5-5"))
+    fleet.plane.extra_env.update(ANTHROPIC_API_KEY=API_KEY)
+    fleet.start_plane("--config", str(config))
+    log = fleet.plane.data_dir / "controlplane-1.log"
+    first = "AgentClass 'sonnet' resolved members: [anthropic/acct-a/claude-sonnet-5-5(PayPerApi)]"
+    wait_for(lambda: first in log.read_text(), 10, what="the start-up member list")
+    assert "AgentClass 'haiku' resolved members: [anthropic/claude-haiku-5-5(PayPerApi)]" in log.read_text()
+    config.write_text(member.format(acct="acct-b", model="claude-sonnet-6"))
+    fleet.plane.proc.send_signal(signal.SIGHUP)
+    second = "AgentClass 'sonnet' resolved members: [anthropic/acct-b/claude-sonnet-6(PayPerApi)]"
+    wait_for(lambda: second in log.read_text(), 10, what="the reloaded member list")
+    text = log.read_text()
+    assert text.index("config reloaded from") < text.index(second) and text.count(first) == 1
+
+
 def test_a_hot_reload_with_an_invalid_config_keeps_the_old_one(
     fleet: Fleet, model: fake.FakeAnthropic, calc_repo: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
@@ -301,6 +324,12 @@ quality_score = 100
 credential_env = "ANTHROPIC_API_KEY"
 probe_url = "http://127.0.0.1:{server.server_port}/quota"
 
+[[modifiers]]
+route_key = "anthropic/acct-a"
+start = "00:00"
+end = "24:00"
+delta = 2
+
 [quota_router]
 recheck_interval_seconds = 1
 cache_ttl_seconds = 0.2
@@ -325,9 +354,16 @@ cache_ttl_seconds = 0.2
             final = client.get_change(change.id)
             [receipt] = client.list_receipts(change_id=change.id)
             probed = client.list_events(kind="quota_router.probed")
+            scored = client.list_events(change_id=change.id, kind="quota_router.scored")
     finally:
         server.shutdown()
     assert final.status == "succeeded" and receipt.data["member"] == "anthropic/acct-a"
     assert {e.data["available_pct"] for e in probed} >= {5.0, 80.0}
+    assert {(e.data["tier_class"], e.data["member"]) for e in probed} == {("sonnet", "anthropic/acct-a")}
+    [waited, *_, routed] = scored
+    assert waited.data["modifiers"] == []  # nothing chosen while the quota is low
+    assert waited.data["candidates"][0]["modifiers"] == ["anthropic/acct-a 00:00-24:00 +2"]
+    assert routed.data["modifiers"] == ["anthropic/acct-a 00:00-24:00 +2"]
+    assert routed.data["candidates"][0]["effective"] == 102
     log = (fleet.plane.data_dir / "controlplane-1.log").read_text()
     assert "AgentClass 'sonnet' has no PayPerApi fallback" in log

@@ -386,6 +386,7 @@ def test_selection_records_every_candidate_and_why_it_lost() -> None:
             "billing": "Subscription",
             "base": 100,
             "effective": 100,
+            "modifiers": [],
             "verdict": "quota 3% below min_quota_pct 10%",
         },
         {
@@ -394,6 +395,7 @@ def test_selection_records_every_candidate_and_why_it_lost() -> None:
             "billing": "Subscription",
             "base": 100,
             "effective": 99,
+            "modifiers": ["claude 22:00-06:00 -1"],
             "verdict": "chosen",
         },
         {
@@ -402,6 +404,7 @@ def test_selection_records_every_candidate_and_why_it_lost() -> None:
             "billing": "PayPerApi",
             "base": 100,
             "effective": 99,
+            "modifiers": ["claude 22:00-06:00 -1"],
             "verdict": "ranked below claude",
         },
         {
@@ -410,6 +413,7 @@ def test_selection_records_every_candidate_and_why_it_lost() -> None:
             "billing": "Subscription",
             "base": 95,
             "effective": 95,
+            "modifiers": [],
             "verdict": "missing capabilities [sensitive]",
         },
     ]
