@@ -2,8 +2,9 @@
 
 `decide` applies `next_step` and then `limit_attempts` to the Task's failures
 in its current attempt window (`window`). Two intelligence failures at one
-tier move the Task up one tier (a run that outgrew its context window at once); a transport failure retries once at the same
-tier; a budget failure stops the Task at once; at most 2 attempts per tier.
+tier move the Task up one tier, and so does one run that outgrew its context
+window; a transport failure retries once at the same tier; a budget failure
+stops the Task at once; at most 2 attempts per tier.
 """
 
 from __future__ import annotations

@@ -54,7 +54,11 @@ DECISIONS = [
     (["opus:compaction_exhausted"], True, ("replan", "", "compaction_exhausted_at_opus", "max_attempts_per_tier")),
     (["haiku:failed", "sonnet:compaction_exhausted"], True, ("escalate", "opus", "compaction_exhausted_at_sonnet", "")),
     # and counts as a failure at its tier for a later one there
-    (["sonnet:compaction_exhausted", "opus:failed", "sonnet:failed"], True, ("escalate", "opus", "two_failures_at_sonnet", "")),
+    (
+        ["sonnet:compaction_exhausted", "opus:failed", "sonnet:failed"],
+        True,
+        ("escalate", "opus", "two_failures_at_sonnet", ""),
+    ),
     # per-run caps count as failures at the tier
     (["haiku:run_call_cap"], False, ("retry", "haiku", "first_failure_at_haiku", "")),
     (["haiku:run_call_cap", "haiku:run_call_cap"], False, ("escalate", "sonnet", "two_failures_at_haiku", "")),
