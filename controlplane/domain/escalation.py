@@ -2,8 +2,9 @@
 
 `decide` applies `next_step` and then `limit_attempts` to the Task's failures
 in its current attempt window (`window`). Two intelligence failures at one
-tier move the Task up one tier; a transport failure retries once at the same
-tier; a budget failure stops the Task at once; at most 2 attempts per tier.
+tier move the Task up one tier, and so does one run that outgrew its context
+window; a transport failure retries once at the same tier; a budget failure
+stops the Task at once; at most 2 attempts per tier.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ TRANSPORT = frozenset({"rate_limited", "timeout", "transient", "agent_lost", "ag
 """The run never got a fair chance: retried once at the same tier, never escalated."""
 BUDGET = frozenset({"spend_limited", "change_budget", "project_budget", "user_budget", "monthly_budget", "daily_calls"})
 """A budget refused the run's call: the Task stops at once with that budget as its limit."""
-INTELLIGENCE = frozenset({"failed", "no_outcome", "run_call_cap", "run_cost_cap"})
+OUTGREW = frozenset({"compaction_exhausted"})
+"""The run's conversation outgrew the context window even after folding: the same tier would most likely grow
+the same way, so it moves up at once (replan at the top) instead of retrying there."""
+INTELLIGENCE = frozenset({"failed", "no_outcome", "run_call_cap", "run_cost_cap"}) | OUTGREW
 """The tier was not good enough; reaching a per-run cap counts as a failure at the tier."""
 TERMINAL = frozenset({"cancelled", "dependency_merge_conflict", "setup_failed"})
 """No other attempt can help: the Task fails at once (a failed setup is the project's, not the model's)."""
@@ -132,9 +136,9 @@ def next_step(history: Sequence[Attempt], allow_opus: bool) -> Step:
             return Step("fail", reason="transport_twice")
         return _retry(latest.tier, "transport_retry")
     failures = sum(1 for a in attempts if a.tier == latest.tier and a.outcome in INTELLIGENCE)
-    if failures < 2:
+    if failures < 2 and latest.outcome not in OUTGREW:
         return _retry(latest.tier, f"first_failure_at_{latest.tier}")
-    reason = f"two_failures_at_{latest.tier}"
+    reason = f"{latest.outcome}_at_{latest.tier}" if latest.outcome in OUTGREW else f"two_failures_at_{latest.tier}"
     target = _above(latest.tier, allow_opus)
     if target is None:
         return Step("replan", reason=reason, limit=ATTEMPT_LIMIT)

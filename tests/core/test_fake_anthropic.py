@@ -23,6 +23,7 @@ from drover.testing.fake_anthropic import (
     Reply,
     Stall,
     classification,
+    context_limit,
     error,
     stall,
     step_from_json,
@@ -126,6 +127,18 @@ async def test_errors_reach_the_sdk_as_its_typed_exceptions(
     assert caught.value.status_code == status
     assert caught.value.body == {"type": "error", "error": {"type": type_, "message": "scripted"}}
     assert caught.value.response.headers.get("retry-after") == ("3" if status == 429 else None)
+
+
+async def test_a_context_limit_reaches_the_sdk_as_the_providers_bad_request(fake: FakeAnthropic) -> None:
+    fake.add(context_limit(tokens=201_000))
+    async with client(fake) as c:
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            async with c.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as stream:
+                await stream.get_final_message()
+    assert caught.value.status_code == 400
+    message = "prompt is too long: 201000 tokens > 200000 maximum"
+    assert caught.value.body == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    assert step_from_json({"step": "context_limit", "tokens": 201_000}) == context_limit(tokens=201_000)
 
 
 async def test_an_error_inside_the_stream_follows_message_start(fake: FakeAnthropic) -> None:

@@ -18,6 +18,7 @@ from agentd.drivers.harness.transcript import INTERRUPTED, RESPONSE_INTERRUPTED,
 from agentd.errors import AgentdError, RunEnded
 from agentd.run.session_input import Input
 from drover.core.model import ModelError, ModelReply
+from drover.core.retry import is_context_limit
 
 T = TypeVar("T")
 
@@ -42,6 +43,9 @@ class ModelClient(Protocol):
         thinking: dict[str, Any] | None = None,
     ) -> ModelReply: ...
 
+
+COMPACTION_EXHAUSTED = "compaction_exhausted"
+"""The run's reason when the provider rejects the request as over its context window and folding cannot help."""
 
 STOPPED = "stopped: a person interrupted this step before the tool finished; its effects are unknown"
 
@@ -103,7 +107,7 @@ class Harness:
         """Run (or resume) to the end; answers how it ended, recorded in the transcript."""
         done = self.transcript.outcome
         if done is not None:
-            return RunEnded(done["outcome"], done.get("reason", ""), done.get("intent"))
+            return RunEnded(done["outcome"], done.get("reason", ""), done.get("intent"), code=done.get("code"))
         if not self.transcript.entries:
             self._append("prompt", text=self.prompt)
         listening = asyncio.ensure_future(self._listen()) if self.inputs is not None else None
@@ -125,7 +129,9 @@ class Harness:
         finally:
             if listening is not None:
                 listening.cancel()
-        self._append("outcome", outcome=ended.outcome, reason=ended.reason, intent=ended.intent)
+        extra = {"code": ended.code} if ended.code != ended.outcome else {}
+        self._append("outcome", outcome=ended.outcome, reason=ended.reason, intent=ended.intent, **extra)
+        ended.extra["compactions"] = self.transcript.compactions
         return ended
 
     # --- people's input ----------------------------------------------------------------------------
@@ -186,11 +192,38 @@ class Harness:
         if self.transcript.model_calls >= self.limits.max_calls:
             raise RunEnded("run_call_cap", f"{self.limits.max_calls} model calls used")
         await self._maybe_fold()
+        try:
+            reply = await self._call()
+        except ModelError as err:
+            if not is_context_limit(err.status, err.error_type, err.message):
+                raise
+            # seed 002: one reactive fold and one more call; over the window again, the run ends
+            if not await self._fold(reactive=True):
+                raise RunEnded("failed", f"nothing left to fold: {err}", code=COMPACTION_EXHAUSTED) from err
+            try:
+                reply = await self._call()
+            except ModelError as again:
+                if not is_context_limit(again.status, again.error_type, again.message):
+                    raise
+                reason = f"still over the context window after folding: {again}"
+                raise RunEnded("failed", reason, code=COMPACTION_EXHAUSTED) from again
+        self._append(
+            "reply", call=self.transcript.model_calls + 1, content=reply.content, usage=dataclasses.asdict(reply.usage)
+        )
+        uses = [b for b in reply.content if b.get("type") == "tool_use"]
+        if not uses:
+            await self._turn_ended()
+            return
+        for use in uses:
+            await self._run_tool(use)
+
+    async def _call(self) -> ModelReply:
+        """One model call with the conversation as it stands; a failed one keeps its last partial words."""
         conversation = messages(self.transcript)
         conversation[-1] = {**conversation[-1], "content": cached(conversation[-1]["content"])}
         self.request_tokens = self._context_tokens()  # the meter reserves on this estimate
         try:
-            reply = await self._interruptible(
+            return await self._interruptible(
                 self.model.complete(
                     system=cached([{"type": "text", "text": SYSTEM}]),
                     tools=cached(self.tools.definitions()),
@@ -204,15 +237,6 @@ class Harness:
                 text = f"{err.partial}\n{RESPONSE_INTERRUPTED}"
                 self._append("partial", call=self.transcript.model_calls + 1, text=text, reason=str(err))
             raise
-        self._append(
-            "reply", call=self.transcript.model_calls + 1, content=reply.content, usage=dataclasses.asdict(reply.usage)
-        )
-        uses = [b for b in reply.content if b.get("type") == "tool_use"]
-        if not uses:
-            await self._turn_ended()
-            return
-        for use in uses:
-            await self._run_tool(use)
 
     async def _turn_ended(self) -> None:
         """The model ended its turn without a tool call: held by an open blocking question, wait for input;
@@ -272,8 +296,15 @@ class Harness:
         )
 
     async def _maybe_fold(self) -> None:
-        if self.summarise is None or self.fold_stalled:
-            return
+        if not self.fold_stalled:
+            await self._fold(reactive=False)
+
+    async def _fold(self, reactive: bool) -> bool:
+        """Fold older exchanges into the running summary; answers whether it did. A proactive fold waits
+        for the threshold; a reactive one (the provider said the request is over its window) folds
+        whatever lies outside the tail now, stalled or not."""
+        if self.summarise is None:
+            return False
         exchanges = _exchange_messages(self.transcript.exchanges())
         previous = self.transcript.latest_fold()
         through = previous["through"] if previous else -1
@@ -282,18 +313,19 @@ class Harness:
             through,
             self._fixed_tokens(),
             self.limits.context_window,
-            self.limits.fold_fraction,
+            0.0 if reactive else self.limits.fold_fraction,
         )
         if plan is None:
-            return
+            return False
         if plan.fold_through < 0:
-            return  # nothing left to fold: no call (a later exchange may give the fold something to fold)
+            return False  # nothing left to fold: no call (a later exchange may give the fold something to fold)
         summary = await self.summarise(
             fold.fold_request(previous["summary"] if previous else "", exchanges[through + 1 : plan.fold_through + 1])
         )
-        self._append("fold", summary=summary, through=plan.fold_through)
+        self._append("fold", summary=summary, through=plan.fold_through, **({"reactive": True} if reactive else {}))
         if self._context_tokens() > self.limits.context_window * self.limits.fold_fraction:
             self.fold_stalled = True  # still over the threshold: stop folding for the rest of the turn
+        return True
 
 
 def _exchange_messages(exchanges: list[Any]) -> list[dict[str, Any]]:
@@ -332,7 +364,8 @@ def events_for(index: int, entry: dict[str, Any]) -> list[dict[str, Any]]:
             }
         ]
     if kind == "fold":
-        return [{"kind": "fold", "through": entry["through"], "step": index}]
+        reactive = {"reactive": True} if entry.get("reactive") else {}
+        return [{"kind": "fold", "through": entry["through"], **reactive, "step": index}]
     if kind == "partial":
         return [{"kind": "text", "text": entry["text"], "interrupted": True, "step": index}]
     if kind == "user":

@@ -12,12 +12,14 @@ Entries (one JSON object per line, in order):
                                                   `[response interrupted]`; kept for people, never sent to the model
   {"kind": "tool_started", "id", "name", "input"}
   {"kind": "tool_done", "id", "name", "text", "error"}
-  {"kind": "fold", "summary", "through"}          replies up to index `through` are summarised
+  {"kind": "fold", "summary", "through"}          replies up to index `through` are summarised; a fold the
+                                                  provider's context-limit rejection forced also has
+                                                  "reactive": true
   {"kind": "user", "text", "input_seq"}           a person's message, sent with the next request
   {"kind": "interrupted", "text", "input_seq"}    a person stopped the step under way
   {"kind": "question", "id", "text", "blocking"}  the run asked people (a blocking one holds it)
   {"kind": "answered", "id"}                      its answer came (and goes to the model as a message)
-  {"kind": "outcome", "outcome", "reason", "intent"}
+  {"kind": "outcome", "outcome", "reason", "intent"} and "code" when the run's reason is not the outcome
 """
 
 from __future__ import annotations
@@ -154,6 +156,11 @@ class Transcript:
             elif entry["kind"] == "user" and out:
                 out[-1].said.append(entry["text"])
         return out
+
+    @property
+    def compactions(self) -> int:
+        """Folds so far, proactive and reactive."""
+        return sum(1 for e in self.entries if e["kind"] == "fold")
 
     def latest_fold(self) -> dict[str, Any] | None:
         folds = [e for e in self.entries if e["kind"] == "fold"]

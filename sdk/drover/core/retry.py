@@ -3,7 +3,8 @@
 Transport errors, 408, 409, 429 rate limits, 5xx and 529 overloads are worth
 another attempt; quota and billing failures stop the run as spend_limited;
 everything else the provider rejected (authentication, permission, invalid
-request, context limit, too large) is never repeated.
+request, context limit, too large) is never repeated as it was: a context-limit
+rejection (`is_context_limit`) is the harness's cue to fold once and ask again.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ PERMANENT = "permanent"
 # SSE `error` event that arrives after the response started with 200.
 _TRANSIENT_TYPES = frozenset({"rate_limit_error", "overloaded_error", "api_error", "timeout_error"})
 _SPEND_TYPES = frozenset({"billing_error"})
+# How Anthropic words a request over the context window: "prompt is too long: 208310 tokens > 200000 maximum",
+# or "input length and `max_tokens` exceed context limit: ...".
+_CONTEXT_LIMIT_WORDS = ("prompt is too long", "exceed context limit", "exceeds the context window")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +64,17 @@ def classify(status: int | None, error_type: str, transport: bool) -> str:
     if status is None and error_type in _TRANSIENT_TYPES:
         return RETRY
     return PERMANENT
+
+
+def is_context_limit(status: int | None, error_type: str, message: str) -> bool:
+    """Whether a rejection says the request does not fit the model's context window (a 400
+    invalid_request_error whose message says the prompt is too long)."""
+    lowered = message.lower()
+    return (
+        status == 400
+        and error_type == "invalid_request_error"
+        and any(words in lowered for words in _CONTEXT_LIMIT_WORDS)
+    )
 
 
 def retry_delay(attempt: int, retry_after: float | None, policy: RetryPolicy = DEFAULT_POLICY) -> float:

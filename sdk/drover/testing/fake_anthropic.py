@@ -29,6 +29,7 @@ module in "step" and passes its keyword arguments::
       {"step": "tool_uses", "uses": [["list_files", {}], ["read_file", {"path": "b"}]]},
       {"step": "error", "status": 429, "type": "rate_limit_error", "message": "slow", "retry_after": 1},
       {"step": "error", "status": 529, "type": "overloaded_error", "message": "busy", "in_stream": true},
+      {"step": "context_limit", "tokens": 208310, "maximum": 200000},
       {"step": "stall", "seconds": 5},
       {"step": "stall", "seconds": 5, "partial": "I will first"},
       {"step": "trickle", "text": "a slow answer", "every": 0.5, "pieces": 20}
@@ -83,6 +84,7 @@ from drover.testing.script import (
 # Tests write fake_anthropic.text(...), fake_anthropic.error(...): the step
 # constructors are part of this module's interface.
 from drover.testing.script import classification as classification
+from drover.testing.script import context_limit as context_limit
 from drover.testing.script import error as error
 from drover.testing.script import stall as stall
 from drover.testing.script import text as text

@@ -112,6 +112,11 @@ def error(
     return Error(status, type, message or type, retry_after, in_stream)
 
 
+def context_limit(tokens: int = 208_310, maximum: int = 200_000) -> Error:
+    """The provider's rejection of a request over the model's context window, worded as Anthropic does."""
+    return error(400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {maximum} maximum")
+
+
 def stall(seconds: float, partial: str = "") -> Stall:
     """Hold the request silently for `seconds` (after `partial`, streamed as the start of a text block)."""
     return Stall(seconds, partial)
@@ -161,6 +166,7 @@ _CONSTRUCTORS: dict[str, Callable[..., Step]] = {
     "tool_uses": tool_uses,
     "error": error,
     "stall": stall,
+    "context_limit": context_limit,
     "trickle": trickle,
     "classification": classification,
 }

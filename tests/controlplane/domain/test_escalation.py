@@ -47,6 +47,18 @@ DECISIONS = [
     (["opus:failed"], True, ("retry", "opus", "first_failure_at_opus", "")),
     (["opus:failed", "opus:failed"], True, ("replan", "", "two_failures_at_opus", "max_attempts_per_tier")),
     (["opus:failed", "opus:failed"], False, ("replan", "", "two_failures_at_opus", "max_attempts_per_tier")),
+    # a run that outgrew its context window even after folding moves up at once (replan at the top)
+    (["haiku:compaction_exhausted"], False, ("escalate", "sonnet", "compaction_exhausted_at_haiku", "")),
+    (["sonnet:compaction_exhausted"], True, ("escalate", "opus", "compaction_exhausted_at_sonnet", "")),
+    (["sonnet:compaction_exhausted"], False, ("replan", "", "compaction_exhausted_at_sonnet", "max_attempts_per_tier")),
+    (["opus:compaction_exhausted"], True, ("replan", "", "compaction_exhausted_at_opus", "max_attempts_per_tier")),
+    (["haiku:failed", "sonnet:compaction_exhausted"], True, ("escalate", "opus", "compaction_exhausted_at_sonnet", "")),
+    # and counts as a failure at its tier for a later one there
+    (
+        ["sonnet:compaction_exhausted", "opus:failed", "sonnet:failed"],
+        True,
+        ("escalate", "opus", "two_failures_at_sonnet", ""),
+    ),
     # per-run caps count as failures at the tier
     (["haiku:run_call_cap"], False, ("retry", "haiku", "first_failure_at_haiku", "")),
     (["haiku:run_call_cap", "haiku:run_call_cap"], False, ("escalate", "sonnet", "two_failures_at_haiku", "")),
