@@ -146,7 +146,11 @@ class RuntimeDriver:
             model=run.spec.model,
             max_output_tokens=h.max_output_tokens,
             upstream=Upstream(
-                run.spec.base_url, run.secret_env.get("ANTHROPIC_API_KEY", ""), h.billing, h.stall_timeout_seconds
+                run.spec.base_url,
+                run.secret_env.get("ANTHROPIC_API_KEY", ""),
+                h.billing,
+                h.stall_timeout_seconds,
+                h.anthropic_workspace_id,
             ),
             control_plane=run.control_plane,
             key_prefix=f"gw:{self.conversation.incarnation}",
