@@ -231,6 +231,17 @@ class RuntimeDriver:
                 "model_calls": gateway.calls,
             }
         )
+        ended = self._outcome(result, gateway)
+        ended.extra["result"] = {
+            "text": result.summary,
+            "turns": result.turns,
+            "cost_micros": round(result.cost_usd * 1_000_000),
+            "success": result.success,
+        }
+        return ended
+
+    @staticmethod
+    def _outcome(result: SessionResult, gateway: Gateway) -> RunEnded:
         if gateway.refused is not None:
             refused = gateway.refused
             return RunEnded(

@@ -95,7 +95,7 @@ class LogBatch(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class RunFinished(_message.Message):
-    __slots__ = ("status", "exit_code", "reason", "error", "parked", "session_state", "setup_seconds", "setup_cached")
+    __slots__ = ("status", "exit_code", "reason", "error", "parked", "session_state", "setup_seconds", "setup_cached", "result")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class RunFinished(_message.Message):
     SESSION_STATE_FIELD_NUMBER: _ClassVar[int]
     SETUP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SETUP_CACHED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
     status: str
     exit_code: int
     reason: str
@@ -112,7 +113,22 @@ class RunFinished(_message.Message):
     session_state: bytes
     setup_seconds: float
     setup_cached: bool
-    def __init__(self, status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., parked: _Optional[str] = ..., session_state: _Optional[bytes] = ..., setup_seconds: _Optional[float] = ..., setup_cached: _Optional[bool] = ...) -> None: ...
+    result: SessionResult
+    def __init__(self, status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., parked: _Optional[str] = ..., session_state: _Optional[bytes] = ..., setup_seconds: _Optional[float] = ..., setup_cached: _Optional[bool] = ..., result: _Optional[_Union[SessionResult, _Mapping]] = ...) -> None: ...
+
+class SessionResult(_message.Message):
+    __slots__ = ("text", "turns", "cost_micros", "success", "compactions")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    turns: int
+    cost_micros: int
+    success: bool
+    compactions: int
+    def __init__(self, text: _Optional[str] = ..., turns: _Optional[int] = ..., cost_micros: _Optional[int] = ..., success: _Optional[bool] = ..., compactions: _Optional[int] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
     __slots__ = ("welcome", "assign", "cancel", "ack", "drain", "input")
