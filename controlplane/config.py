@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 import tomllib
 import urllib.parse
 from collections.abc import Iterable, Mapping
@@ -132,6 +133,9 @@ class Tier:
     """The Messages API thinking setting for this tier; empty: off."""
 
 
+WORKSPACE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+"""An [anthropic] workspace_id: a short token, sent as a header."""
+
 DEFAULT_TIERS = {
     "haiku": Tier("claude-haiku-5-5", 16, 8_000),
     "sonnet": Tier("claude-sonnet-5-5", 32, 16_000),
@@ -143,6 +147,9 @@ DEFAULT_TIERS = {
 class HarnessConfig:
     base_url: str = ""
     """Anthropic Messages API base URL; default ANTHROPIC_BASE_URL, else https://api.anthropic.com."""
+    workspace_id: str = ""
+    """[anthropic] workspace_id: sent as the anthropic-workspace-id header on every Messages API call made
+    with the harness's key (agents' PayPerApi runs and the control plane's own calls); "": not sent."""
     api_key: str = dataclasses.field(default="", repr=False)
     """From ANTHROPIC_API_KEY or api_key_file; sent to agents only in a run's secret_env, never stored."""
     default_tier: str = "sonnet"
@@ -192,7 +199,10 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
     if unknown:
         raise ValueError(f"{file}: unknown tables {sorted(unknown)}")
     anthropic = dict(data.get("anthropic", {}))
-    _known_keys(anthropic, "anthropic", ("base_url", "api_key_file", "allow_opus"))
+    _known_keys(anthropic, "anthropic", ("base_url", "api_key_file", "allow_opus", "workspace_id"))
+    workspace_id = anthropic.get("workspace_id", "")
+    if not isinstance(workspace_id, str) or (workspace_id and not WORKSPACE_ID.fullmatch(workspace_id)):
+        raise ValueError(f"anthropic.workspace_id: {workspace_id!r} is not a workspace id ([A-Za-z0-9_-], 1-128)")
     harness = dict(data.get("harness", {}))
     key = env.get("ANTHROPIC_API_KEY", "")
     if anthropic.get("api_key_file"):
@@ -223,6 +233,7 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
         budgets=BudgetConfig(**settings(BudgetConfig, data.get("budgets", {}), "budgets")),
         base_url=anthropic.get("base_url") or env.get("ANTHROPIC_BASE_URL", "") or "https://api.anthropic.com",
         api_key=key,
+        workspace_id=workspace_id,
         tiers=tiers,
         prices=prices,
         **settings(HarnessConfig, harness, "harness", HARNESS_SETTINGS),

@@ -53,6 +53,7 @@ def decode(message: Any) -> Assignment:
         resume_state=bytes(h.resume_state),
         resume_answers=h.resume_answers,
         build_outputs=tuple(h.build_outputs),
+        anthropic_workspace_id=h.anthropic_workspace_id,
     )
     output_limit = int(message.limits.get("output_bytes", 0))
     spec = RunSpec(

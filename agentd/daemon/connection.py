@@ -119,6 +119,13 @@ def to_wire(run_id: str, message: dict[str, Any]) -> agent_pb2.AgentMessage:
         run.finished.session_state = base64.b64decode(message.get("state", ""))
         run.finished.setup_seconds = float(message.get("setup_seconds", 0.0))
         run.finished.setup_cached = bool(message.get("setup_cached", False))
+        result = message.get("result")
+        if isinstance(result, dict):
+            run.finished.result.text = str(result.get("text", ""))
+            run.finished.result.turns = int(result.get("turns", 0))
+            run.finished.result.cost_micros = int(result.get("cost_micros", 0))
+            run.finished.result.success = bool(result.get("success", False))
+            run.finished.result.compactions = int(result.get("compactions", 0))
     elif kind == "refused":
         run.refused.reason = message["reason"]
     elif kind == "input_received":

@@ -146,7 +146,11 @@ class RuntimeDriver:
             model=run.spec.model,
             max_output_tokens=h.max_output_tokens,
             upstream=Upstream(
-                run.spec.base_url, run.secret_env.get("ANTHROPIC_API_KEY", ""), h.billing, h.stall_timeout_seconds
+                run.spec.base_url,
+                run.secret_env.get("ANTHROPIC_API_KEY", ""),
+                h.billing,
+                h.stall_timeout_seconds,
+                h.anthropic_workspace_id,
             ),
             control_plane=run.control_plane,
             key_prefix=f"gw:{self.conversation.incarnation}",
@@ -227,6 +231,17 @@ class RuntimeDriver:
                 "model_calls": gateway.calls,
             }
         )
+        ended = self._outcome(result, gateway)
+        ended.extra["result"] = {
+            "text": result.summary,
+            "turns": result.turns,
+            "cost_micros": round(result.cost_usd * 1_000_000),
+            "success": result.success,
+        }
+        return ended
+
+    @staticmethod
+    def _outcome(result: SessionResult, gateway: Gateway) -> RunEnded:
         if gateway.refused is not None:
             refused = gateway.refused
             return RunEnded(

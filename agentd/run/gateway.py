@@ -57,6 +57,8 @@ class Upstream:
     billing: str = "PayPerApi"
     timeout_seconds: float = 120.0
     """A read that waits longer than this ends the call (the harness's stall timeout)."""
+    workspace_id: str = ""
+    """Sent as the anthropic-workspace-id header on every call; "": not sent."""
 
 
 class UsageReader:
@@ -320,6 +322,8 @@ class Gateway:
             out["anthropic-beta"] = ",".join([*betas, OAUTH_BETA] if OAUTH_BETA not in betas else betas)
         else:
             out["x-api-key"] = self.upstream.credential
+        if self.upstream.workspace_id:
+            out["anthropic-workspace-id"] = self.upstream.workspace_id
         out["accept-encoding"] = "identity"  # the bytes pass as they come, and their usage is read on the way
         url = self.upstream.base_url.rstrip("/") + path
         reader = UsageReader(bool(payload.get("stream")))

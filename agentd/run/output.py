@@ -13,6 +13,9 @@ from typing import Any
 from agentd.daemon.logbatch import RECORD_BYTES
 from agentd.errors import is_full
 
+RESULT_TEXT_BYTES = 4096
+"""A session's final message is kept up to this many bytes of UTF-8 (the rest is dropped)."""
+
 log = logging.getLogger("agentd.output")
 
 
@@ -64,6 +67,11 @@ class Output:
             error = "the spool is full: the run's output could not be stored"
         for secret in self._secrets:
             error = error.replace(secret, "***")
+        if isinstance(extra.get("result"), dict):  # the session's final message: Task-written, bounded
+            text = str(extra["result"].get("text", ""))
+            for secret in self._secrets:
+                text = text.replace(secret, "***")
+            extra["result"] = {**extra["result"], "text": _bounded(text)}
         self._record({"exit": {"status": status, "exit_code": exit_code, "reason": reason, "error": error, **extra}})
         os.close(self._fd)
 
@@ -113,3 +121,8 @@ def read_records(path: pathlib.Path, offset: int, run_id: str) -> tuple[int, lis
         except ValueError:
             log.warning("run %s: skipping a damaged output record before offset %d", run_id, offset)
     return offset, records
+
+
+def _bounded(text: str) -> str:
+    """`text` cut to RESULT_TEXT_BYTES of UTF-8, never inside a character."""
+    return text.encode()[:RESULT_TEXT_BYTES].decode(errors="ignore")

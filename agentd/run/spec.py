@@ -66,6 +66,8 @@ class HarnessSpec:
     resume_answers: str = ""
     build_outputs: tuple[str, ...] = ()
     """Patterns of build outputs a ChangeSet leaves out; empty: the default list."""
+    anthropic_workspace_id: str = ""
+    """Sent as the anthropic-workspace-id header on every Messages API call; empty: not sent."""
 
     @property
     def thinking(self) -> dict[str, Any] | None:

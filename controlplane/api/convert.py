@@ -162,6 +162,12 @@ def run(row: models.Run, task_key: str = "", project: str = "", calls: int = 0, 
         setup_cached=row.setup_cached,
         setup_seconds=row.setup_seconds,
         last_activity_at=ts(row.last_activity_at),
+        has_result=row.result_success is not None,
+        result_text=row.result_text or "",
+        result_turns=row.result_turns or 0,
+        result_cost_micros=row.result_cost_micros or 0,
+        result_success=bool(row.result_success),
+        compactions=row.compactions or 0,
     )
 
 
@@ -230,6 +236,17 @@ def run_message(msg: agent_pb2.RunMessage) -> run_lifecycle.RunMessage:
             session_state=f.session_state,
             setup_seconds=f.setup_seconds,
             setup_cached=f.setup_cached,
+            result=(
+                run_lifecycle.SessionResult(
+                    text=f.result.text,
+                    turns=f.result.turns,
+                    cost_micros=f.result.cost_micros,
+                    success=f.result.success,
+                    compactions=f.result.compactions,
+                )
+                if f.HasField("result")
+                else None
+            ),
         )
     return base
 

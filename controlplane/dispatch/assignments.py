@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from controlplane.config import HarnessConfig
 from controlplane.dispatch.quota import credential
 from controlplane.domain import graph, packet, preparation, tiers
-from controlplane.domain.members import Member
+from controlplane.domain.members import PAY_PER_API, Member
 from controlplane.services import credentials, questions
 from controlplane.services.credentials import Sealer
 from controlplane.store.changes import latest_changesets, tasks_by_key
@@ -88,6 +88,7 @@ class HarnessSpec:
     resume_state: bytes = b""
     resume_answers: str = ""
     build_outputs: tuple[str, ...] = ()
+    anthropic_workspace_id: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,6 +249,8 @@ def _for_harness(
         max_attempts=harness.max_attempts,
         instructions="" if run.driver == "harness" else packet.render_instructions(compiled),
         billing=member.billing if member else "PayPerApi",
+        # the workspace is the harness key's: a Subscription member's OAuth token has none
+        anthropic_workspace_id=harness.workspace_id if not member or member.billing == PAY_PER_API else "",
     )
     return dataclasses.replace(
         base,

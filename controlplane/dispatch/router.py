@@ -310,6 +310,7 @@ class Router:
             harness.api_key,
             haiku.model if haiku else "",
             RetryPolicy(max_attempts=2, stall_timeout=30),
+            workspace_id=harness.workspace_id,
         )
 
     def observe(self, member: str, error: str) -> None:

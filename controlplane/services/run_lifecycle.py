@@ -255,6 +255,18 @@ class RunMessage:
     session_state: bytes = b""
     setup_seconds: float = 0.0  # finished: spent preparing the workspace
     setup_cached: bool = False  # finished: the workspace came prepared (setup skipped)
+    result: SessionResult | None = None  # finished: a model-driven session's result
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionResult:
+    """How a model-driven session ended, as its agent reported it (text: Task-written, never logged)."""
+
+    text: str = ""
+    turns: int = 0
+    cost_micros: int = 0
+    success: bool = False
+    compactions: int = 0
 
 
 LOCKING_KINDS = ("started", "finished")
@@ -313,6 +325,8 @@ def apply_run_message(
         if status == "succeeded" and run.state == "starting":
             move(s, run, "running")
         run.setup_seconds, run.setup_cached = max(msg.setup_seconds, 0.0), msg.setup_cached
+        if msg.result is not None:
+            keep_result(run, msg.result)
         finish_run(
             s, run, status, exit_code=msg.exit_code, reason=msg.reason, error=msg.error, policy=policy, objects=objects
         )
@@ -321,6 +335,19 @@ def apply_run_message(
         if objects is not None:  # with the tool calls that came after the end, before this last word
             tool_logs.write(s, objects, run)
     return run.last_seq
+
+
+RESULT_TEXT_LIMIT = 4096
+"""Characters of a session's final message kept on its run (agentd bounds it to 4 KiB of UTF-8)."""
+
+
+def keep_result(run: Run, result: SessionResult) -> None:
+    """The session's result on the run, in the transaction that finishes it."""
+    run.result_text = result.text[:RESULT_TEXT_LIMIT]
+    run.result_turns = max(result.turns, 0)
+    run.result_cost_micros = max(result.cost_micros, 0)
+    run.result_success = result.success
+    run.compactions = max(result.compactions, 0)
 
 
 def _keep_parked(s: Session, run: Run, msg: RunMessage, objects: ObjectStore | None) -> None:

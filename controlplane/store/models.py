@@ -152,6 +152,13 @@ class Run(Base):
     finished_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     last_activity_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     """Its last output, model or tool call as flushed once per run check (None: none yet; started_at counts)."""
+    # a model-driven session's result as its agent reported it (result_success None: none reported);
+    # result_text is Task-written: shown escaped, never logged
+    result_text: Mapped[str] = mapped_column(Text, default="")
+    result_turns: Mapped[int] = mapped_column(default=0)
+    result_cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    result_success: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    compactions: Mapped[int] = mapped_column(default=0)
 
 
 class RunLog(Base):

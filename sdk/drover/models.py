@@ -188,6 +188,14 @@ class Run:
     setup_cached: bool = False  # the workspace came prepared from the agent's cache
     setup_seconds: float = 0.0  # spent running the project's setup commands
     last_activity_at: dt.datetime | None = None  # its last output, model or tool call, as of the last run check
+    # a model-driven session's result as its agent reported it (has_result False: none); result_text is
+    # Task-written: print it, never interpret it
+    has_result: bool = False
+    result_text: str = ""  # the session's final message, redacted, at most 4 KiB
+    result_turns: int = 0
+    result_cost_micros: int = 0  # the session's own count (Claude Code's); 0 when it keeps none
+    result_success: bool = False
+    compactions: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

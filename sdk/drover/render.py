@@ -143,6 +143,31 @@ def runs_table(runs: Iterable[Run]) -> str:
     )
 
 
+def run_text(r: Run) -> str:
+    """One run, and its session's result (the final message is the Task's text: control characters are
+    shown escaped so it cannot move the cursor or recolour the terminal)."""
+    ended = f" ({r.reason})" if r.reason else ""
+    lines = [
+        f"run {r.id}: {r.state}{ended}",
+        f"task {r.task_key} of {r.change_id}, attempt {r.attempt}, on {r.agent or '-'} ({r.driver})",
+    ]
+    if r.model:
+        lines.append(f"model {r.model} ({r.tier}): {r.model_calls} calls, ${r.cost_micros / 1e6:.6f} metered")
+    if not r.has_result:
+        return "\n".join([*lines, "result: none reported"])
+    cost = f", ${r.result_cost_micros / 1e6:.6f} by its own count" if r.result_cost_micros else ""
+    compactions = f", {r.compactions} compactions" if r.compactions else ""
+    lines.append(f"result: {'success' if r.result_success else 'failure'}, {r.result_turns} turns{cost}{compactions}")
+    lines.append("final message:")
+    lines += [f"  {_printable(line)}" for line in (r.result_text or "(empty)").splitlines()]
+    return "\n".join(lines)
+
+
+def _printable(line: str) -> str:
+    """`line` with control characters escaped (\\x1b for ESC); tabs kept."""
+    return "".join(c if c.isprintable() or c == "\t" else f"\\x{ord(c):02x}" for c in line)
+
+
 def changes_table(found: Iterable[Change]) -> str:
     return table(
         (

@@ -65,6 +65,8 @@ def test_settings_are_converted_to_the_type_of_their_field(tmp_path: pathlib.Pat
         ("[anthropic]\napi_kye_file = '/k'\n", "anthropic: unknown keys ['api_kye_file']"),
         ("[tiers.sonnet]\nmodle = 'claude'\n", "tiers.sonnet: unknown keys ['modle']"),
         ("[prices.m]\ninput = 1\noutput = 2\ncache = 3\n", "prices.m: unknown keys ['cache']"),
+        ('[anthropic]\nworkspace_id = "wrk\\nx: y"\n', "anthropic.workspace_id: 'wrk\\nx: y' is not a workspace id"),
+        ("[anthropic]\nworkspace_id = 7\n", "anthropic.workspace_id: 7 is not a workspace id"),
     ],
 )
 def test_a_typo_or_a_wrong_type_is_refused_naming_the_table(tmp_path: pathlib.Path, text: str, message: str) -> None:

@@ -416,6 +416,7 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     "drover change": ({}, prints("{CHANGE}", "succeeded", "fix", "test")),
     "drover logs": ({"RUN": "test"}, prints("test_add", "OK")),
     "drover runs": ({"S": "succeeded_state"}, prints("{fix}", "{test}", absent=("{held_run}",))),
+    "drover run": ({}, prints("run {fix}: succeeded", "result: success, 2 turns", "  add adds")),
     "drover agents": ({}, prints(AGENT, SPARE)),
     "drover notifications": ({}, prints("DELIVERY", "TARGET", "ATTEMPTS")),  # no [[notify]] target here: none
     "drover drain": ({}, then(lambda c, ids: next(a for a in c.list_agents() if a.name == SPARE).draining)),

@@ -62,6 +62,9 @@ def test_a_claude_code_task_works_in_its_sandbox_through_the_gateway_and_leaves_
     assert [e["kind"] for e in seen if e["kind"] != "session"] == ["tool_use", "tool_result", "text", "result"]
     assert seen[0]["tool"] == "Bash" and seen[-2]["text"] == "Wrote answer.txt."
     assert seen[-1]["kind"] == "session" and seen[-1]["success"] and seen[-1]["model_calls"] == 2
+    # The session's result (Claude Code's own final `result` message) is kept on the run.
+    assert run.has_result and run.result_success and run.result_text == "Wrote answer.txt."
+    assert run.result_turns == 1 and run.result_cost_micros == round(seen[-1]["cost_usd"] * 1_000_000)
     assert sorted(sets[0].own_files) == ["answer.txt", "seen.env"]
     # The runtime knew only the gateway and its run token; the provider's key stayed in the gateway.
     assert API_KEY not in patch

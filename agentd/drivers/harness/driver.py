@@ -168,6 +168,7 @@ class HarnessDriver:
             policy,
             before_attempt=meter.reserve,
             on_attempt=meter.settle,
+            workspace_id=h.anthropic_workspace_id,
         )
 
     def _tools(self, root: pathlib.Path | None, writable: bool, calls_left: Callable[[], int]) -> TaskTools:

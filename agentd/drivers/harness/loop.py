@@ -106,6 +106,7 @@ class Harness:
     async def run(self) -> RunEnded:
         """Run (or resume) to the end; answers how it ended, recorded in the transcript."""
         done = self.transcript.outcome
+        final = ""
         if done is not None:
             return RunEnded(done["outcome"], done.get("reason", ""), done.get("intent"), code=done.get("code"))
         if not self.transcript.entries:
@@ -122,6 +123,7 @@ class Harness:
                     self._stopped()
         except Finished as finished:
             ended = RunEnded(finished.outcome, finished.reason, finished.intent)
+            final = finished.reason  # complete_task's summary, fail_task's reason
         except ModelError as err:
             ended = RunEnded(err.outcome, str(err))
         except RunEnded as err:
@@ -132,7 +134,21 @@ class Harness:
         extra = {"code": ended.code} if ended.code != ended.outcome else {}
         self._append("outcome", outcome=ended.outcome, reason=ended.reason, intent=ended.intent, **extra)
         ended.extra["compactions"] = self.transcript.compactions
+        ended.extra["result"] = {
+            "text": final or self._last_said(),
+            "turns": self.transcript.model_calls,
+            "success": ended.ok,
+            "compactions": self.transcript.compactions,
+        }
         return ended
+
+    def _last_said(self) -> str:
+        """The text of the model's last reply (the session's final message when no tool ended it)."""
+        for exchange in reversed(self.transcript.exchanges()):
+            said = [b.get("text", "") for b in exchange.reply.get("content", []) if b.get("type") == "text"]
+            if any(said):
+                return "\n".join(filter(None, said))
+        return ""
 
     # --- people's input ----------------------------------------------------------------------------
 

@@ -88,6 +88,10 @@ OnAttempt = Callable[[int, "Usage | None", "ModelError | None"], Awaitable[objec
 _ERROR_CLASS = {RETRY: TransientModelError, SPEND_LIMITED: SpendLimited, PERMANENT: PermanentModelError}
 
 
+WORKSPACE_HEADER = "anthropic-workspace-id"
+"""Names the Anthropic workspace a call is made in ([anthropic] workspace_id)."""
+
+
 class _Interrupted(Exception):
     """The stream stalled, ran over the attempt ceiling, or ended before message_stop."""
 
@@ -104,8 +108,10 @@ class AnthropicModel:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_attempt: OnAttempt | None = None,
         before_attempt: Callable[[int], Awaitable[object]] | None = None,
+        workspace_id: str = "",
     ) -> None:
         self.model = model
+        self._headers = {WORKSPACE_HEADER: workspace_id} if workspace_id else {}
         self._before_attempt = before_attempt  # the run's meter: it may raise to stop the call
         self.policy = policy
         self._sleep = sleep
@@ -120,7 +126,9 @@ class AnthropicModel:
         if self._made is None:
             import anthropic
 
-            self._made = anthropic.AsyncAnthropic(base_url=self._base_url, api_key=self._api_key, max_retries=0)
+            self._made = anthropic.AsyncAnthropic(
+                base_url=self._base_url, api_key=self._api_key, max_retries=0, default_headers=self._headers
+            )
         return self._made
 
     async def close(self) -> None:

@@ -95,7 +95,7 @@ class LogBatch(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class RunFinished(_message.Message):
-    __slots__ = ("status", "exit_code", "reason", "error", "parked", "session_state", "setup_seconds", "setup_cached")
+    __slots__ = ("status", "exit_code", "reason", "error", "parked", "session_state", "setup_seconds", "setup_cached", "result")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class RunFinished(_message.Message):
     SESSION_STATE_FIELD_NUMBER: _ClassVar[int]
     SETUP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SETUP_CACHED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
     status: str
     exit_code: int
     reason: str
@@ -112,7 +113,22 @@ class RunFinished(_message.Message):
     session_state: bytes
     setup_seconds: float
     setup_cached: bool
-    def __init__(self, status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., parked: _Optional[str] = ..., session_state: _Optional[bytes] = ..., setup_seconds: _Optional[float] = ..., setup_cached: _Optional[bool] = ...) -> None: ...
+    result: SessionResult
+    def __init__(self, status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., parked: _Optional[str] = ..., session_state: _Optional[bytes] = ..., setup_seconds: _Optional[float] = ..., setup_cached: _Optional[bool] = ..., result: _Optional[_Union[SessionResult, _Mapping]] = ...) -> None: ...
+
+class SessionResult(_message.Message):
+    __slots__ = ("text", "turns", "cost_micros", "success", "compactions")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    turns: int
+    cost_micros: int
+    success: bool
+    compactions: int
+    def __init__(self, text: _Optional[str] = ..., turns: _Optional[int] = ..., cost_micros: _Optional[int] = ..., success: _Optional[bool] = ..., compactions: _Optional[int] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
     __slots__ = ("welcome", "assign", "cancel", "ack", "drain", "input")
@@ -226,7 +242,7 @@ class RunAssignment(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., kind: _Optional[str] = ..., driver: _Optional[str] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., workspace: _Optional[_Union[WorkspaceSpec, _Mapping]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., context_hash: _Optional[str] = ..., limits: _Optional[_Mapping[str, int]] = ..., harness: _Optional[_Union[HarnessSpec, _Mapping]] = ..., resume: _Optional[bool] = ...) -> None: ...
 
 class HarnessSpec(_message.Message):
-    __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts", "instructions", "billing", "resume_branch", "resume_workspace_json", "resume_session_id", "resume_state", "resume_answers", "build_outputs")
+    __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts", "instructions", "billing", "resume_branch", "resume_workspace_json", "resume_session_id", "resume_state", "resume_answers", "build_outputs", "anthropic_workspace_id")
     WORKSPACE_MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_CALLS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +263,7 @@ class HarnessSpec(_message.Message):
     RESUME_STATE_FIELD_NUMBER: _ClassVar[int]
     RESUME_ANSWERS_FIELD_NUMBER: _ClassVar[int]
     BUILD_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    ANTHROPIC_WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     workspace_mode: str
     max_calls: int
     max_output_tokens: int
@@ -267,7 +284,8 @@ class HarnessSpec(_message.Message):
     resume_state: bytes
     resume_answers: str
     build_outputs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, workspace_mode: _Optional[str] = ..., max_calls: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., thinking_json: _Optional[str] = ..., prompt: _Optional[str] = ..., command_rules: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., context_window_tokens: _Optional[float] = ..., fold_fraction: _Optional[float] = ..., fold_model: _Optional[str] = ..., stall_timeout_seconds: _Optional[int] = ..., max_attempts: _Optional[int] = ..., instructions: _Optional[str] = ..., billing: _Optional[str] = ..., resume_branch: _Optional[str] = ..., resume_workspace_json: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., resume_state: _Optional[bytes] = ..., resume_answers: _Optional[str] = ..., build_outputs: _Optional[_Iterable[str]] = ...) -> None: ...
+    anthropic_workspace_id: str
+    def __init__(self, workspace_mode: _Optional[str] = ..., max_calls: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., thinking_json: _Optional[str] = ..., prompt: _Optional[str] = ..., command_rules: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., context_window_tokens: _Optional[float] = ..., fold_fraction: _Optional[float] = ..., fold_model: _Optional[str] = ..., stall_timeout_seconds: _Optional[int] = ..., max_attempts: _Optional[int] = ..., instructions: _Optional[str] = ..., billing: _Optional[str] = ..., resume_branch: _Optional[str] = ..., resume_workspace_json: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., resume_state: _Optional[bytes] = ..., resume_answers: _Optional[str] = ..., build_outputs: _Optional[_Iterable[str]] = ..., anthropic_workspace_id: _Optional[str] = ...) -> None: ...
 
 class StackedChangeSet(_message.Message):
     __slots__ = ("changeset_id", "task_id", "branch", "commit", "created_at")

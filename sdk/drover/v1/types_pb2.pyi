@@ -184,7 +184,7 @@ class ChangeSet(_message.Message):
     def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., run_id: _Optional[str] = ..., branch: _Optional[str] = ..., commit: _Optional[str] = ..., base_commit: _Optional[str] = ..., start_commit: _Optional[str] = ..., stacked_on: _Optional[_Iterable[str]] = ..., files: _Optional[_Iterable[str]] = ..., own_files: _Optional[_Iterable[str]] = ..., patch_ref: _Optional[str] = ..., summary: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., left_out: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "change_id", "task_id", "task_key", "state", "agent", "attempt", "exit_code", "reason", "created_at", "started_at", "finished_at", "output_bytes", "output_truncated", "cancel_requested", "project", "tier", "model", "context_hash", "outcome", "model_calls", "cost_micros", "driver", "branch", "setup_cached", "setup_seconds", "last_activity_at")
+    __slots__ = ("id", "change_id", "task_id", "task_key", "state", "agent", "attempt", "exit_code", "reason", "created_at", "started_at", "finished_at", "output_bytes", "output_truncated", "cancel_requested", "project", "tier", "model", "context_hash", "outcome", "model_calls", "cost_micros", "driver", "branch", "setup_cached", "setup_seconds", "last_activity_at", "has_result", "result_text", "result_turns", "result_cost_micros", "result_success", "compactions")
     ID_FIELD_NUMBER: _ClassVar[int]
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +212,12 @@ class Run(_message.Message):
     SETUP_CACHED_FIELD_NUMBER: _ClassVar[int]
     SETUP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTIVITY_AT_FIELD_NUMBER: _ClassVar[int]
+    HAS_RESULT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_TEXT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_TURNS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
     id: str
     change_id: str
     task_id: str
@@ -239,7 +245,13 @@ class Run(_message.Message):
     setup_cached: bool
     setup_seconds: float
     last_activity_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., output_bytes: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., project: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., context_hash: _Optional[str] = ..., outcome: _Optional[str] = ..., model_calls: _Optional[int] = ..., cost_micros: _Optional[int] = ..., driver: _Optional[str] = ..., branch: _Optional[str] = ..., setup_cached: _Optional[bool] = ..., setup_seconds: _Optional[float] = ..., last_activity_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    has_result: bool
+    result_text: str
+    result_turns: int
+    result_cost_micros: int
+    result_success: bool
+    compactions: int
+    def __init__(self, id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., state: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., output_bytes: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., project: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., context_hash: _Optional[str] = ..., outcome: _Optional[str] = ..., model_calls: _Optional[int] = ..., cost_micros: _Optional[int] = ..., driver: _Optional[str] = ..., branch: _Optional[str] = ..., setup_cached: _Optional[bool] = ..., setup_seconds: _Optional[float] = ..., last_activity_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_result: _Optional[bool] = ..., result_text: _Optional[str] = ..., result_turns: _Optional[int] = ..., result_cost_micros: _Optional[int] = ..., result_success: _Optional[bool] = ..., compactions: _Optional[int] = ...) -> None: ...
 
 class RunInput(_message.Message):
     __slots__ = ("id", "run_id", "seq", "kind", "text", "state", "sent_by", "created_at", "received_at", "question_id")

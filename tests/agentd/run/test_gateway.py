@@ -187,6 +187,31 @@ async def test_a_subscription_member_is_called_with_its_oauth_token_which_the_ru
     assert "oauth-2025-04-20" in sent["anthropic-beta"].split(",")
 
 
+async def test_the_configured_workspace_id_is_sent_and_the_runtimes_own_is_not(
+    provider: FakeAnthropic, meters: Meters
+) -> None:
+    provider.extend([text("one"), text("two")])
+    for workspace in ("wrkspc_01fleet", ""):
+        gateway = Gateway(
+            token=TOKEN,
+            model=MODEL,
+            max_output_tokens=4000,
+            upstream=Upstream(provider.base_url, PROVIDER_KEY, workspace_id=workspace),
+            control_plane=meters,
+        )
+        server = await asyncio.start_server(gateway.serve, "127.0.0.1", 0)
+        try:
+            url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+            async with anthropic.AsyncAnthropic(
+                base_url=url, api_key=TOKEN, max_retries=0, default_headers={"anthropic-workspace-id": "wrkspc_own"}
+            ) as c:
+                await c.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        finally:
+            server.close()
+            await gateway.close()
+    assert [r.headers.get("anthropic-workspace-id") for r in provider.requests] == ["wrkspc_01fleet", None]
+
+
 @pytest.mark.parametrize(
     "body, path, problem",
     [
