@@ -75,6 +75,7 @@ class Project(ForgeLink, Base):
     git_email: Mapped[str] = mapped_column(String(200), default="")
     branch_template: Mapped[str] = mapped_column(String(300), default="")  # "": drover/{change}/{task}
     cache_key_files: Mapped[list[Any]] = mapped_column(default=list)  # their contents key the prepared workspace
+    max_active_runs_per_change: Mapped[int] = mapped_column(Integer, default=8, server_default="8")  # admission cap
     # the git credential sent through the API: sealed with the operator's key, never returned
     git_credential_kind: Mapped[str] = mapped_column(String(16), default="")  # token | ssh_key; "": none
     git_credential_sealed: Mapped[str] = mapped_column(Text, default="")
@@ -152,6 +153,8 @@ class Run(Base):
     finished_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     last_activity_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     """Its last output, model or tool call as flushed once per run check (None: none yet; started_at counts)."""
+    blocked_limit: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
+    """Held queued by its Change's max_active_runs_per_change, and said so once (run.blocked_limit)."""
 
 
 class RunLog(Base):
