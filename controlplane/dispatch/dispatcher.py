@@ -172,8 +172,14 @@ def assign_queued(
     admitted, held = admit_by_change(
         [CappedRun(run.id, run.change_id, project.max_active_runs_per_change) for run, task, project in rows], active
     )
-    for run_id in held:
-        _hold(s, queued[run_id][0], active, caps)
+    if held:  # the count the event says: active before this pass and admitted in it
+        now_active = dict(active)
+        for run_id in admitted:
+            change_id = queued[run_id][0].change_id
+            now_active[change_id] = now_active.get(change_id, 0) + 1
+        for run_id in held:
+            run = queued[run_id][0]
+            _hold(s, run, now_active, {run.change_id: queued[run_id][2].max_active_runs_per_change})
     plan = plan_assignments(
         [
             QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
