@@ -6,12 +6,15 @@ project is not held by the first one's cap: it gets the free slots at once."""
 from __future__ import annotations
 
 import datetime as dt
+import html
 
 import pytest
 
+from controlplane.web import session
 from drover.errors import InvalidArgument
 from drover.models import Run
 from tests.conftest import Fleet, python_command, task, wait_for
+from tests.controlplane.web.test_console_projects_and_tokens import console, signed_in
 
 SLEEP = "import time; time.sleep(3)"
 
@@ -30,22 +33,34 @@ def most_at_once(runs: list[Run]) -> int:
 
 
 def test_a_change_runs_at_most_its_cap_and_another_change_gets_the_free_slots(fleet: Fleet) -> None:
-    fleet.start_plane()
-    fleet.plane.add_project("capped")
+    plane = fleet.start_plane("--http-listen", "127.0.0.1:0")
+    url, csrf = console(plane), session.csrf_token(plane.admin_token)
+    plane.cli("project", "add", "capped", "--repo", "", "--max-active-runs-per-change", "3")
     fleet.agent("worker", capacity=4)
     with fleet.plane.client() as client:
         for bad in (0, 1001):
             with pytest.raises(InvalidArgument) as err:
                 client.projects.update("capped", max_active_runs_per_change=bad)
             assert err.value.field == "project.max_active_runs_per_change"
-        assert client.projects.get("capped").max_active_runs_per_change == 8  # the default
-        assert client.projects.update("capped", max_active_runs_per_change=2).max_active_runs_per_change == 2
+        assert client.projects.get("capped").max_active_runs_per_change == 3  # as the host's command set it
+        assert client.projects.update("capped", max_active_runs_per_change=8).max_active_runs_per_change == 8
+        with signed_in(url, plane.admin_token) as http:  # the console's admission form sets it to 2
+            refused = http.post("/projects/capped/admission", data={"csrf": csrf, "max_active_runs_per_change": "0"})
+            assert refused.status_code == 400
+            assert "INVALID_ARGUMENT: project.max_active_runs_per_change: " in html.unescape(refused.text)
+            saved = http.post("/projects/capped/admission", data={"csrf": csrf, "max_active_runs_per_change": "2"})
+            assert saved.status_code == 303
+            assert "at most 2" in http.get("/projects/capped").text
+        assert client.projects.get("capped").max_active_runs_per_change == 2
         big = client.submit_change("capped", "four at once", [task(f"t{i}", python_command(SLEEP)) for i in range(4)])
         notice = wait_for(
             lambda: next((n for n in client.get_change(big.id).notices if n.startswith("blocked_limit")), None),
             30,
             what="the blocked_limit notice on the Change",
         )
+        with signed_in(url, plane.admin_token) as http:
+            page = html.unescape(http.get(f"/changes/{big.id}").text)
+        assert "blocked_limit: " in page and "max_active_runs_per_change is 2" in page
         small = client.submit_change("capped", "two more", [task(f"s{i}", python_command(SLEEP)) for i in range(2)])
 
         def finished(change_id: str, count: int) -> list[Run] | None:
