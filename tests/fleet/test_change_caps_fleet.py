@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -43,7 +46,12 @@ def test_a_change_runs_at_most_its_cap_and_another_change_gets_the_free_slots(fl
                 client.projects.update("capped", max_active_runs_per_change=bad)
             assert err.value.field == "project.max_active_runs_per_change"
         assert client.projects.get("capped").max_active_runs_per_change == 3  # as the host's command set it
-        assert client.projects.update("capped", max_active_runs_per_change=8).max_active_runs_per_change == 8
+        env = {**os.environ, "DROVER_TARGET": plane.target, "DROVER_TOKEN": plane.admin_token}
+        cli = [sys.executable, "-m", "drover.cli", "project", "update", "capped", "--max-active-runs-per-change"]
+        said = subprocess.run([*cli, "0"], env=env, capture_output=True, text=True, timeout=60)
+        assert said.returncode != 0 and "max_active_runs_per_change" in said.stderr
+        subprocess.run([*cli, "8"], env=env, capture_output=True, text=True, timeout=60, check=True)
+        assert client.projects.get("capped").max_active_runs_per_change == 8
         with signed_in(url, plane.admin_token) as http:  # the console's admission form sets it to 2
             refused = http.post("/projects/capped/admission", data={"csrf": csrf, "max_active_runs_per_change": "0"})
             assert refused.status_code == 400
