@@ -59,6 +59,7 @@ def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> 
             forge_budget_usd=args.forge_budget_usd,
             forge_branch_template=args.forge_branch_template,
             forge_check_command=args.forge_check_command,
+            max_active_runs_per_change=args.max_active_runs_per_change,
         )
     )
     print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
@@ -104,6 +105,7 @@ def as_dict(p: Project) -> dict[str, Any]:
         "forge_budget_usd": p.forge_budget_usd,
         "forge_branch_template": p.forge_branch_template,
         "forge_check_command": p.forge_check_command,
+        "max_active_runs_per_change": p.max_active_runs_per_change,
         "forge_credential": p.forge_credential_kind,
         "webhook_secret": bool(p.webhook_secret_sealed),
     }
@@ -180,6 +182,12 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
         "--git-token-file",
         default="",
         help="file holding the git token for an https repository; read when a run starts, never stored",
+    )
+    pa.add_argument(
+        "--max-active-runs-per-change",
+        type=int,
+        default=8,
+        help="at most this many runs of one Change are active at once; the rest stay queued (1-1000, default 8)",
     )
     preparation_flags(pa)
     forge_flags(pa)

@@ -15,7 +15,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.api import convert
-from controlplane.domain import scheduling
+from controlplane.domain import run_states, scheduling
 from controlplane.services import paging
 from controlplane.services.paging import page_size
 from controlplane.services.tenancy import (
@@ -67,6 +67,9 @@ def notices(s: Session, change: Change) -> list[str]:
         return []
     project = s.get(Project, change.project)
     pool = project.pool if project else ""
+    capped = _cap_notice(s, change, queued, project)
+    if capped:
+        return [capped]  # its own cap holds its runs, whatever the agents
     of_pool = (Agent.connected.is_(True), func.coalesce(Agent.pool, "") == pool)
     drivers = sorted(s.scalars(select(Run.driver).where(Run.change_id == change.id, Run.state == "queued").distinct()))
     serving = s.execute(select(Agent.drivers).where(*of_pool, Agent.draining.is_(False)))
@@ -84,6 +87,15 @@ def notices(s: Session, change: Change) -> list[str]:
     found = [scheduling.pool_notice(pool, connected)]
     found += [scheduling.driver_notice(pool, driver, connected) for driver in drivers]
     return [n for n in found if n]
+
+
+def _cap_notice(s: Session, change: Change, queued: int, project: Project | None) -> str:
+    """blocked_limit: the Change's active runs fill its project's max_active_runs_per_change."""
+    cap = project.max_active_runs_per_change if project else scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE
+    active = s.scalar(
+        select(func.count()).select_from(Run).where(Run.change_id == change.id, Run.state.in_(run_states.ACTIVE))
+    )
+    return scheduling.cap_notice(queued, active or 0, cap)
 
 
 def list_changes(

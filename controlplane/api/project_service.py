@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from controlplane.api import auth
 from controlplane.api.status import reporting
 from controlplane.context import canonical_tree
-from controlplane.domain import forge
+from controlplane.domain import forge, scheduling
 from controlplane.services import credentials, paging, projects, tenancy
 from controlplane.store.engine import Store, aware
 from controlplane.store.models import Project
@@ -65,6 +65,7 @@ def project_message(p: Project) -> project_pb2.Project:
         forge_budget_usd=p.forge_budget_usd or 0.0,
         forge_branch_template=p.forge_branch_template or "",
         forge_check_command=p.forge_check_command or "",
+        max_active_runs_per_change=p.max_active_runs_per_change or scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE,
     )
     if p.git_credential_kind:
         out.git_credential.CopyFrom(
@@ -106,6 +107,12 @@ def settings_from(message: project_pb2.Project, paths: Iterable[str]) -> dict[st
             value = message.setup_network if message.HasField("setup_network") else True
         elif path == "max_fix_rounds":  # unset: the default; 0 is a setting (no fix rounds)
             value = message.max_fix_rounds if message.HasField("max_fix_rounds") else forge.DEFAULT_FIX_ROUNDS
+        elif path == "max_active_runs_per_change":  # unset: the default; 0 is refused, naming it
+            value = (
+                message.max_active_runs_per_change
+                if message.HasField(path)
+                else scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE
+            )
         elif path == "env":
             value = dict(value)
         elif not isinstance(value, str | bool | float | int):

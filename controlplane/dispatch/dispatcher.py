@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig, ServerConfig
@@ -22,7 +22,7 @@ from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
 from controlplane.domain.claims import task_resources
 from controlplane.domain.error_ids import error_id
-from controlplane.domain.scheduling import AgentSlot, QueuedRun, plan_assignments
+from controlplane.domain.scheduling import AgentSlot, CappedRun, QueuedRun, admit_by_change, plan_assignments
 from controlplane.services import claims, run_lifecycle
 from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
@@ -149,6 +149,10 @@ def assign_queued(
     if not free:
         return Dispatched([], [])
     drivers = set().union(*(slot.drivers for slot in free))
+    active, caps = change_load(s)
+    full = sorted(c for c, cap in caps.items() if active.get(c, 0) >= cap)
+    if full:
+        hold_full(s, full, active, caps)
     rows = s.execute(
         select(Run, Task, Project)
         .join(Task, Run.task_id == Task.id)
@@ -158,14 +162,29 @@ def assign_queued(
         .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
         .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
         .where(Project.pool.in_({slot.pool for slot in free}), Run.driver.in_(drivers))
+        .where(Run.change_id.not_in(full))  # a Change at its cap never fills the window others' runs need
         .order_by(Run.created_at, Run.id)
         .limit(min(500, max(20, 2 * sum(slot.free for slot in free))))
         # Several replicas: each takes the queued runs no other replica is assigning right now.
         .with_for_update(of=Run, skip_locked=True)
     ).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
+    admitted, held = admit_by_change(
+        [CappedRun(run.id, run.change_id, project.max_active_runs_per_change) for run, task, project in rows], active
+    )
+    if held:  # the count the event says: active before this pass and admitted in it
+        now_active = dict(active)
+        for run_id in admitted:
+            change_id = queued[run_id][0].change_id
+            now_active[change_id] = now_active.get(change_id, 0) + 1
+        for run_id in held:
+            run = queued[run_id][0]
+            _hold(s, run, now_active, {run.change_id: queued[run_id][2].max_active_runs_per_change})
     plan = plan_assignments(
-        [QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset())) for run, task, project in rows],
+        [
+            QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
+            for run, task, project in (queued[run_id] for run_id in admitted)
+        ],
         slots,
     )
     out: list[tuple[str, Assignment]] = []
@@ -181,6 +200,52 @@ def assign_queued(
         if assignment is not None:
             out.append((agent, assignment))
     return Dispatched(out, failed)
+
+
+def change_load(s: Session) -> tuple[dict[str, int], dict[str, int]]:
+    """Of each Change with queued runs, in one query: its active (starting/running) runs, and its project's
+    max_active_runs_per_change."""
+    waiting = select(Run.change_id).where(Run.state == "queued").distinct()
+    active_runs = func.sum(case((Run.state.in_(run_states.ACTIVE), 1), else_=0))
+    rows = s.execute(
+        select(Run.change_id, active_runs, Project.max_active_runs_per_change)
+        .join(Change, Change.id == Run.change_id)
+        .join(Project, Project.name == Change.project)
+        .where(Run.change_id.in_(waiting), Run.state.in_({"queued", *run_states.ACTIVE}))
+        .group_by(Run.change_id, Project.max_active_runs_per_change)
+    ).all()
+    return {c: int(n or 0) for c, n, _ in rows}, {c: cap for c, _, cap in rows}
+
+
+def hold_full(s: Session, full: list[str], active: dict[str, int], caps: dict[str, int]) -> None:
+    """The queued runs of Changes at their cap not said to be held yet: noted once each (one query)."""
+    runs = s.scalars(
+        select(Run)
+        .where(Run.state == "queued", Run.change_id.in_(full), Run.blocked_limit.is_(False))
+        .order_by(Run.created_at, Run.id)
+        .limit(500)
+        .with_for_update(skip_locked=True)
+    ).all()
+    for run in runs:
+        _hold(s, run, active, caps)
+
+
+def _hold(s: Session, run: Run, active: dict[str, int], caps: dict[str, int]) -> None:
+    """A ready run its Change's cap holds queued: the event once per blocking (a run assigned later and
+    refused back to the queue may be held, and said, again)."""
+    if run.blocked_limit:
+        return
+    run.blocked_limit = True
+    events.add_event(
+        s,
+        "run.blocked_limit",
+        change_id=run.change_id,
+        task_id=run.task_id,
+        run_id=run.id,
+        cap="max_active_runs_per_change",
+        limit=caps.get(run.change_id, 0),
+        active=active.get(run.change_id, 0),
+    )
 
 
 def agent_slots(s: Session, connected: list[str]) -> list[AgentSlot]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from drover.errors import InvalidArgument
+
 
 @dataclasses.dataclass(frozen=True)
 class AgentSlot:
@@ -76,3 +78,48 @@ def driver_notice(pool: str, driver: str, agents: Sequence[AgentSlot]) -> str:
     name = repr(pool) if pool else "default"
     how = f" (agentd {RUNTIME_FLAGS[driver]})" if driver in RUNTIME_FLAGS else ""
     return f"no connected agent of pool {name} offers runtime {driver}{how}: its runs wait until one does"
+
+
+DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE = 8
+MAX_CHANGE_CAP = 1000
+
+
+def check_change_cap(value: int, field: str = "max_active_runs_per_change") -> int:
+    """A per-Change cap is 1 to 1000 (InvalidArgument naming the setting otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CHANGE_CAP:
+        raise InvalidArgument(f"must be 1 to {MAX_CHANGE_CAP}", field=field)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class CappedRun:
+    run_id: str
+    change_id: str
+    cap: int
+    """The project's max_active_runs_per_change."""
+
+
+def admit_by_change(runs: Sequence[CappedRun], active: Mapping[str, int]) -> tuple[list[str], list[str]]:
+    """Which ready runs (oldest first) may start given each Change's active (starting/running) runs and its
+    cap: (admitted, held). A held run stays ready (queued) and starts when a slot of its Change frees; each
+    Change only holds its own runs up, never another's."""
+    used = dict(active)
+    admitted: list[str] = []
+    held: list[str] = []
+    for run in runs:
+        if used.get(run.change_id, 0) < run.cap:
+            used[run.change_id] = used.get(run.change_id, 0) + 1
+            admitted.append(run.run_id)
+        else:
+            held.append(run.run_id)
+    return admitted, held
+
+
+def cap_notice(queued: int, active: int, cap: int) -> str:
+    """Why a Change's queued runs wait on its own cap ("" when they do not)."""
+    if not queued or active < cap:
+        return ""
+    return (
+        f"blocked_limit: {queued} queued run(s) wait: the Change has {active} active run(s), its project's "
+        f"max_active_runs_per_change is {cap}; they start as its runs finish"
+    )

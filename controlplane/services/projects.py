@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.domain import forge as forge_rules
-from controlplane.domain import preparation
+from controlplane.domain import preparation, scheduling
 from controlplane.domain.names import NAME
 from controlplane.store.events import add_event
 from controlplane.store.models import Change, Project, utcnow
@@ -63,6 +63,8 @@ class ProjectSettings:
     """The pull request's branch: {number} (the issue's), {change}, {slug}."""
     forge_check_command: str = ""
     """The command an issue's check Task runs after its implement Task ("": no check Task)."""
+    max_active_runs_per_change: int = scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE
+    """At most this many runs of one Change are active (starting/running); the rest stay queued."""
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ProjectSettings))
@@ -94,6 +96,7 @@ def settings_of(p: Project) -> ProjectSettings:
         forge_budget_usd=p.forge_budget_usd or 0.0,
         forge_branch_template=p.forge_branch_template or forge_rules.DEFAULT_BRANCH_TEMPLATE,
         forge_check_command=p.forge_check_command or "",
+        max_active_runs_per_change=p.max_active_runs_per_change or scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE,
     )
 
 
@@ -211,6 +214,7 @@ def checked_settings(w: ProjectSettings, project: Project) -> ProjectSettings:
         forge_budget_usd=forge_rules.check_budget(w.forge_budget_usd),
         forge_branch_template=forge_rules.check_branch_template(w.forge_branch_template),
         forge_check_command=forge_rules.check_check_command(w.forge_check_command),
+        max_active_runs_per_change=scheduling.check_change_cap(w.max_active_runs_per_change),
     )
 
 

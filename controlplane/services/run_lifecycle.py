@@ -48,6 +48,7 @@ def assign(s: Session, run_id: str, agent: str) -> Run | None:
         return None
     move(s, run, "starting")
     run.agent = agent
+    run.blocked_limit = False  # a later hold is a new blocking, said again
     run_event(s, "run.assigned", run)
     return run
 

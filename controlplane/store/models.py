@@ -75,6 +75,7 @@ class Project(ForgeLink, Base):
     git_email: Mapped[str] = mapped_column(String(200), default="")
     branch_template: Mapped[str] = mapped_column(String(300), default="")  # "": drover/{change}/{task}
     cache_key_files: Mapped[list[Any]] = mapped_column(default=list)  # their contents key the prepared workspace
+    max_active_runs_per_change: Mapped[int] = mapped_column(Integer, default=8, server_default="8")  # admission cap
     # the git credential sent through the API: sealed with the operator's key, never returned
     git_credential_kind: Mapped[str] = mapped_column(String(16), default="")  # token | ssh_key; "": none
     git_credential_sealed: Mapped[str] = mapped_column(Text, default="")
@@ -159,6 +160,8 @@ class Run(Base):
     result_cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     result_success: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     compactions: Mapped[int] = mapped_column(default=0)
+    blocked_limit: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
+    """Held queued by its Change's max_active_runs_per_change, and said so once (run.blocked_limit)."""
 
 
 class RunLog(Base):

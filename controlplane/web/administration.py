@@ -66,6 +66,17 @@ async def update_forge(v: Visit) -> Response:
     return RedirectResponse(f"/projects/{made.name}", status_code=303)
 
 
+async def update_admission(v: Visit) -> Response:
+    """The project's per-Change cap as the admission form sets it (the mask names exactly that setting)."""
+    cap = number(v.form, "max_active_runs_per_change", int, 8, "project.")
+    wanted = project_pb2.Project(name=v.request.path_params["name"], max_active_runs_per_change=cap)
+    mask = field_mask_pb2.FieldMask(paths=["max_active_runs_per_change"])
+    made = await v.call(
+        "ProjectService/UpdateProject", project_pb2.UpdateProjectRequest(project=wanted, update_mask=mask)
+    )
+    return RedirectResponse(f"/projects/{made.name}", status_code=303)
+
+
 async def set_forge_credential(v: Visit) -> Response:
     """A fine-grained token, or a GitHub App's ids and private key, pasted into the form; sealed by the
     API, never shown again (the page shows its kind and fingerprint)."""
@@ -139,6 +150,7 @@ ACTIONS: dict[str, Handler] = {
     "/projects": create_project,
     "/projects/{name}/preparation": update_preparation,
     "/projects/{name}/forge": update_forge,
+    "/projects/{name}/admission": update_admission,
     "/projects/{name}/forge-credential": set_forge_credential,
     "/projects/{name}/webhook-secret": rotate_webhook_secret,
     "/tokens": create_token,

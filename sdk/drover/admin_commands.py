@@ -46,6 +46,7 @@ SETTINGS: list[tuple[str, str, str]] = [
     ("--forge-budget-usd", FLOAT, "each issue's Change budget in USD (0: none; `/drover budget $N` wins)"),
     ("--forge-branch-template", TEXT, "the pull request's branch: {number}, {change}, {slug}"),
     ("--forge-check-command", TEXT, "a check Task runs it with sh -c after the implement Task ('' : none)"),
+    ("--max-active-runs-per-change", INT, "at most this many runs of one Change at once; the rest wait (default 8)"),
 ]
 FIELD = {"--allow": "commands", "--build-output": "build_outputs", "--cache-key-file": "cache_key_files"}
 

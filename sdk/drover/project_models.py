@@ -80,3 +80,4 @@ class Project:
     forge_budget_usd: float  # each issue's Change budget (0: none)
     forge_branch_template: str  # the pull request's branch: {number}, {change}, {slug}
     forge_check_command: str  # the check Task's command ("": no check Task)
+    max_active_runs_per_change: int  # at most this many runs of one Change active at once (default 8)

@@ -2,14 +2,14 @@
 and compactions, stored in the transaction that finishes the run (issue 29)
 
 Revision ID: 0024
-Revises: 0022
+Revises: 0023
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0024"
-down_revision = "0022"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 
