@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from controlplane import serve_liveness
 from controlplane.config import ConsoleLimits
 from controlplane.credential_cli import credential_parsers
 from controlplane.domain.names import ROLES, TOKEN_KINDS
@@ -49,11 +50,7 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
         console_url=check_console_url(args.console_url),
         data_dir=config.data_dir,
         database_url=config.database_url,
-        agent_lost_seconds=args.agent_lost_seconds,
-        agent_silence_seconds=args.agent_silence_seconds,
-        delivery_retention_days=args.delivery_retention_days,
-        run_check_seconds=_positive(args.run_check_seconds, "run_check_seconds"),
-        run_stall_checks=int(_positive(args.run_stall_checks, "run_stall_checks")),
+        **serve_liveness.settings(args),
         max_budget_usd=args.max_budget_usd,
         output_limit_bytes=args.output_limit_bytes,
         grace_seconds=args.grace_seconds,
@@ -79,12 +76,6 @@ def cmd_serve(store: Store, config: DataDir, args: argparse.Namespace) -> None:
         kept = "" if path == usual else f" ({usual} exists and is kept: it is not a token of this database)"
         print(f"wrote {name} token to {path}{kept}", flush=True)
     asyncio.run(serve(server, store, file))
-
-
-def _positive(value: float, field: str) -> float:
-    if not value > 0:
-        raise InvalidArgument(f"--{field.replace('_', '-')} must be over 0, not {value:g}", field=field)
-    return value
 
 
 def cmd_token_create(store: Store, config: DataDir, args: argparse.Namespace) -> None:
@@ -224,36 +215,7 @@ def _serve_parser(sub: Any) -> None:
         help="host:port of the web console (default none; env DROVER_HTTP_LISTEN); TLS as --tls-cert/--tls-key",
     )
     _console_limits(s)
-    s.add_argument(
-        "--agent-lost-seconds",
-        type=float,
-        default=float(env("DROVER_AGENT_LOST_SECONDS", "120")),
-        help="fail the runs of an agent gone this long, counted from when it was last heard (default 120)",
-    )
-    s.add_argument(
-        "--agent-silence-seconds",
-        type=float,
-        default=float(env("DROVER_AGENT_SILENCE_SECONDS", "30")),
-        help="close an agent stream that carries nothing, not even a heartbeat, this long (default 30)",
-    )
-    s.add_argument(
-        "--delivery-retention-days",
-        type=_retention_days,
-        default=env("DROVER_DELIVERY_RETENTION_DAYS", "30"),  # a string default goes through `type` too
-        help="prune finished forge webhook and notification deliveries after this many days; 0: never (default 30)",
-    )
-    s.add_argument(
-        "--run-check-seconds",
-        type=float,
-        default=float(env("DROVER_RUN_CHECK_SECONDS", "60")),
-        help="check each running run for progress this often (default 60)",
-    )
-    s.add_argument(
-        "--run-stall-checks",
-        type=int,
-        default=int(env("DROVER_RUN_STALL_CHECKS", "15")),
-        help="end a running run as timeout after this many checks without output, model or tool call (default 15)",
-    )
+    serve_liveness.add_options(s, env)
     s.add_argument(
         "--max-budget-usd",
         type=float,
@@ -285,18 +247,6 @@ def _serve_parser(sub: Any) -> None:
         default=env("DROVER_CONFIG", ""),
         help="TOML file: [anthropic], [harness], [tiers.*], [prices.*] (env DROVER_CONFIG)",
     )
-
-
-def _retention_days(text: str) -> float:
-    """A number of days, at least 1 (GitHub redelivers for a few days: a delivery pruned sooner could
-    be applied twice), or 0 for never."""
-    try:
-        days = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
-    if not (days == 0 or 1 <= days <= 36500):
-        raise argparse.ArgumentTypeError(f"{text}: must be 0 (keep forever) or from 1 to 36500 days")
-    return days
 
 
 def _console_limits(s: Any) -> None:

@@ -169,17 +169,7 @@ def assign_queued(
         .with_for_update(of=Run, skip_locked=True)
     ).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
-    admitted, held = admit_by_change(
-        [CappedRun(run.id, run.change_id, project.max_active_runs_per_change) for run, task, project in rows], active
-    )
-    if held:  # the count the event says: active before this pass and admitted in it
-        now_active = dict(active)
-        for run_id in admitted:
-            change_id = queued[run_id][0].change_id
-            now_active[change_id] = now_active.get(change_id, 0) + 1
-        for run_id in held:
-            run = queued[run_id][0]
-            _hold(s, run, now_active, {run.change_id: queued[run_id][2].max_active_runs_per_change})
+    admitted = _admit(s, queued, active)
     plan = plan_assignments(
         [
             QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
@@ -200,6 +190,23 @@ def assign_queued(
         if assignment is not None:
             out.append((agent, assignment))
     return Dispatched(out, failed)
+
+
+def _admit(s: Session, queued: dict[str, tuple[Run, Task, Project]], active: dict[str, int]) -> list[str]:
+    """The queued runs their Changes' caps let start (oldest first); the others are held, said once."""
+    admitted, held = admit_by_change(
+        [CappedRun(run.id, run.change_id, project.max_active_runs_per_change) for run, _, project in queued.values()],
+        active,
+    )
+    if held:  # the count the event says: active before this pass and admitted in it
+        now_active = dict(active)
+        for run_id in admitted:
+            change_id = queued[run_id][0].change_id
+            now_active[change_id] = now_active.get(change_id, 0) + 1
+        for run_id in held:
+            run = queued[run_id][0]
+            _hold(s, run, now_active, {run.change_id: queued[run_id][2].max_active_runs_per_change})
+    return list(admitted)
 
 
 def change_load(s: Session) -> tuple[dict[str, int], dict[str, int]]:

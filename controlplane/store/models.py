@@ -24,6 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from controlplane.store.forge_columns import ChangeBase, DeliveryColumns, ForgeLink, IssueChangeColumns
 from controlplane.store.notification_columns import NotificationCursorColumns, NotificationDeliveryColumns
+from controlplane.store.run_columns import RunOutcomeColumns
 
 
 def utcnow() -> dt.datetime:
@@ -123,7 +124,7 @@ class Task(Base):
     attempts_reset_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)  # a raised budget opens a window
 
 
-class Run(Base):
+class Run(RunOutcomeColumns, Base):
     __tablename__ = "runs"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     change_id: Mapped[str] = mapped_column(ForeignKey("changes.id"), index=True)
@@ -151,17 +152,6 @@ class Run(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
-    last_activity_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
-    """Its last output, model or tool call as flushed once per run check (None: none yet; started_at counts)."""
-    # a model-driven session's result as its agent reported it (result_success None: none reported);
-    # result_text is Task-written: shown escaped, never logged
-    result_text: Mapped[str] = mapped_column(Text, default="")
-    result_turns: Mapped[int] = mapped_column(default=0)
-    result_cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
-    result_success: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
-    compactions: Mapped[int] = mapped_column(default=0)
-    blocked_limit: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
-    """Held queued by its Change's max_active_runs_per_change, and said so once (run.blocked_limit)."""
 
 
 class RunLog(Base):

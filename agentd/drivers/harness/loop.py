@@ -135,20 +135,12 @@ class Harness:
         self._append("outcome", outcome=ended.outcome, reason=ended.reason, intent=ended.intent, **extra)
         ended.extra["compactions"] = self.transcript.compactions
         ended.extra["result"] = {
-            "text": final or self._last_said(),
+            "text": final or self.transcript.last_said(),
             "turns": self.transcript.model_calls,
             "success": ended.ok,
             "compactions": self.transcript.compactions,
         }
         return ended
-
-    def _last_said(self) -> str:
-        """The text of the model's last reply (the session's final message when no tool ended it)."""
-        for exchange in reversed(self.transcript.exchanges()):
-            said = [b.get("text", "") for b in exchange.reply.get("content", []) if b.get("type") == "text"]
-            if any(said):
-                return "\n".join(filter(None, said))
-        return ""
 
     # --- people's input ----------------------------------------------------------------------------
 

@@ -157,6 +157,14 @@ class Transcript:
                 out[-1].said.append(entry["text"])
         return out
 
+    def last_said(self) -> str:
+        """The text of the model's last reply (the session's final message when no tool ended it)."""
+        for exchange in reversed(self.exchanges()):
+            said = [b.get("text", "") for b in exchange.reply.get("content", []) if b.get("type") == "text"]
+            if any(said):
+                return "\n".join(filter(None, said))
+        return ""
+
     @property
     def compactions(self) -> int:
         """Folds so far, proactive and reactive."""
