@@ -185,6 +185,11 @@ RULES: dict[str, Rule] = {
     "drover.v1.RaiseBudgetRequest.change_id": ID_REQUIRED,
     "drover.v1.RaiseBudgetRequest.budget_usd": Rule(limit=lambda limits: limits.max_budget_usd),
     "drover.v1.RetryTaskRequest.task_id": ID_REQUIRED,
+    "drover.v1.AmendChangeRequest.change_id": ID_REQUIRED,
+    "drover.v1.AmendChangeRequest.tasks": Rule(max_items=500),
+    "drover.v1.AmendChangeRequest.edges": Rule(max_items=500),
+    "drover.v1.TaskEdge.task": KEY,
+    "drover.v1.TaskEdge.depends_on": KEY,
     "drover.v1.GetSpendRequest.change_id": ID_REQUIRED,
     # --- OperationsService ----------------------------------------------------------------------
     "drover.v1.ListAgentsRequest.page_size": _page(1000),
@@ -291,7 +296,7 @@ RULES: dict[str, Rule] = {
 def check(message: Message, limits: Limits = Limits()) -> None:
     """Raise InvalidArgument naming the first field of `message` that breaks its rule."""
     _message(message, "", limits)
-    if message.DESCRIPTOR.full_name == "drover.v1.SubmitChangeRequest":
+    if message.DESCRIPTOR.full_name in ("drover.v1.SubmitChangeRequest", "drover.v1.AmendChangeRequest"):
         size = message.ByteSize()
         if size > MAX_CHANGE_BYTES:
             raise InvalidArgument(f"the Change is {size} bytes; at most {MAX_CHANGE_BYTES}", field="tasks")

@@ -106,6 +106,14 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     return _watch(client, change.id, args) if args.watch else 0
 
 
+def cmd_amend(client: Client, args: argparse.Namespace) -> int:
+    from drover import changefile  # here: YAML is read by this command only
+
+    change = client.amend_change_file(args.change_id, changefile.load_amendment(args.file))
+    _show(args, change, format_change)
+    return 0
+
+
 def cmd_watch(client: Client, args: argparse.Namespace) -> int:
     return _watch(client, args.change_id, args)
 
@@ -257,6 +265,12 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         [(("meter",), {"choices": METERS}), (("limit",), {"type": float}), (("--name",), {"default": ""})],
     ),
     ("retry", "run a failed or stopped Task again", _shower("retry"), [(("task_id",), {}), TIER]),
+    (
+        "amend",
+        "add Tasks and edges (a YAML file: tasks, edges) to an open or running Change",
+        cmd_amend,
+        [(("change_id",), {}), (("file",), {})],
+    ),
     ("spend", "a Change's spend by tier and member, and its receipts", _shower("spend"), [(("change_id",), {})]),
     ("usage", "every meter: value, limit, period", _shower("usage"), [(("--prefix",), {"default": ""})]),
     ("packet", "a run's Context Packet", cmd_packet, [(("run_id",), {})]),
