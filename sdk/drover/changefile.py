@@ -169,10 +169,8 @@ def _check(data: Any, node: Any, path: str, known: set[str]) -> None:
         raise InvalidArgument(f"{path}{f':{line}' if line else ''}: {name + ': ' if name else ''}{message}")
 
     if not isinstance(data, dict):
-        fail(
-            (),
-            f"a {'n amendment' if known == AMENDMENT_KEYS else ' Change'} file is a mapping with {', '.join(sorted(known))}",
-        )
+        shape = "an amendment file is a mapping with tasks and edges"
+        fail((), shape if known == AMENDMENT_KEYS else "a Change file is a mapping with project, goal and tasks")
     for key in data:
         if key not in known:
             fail((key,), f"unknown key; known: {', '.join(sorted(known))}")
