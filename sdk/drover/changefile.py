@@ -145,7 +145,11 @@ def load(path: str | pathlib.Path, *, amendment: bool = False) -> dict[str, Any]
         text = pathlib.Path(path).read_text()
     except (OSError, UnicodeDecodeError) as err:
         raise InvalidArgument(f"{path}: cannot read the Change file: {err}") from None
-    is_json = str(path).endswith(".json")
+    return parse(text, str(path), amendment=amendment, is_json=str(path).endswith(".json"))
+
+
+def parse(text: str, path: str, *, amendment: bool = False, is_json: bool = False) -> dict[str, Any]:
+    """Check the text of a Change or amendment file; `path` names it in the messages."""
     try:
         data = json.loads(text) if is_json else yaml.safe_load(text)
     except json.JSONDecodeError as err:
@@ -158,7 +162,7 @@ def load(path: str | pathlib.Path, *, amendment: bool = False) -> dict[str, Any]
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
         node = None
-    _check(data, node, str(path), AMENDMENT_KEYS if amendment else CHANGE_KEYS)
+    _check(data, node, path, AMENDMENT_KEYS if amendment else CHANGE_KEYS)
     return data
 
 

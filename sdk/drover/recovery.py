@@ -12,6 +12,20 @@ from drover.models import Change, MeterUsage, from_proto
 from drover.v1 import change_pb2, operations_pb2
 
 
+def amendment_request(
+    change_id: str, tasks: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str, str] | tuple[str, str]]
+) -> change_pb2.AmendChangeRequest:
+    """The AmendChange request of Tasks as `submit_change` takes them and edges (mappings or pairs)."""
+    from drover.client import _task  # the client imports this module
+
+    pairs = [(e["task"], e["depends_on"]) if isinstance(e, Mapping) else tuple(e) for e in edges]
+    return change_pb2.AmendChangeRequest(
+        change_id=change_id,
+        tasks=[_task(t, i) for i, t in enumerate(tasks)],
+        edges=[change_pb2.TaskEdge(task=k, depends_on=d) for k, d in pairs],
+    )
+
+
 class Recovery:
     """Mixed into `drover.Client`, whose stubs and metadata these calls use."""
 
@@ -32,14 +46,7 @@ class Recovery:
     ) -> Change:
         """Add Tasks (dicts as `submit_change` takes) and edges (`{"task": K, "depends_on": D}` or
         `(K, D)`: K depends on D) to an open or running Change; answers the Change."""
-        from drover.client import _task  # the client imports this module
-
-        pairs = [(e["task"], e["depends_on"]) if isinstance(e, Mapping) else tuple(e) for e in edges]
-        request = change_pb2.AmendChangeRequest(
-            change_id=change_id,
-            tasks=[_task(t, i) for i, t in enumerate(tasks)],
-            edges=[change_pb2.TaskEdge(task=k, depends_on=d) for k, d in pairs],
-        )
+        request = amendment_request(change_id, tasks, edges)
         return from_proto(_call(self._changes.AmendChange, request, self._metadata), Change)
 
     def amend_change_file(self, change_id: str, data: Mapping[str, Any]) -> Change:
