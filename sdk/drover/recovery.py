@@ -4,11 +4,13 @@ failed or stopped Task again, or amend a running Change with more Tasks and edge
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drover.admin import Metadata, _call
 from drover.models import Change, MeterUsage, from_proto
+from drover.task_messages import task_message
 from drover.v1 import change_pb2, operations_pb2
 
 
@@ -16,12 +18,10 @@ def amendment_request(
     change_id: str, tasks: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str, str] | tuple[str, str]]
 ) -> change_pb2.AmendChangeRequest:
     """The AmendChange request of Tasks as `submit_change` takes them and edges (mappings or pairs)."""
-    from drover.client import _task  # the client imports this module
-
     pairs = [(e["task"], e["depends_on"]) if isinstance(e, Mapping) else tuple(e) for e in edges]
     return change_pb2.AmendChangeRequest(
         change_id=change_id,
-        tasks=[_task(t, i) for i, t in enumerate(tasks)],
+        tasks=[task_message(t, i) for i, t in enumerate(tasks)],
         edges=[change_pb2.TaskEdge(task=k, depends_on=d) for k, d in pairs],
     )
 
@@ -49,8 +49,11 @@ class Recovery:
         request = amendment_request(change_id, tasks, edges)
         return from_proto(_call(self._changes.AmendChange, request, self._metadata), Change)
 
-    def amend_change_file(self, change_id: str, data: Mapping[str, Any]) -> Change:
-        """Amend with the contents of an amendment file (see drover.changefile.load_amendment)."""
+    def amend_change_file(self, change_id: str, path: str | pathlib.Path) -> Change:
+        """Amend with an amendment file (tasks:, edges:; see drover.changefile.load_amendment)."""
+        from drover import changefile  # YAML is read by this call only
+
+        data = changefile.load_amendment(path)
         return self.amend_change(change_id, data.get("tasks") or [], data.get("edges") or [])
 
     def raise_meter(self, meter: str, limit: float, name: str = "") -> MeterUsage:
