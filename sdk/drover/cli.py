@@ -213,7 +213,8 @@ def _positive(text: str) -> int:
 Arguments = list[tuple[tuple[str, ...], dict[str, Any]]]
 LOGS: Arguments = [(("--logs",), {"action": "store_true", "help": "also follow each run's output and tool calls"})]
 METERS = ("provider_month", "agent_calls_day", "classifier_calls_day", "project", "user")
-CHANGE, CHANGE_FILTER = (("change_id",), {}), (("--change",), {"default": ""})
+CHANGE: tuple[tuple[str, ...], dict[str, Any]] = (("change_id",), {})
+CHANGE_FILTER = (("--change",), {"default": ""})
 TIER = (("--tier",), {"default": "", "help": "at this configured tier (a model Task)"})
 LIMIT = (("--limit",), {"type": _positive, "default": 50, "help": "at most this many (1-1000, default 50)"})
 COMMANDS: list[tuple[str, str, Command, Arguments]] = [
