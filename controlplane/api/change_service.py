@@ -14,7 +14,7 @@ from controlplane.api.status import reporting
 from controlplane.config import HarnessConfig
 from controlplane.dispatch import quota
 from controlplane.domain import graph
-from controlplane.services import change_lifecycle, recovery, tokens
+from controlplane.services import amend, change_lifecycle, recovery, tokens
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.objects import ObjectStore
@@ -171,6 +171,31 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         self.notifier.notify()
         self.wake()
         return await self.store.read(change_queries.get_change, task.change_id)
+
+    @reporting
+    async def AmendChange(
+        self, request: change_pb2.AmendChangeRequest, context: grpc.aio.ServicerContext
+    ) -> types_pb2.Change:
+        who = auth.current()
+        tasks = convert.change_spec(change_pb2.SubmitChangeRequest(tasks=request.tasks)).tasks
+        edges = [(e.task, e.depends_on) for e in request.edges]
+        worked_by_model = [i for i, t in enumerate(tasks) if not t.command]
+        if worked_by_model and not quota.has_model_key(self.harness(), os.environ):
+            raise FailedPrecondition(quota.NO_MODEL_KEY, field=f"tasks[{worked_by_model[0]}]")
+        await self.store.run(
+            lambda s: amend.amend_change(
+                s,
+                request.change_id,
+                tasks,
+                edges,
+                scope=who.projects,
+                by=who.name,
+                may_manage=who.has_role("run.manage"),
+            )
+        )
+        self.notifier.notify()
+        self.wake()
+        return await self.store.read(change_queries.get_change, request.change_id)
 
     @reporting
     async def GetSpend(

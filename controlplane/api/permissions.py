@@ -22,6 +22,7 @@ PERMISSIONS: dict[str, Permission] = {
     "/drover.v1.ChangeService/GetPatch": USER,
     "/drover.v1.ChangeService/RaiseBudget": Permission("user", "submit"),
     "/drover.v1.ChangeService/RetryTask": Permission("user", "submit"),
+    "/drover.v1.ChangeService/AmendChange": Permission("user", "submit"),
     "/drover.v1.ChangeService/GetSpend": USER,
     "/drover.v1.OperationsService/ListAgents": USER,
     "/drover.v1.OperationsService/DrainAgent": Permission("user", "admin"),

@@ -110,8 +110,11 @@ PROJECT_NAME = Rule(pattern=NAME, optional=False, explain="a project name")
 PROJECT_NAMES = ["Project.name", "GetProjectRequest.name", "DeleteProjectRequest.name", "CreateTokenRequest.projects"]
 PROJECT_NAMES += [f"{m}Request.project" for m in ("SubmitChange", "RotateWebhookSecret", "SetGitCredential")]
 PROJECT_NAMES += [f"{m}Request.project" for m in ("DeleteGitCredential", "SetForgeCredential", "DeleteForgeCredential")]
+CHANGE_IDS = [f"{m}Request.change_id" for m in ("GetChange", "WatchChange", "CancelChange", "ListChangeSets")]
+CHANGE_IDS += [f"{m}Request.change_id" for m in ("RaiseBudget", "GetSpend", "AmendChange")]
 RULES: dict[str, Rule] = {
     **{f"drover.v1.{field}": PROJECT_NAME for field in PROJECT_NAMES},
+    **{f"drover.v1.{field}": ID_REQUIRED for field in CHANGE_IDS},
     # --- ProjectService, TokenService (a project's forge link: controlplane/domain/forge.py) -----------
     "drover.v1.Project.pool": Rule(pattern=NAME, explain="a pool name"),
     "drover.v1.Project.monthly_budget_usd": Rule(maximum=1e9),
@@ -169,23 +172,19 @@ RULES: dict[str, Rule] = {
     "drover.v1.Task.status": Rule(max_len=32),
     "drover.v1.Task.latest_run_id": Rule(max_len=64),
     "drover.v1.Task.reason": Rule(max_len=1 * KiB),
-    "drover.v1.GetChangeRequest.change_id": ID_REQUIRED,
     "drover.v1.ListChangesRequest.project": Rule(pattern=NAME, explain="a project name"),
     "drover.v1.ListChangesRequest.limit": _page(500),
     "drover.v1.ListChangesRequest.page_size": _page(500),
     "drover.v1.ListChangesRequest.page_token": TOKEN,
     "drover.v1.ListChangesRequest.status": Rule(choices=CHANGE_STATUSES),
     "drover.v1.ListChangesRequest.submitted_by": Rule(max_len=200),
-    "drover.v1.WatchChangeRequest.change_id": ID_REQUIRED,
-    "drover.v1.CancelChangeRequest.change_id": ID_REQUIRED,
-    "drover.v1.ListChangeSetsRequest.change_id": ID_REQUIRED,
     "drover.v1.ListChangeSetsRequest.page_size": _page(500),
     "drover.v1.ListChangeSetsRequest.page_token": TOKEN,
     "drover.v1.GetPatchRequest.changeset_id": ID_REQUIRED,
-    "drover.v1.RaiseBudgetRequest.change_id": ID_REQUIRED,
     "drover.v1.RaiseBudgetRequest.budget_usd": Rule(limit=lambda limits: limits.max_budget_usd),
     "drover.v1.RetryTaskRequest.task_id": ID_REQUIRED,
-    "drover.v1.GetSpendRequest.change_id": ID_REQUIRED,
+    **dict.fromkeys(("drover.v1.AmendChangeRequest.tasks", "drover.v1.AmendChangeRequest.edges"), Rule(max_items=500)),
+    **dict.fromkeys(("drover.v1.TaskEdge.task", "drover.v1.TaskEdge.depends_on"), KEY),
     # --- OperationsService ----------------------------------------------------------------------
     "drover.v1.ListAgentsRequest.page_size": _page(1000),
     "drover.v1.ListAgentsRequest.page_token": TOKEN,
@@ -291,7 +290,7 @@ RULES: dict[str, Rule] = {
 def check(message: Message, limits: Limits = Limits()) -> None:
     """Raise InvalidArgument naming the first field of `message` that breaks its rule."""
     _message(message, "", limits)
-    if message.DESCRIPTOR.full_name == "drover.v1.SubmitChangeRequest":
+    if message.DESCRIPTOR.full_name in ("drover.v1.SubmitChangeRequest", "drover.v1.AmendChangeRequest"):
         size = message.ByteSize()
         if size > MAX_CHANGE_BYTES:
             raise InvalidArgument(f"the Change is {size} bytes; at most {MAX_CHANGE_BYTES}", field="tasks")

@@ -49,7 +49,7 @@ def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str, scope: 
                 command=list(t.command),
                 env=dict(t.env),
                 timeout_seconds=t.timeout_seconds,
-                spec={**t.traits, **_workspace(t)},
+                spec={**t.traits, **workspace_of(t)},
                 status="pending",
             )
         )
@@ -58,7 +58,7 @@ def submit_change(s: Session, spec: graph.ChangeSpec, submitted_by: str, scope: 
     return change.id
 
 
-def _workspace(t: graph.TaskSpec) -> dict[str, object]:
+def workspace_of(t: graph.TaskSpec) -> dict[str, object]:
     """A command Task's files and workdir, kept with its spec when it has them."""
     kept: dict[str, object] = {}
     if t.workspace_files:

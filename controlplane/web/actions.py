@@ -6,7 +6,9 @@ from __future__ import annotations
 from starlette.responses import RedirectResponse, Response
 
 from controlplane.web.visit import Handler, Visit
+from drover import changefile
 from drover.errors import InvalidArgument
+from drover.recovery import amendment_request
 from drover.v1 import change_pb2, operations_pb2
 
 
@@ -34,6 +36,16 @@ async def retry_task(v: Visit) -> Response:
     request = change_pb2.RetryTaskRequest(task_id=v.request.path_params["task_id"], tier=v.form.get("tier", ""))
     change = await v.call("ChangeService/RetryTask", request)
     return _back(f"/changes/{change.id}")
+
+
+async def amend_change(v: Visit) -> Response:
+    """The Amend form: a textarea with what `drover amend` reads from its file (tasks:, edges:)."""
+    change_id = v.request.path_params["change_id"]
+    data = changefile.parse(v.form.get("amendment", ""), "amendment", amendment=True)
+    await v.call(
+        "ChangeService/AmendChange", amendment_request(change_id, data.get("tasks") or [], data.get("edges") or [])
+    )
+    return _back(f"/changes/{change_id}")
 
 
 async def raise_meter(v: Visit) -> Response:
@@ -83,6 +95,7 @@ ACTIONS: dict[str, Handler] = {
     "/changes/{change_id}/cancel": cancel_change,
     "/changes/{change_id}/budget": raise_budget,
     "/tasks/{task_id}/retry": retry_task,
+    "/changes/{change_id}/amend": amend_change,
     "/meters/raise": raise_meter,
     "/runs/{run_id}/cancel": cancel_run,
     "/runs/{run_id}/input": send_input,

@@ -7,6 +7,9 @@ list of paths under `files` is what the Task touches (routing).
 `load` checks the file's shape and value types before anything is sent, and says where a problem is
 as `file:line: field: what is wrong` (a string where a list belongs is an error, never a list of its
 characters). The control plane checks the values again; this only makes a typo cheap to find.
+
+An amendment file (`drover amend`, `load_amendment`) holds `tasks:` in the same format and `edges:`, a
+list of `{task: KEY, depends_on: KEY}` that give Tasks of the Change, new or pending, more dependencies.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from drover.core import commands
 from drover.errors import InvalidArgument
 
 CHANGE_KEYS = {"project", "goal", "criteria", "invariants", "budget_usd", "tasks"}
+AMENDMENT_KEYS = {"tasks", "edges"}
+EDGE_KEYS = {"task", "depends_on"}
 TASK_KEYS = {
     "key",
     "kind",
@@ -129,13 +134,22 @@ TASK: dict[str, Check] = {
 }
 
 
-def load(path: str | pathlib.Path) -> dict[str, Any]:
+def load_amendment(path: str | pathlib.Path) -> dict[str, Any]:
+    """Read and check an amendment file (tasks and edges); raises InvalidArgument as `load` does."""
+    return load(path, amendment=True)
+
+
+def load(path: str | pathlib.Path, *, amendment: bool = False) -> dict[str, Any]:
     """Read and check a Change file; raises InvalidArgument with `file:line: field: problem`."""
     try:
         text = pathlib.Path(path).read_text()
     except (OSError, UnicodeDecodeError) as err:
         raise InvalidArgument(f"{path}: cannot read the Change file: {err}") from None
-    is_json = str(path).endswith(".json")
+    return parse(text, str(path), amendment=amendment, is_json=str(path).endswith(".json"))
+
+
+def parse(text: str, path: str, *, amendment: bool = False, is_json: bool = False) -> dict[str, Any]:
+    """Check the text of a Change or amendment file; `path` names it in the messages."""
     try:
         data = json.loads(text) if is_json else yaml.safe_load(text)
     except json.JSONDecodeError as err:
@@ -148,21 +162,31 @@ def load(path: str | pathlib.Path) -> dict[str, Any]:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
         node = None
-    _check(data, node, str(path))
+    _check(data, node, path, AMENDMENT_KEYS if amendment else CHANGE_KEYS)
     return data
 
 
-def _check(data: Any, node: Any, path: str) -> None:
+def _check(data: Any, node: Any, path: str, known: set[str]) -> None:
     def fail(where: tuple[Any, ...], message: str) -> None:
         line = _line(node, where)
         name = _name(where)
         raise InvalidArgument(f"{path}{f':{line}' if line else ''}: {name + ': ' if name else ''}{message}")
 
     if not isinstance(data, dict):
-        fail((), "a Change file is a mapping with project, goal and tasks")
+        shape = "an amendment file is a mapping with tasks and edges"
+        fail((), shape if known == AMENDMENT_KEYS else "a Change file is a mapping with project, goal and tasks")
     for key in data:
-        if key not in CHANGE_KEYS:
-            fail((key,), f"unknown key; known: {', '.join(sorted(CHANGE_KEYS))}")
+        if key not in known:
+            fail((key,), f"unknown key; known: {', '.join(sorted(known))}")
+    edges = data.get("edges")
+    if edges is not None and not isinstance(edges, list):
+        fail(("edges",), f"expected a list of edges, not {_kind(edges)}")
+    for i, edge in enumerate(edges or []):
+        if not isinstance(edge, dict) or set(edge) != EDGE_KEYS:
+            fail(("edges", i), "an edge is a mapping of task and depends_on (Task keys)")
+        for key in sorted(EDGE_KEYS):
+            if problem := _string(edge[key]):
+                fail(("edges", i, key), problem)
     for key, check in CHANGE.items():
         if data.get(key) is not None and (problem := check(data[key])):
             fail((key,), problem)

@@ -161,6 +161,7 @@ SHOW: dict[str, tuple[Callable[[Client, argparse.Namespace], Any], Callable[[Any
     "raise-budget": (lambda c, a: c.raise_budget(a.change_id, a.budget_usd), format_change),
     "raise-meter": (lambda c, a: c.raise_meter(a.meter, a.limit, a.name), lambda m: render.meters_table([m])),
     "retry": (lambda c, a: c.retry_task(a.task_id, a.tier), format_change),
+    "amend": (lambda c, a: c.amend_change_file(a.change_id, a.file), format_change),
     "spend": (lambda c, a: c.get_spend(a.change_id), render.spend_text),
     "usage": (lambda c, a: c.get_usage(a.prefix), render.meters_table),
     "claims": (lambda c, a: c.list_claims(a.change), render.claims_table),
@@ -213,6 +214,8 @@ def _positive(text: str) -> int:
 Arguments = list[tuple[tuple[str, ...], dict[str, Any]]]
 LOGS: Arguments = [(("--logs",), {"action": "store_true", "help": "also follow each run's output and tool calls"})]
 METERS = ("provider_month", "agent_calls_day", "classifier_calls_day", "project", "user")
+CHANGE: tuple[tuple[str, ...], dict[str, Any]] = (("change_id",), {})
+CHANGE_FILTER = (("--change",), {"default": ""})
 TIER = (("--tier",), {"default": "", "help": "at this configured tier (a model Task)"})
 LIMIT = (("--limit",), {"type": _positive, "default": 50, "help": "at most this many (1-1000, default 50)"})
 COMMANDS: list[tuple[str, str, Command, Arguments]] = [
@@ -222,7 +225,7 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         cmd_submit,
         [(("file",), {}), (("--watch",), {"action": "store_true", "help": "then watch it until it ends"}), *LOGS],
     ),
-    ("watch", "follow a Change's events until it ends (through restarts)", cmd_watch, [(("change_id",), {}), *LOGS]),
+    ("watch", "follow a Change's events until it ends (through restarts)", cmd_watch, [CHANGE, *LOGS]),
     (
         "logs",
         "a run's output",
@@ -236,21 +239,21 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         "recent runs, newest first",
         _shower("runs"),
         [
-            (("--change",), {"default": ""}),
+            CHANGE_FILTER,
             (("--state",), {"default": "", "choices": ("", *RUN_STATES), "metavar": "{" + ",".join(RUN_STATES) + "}"}),
             (("--agent",), {"default": ""}),
             LIMIT,
         ],
     ),
     ("run", "a run and its session's result (final message, turns, cost)", _shower("run"), [(("run_id",), {})]),
-    ("change", "a Change and its Tasks", _shower("change"), [(("change_id",), {})]),
-    ("changesets", "the ChangeSets of a Change", _shower("changesets"), [(("change_id",), {})]),
+    ("change", "a Change and its Tasks", _shower("change"), [CHANGE]),
+    ("changesets", "the ChangeSets of a Change", _shower("changesets"), [CHANGE]),
     ("patch", "a ChangeSet's patch", cmd_patch, [(("changeset_id",), {})]),
     (
         "raise-budget",
         "raise a Change's budget (USD)",
         _shower("raise-budget"),
-        [(("change_id",), {}), (("budget_usd",), {"type": float})],
+        [CHANGE, (("budget_usd",), {"type": float})],
     ),
     (
         "raise-meter",
@@ -259,15 +262,11 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         [(("meter",), {"choices": METERS}), (("limit",), {"type": float}), (("--name",), {"default": ""})],
     ),
     ("retry", "run a failed or stopped Task again", _shower("retry"), [(("task_id",), {}), TIER]),
-    ("spend", "a Change's spend by tier and member, and its receipts", _shower("spend"), [(("change_id",), {})]),
+    ("amend", "add a file's tasks: and edges: to a running Change", _shower("amend"), [CHANGE, (("file",), {})]),
+    ("spend", "a Change's spend by tier and member, and its receipts", _shower("spend"), [CHANGE]),
     ("usage", "every meter: value, limit, period", _shower("usage"), [(("--prefix",), {"default": ""})]),
     ("packet", "a run's Context Packet", cmd_packet, [(("run_id",), {})]),
-    (
-        "claims",
-        "advisory claims: holder, resource, generation, expiry",
-        _shower("claims"),
-        [(("--change",), {"default": ""})],
-    ),
+    ("claims", "advisory claims: holder, resource, generation, expiry", _shower("claims"), [CHANGE_FILTER]),
     (
         "notifications",
         "notifications sent to [[notify]] targets, newest first, and how their delivery went",
@@ -278,7 +277,7 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
             LIMIT,
         ],
     ),
-    ("cancel", "cancel a Change", _shower("cancel"), [(("change_id",), {})]),
+    ("cancel", "cancel a Change", _shower("cancel"), [CHANGE]),
     ("cancel-run", "cancel one run", _shower("cancel-run"), [(("run_id",), {})]),
     ("say", "send a message to a running session", _shower("say"), [(("run_id",), {}), (("text",), {})]),
     (
@@ -292,7 +291,7 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         "questions sessions asked, open ones unless --all",
         _shower("questions"),
         [
-            (("--change",), {"default": ""}),
+            CHANGE_FILTER,
             (("--run",), {"default": ""}),
             (("--all",), {"action": "store_true", "help": "answered ones too"}),
         ],
@@ -305,7 +304,7 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         "the newest events (oldest first); --follow for new ones",
         cmd_events,
         [
-            (("--change",), {"default": ""}),
+            CHANGE_FILTER,
             (("--run",), {"default": ""}),
             (("--kind",), {"default": "", "help": "a prefix: run. matches run.queued, run.started, ..."}),
             LIMIT,

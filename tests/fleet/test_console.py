@@ -455,3 +455,38 @@ def test_a_failed_task_is_retried_and_a_meter_raised_from_the_console(setup: dic
     with fleet.plane.client() as client:
         (event,) = client.list_events(kind="meter.raised")
     assert event.data["by"] == "admin" and event.data["limit"] == 30_000_000
+
+
+def test_a_running_change_is_amended_from_the_console(setup: dict[str, Any]) -> None:
+    """Amend on the Change page: the YAML `drover amend` reads, offered only to whom the API allows it,
+    a bad file refused with its line, a good one adding the Task with its `change.amended` event."""
+    fleet: Fleet = setup["fleet"]
+    nap = {"key": "nap", "kind": "test", "objective": "nap", "command": ["sleep", "300"]}
+    with fleet.plane.client() as client:
+        change = client.submit_change("web", "naps", [nap])
+        wait_for(lambda: client.get_change(change.id).tasks[0].status == "running", 60, what="the nap to run")
+    admin, submitter = signed_in(setup), signed_in(setup, "submitter")
+    amend = f'action="/changes/{change.id}/amend"'
+    assert amend in admin.get(f"/changes/{change.id}").text
+    assert amend not in submitter.get(f"/changes/{change.id}").text  # the admin's Change: sam may not
+    good = "tasks:\n  - key: after\n    kind: test\n    objective: after the nap\n    command: ['true']\n"
+    good += "    depends_on: [nap]\n"
+    assert admin.http.post(f"/changes/{change.id}/amend", data={"csrf": "0" * 64, "amendment": good}).status_code == 403
+    assert submitter.act(f"/changes/{change.id}/amend", amendment=good).status_code == 403
+    bad = admin.act(f"/changes/{change.id}/amend", amendment="tasks:\n  - key: x\n    command: ls -l\n")
+    assert bad.status_code == 400 and "amendment:3: tasks[0].command: an argv list, not a shell string" in bad.text
+    taken = admin.act(
+        f"/changes/{change.id}/amend", amendment="tasks:\n  - {key: nap, kind: t, objective: o, command: ['true']}\n"
+    )
+    assert taken.status_code == 400 and "tasks[0].key" in taken.text  # the API's refusal, naming the field
+    done = admin.act(f"/changes/{change.id}/amend", amendment=good)
+    assert done.status_code == 303 and done.headers["location"] == f"/changes/{change.id}"
+    with fleet.plane.client() as client:
+        assert [(t.key, list(t.depends_on)) for t in client.get_change(change.id).tasks] == [
+            ("nap", []),
+            ("after", ["nap"]),
+        ]
+        (event,) = client.list_events(change_id=change.id, kind="change.amended")
+        client.cancel_change(change.id)
+    assert event.data == {"by": "admin", "tasks": ["after"], "edges": [["after", "nap"]]}
+    assert '<th scope="row" rowspan="1">after</th>' in admin.get(f"/changes/{change.id}").text

@@ -407,6 +407,32 @@ def retried_and_ended(client: Any, change_id: str) -> bool:
     )
 
 
+AMENDMENT = """tasks:
+  - key: later
+    kind: test
+    objective: after the asking
+    command: ["true"]
+    depends_on: [ask]
+"""
+
+
+def amends(key: str) -> Callable[[World, str], None]:
+    """An amendment of the held Change (drover amend's file is more.yaml, next to .drover): the new
+    Task waits for `ask`, and `change.amended` names it."""
+
+    def check(world: World, command: str) -> None:
+        (world.here / "more.yaml").write_text(AMENDMENT)
+
+        def added(client: Any, ids: dict[str, str]) -> bool:
+            tasks = {t.key: list(t.depends_on) for t in client.get_change(ids["held"]).tasks}
+            events = client.list_events(change_id=ids["held"], kind="change.amended")
+            return tasks.get(key) == ["ask"] and key in [k for e in events for k in e.data["tasks"]]
+
+        then(added)(world, command)
+
+    return check
+
+
 RUNNING = {"RUN": "held_run", "CHANGE": "held", "C": "held", "R": "held_run", "run_...": "held_run"}
 CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     # docs/cli.md, in its order
@@ -429,6 +455,7 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     "drover usage": ({}, prints("change-usd:{CHANGE}")),
     "drover raise-budget": ({"CHANGE": "held"}, then(lambda c, ids: c.get_change(ids["held"]).budget_usd == 2.5)),
     "drover raise-meter": ({"USD": "fifty"}, then(lambda c, ids: c.get_usage("provider-usd:")[0].limit == 50_000_000)),
+    "drover amend": ({"CHANGE": "held"}, amends("later")),
     "drover retry": ({}, then(lambda c, ids: retried_and_ended(c, ids["failed"]), "running")),
     "drover changesets": ({}, prints("drover/{CHANGE}/", "calc.py")),
     "drover patch": ({}, prints("a + b")),
@@ -469,6 +496,7 @@ CHECKS: dict[str, tuple[dict[str, str], Callable[[World, str], None]]] = {
     "GetPatch": ({}, prints("a + b")),
     "RaiseBudget": ({"chg_...": "held"}, then(lambda c, ids: c.get_change(ids["held"]).budget_usd == 5)),
     "RetryTask": ({}, then(lambda c, ids: retried_and_ended(c, ids["stopped"]), '"status": "running"')),
+    "AmendChange": ({"chg_...": "held"}, amends("recheck")),
     "RaiseMeter": ({}, grpc_json(lambda a, ids: a["key"].startswith("provider-usd:") and a["limit"] == "100000000")),
     "GetSpend": ({}, prints("sonnet")),
     "GetUsage": ({}, grpc_json(lambda a, ids: all(m["key"].startswith("provider-usd:") for m in a["meters"]))),

@@ -149,6 +149,27 @@ for bad in BAD_IDS:
 case("change", "RetryTask", change_pb2.RetryTaskRequest(task_id="tsk_00000000000000000000"), NOT_FOUND, "task_id")
 for tier in ("a b", "x\x00", "t" * 65, "-x"):
     case("change", "RetryTask", change_pb2.RetryTaskRequest(task_id="tsk_x", tier=tier), INVALID, "tier")
+MORE = types_pb2.Task(key="more", kind="test", objective="more", command=["true"])
+for bad in BAD_IDS:
+    case("change", "AmendChange", change_pb2.AmendChangeRequest(change_id=bad, tasks=[MORE]), INVALID, "change_id")
+case("change", "AmendChange", change_pb2.AmendChangeRequest(change_id="chg_0000", tasks=[MORE]), NOT_FOUND, "change_id")
+for key in ("../x", "a/b", "a\x00", "k" * 65, ""):
+    edges = [change_pb2.TaskEdge(task="more", depends_on=key)]
+    case(
+        "change",
+        "AmendChange",
+        change_pb2.AmendChangeRequest(change_id="chg_x", edges=edges),
+        INVALID,
+        "edges[0].depends_on",
+    )
+    bad_task = types_pb2.Task(key=key, kind="test", objective="more", command=["true"])
+    case(
+        "change",
+        "AmendChange",
+        change_pb2.AmendChangeRequest(change_id="chg_x", tasks=[bad_task]),
+        INVALID,
+        "tasks[0].key",
+    )
 for limit in (math.nan, math.inf, 1e308, -1.0, 0.0, 1e10):
     request = operations_pb2.RaiseMeterRequest(meter="provider_month", limit=limit)
     case("ops", "RaiseMeter", request, INVALID, "limit")

@@ -115,6 +115,24 @@ class RetryTaskRequest(_message.Message):
     tier: str
     def __init__(self, task_id: _Optional[str] = ..., tier: _Optional[str] = ...) -> None: ...
 
+class AmendChangeRequest(_message.Message):
+    __slots__ = ("change_id", "tasks", "edges")
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    EDGES_FIELD_NUMBER: _ClassVar[int]
+    change_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[_types_pb2.Task]
+    edges: _containers.RepeatedCompositeFieldContainer[TaskEdge]
+    def __init__(self, change_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[_types_pb2.Task, _Mapping]]] = ..., edges: _Optional[_Iterable[_Union[TaskEdge, _Mapping]]] = ...) -> None: ...
+
+class TaskEdge(_message.Message):
+    __slots__ = ("task", "depends_on")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    depends_on: str
+    def __init__(self, task: _Optional[str] = ..., depends_on: _Optional[str] = ...) -> None: ...
+
 class GetSpendRequest(_message.Message):
     __slots__ = ("change_id",)
     CHANGE_ID_FIELD_NUMBER: _ClassVar[int]

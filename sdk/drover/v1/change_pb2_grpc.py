@@ -81,6 +81,11 @@ class ChangeServiceStub:
                 request_serializer=drover_dot_v1_dot_change__pb2.RetryTaskRequest.SerializeToString,
                 response_deserializer=drover_dot_v1_dot_types__pb2.Change.FromString,
                 _registered_method=True)
+        self.AmendChange = channel.unary_unary(
+                '/drover.v1.ChangeService/AmendChange',
+                request_serializer=drover_dot_v1_dot_change__pb2.AmendChangeRequest.SerializeToString,
+                response_deserializer=drover_dot_v1_dot_types__pb2.Change.FromString,
+                _registered_method=True)
         self.GetSpend = channel.unary_unary(
                 '/drover.v1.ChangeService/GetSpend',
                 request_serializer=drover_dot_v1_dot_change__pb2.GetSpendRequest.SerializeToString,
@@ -152,6 +157,15 @@ class ChangeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AmendChange(self, request, context):
+        """Add Tasks and dependency edges to an open or running Change, checked as a submit's are; a
+        pending Task may gain dependencies, a started or finished one may not. A Change that ended is
+        FAILED_PRECONDITION (a failed one: retry its failed Tasks first).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetSpend(self, request, context):
         """What a Change spent, by tier and member, and its routing receipts.
         """
@@ -205,6 +219,11 @@ def add_ChangeServiceServicer_to_server(servicer, server):
             'RetryTask': grpc.unary_unary_rpc_method_handler(
                     servicer.RetryTask,
                     request_deserializer=drover_dot_v1_dot_change__pb2.RetryTaskRequest.FromString,
+                    response_serializer=drover_dot_v1_dot_types__pb2.Change.SerializeToString,
+            ),
+            'AmendChange': grpc.unary_unary_rpc_method_handler(
+                    servicer.AmendChange,
+                    request_deserializer=drover_dot_v1_dot_change__pb2.AmendChangeRequest.FromString,
                     response_serializer=drover_dot_v1_dot_types__pb2.Change.SerializeToString,
             ),
             'GetSpend': grpc.unary_unary_rpc_method_handler(
@@ -456,6 +475,33 @@ class ChangeService:
             target,
             '/drover.v1.ChangeService/RetryTask',
             drover_dot_v1_dot_change__pb2.RetryTaskRequest.SerializeToString,
+            drover_dot_v1_dot_types__pb2.Change.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AmendChange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/drover.v1.ChangeService/AmendChange',
+            drover_dot_v1_dot_change__pb2.AmendChangeRequest.SerializeToString,
             drover_dot_v1_dot_types__pb2.Change.FromString,
             options,
             channel_credentials,
