@@ -110,26 +110,7 @@ class ControlPlane:
             self.sealer,
         )
         self.agents.on_change, self.agents.on_refused = self.dispatcher.wake, self.dispatcher.refused
-        self.liveness = Liveness(
-            store,
-            config,
-            self.notifier,
-            self.agents,
-            self.dispatcher.wake,
-            leading=leading,
-            replica=self.replica.id,
-            objects=self.objects,
-        )
-        self.run_check = RunCheck(
-            store,
-            config,
-            self.agents.activity,
-            self.agents,
-            self.notifier,
-            self.dispatcher.wake,
-            leading,
-            self.objects,
-        )
+        self.liveness, self.run_check = self._sweeps(config)
         self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading, self.sealer)
         self.warmer = Warmer(store, mirrors, packet_pipeline.GRAPHS, self.recall, leading, sealer=self.sealer)
         self.replica.handlers += [self._on_note, self.agents.on_note]
@@ -154,6 +135,31 @@ class ControlPlane:
         self.admin = (ProjectService(store, self.sealer), TokenService(store))
         self.endpoint = Endpoint(config, self.auth, agent_service, self.changes, self.operations, self.admin)
         self.console = self._console(config) if config.http_listen else None
+
+    def _sweeps(self, config: ServerConfig) -> tuple[Liveness, RunCheck]:
+        """The periodic checks: lost agents, overdue reservations and claims (Liveness); runs that make no
+        progress (RunCheck)."""
+        liveness = Liveness(
+            self.store,
+            config,
+            self.notifier,
+            self.agents,
+            self.dispatcher.wake,
+            leading=self.replica.leading,
+            replica=self.replica.id,
+            objects=self.objects,
+        )
+        run_check = RunCheck(
+            self.store,
+            config,
+            self.agents.activity,
+            self.agents,
+            self.notifier,
+            self.dispatcher.wake,
+            self.replica.leading,
+            self.objects,
+        )
+        return liveness, run_check
 
     @property
     def port(self) -> int:

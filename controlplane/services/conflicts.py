@@ -32,6 +32,19 @@ def after_dependency_conflict(s: Session, change: Change, dependent: Task, error
     return _reopen(s, change, tasks, dependent.depends_on, changeset_id, list(files), cause, dependent)
 
 
+def _merge_order(
+    s: Session, tasks: dict[str, Task], merged: list[str], deps: dict[str, list[str]]
+) -> list[conflicts.Merged]:
+    """The `merged` Tasks' newest ChangeSets in the order they are stacked, each with the files it changed."""
+    latest = latest_changesets(s, [tasks[k].id for k in merged])
+    present = [k for k in merged if tasks[k].id in latest]
+    tie = {k: (latest[tasks[k].id].created_at.isoformat(), tasks[k].id) for k in present}
+    return [
+        conflicts.Merged(k, tuple(latest[tasks[k].id].own_files or latest[tasks[k].id].files))
+        for k in graph.stack_order(present, deps, tie)
+    ]
+
+
 def _reopen(
     s: Session,
     change: Change,
@@ -48,13 +61,7 @@ def _reopen(
         return False
     task = by_id[changeset.task_id]
     deps = {k: t.depends_on for k, t in tasks.items()}
-    latest = latest_changesets(s, [tasks[k].id for k in merged])
-    present = [k for k in merged if tasks[k].id in latest]
-    tie = {k: (latest[tasks[k].id].created_at.isoformat(), tasks[k].id) for k in present}
-    order = [
-        conflicts.Merged(k, tuple(latest[tasks[k].id].own_files or latest[tasks[k].id].files))
-        for k in graph.stack_order(present, deps, tie)
-    ]
+    order = _merge_order(s, tasks, merged, deps)
     reopened = s.scalar(
         select(func.count(Event.id)).where(
             Event.change_id == change.id, Event.kind == "task.reopened", Event.task_id == task.id

@@ -68,8 +68,7 @@ class Project(ForgeLink, Base):
     monthly_budget_usd: Mapped[float] = mapped_column(default=0.0)  # 0: no Project budget
     answer_window_minutes: Mapped[float] = mapped_column(default=15.0)  # held longer: parked; 0: never parked
     build_outputs: Mapped[list[Any]] = mapped_column(default=list)  # left out of ChangeSets; empty: the default
-    # workspace preparation (seed 003 "Workspace preparation")
-    setup: Mapped[list[Any]] = mapped_column(default=list)  # commands run after the clone, in order
+    setup: Mapped[list[Any]] = mapped_column(default=list)  # run after the clone, in order (seed 003 preparation)
     setup_network: Mapped[bool] = mapped_column(Boolean, default=True)  # setup may use the network
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)  # every run's environment (no secrets)
     git_name: Mapped[str] = mapped_column(String(200), default="")  # ChangeSet commits' author; "": Drover's
@@ -77,9 +76,8 @@ class Project(ForgeLink, Base):
     branch_template: Mapped[str] = mapped_column(String(300), default="")  # "": drover/{change}/{task}
     cache_key_files: Mapped[list[Any]] = mapped_column(default=list)  # their contents key the prepared workspace
     max_active_runs_per_change: Mapped[int] = mapped_column(Integer, default=8, server_default="8")  # admission cap
-    # the git credential sent through the API: sealed with the operator's key, never returned
     git_credential_kind: Mapped[str] = mapped_column(String(16), default="")  # token | ssh_key; "": none
-    git_credential_sealed: Mapped[str] = mapped_column(Text, default="")
+    git_credential_sealed: Mapped[str] = mapped_column(Text, default="")  # sealed (operator's key), never returned
     git_credential_fingerprint: Mapped[str] = mapped_column(String(16), default="")
     git_credential_set_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     git_credential_set_by: Mapped[str] = mapped_column(String(200), default="")

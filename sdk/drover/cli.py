@@ -25,11 +25,8 @@ if TYPE_CHECKING:
 
 DEFAULT_TOKEN_FILE = ".drover/tokens/admin.token"
 Command = Callable[["Client", argparse.Namespace], int]
-EXIT = {
-    "INVALID_ARGUMENT": 2,
-    "NOT_FOUND": 3,
-    "UNAUTHENTICATED": 4,
-    "PERMISSION_DENIED": 4,
+EXIT = {"INVALID_ARGUMENT": 2, "NOT_FOUND": 3, "UNAUTHENTICATED": 4, "PERMISSION_DENIED": 4}
+EXIT |= {
     "UNAVAILABLE": 5,
     "DEADLINE_EXCEEDED": 5,
     "FAILED_PRECONDITION": 6,
@@ -216,6 +213,7 @@ LOGS: Arguments = [(("--logs",), {"action": "store_true", "help": "also follow e
 METERS = ("provider_month", "agent_calls_day", "classifier_calls_day", "project", "user")
 CHANGE: tuple[tuple[str, ...], dict[str, Any]] = (("change_id",), {})
 CHANGE_FILTER = (("--change",), {"default": ""})
+RUN: tuple[tuple[str, ...], dict[str, Any]] = (("run_id",), {})
 TIER = (("--tier",), {"default": "", "help": "at this configured tier (a model Task)"})
 LIMIT = (("--limit",), {"type": _positive, "default": 50, "help": "at most this many (1-1000, default 50)"})
 COMMANDS: list[tuple[str, str, Command, Arguments]] = [
@@ -230,7 +228,7 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         "logs",
         "a run's output",
         cmd_logs,
-        [(("run_id",), {}), (("-f", "--follow"), {"action": "store_true", "help": "until the run ends"})],
+        [RUN, (("-f", "--follow"), {"action": "store_true", "help": "until it ends"})],
     ),
     ("agents", "connected and known agents", _shower("agents"), []),
     ("changes", "recent Changes, newest first", _shower("changes"), [(("--project",), {"default": ""}), LIMIT]),
@@ -245,7 +243,7 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
             LIMIT,
         ],
     ),
-    ("run", "a run and its session's result (final message, turns, cost)", _shower("run"), [(("run_id",), {})]),
+    ("run", "a run and its session's result (final message, turns, cost)", _shower("run"), [RUN]),
     ("change", "a Change and its Tasks", _shower("change"), [CHANGE]),
     ("changesets", "the ChangeSets of a Change", _shower("changesets"), [CHANGE]),
     ("patch", "a ChangeSet's patch", cmd_patch, [(("changeset_id",), {})]),
@@ -265,7 +263,7 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
     ("amend", "add a file's tasks: and edges: to a running Change", _shower("amend"), [CHANGE, (("file",), {})]),
     ("spend", "a Change's spend by tier and member, and its receipts", _shower("spend"), [CHANGE]),
     ("usage", "every meter: value, limit, period", _shower("usage"), [(("--prefix",), {"default": ""})]),
-    ("packet", "a run's Context Packet", cmd_packet, [(("run_id",), {})]),
+    ("packet", "a run's Context Packet", cmd_packet, [RUN]),
     ("claims", "advisory claims: holder, resource, generation, expiry", _shower("claims"), [CHANGE_FILTER]),
     (
         "notifications",
@@ -278,13 +276,13 @@ COMMANDS: list[tuple[str, str, Command, Arguments]] = [
         ],
     ),
     ("cancel", "cancel a Change", _shower("cancel"), [CHANGE]),
-    ("cancel-run", "cancel one run", _shower("cancel-run"), [(("run_id",), {})]),
-    ("say", "send a message to a running session", _shower("say"), [(("run_id",), {}), (("text",), {})]),
+    ("cancel-run", "cancel one run", _shower("cancel-run"), [RUN]),
+    ("say", "send a message to a running session", _shower("say"), [RUN, (("text",), {})]),
     (
         "interrupt",
         "stop a session's turn now; TEXT (optional) follows as the next message",
         _shower("interrupt"),
-        [(("run_id",), {}), (("text",), {"nargs": "?", "default": ""})],
+        [RUN, (("text",), {"nargs": "?", "default": ""})],
     ),
     (
         "questions",

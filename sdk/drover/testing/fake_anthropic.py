@@ -68,6 +68,7 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from drover.testing import message_shapes as shapes
 from drover.testing.script import (
     DEFAULT_CLASSIFICATION,
     DEFAULT_USAGE,
@@ -241,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
         if stream:
             return self._stream(step, model)
         assert isinstance(step, Reply)  # an in-stream Error was sent as an error above: no stream to put it in
-        self._send_json(200, _message(step, model))
+        self._send_json(200, shapes.message(step, model))
 
     def _record(self, body: Any) -> None:
         headers = {k.lower(): v for k, v in self.headers.items()}
@@ -266,8 +267,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _send_error(self, err: Error) -> None:
-        headers = {"retry-after": _seconds(err.retry_after)} if err.retry_after is not None else {}
-        self._send_json(err.status, _error_body(err), headers)
+        headers = {"retry-after": shapes.seconds(err.retry_after)} if err.retry_after is not None else {}
+        self._send_json(err.status, shapes.error_body(err), headers)
 
     def _start_stream(self) -> None:
         self.send_response(200)
@@ -289,15 +290,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(self, step: Reply | Error, model: str) -> None:
         usage = step.usage if isinstance(step, Reply) else DEFAULT_USAGE
         self._start_stream()
-        start = _message(Reply((), usage), model)
+        start = shapes.message(Reply((), usage), model)
         start.update(stop_reason=None, usage={**usage, "output_tokens": 1})
         self._event("message_start", {"type": "message_start", "message": start})
         self._event("ping", {"type": "ping"})
         if isinstance(step, Error):
-            self._event("error", _error_body(step))
+            self._event("error", shapes.error_body(step))
             return self._end_stream()
         for index, block in enumerate(step.content):
-            for name, data in _block_events(index, block):
+            for name, data in shapes.block_events(index, block):
                 self._event(name, data)
         self._event(
             "message_delta",
@@ -314,11 +315,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if stream:
                 self._start_stream()
-                start = _message(Reply((), DEFAULT_USAGE), model)
+                start = shapes.message(Reply((), DEFAULT_USAGE), model)
                 start.update(stop_reason=None, usage={**DEFAULT_USAGE, "output_tokens": 1})
                 self._event("message_start", {"type": "message_start", "message": start})
                 if step.partial:
-                    for name, data in _block_events(0, {"type": "text", "text": step.partial})[:-1]:
+                    for name, data in shapes.block_events(0, {"type": "text", "text": step.partial})[:-1]:
                         self._event(name, data)  # the block is never stopped: the answer broke off
             self.owner._stopping.wait(step.seconds)
         except OSError:
@@ -328,14 +329,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _trickle(self, step: Trickle, model: str) -> None:
         try:
             self._start_stream()
-            start = _message(Reply((), DEFAULT_USAGE), model)
+            start = shapes.message(Reply((), DEFAULT_USAGE), model)
             start.update(stop_reason=None, usage={**DEFAULT_USAGE, "output_tokens": 1})
             self._event("message_start", {"type": "message_start", "message": start})
             self._event(
                 "content_block_start",
                 {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
             )
-            for piece in _pieces(step.text, step.pieces):
+            for piece in shapes.pieces(step.text, step.pieces):
                 if self.owner._stopping.wait(step.every):
                     break
                 delta = {"type": "text_delta", "text": piece}
@@ -347,48 +348,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._end_stream()
         except OSError:
             self.close_connection = True  # the client gave up first
-
-
-def _seconds(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _error_body(err: Error) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": err.type, "message": err.message}}
-
-
-def _message(reply: Reply, model: str) -> dict[str, Any]:
-    return {
-        "id": f"msg_fake_{uuid.uuid4().hex[:16]}",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [dict(b) for b in reply.content],
-        "stop_reason": reply.stop_reason,
-        "stop_sequence": None,
-        "usage": dict(reply.usage),
-    }
-
-
-def _pieces(s: str, n: int = 3) -> list[str]:
-    # Several deltas per block so clients must reassemble them.
-    size = max(1, -(-len(s) // n))
-    return [s[i : i + size] for i in range(0, len(s), size)] or [""]
-
-
-def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    start: dict[str, Any]
-    if block["type"] == "text":
-        start = {"type": "text", "text": ""}
-        deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
-    else:
-        start = {**block, "input": {}}
-        deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(json.dumps(block["input"]))]
-    return [
-        ("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
-        *(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas),
-        ("content_block_stop", {"type": "content_block_stop", "index": index}),
-    ]
 
 
 def main(argv: list[str] | None = None) -> None:
