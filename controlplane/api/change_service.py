@@ -44,6 +44,12 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         self.store, self.notifier, self.objects, self.agents = store, notifier, objects, agents
         self.wake, self.limits, self.harness = wake, limits, harness
 
+    async def _changed(self, change_id: str) -> types_pb2.Change:
+        """After a Change moved: wake the watchers and the dispatcher, answer the Change as it is now."""
+        self.notifier.notify()
+        self.wake()
+        return await self.store.read(change_queries.get_change, change_id)
+
     @reporting
     async def SubmitChange(
         self, request: change_pb2.SubmitChangeRequest, context: grpc.aio.ServicerContext
@@ -54,9 +60,7 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         if worked_by_model and not quota.has_model_key(self.harness(), os.environ):
             raise FailedPrecondition(quota.NO_MODEL_KEY, field=f"tasks[{worked_by_model[0]}]")
         change_id = await self.store.run(change_lifecycle.submit_change, spec, who.name, who.projects)
-        self.notifier.notify()
-        self.wake()
-        return await self.store.read(change_queries.get_change, change_id)
+        return await self._changed(change_id)
 
     @reporting
     async def GetChange(
@@ -112,9 +116,7 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
             )
         )
         self.agents.tell_cancel([(r.id, r.agent) for r in runs], "change cancelled")
-        self.notifier.notify()
-        self.wake()
-        return await self.store.read(change_queries.get_change, request.change_id)
+        return await self._changed(request.change_id)
 
     @reporting
     async def ListChangeSets(
@@ -147,9 +149,7 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
                 may_manage=who.has_role("run.manage"),
             )
         )
-        self.notifier.notify()
-        self.wake()
-        return await self.store.read(change_queries.get_change, request.change_id)
+        return await self._changed(request.change_id)
 
     @reporting
     async def RetryTask(
@@ -168,9 +168,7 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
                 may_manage=who.has_role("run.manage"),
             )
         )
-        self.notifier.notify()
-        self.wake()
-        return await self.store.read(change_queries.get_change, task.change_id)
+        return await self._changed(task.change_id)
 
     @reporting
     async def AmendChange(
@@ -193,9 +191,7 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
                 may_manage=who.has_role("run.manage"),
             )
         )
-        self.notifier.notify()
-        self.wake()
-        return await self.store.read(change_queries.get_change, request.change_id)
+        return await self._changed(request.change_id)
 
     @reporting
     async def GetSpend(
