@@ -66,7 +66,7 @@ def run_one(client: Client, project: str, spec: dict) -> tuple[str, str]:
 def documented() -> tuple[list[str], str]:
     """docs/configuration.md's "Workspace preparation": its `controlplane project add` and its Change file."""
     text = (ROOT / "docs" / "configuration.md").read_text()
-    section = text.split("#### Workspace preparation\n", 1)[1].split("\n### ", 1)[0]
+    section = text.split("#### Workspace preparation\n", 1)[1].split("\n### ", 1)[0].split("\n#### ", 1)[0]
     (command,) = re.findall(r"^```sh\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
     (change,) = re.findall(r"^```yaml\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
     return shlex.split(command.replace("\\\n", " ")), change
