@@ -81,6 +81,7 @@ def driver_notice(pool: str, driver: str, agents: Sequence[AgentSlot]) -> str:
 
 
 DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE = 8
+DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE = 4
 MAX_CHANGE_CAP = 1000
 
 
@@ -97,18 +98,49 @@ class CappedRun:
     change_id: str
     cap: int
     """The project's max_active_runs_per_change."""
+    sandbox_cap: int = DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE
+    """The project's max_open_sandboxes_per_change."""
+    sandbox: bool = False
+    """It opens a sandbox while active (a command run, or a Task with a writable workspace): the sandbox
+    cap holds it too; other runs (plan, review, ...) neither count against it nor wait on it."""
 
 
-def admit_by_change(runs: Sequence[CappedRun], active: Mapping[str, int]) -> tuple[list[str], list[str]]:
-    """Which ready runs (oldest first) may start given each Change's active (starting/running) runs and its
-    cap: (admitted, held). A held run stays ready (queued) and starts when a slot of its Change frees; each
-    Change only holds its own runs up, never another's."""
-    used = dict(active)
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """Which of its Change's caps holds a ready run: the setting, its value, and the Change's count."""
+
+    cap: str
+    limit: int
+    active: int
+
+
+def holding_cap(run: CappedRun, active: Mapping[str, int], sandboxes: Mapping[str, int]) -> Hold | None:
+    """The cap that holds `run` given its Change's active runs and open sandboxes (None: neither does);
+    the active-run cap first, as it holds every run of the Change."""
+    running = active.get(run.change_id, 0)
+    if running >= run.cap:
+        return Hold("max_active_runs_per_change", run.cap, running)
+    opened = sandboxes.get(run.change_id, 0)
+    if run.sandbox and opened >= run.sandbox_cap:
+        return Hold("max_open_sandboxes_per_change", run.sandbox_cap, opened)
+    return None
+
+
+def admit_by_change(
+    runs: Sequence[CappedRun], active: Mapping[str, int], sandboxes: Mapping[str, int] | None = None
+) -> tuple[list[str], list[str]]:
+    """Which ready runs (oldest first) may start given each Change's active (starting/running) runs, the
+    open sandboxes among them, and its caps: (admitted, held). A held run stays ready (queued) and starts
+    when a slot of its Change frees; each Change only holds its own runs up, never another's, and a Change
+    at its sandbox cap still starts its runs that open no sandbox."""
+    used, opened = dict(active), dict(sandboxes or {})
     admitted: list[str] = []
     held: list[str] = []
     for run in runs:
-        if used.get(run.change_id, 0) < run.cap:
+        if holding_cap(run, used, opened) is None:
             used[run.change_id] = used.get(run.change_id, 0) + 1
+            if run.sandbox:
+                opened[run.change_id] = opened.get(run.change_id, 0) + 1
             admitted.append(run.run_id)
         else:
             held.append(run.run_id)
@@ -122,4 +154,15 @@ def cap_notice(queued: int, active: int, cap: int) -> str:
     return (
         f"blocked_limit: {queued} queued run(s) wait: the Change has {active} active run(s), its project's "
         f"max_active_runs_per_change is {cap}; they start as its runs finish"
+    )
+
+
+def sandbox_notice(queued: int, opened: int, cap: int) -> str:
+    """Why a Change's queued runs that open a sandbox wait on its sandbox cap ("" when they do not)."""
+    if not queued or opened < cap:
+        return ""
+    return (
+        f"blocked_limit: {queued} queued run(s) wait for a sandbox: the Change's open sandboxes: {opened} (its "
+        f"active command and write runs), its project's max_open_sandboxes_per_change is {cap}; they start as "
+        "those runs finish"
     )
