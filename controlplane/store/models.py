@@ -76,6 +76,7 @@ class Project(ForgeLink, Base):
     branch_template: Mapped[str] = mapped_column(String(300), default="")  # "": drover/{change}/{task}
     cache_key_files: Mapped[list[Any]] = mapped_column(default=list)  # their contents key the prepared workspace
     max_active_runs_per_change: Mapped[int] = mapped_column(Integer, default=8, server_default="8")  # admission cap
+    max_open_sandboxes_per_change: Mapped[int] = mapped_column(Integer, default=4, server_default="4")  # likewise
     git_credential_kind: Mapped[str] = mapped_column(String(16), default="")  # token | ssh_key; "": none
     git_credential_sealed: Mapped[str] = mapped_column(Text, default="")  # sealed (operator's key), never returned
     git_credential_fingerprint: Mapped[str] = mapped_column(String(16), default="")

@@ -22,4 +22,5 @@ class RunOutcomeColumns:
     result_success: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     compactions: Mapped[int] = mapped_column(default=0)
     blocked_limit: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
-    """Held queued by its Change's max_active_runs_per_change, and said so once (run.blocked_limit)."""
+    """Held queued by a cap of its Change (max_active_runs_per_change or max_open_sandboxes_per_change), and
+    said so once (run.blocked_limit)."""

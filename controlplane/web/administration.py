@@ -66,11 +66,16 @@ async def update_forge(v: Visit) -> Response:
     return RedirectResponse(f"/projects/{made.name}", status_code=303)
 
 
+ADMISSION = {"max_active_runs_per_change": 8, "max_open_sandboxes_per_change": 4}
+"""The per-Change caps of the admission form, each with the value an empty input means."""
+
+
 async def update_admission(v: Visit) -> Response:
-    """The project's per-Change cap as the admission form sets it (the mask names exactly that setting)."""
-    cap = number(v.form, "max_active_runs_per_change", int, 8, "project.")
-    wanted = project_pb2.Project(name=v.request.path_params["name"], max_active_runs_per_change=cap)
-    mask = field_mask_pb2.FieldMask(paths=["max_active_runs_per_change"])
+    """The project's per-Change caps as the admission form sets them (the mask names exactly the settings
+    the form posts; one it leaves out stays)."""
+    caps = {key: number(v.form, key, int, empty, "project.") for key, empty in ADMISSION.items() if key in v.form}
+    wanted = project_pb2.Project(name=v.request.path_params["name"], **caps)
+    mask = field_mask_pb2.FieldMask(paths=sorted(caps))
     made = await v.call(
         "ProjectService/UpdateProject", project_pb2.UpdateProjectRequest(project=wanted, update_mask=mask)
     )
