@@ -11,10 +11,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.api import convert
+from controlplane.dispatch.assignments import opens_sandbox_clause
 from controlplane.domain import run_states, scheduling
 from controlplane.services import paging
 from controlplane.services.paging import page_size
@@ -67,9 +68,10 @@ def notices(s: Session, change: Change) -> list[str]:
         return []
     project = s.get(Project, change.project)
     pool = project.pool if project else ""
-    capped = _cap_notice(s, change, queued, project)
+    capped, boxed = _cap_notices(s, change, queued, project)
     if capped:
         return [capped]  # its own cap holds its runs, whatever the agents
+    held = [boxed] if boxed else []  # its sandbox cap holds its sandbox runs; the others may wait on agents
     of_pool = (Agent.connected.is_(True), func.coalesce(Agent.pool, "") == pool)
     drivers = sorted(s.scalars(select(Run.driver).where(Run.change_id == change.id, Run.state == "queued").distinct()))
     serving = s.execute(select(Agent.drivers).where(*of_pool, Agent.draining.is_(False)))
@@ -77,7 +79,7 @@ def notices(s: Session, change: Change) -> list[str]:
     for (offered,) in serving:
         missing -= set(offered or ())
         if not missing:
-            return []
+            return held
     connected = [
         scheduling.AgentSlot(name, {}, capacity, frozenset(offered or ()), draining, pool)
         for name, capacity, offered, draining in s.execute(
@@ -86,16 +88,28 @@ def notices(s: Session, change: Change) -> list[str]:
     ]
     found = [scheduling.pool_notice(pool, connected)]
     found += [scheduling.driver_notice(pool, driver, connected) for driver in drivers]
-    return [n for n in found if n]
+    return held + [n for n in found if n]
 
 
-def _cap_notice(s: Session, change: Change, queued: int, project: Project | None) -> str:
-    """blocked_limit: the Change's active runs fill its project's max_active_runs_per_change."""
-    cap = project.max_active_runs_per_change if project else scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE
-    active = s.scalar(
-        select(func.count()).select_from(Run).where(Run.change_id == change.id, Run.state.in_(run_states.ACTIVE))
+def _cap_notices(s: Session, change: Change, queued: int, project: Project | None) -> tuple[str, str]:
+    """blocked_limit: the Change's active runs fill its project's max_active_runs_per_change; its open
+    sandboxes fill its max_open_sandboxes_per_change while runs that would open one wait (one query)."""
+    cap, sandbox_cap = scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE, scheduling.DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE
+    if project is not None:
+        cap, sandbox_cap = project.max_active_runs_per_change, project.max_open_sandboxes_per_change
+    is_active, sandbox = Run.state.in_(run_states.ACTIVE), opens_sandbox_clause()
+    counted = (is_active, is_active & sandbox, (Run.state == "queued") & sandbox)
+    active, opened, waiting = s.execute(
+        select(*(func.sum(case((when, 1), else_=0)) for when in counted))
+        .select_from(Run)
+        .join(Task, Task.id == Run.task_id)
+        .outerjoin(Project, Project.name == change.project)
+        .where(Run.change_id == change.id, Run.state.in_({"queued", *run_states.ACTIVE}))
+    ).one()
+    return (
+        scheduling.cap_notice(queued, active or 0, cap),
+        scheduling.sandbox_notice(waiting or 0, opened or 0, sandbox_cap),
     )
-    return scheduling.cap_notice(queued, active or 0, cap)
 
 
 def list_changes(

@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Mapping
 
+from sqlalchemy import ColumnElement, func, or_
 from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig
@@ -27,6 +28,17 @@ def workspace_mode(kind: str, project: Project) -> str:
     if not project.repo:
         return "none"
     return "write" if kind in WRITE_KINDS else "read"
+
+
+def opens_sandbox(driver: str, kind: str, project: Project) -> bool:
+    """Whether a run holds an open sandbox while active (its Change's max_open_sandboxes_per_change counts
+    it): a command run always runs its command there; a harness run only when its Task writes a workspace."""
+    return driver == "command" or workspace_mode(kind, project) == "write"
+
+
+def opens_sandbox_clause() -> ColumnElement[bool]:
+    """opens_sandbox in SQL, for a query that joins a run's Task and Project."""
+    return or_(Run.driver == "command", Task.kind.in_(WRITE_KINDS) & (func.coalesce(Project.repo, "") != ""))
 
 
 @dataclasses.dataclass(frozen=True)

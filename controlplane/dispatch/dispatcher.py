@@ -17,12 +17,21 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.dispatch import assignments
-from controlplane.dispatch.assignments import Assignment
+from controlplane.dispatch.assignments import Assignment, opens_sandbox, opens_sandbox_clause
 from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
 from controlplane.domain.claims import task_resources
 from controlplane.domain.error_ids import error_id
-from controlplane.domain.scheduling import AgentSlot, CappedRun, QueuedRun, admit_by_change, plan_assignments
+from controlplane.domain.scheduling import (
+    AgentSlot,
+    CappedRun,
+    Hold,
+    QueuedRun,
+    admit_by_change,
+    holding_cap,
+    holds_after,
+    plan_assignments,
+)
 from controlplane.services import claims, run_lifecycle
 from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
@@ -149,10 +158,11 @@ def assign_queued(
     if not free:
         return Dispatched([], [])
     drivers = set().union(*(slot.drivers for slot in free))
-    active, caps = change_load(s)
-    full = sorted(c for c, cap in caps.items() if active.get(c, 0) >= cap)
-    if full:
-        hold_full(s, full, active, caps)
+    active, sandboxes, caps = change_load(s)
+    full = sorted(c for c, (cap, _) in caps.items() if active.get(c, 0) >= cap)
+    boxed = sorted(c for c, (_, cap) in caps.items() if c not in full and sandboxes.get(c, 0) >= cap)
+    if full or boxed:
+        hold_full(s, full, boxed, active, sandboxes)
     rows = s.execute(
         select(Run, Task, Project)
         .join(Task, Run.task_id == Task.id)
@@ -163,13 +173,14 @@ def assign_queued(
         .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
         .where(Project.pool.in_({slot.pool for slot in free}), Run.driver.in_(drivers))
         .where(Run.change_id.not_in(full))  # a Change at its cap never fills the window others' runs need
+        .where(~(Run.change_id.in_(boxed) & opens_sandbox_clause()))  # nor one at its sandbox cap
         .order_by(Run.created_at, Run.id)
         .limit(min(500, max(20, 2 * sum(slot.free for slot in free))))
         # Several replicas: each takes the queued runs no other replica is assigning right now.
         .with_for_update(of=Run, skip_locked=True)
     ).all()
     queued = {run.id: (run, task, project) for run, task, project in rows}
-    admitted = _admit(s, queued, active)
+    admitted = _admit(s, queued, active, sandboxes)
     plan = plan_assignments(
         [
             QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
@@ -192,53 +203,74 @@ def assign_queued(
     return Dispatched(out, failed)
 
 
-def _admit(s: Session, queued: dict[str, tuple[Run, Task, Project]], active: dict[str, int]) -> list[str]:
+def _admit(
+    s: Session, queued: dict[str, tuple[Run, Task, Project]], active: dict[str, int], sandboxes: dict[str, int]
+) -> list[str]:
     """The queued runs their Changes' caps let start (oldest first); the others are held, said once."""
-    admitted, held = admit_by_change(
-        [CappedRun(run.id, run.change_id, project.max_active_runs_per_change) for run, _, project in queued.values()],
-        active,
-    )
-    if held:  # the count the event says: active before this pass and admitted in it
-        now_active = dict(active)
-        for run_id in admitted:
-            change_id = queued[run_id][0].change_id
-            now_active[change_id] = now_active.get(change_id, 0) + 1
-        for run_id in held:
-            run = queued[run_id][0]
-            _hold(s, run, now_active, {run.change_id: queued[run_id][2].max_active_runs_per_change})
+    capped = [
+        CappedRun(
+            run.id,
+            run.change_id,
+            project.max_active_runs_per_change,
+            project.max_open_sandboxes_per_change,
+            opens_sandbox(run.driver, task.kind, project),
+        )
+        for run, task, project in queued.values()
+    ]
+    admitted, held = admit_by_change(capped, active, sandboxes)
+    if held:  # the counts the event says: active before this pass and admitted in it
+        for run_id, hold in holds_after(capped, admitted, active, sandboxes).items():
+            _hold(s, queued[run_id][0], hold)
     return list(admitted)
 
 
-def change_load(s: Session) -> tuple[dict[str, int], dict[str, int]]:
-    """Of each Change with queued runs, in one query: its active (starting/running) runs, and its project's
-    max_active_runs_per_change."""
+def change_load(s: Session) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[int, int]]]:
+    """Of each Change with queued runs, in one query: its active (starting/running) runs, the open sandboxes
+    among them, and its project's (max_active_runs_per_change, max_open_sandboxes_per_change)."""
     waiting = select(Run.change_id).where(Run.state == "queued").distinct()
-    active_runs = func.sum(case((Run.state.in_(run_states.ACTIVE), 1), else_=0))
+    is_active = Run.state.in_(run_states.ACTIVE)
+    active_runs = func.sum(case((is_active, 1), else_=0))
+    open_sandboxes = func.sum(case((is_active & opens_sandbox_clause(), 1), else_=0))
+    caps = (Project.max_active_runs_per_change, Project.max_open_sandboxes_per_change)
     rows = s.execute(
-        select(Run.change_id, active_runs, Project.max_active_runs_per_change)
+        select(Run.change_id, active_runs, open_sandboxes, *caps)
+        .join(Task, Run.task_id == Task.id)
         .join(Change, Change.id == Run.change_id)
         .join(Project, Project.name == Change.project)
         .where(Run.change_id.in_(waiting), Run.state.in_({"queued", *run_states.ACTIVE}))
-        .group_by(Run.change_id, Project.max_active_runs_per_change)
+        .group_by(Run.change_id, *caps)
     ).all()
-    return {c: int(n or 0) for c, n, _ in rows}, {c: cap for c, _, cap in rows}
+    return (
+        {c: int(n or 0) for c, n, _, _, _ in rows},
+        {c: int(o or 0) for c, _, o, _, _ in rows},
+        {c: (cap, sandbox_cap) for c, _, _, cap, sandbox_cap in rows},
+    )
 
 
-def hold_full(s: Session, full: list[str], active: dict[str, int], caps: dict[str, int]) -> None:
-    """The queued runs of Changes at their cap not said to be held yet: noted once each (one query)."""
-    runs = s.scalars(
-        select(Run)
-        .where(Run.state == "queued", Run.change_id.in_(full), Run.blocked_limit.is_(False))
+def hold_full(s: Session, full: list[str], boxed: list[str], active: dict[str, int], sandboxes: dict[str, int]) -> None:
+    """The queued runs a cap of their Change holds whatever this pass admits, not said to be held yet: every
+    run of a Change at its active-run cap (`full`), the sandbox runs of one at its sandbox cap (`boxed`).
+    Noted once each (one query)."""
+    sandbox = opens_sandbox_clause()
+    rows = s.execute(
+        select(Run, sandbox, Project.max_active_runs_per_change, Project.max_open_sandboxes_per_change)
+        .join(Task, Run.task_id == Task.id)
+        .join(Change, Change.id == Run.change_id)
+        .join(Project, Project.name == Change.project)
+        .where(Run.state == "queued", Run.blocked_limit.is_(False))
+        .where(or_(Run.change_id.in_(full), Run.change_id.in_(boxed) & sandbox))
         .order_by(Run.created_at, Run.id)
         .limit(500)
-        .with_for_update(skip_locked=True)
+        .with_for_update(of=Run, skip_locked=True)
     ).all()
-    for run in runs:
-        _hold(s, run, active, caps)
+    for run, opens, cap, sandbox_cap in rows:
+        hold = holding_cap(CappedRun(run.id, run.change_id, cap, sandbox_cap, bool(opens)), active, sandboxes)
+        if hold is not None:
+            _hold(s, run, hold)
 
 
-def _hold(s: Session, run: Run, active: dict[str, int], caps: dict[str, int]) -> None:
-    """A ready run its Change's cap holds queued: the event once per blocking (a run assigned later and
+def _hold(s: Session, run: Run, hold: Hold) -> None:
+    """A ready run a cap of its Change holds queued: the event once per blocking (a run assigned later and
     refused back to the queue may be held, and said, again)."""
     if run.blocked_limit:
         return
@@ -249,9 +281,9 @@ def _hold(s: Session, run: Run, active: dict[str, int], caps: dict[str, int]) ->
         change_id=run.change_id,
         task_id=run.task_id,
         run_id=run.id,
-        cap="max_active_runs_per_change",
-        limit=caps.get(run.change_id, 0),
-        active=active.get(run.change_id, 0),
+        cap=hold.cap,
+        limit=hold.limit,
+        active=hold.active,
     )
 
 

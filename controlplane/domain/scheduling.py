@@ -147,6 +147,23 @@ def admit_by_change(
     return admitted, held
 
 
+def holds_after(
+    runs: Sequence[CappedRun], admitted: Sequence[str], active: Mapping[str, int], sandboxes: Mapping[str, int]
+) -> dict[str, Hold]:
+    """Which cap holds each run not admitted, its Change's counts taking in the runs admitted in the same
+    pass (what its run.blocked_limit event says)."""
+    used, opened, chosen = dict(active), dict(sandboxes), set(admitted)
+    for run in runs:
+        if run.run_id in chosen:
+            used[run.change_id] = used.get(run.change_id, 0) + 1
+            opened[run.change_id] = opened.get(run.change_id, 0) + run.sandbox
+    return {
+        run.run_id: hold
+        for run in runs
+        if run.run_id not in chosen and (hold := holding_cap(run, used, opened)) is not None
+    }
+
+
 def cap_notice(queued: int, active: int, cap: int) -> str:
     """Why a Change's queued runs wait on its own cap ("" when they do not)."""
     if not queued or active < cap:

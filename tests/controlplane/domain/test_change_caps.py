@@ -13,6 +13,7 @@ from controlplane.domain.scheduling import (
     cap_notice,
     check_change_cap,
     holding_cap,
+    holds_after,
     sandbox_notice,
 )
 from drover.errors import InvalidArgument
@@ -72,7 +73,12 @@ def test_admit_by_change(runs: list[CappedRun], active: dict[str, int], admitted
     [
         pytest.param([box("r1", "c1"), box("r2", "c1")], {}, {}, ["r1", "r2"], [], id="under both caps: all start"),
         pytest.param(
-            [box("r1", "c1"), box("r2", "c1"), box("r3", "c1")], {}, {}, ["r1", "r2"], ["r3"], id="sandbox cap this pass"
+            [box("r1", "c1"), box("r2", "c1"), box("r3", "c1")],
+            {},
+            {},
+            ["r1", "r2"],
+            ["r3"],
+            id="the sandbox cap counts this pass",
         ),
         pytest.param([box("r1", "c1")], {"c1": 2}, {"c1": 2}, [], ["r1"], id="at the sandbox cap: held"),
         pytest.param(
@@ -148,6 +154,16 @@ def test_admit_by_both_caps(
 )
 def test_holding_cap_says_which_cap_holds_a_run(queued: CappedRun, active: int, sandboxes: int, hold: Hold) -> None:
     assert holding_cap(queued, {"c": active}, {"c": sandboxes}) == hold
+
+
+def test_a_held_run_is_said_with_the_counts_after_the_pass() -> None:
+    runs = [box("r1", "c1"), plain("r2", "c1"), box("r3", "c1"), plain("r4", "c2", cap=1)]
+    admitted, held = admit_by_change(runs, {"c1": 1, "c2": 1}, {"c1": 1})
+    assert (admitted, held) == (["r1", "r2"], ["r3", "r4"])
+    assert holds_after(runs, admitted, {"c1": 1, "c2": 1}, {"c1": 1}) == {
+        "r3": Hold("max_open_sandboxes_per_change", 2, 2),
+        "r4": Hold("max_active_runs_per_change", 1, 1),
+    }
 
 
 def test_admission_leaves_the_counts_given_alone() -> None:

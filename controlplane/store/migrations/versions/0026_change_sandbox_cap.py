@@ -16,7 +16,9 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("projects", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("max_open_sandboxes_per_change", sa.Integer(), nullable=False, server_default="4"))
+        batch_op.add_column(
+            sa.Column("max_open_sandboxes_per_change", sa.Integer(), nullable=False, server_default="4")
+        )
 
 
 def downgrade() -> None:
