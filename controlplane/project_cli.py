@@ -195,8 +195,7 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
         "--max-open-sandboxes-per-change",
         type=int,
         default=4,
-        help="at most this many runs of one Change hold an open sandbox (command and write runs) at once; "
-        "the rest of those stay queued (1-1000, default 4)",
+        help="at most this many runs of one Change hold an open sandbox at once; the rest wait (1-1000, default 4)",
     )
     preparation_flags(pa)
     forge_flags(pa)

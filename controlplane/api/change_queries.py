@@ -94,13 +94,16 @@ def notices(s: Session, change: Change) -> list[str]:
 def _cap_notices(s: Session, change: Change, queued: int, project: Project | None) -> tuple[str, str]:
     """blocked_limit: the Change's active runs fill its project's max_active_runs_per_change; its open
     sandboxes fill its max_open_sandboxes_per_change while runs that would open one wait (one query)."""
-    cap, sandbox_cap = scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE, scheduling.DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE
+    cap, sandbox_cap = scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE, scheduling.DEFAULT_OPEN_SANDBOXES_PER_CHANGE
     if project is not None:
         cap, sandbox_cap = project.max_active_runs_per_change, project.max_open_sandboxes_per_change
     is_active, sandbox = Run.state.in_(run_states.ACTIVE), opens_sandbox_clause()
-    counted = (is_active, is_active & sandbox, (Run.state == "queued") & sandbox)
     active, opened, waiting = s.execute(
-        select(*(func.sum(case((when, 1), else_=0)) for when in counted))
+        select(
+            func.sum(case((is_active, 1), else_=0)),
+            func.sum(case((is_active & sandbox, 1), else_=0)),
+            func.sum(case(((Run.state == "queued") & sandbox, 1), else_=0)),
+        )
         .select_from(Run)
         .join(Task, Task.id == Run.task_id)
         .outerjoin(Project, Project.name == change.project)

@@ -66,9 +66,7 @@ def project_message(p: Project) -> project_pb2.Project:
         forge_branch_template=p.forge_branch_template or "",
         forge_check_command=p.forge_check_command or "",
         max_active_runs_per_change=p.max_active_runs_per_change or scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE,
-        max_open_sandboxes_per_change=(
-            p.max_open_sandboxes_per_change or scheduling.DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE
-        ),
+        max_open_sandboxes_per_change=p.max_open_sandboxes_per_change or scheduling.DEFAULT_OPEN_SANDBOXES_PER_CHANGE,
     )
     if p.git_credential_kind:
         out.git_credential.CopyFrom(
@@ -120,7 +118,7 @@ def settings_from(message: project_pb2.Project, paths: Iterable[str]) -> dict[st
             value = (
                 message.max_open_sandboxes_per_change
                 if message.HasField(path)
-                else scheduling.DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE
+                else scheduling.DEFAULT_OPEN_SANDBOXES_PER_CHANGE
             )
         elif path == "env":
             value = dict(value)

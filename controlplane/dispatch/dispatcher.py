@@ -28,6 +28,7 @@ from controlplane.domain.scheduling import (
     Hold,
     QueuedRun,
     admit_by_change,
+    changes_at_caps,
     holding_cap,
     holds_after,
     plan_assignments,
@@ -159,8 +160,7 @@ def assign_queued(
         return Dispatched([], [])
     drivers = set().union(*(slot.drivers for slot in free))
     active, sandboxes, caps = change_load(s)
-    full = sorted(c for c, (cap, _) in caps.items() if active.get(c, 0) >= cap)
-    boxed = sorted(c for c, (_, cap) in caps.items() if c not in full and sandboxes.get(c, 0) >= cap)
+    full, boxed = changes_at_caps(active, sandboxes, caps)
     if full or boxed:
         hold_full(s, full, boxed, active, sandboxes)
     rows = s.execute(

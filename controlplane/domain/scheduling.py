@@ -81,8 +81,19 @@ def driver_notice(pool: str, driver: str, agents: Sequence[AgentSlot]) -> str:
 
 
 DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE = 8
-DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE = 4
+DEFAULT_OPEN_SANDBOXES_PER_CHANGE = 4
 MAX_CHANGE_CAP = 1000
+
+
+def changes_at_caps(
+    active: Mapping[str, int], sandboxes: Mapping[str, int], caps: Mapping[str, tuple[int, int]]
+) -> tuple[list[str], list[str]]:
+    """Of the Changes with (max_active_runs_per_change, max_open_sandboxes_per_change) `caps`: those whose
+    active runs fill the first (none of their runs may start), and the others whose open sandboxes fill the
+    second (only their runs that open none may start)."""
+    full = sorted(c for c, (cap, _) in caps.items() if active.get(c, 0) >= cap)
+    boxed = sorted(c for c, (_, cap) in caps.items() if c not in full and sandboxes.get(c, 0) >= cap)
+    return full, boxed
 
 
 def check_change_cap(value: int, field: str = "max_active_runs_per_change") -> int:
@@ -98,7 +109,7 @@ class CappedRun:
     change_id: str
     cap: int
     """The project's max_active_runs_per_change."""
-    sandbox_cap: int = DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE
+    sandbox_cap: int = DEFAULT_OPEN_SANDBOXES_PER_CHANGE
     """The project's max_open_sandboxes_per_change."""
     sandbox: bool = False
     """It opens a sandbox while active (a command run, or a Task with a writable workspace): the sandbox

@@ -65,7 +65,7 @@ class ProjectSettings:
     """The command an issue's check Task runs after its implement Task ("": no check Task)."""
     max_active_runs_per_change: int = scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE
     """At most this many runs of one Change are active (starting/running); the rest stay queued."""
-    max_open_sandboxes_per_change: int = scheduling.DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE
+    max_open_sandboxes_per_change: int = scheduling.DEFAULT_OPEN_SANDBOXES_PER_CHANGE
     """At most this many active runs of one Change hold an open sandbox (command runs, and write Tasks of a
     project with a repository); its other runs that would open one stay queued."""
 
@@ -100,9 +100,7 @@ def settings_of(p: Project) -> ProjectSettings:
         forge_branch_template=p.forge_branch_template or forge_rules.DEFAULT_BRANCH_TEMPLATE,
         forge_check_command=p.forge_check_command or "",
         max_active_runs_per_change=p.max_active_runs_per_change or scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE,
-        max_open_sandboxes_per_change=(
-            p.max_open_sandboxes_per_change or scheduling.DEFAULT_MAX_OPEN_SANDBOXES_PER_CHANGE
-        ),
+        max_open_sandboxes_per_change=p.max_open_sandboxes_per_change or scheduling.DEFAULT_OPEN_SANDBOXES_PER_CHANGE,
     )
 
 

@@ -11,6 +11,7 @@ from controlplane.domain.scheduling import (
     Hold,
     admit_by_change,
     cap_notice,
+    changes_at_caps,
     check_change_cap,
     holding_cap,
     holds_after,
@@ -164,6 +165,28 @@ def test_a_held_run_is_said_with_the_counts_after_the_pass() -> None:
         "r3": Hold("max_open_sandboxes_per_change", 2, 2),
         "r4": Hold("max_active_runs_per_change", 1, 1),
     }
+
+
+@pytest.mark.parametrize(
+    "active, sandboxes, caps, full, boxed",
+    [
+        pytest.param({}, {}, {}, [], [], id="no Change waits"),
+        pytest.param({"c1": 3}, {"c1": 1}, {"c1": (8, 4)}, [], [], id="under both"),
+        pytest.param({"c1": 8}, {"c1": 4}, {"c1": (8, 4)}, ["c1"], [], id="at the active cap: full, whatever else"),
+        pytest.param({"c1": 4}, {"c1": 4}, {"c1": (8, 4)}, [], ["c1"], id="at the sandbox cap only"),
+        pytest.param(
+            {"c2": 2, "c1": 1}, {"c2": 2}, {"c1": (1, 4), "c2": (8, 2), "c3": (8, 4)}, ["c1"], ["c2"], id="each its own"
+        ),
+    ],
+)
+def test_changes_at_caps(
+    active: dict[str, int],
+    sandboxes: dict[str, int],
+    caps: dict[str, tuple[int, int]],
+    full: list[str],
+    boxed: list[str],
+) -> None:
+    assert changes_at_caps(active, sandboxes, caps) == (full, boxed)
 
 
 def test_admission_leaves_the_counts_given_alone() -> None:
