@@ -1,7 +1,7 @@
 """The dispatch loop: route the queued harness runs, then give queued runs to connected agents (in the
 fair order: by weight between a pool's projects, round-robin between a project's Changes, oldest first
-within one; each to the agent of the run's pool with the most free capacity). Every run is assigned in a savepoint
-of its own; one that cannot be assigned fails alone, in its own transaction, and the batch goes on."""
+within one; each to the agent of the run's pool with the most free capacity). Every run is assigned in
+a savepoint of its own; one that cannot be assigned fails alone, in its own transaction, and the batch goes on."""
 
 from __future__ import annotations
 
@@ -190,8 +190,8 @@ def assign_queued(
 def ready_window(s: Session, free: list[AgentSlot], drivers: set[str], full: list[str]) -> list[Any]:
     """The ready runs (with their Task and project) this pass chooses from, oldest first: each Change's
     oldest runs, as many as the free slots, so a young Change is in the window however many runs older
-    Changes queue. The window function ranks in a subquery: PostgreSQL locks no rows at a query level
-    that has one."""
+    Changes queue. The window function ranks in a subquery: PostgreSQL refuses FOR UPDATE at the query
+    level that has one, so the outer query locks."""
     slots = max(1, sum(slot.free for slot in free))
     rank = func.row_number().over(partition_by=Run.change_id, order_by=(Run.created_at, Run.id)).label("change_rank")
     ranked = (
