@@ -60,6 +60,7 @@ def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> 
             forge_branch_template=args.forge_branch_template,
             forge_check_command=args.forge_check_command,
             max_active_runs_per_change=args.max_active_runs_per_change,
+            weight=args.weight,
         )
     )
     print(f"project {args.name}: repo {repo or '(none)'}, branch {branch}, pool {args.pool or '(default)'}{note}")
@@ -106,6 +107,7 @@ def as_dict(p: Project) -> dict[str, Any]:
         "forge_branch_template": p.forge_branch_template,
         "forge_check_command": p.forge_check_command,
         "max_active_runs_per_change": p.max_active_runs_per_change,
+        "weight": p.weight,
         "forge_credential": p.forge_credential_kind,
         "webhook_secret": bool(p.webhook_secret_sealed),
     }
@@ -188,6 +190,12 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
         type=int,
         default=8,
         help="at most this many runs of one Change are active at once; the rest stay queued (1-1000, default 8)",
+    )
+    pa.add_argument(
+        "--weight",
+        type=int,
+        default=1,
+        help="the project's share of its pool's slots against the pool's other projects (1-1000, default 1)",
     )
     preparation_flags(pa)
     forge_flags(pa)

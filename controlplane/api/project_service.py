@@ -66,6 +66,7 @@ def project_message(p: Project) -> project_pb2.Project:
         forge_branch_template=p.forge_branch_template or "",
         forge_check_command=p.forge_check_command or "",
         max_active_runs_per_change=p.max_active_runs_per_change or scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE,
+        weight=p.weight or scheduling.DEFAULT_WEIGHT,
     )
     if p.git_credential_kind:
         out.git_credential.CopyFrom(
@@ -113,6 +114,8 @@ def settings_from(message: project_pb2.Project, paths: Iterable[str]) -> dict[st
                 if message.HasField(path)
                 else scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE
             )
+        elif path == "weight":  # unset: the default; 0 is refused, naming it
+            value = message.weight if message.HasField(path) else scheduling.DEFAULT_WEIGHT
         elif path == "env":
             value = dict(value)
         elif not isinstance(value, str | bool | float | int):

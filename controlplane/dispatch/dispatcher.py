@@ -1,6 +1,7 @@
-"""The dispatch loop: route the queued harness runs, then give queued runs to connected agents (oldest
-first, to the agent of the run's pool with the most free capacity). Every run is assigned in a savepoint
-of its own; one that cannot be assigned fails alone, in its own transaction, and the batch goes on."""
+"""The dispatch loop: route the queued harness runs, then give queued runs to connected agents (in the
+fair order: by weight between a pool's projects, round-robin between a project's Changes, oldest first
+within one; each to the agent of the run's pool with the most free capacity). Every run is assigned in
+a savepoint of its own; one that cannot be assigned fails alone, in its own transaction, and the batch goes on."""
 
 from __future__ import annotations
 
@@ -22,7 +23,15 @@ from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
 from controlplane.domain.claims import task_resources
 from controlplane.domain.error_ids import error_id
-from controlplane.domain.scheduling import AgentSlot, CappedRun, QueuedRun, admit_by_change, plan_assignments
+from controlplane.domain.scheduling import (
+    AgentSlot,
+    CappedRun,
+    FairRun,
+    QueuedRun,
+    admit_by_change,
+    fair_order,
+    plan_assignments,
+)
 from controlplane.services import claims, run_lifecycle
 from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
@@ -153,23 +162,9 @@ def assign_queued(
     full = sorted(c for c, cap in caps.items() if active.get(c, 0) >= cap)
     if full:
         hold_full(s, full, active, caps)
-    rows = s.execute(
-        select(Run, Task, Project)
-        .join(Task, Run.task_id == Task.id)
-        .join(Change, Change.id == Run.change_id)
-        .join(Project, Project.name == Change.project)
-        .where(Run.state == "queued")
-        .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
-        .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
-        .where(Project.pool.in_({slot.pool for slot in free}), Run.driver.in_(drivers))
-        .where(Run.change_id.not_in(full))  # a Change at its cap never fills the window others' runs need
-        .order_by(Run.created_at, Run.id)
-        .limit(min(500, max(20, 2 * sum(slot.free for slot in free))))
-        # Several replicas: each takes the queued runs no other replica is assigning right now.
-        .with_for_update(of=Run, skip_locked=True)
-    ).all()
+    rows = ready_window(s, free, drivers, full)
     queued = {run.id: (run, task, project) for run, task, project in rows}
-    admitted = _admit(s, queued, active)
+    admitted = fair_share(s, queued, _admit(s, queued, active), active)
     plan = plan_assignments(
         [
             QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
@@ -190,6 +185,60 @@ def assign_queued(
         if assignment is not None:
             out.append((agent, assignment))
     return Dispatched(out, failed)
+
+
+def ready_window(s: Session, free: list[AgentSlot], drivers: set[str], full: list[str]) -> list[Any]:
+    """The ready runs (with their Task and project) this pass chooses from, oldest first: each Change's
+    oldest runs, as many as the free slots, so a young Change is in the window however many runs older
+    Changes queue. The window function ranks in a subquery: PostgreSQL refuses FOR UPDATE at the query
+    level that has one, so the outer query locks."""
+    slots = max(1, sum(slot.free for slot in free))
+    rank = func.row_number().over(partition_by=Run.change_id, order_by=(Run.created_at, Run.id)).label("change_rank")
+    ranked = (
+        select(Run.id, rank)
+        .join(Change, Change.id == Run.change_id)
+        .join(Project, Project.name == Change.project)
+        .where(Run.state == "queued")
+        .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
+        .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
+        .where(Project.pool.in_({slot.pool for slot in free}), Run.driver.in_(drivers))
+        .where(Run.change_id.not_in(full))  # a Change at its cap never fills the window others' runs need
+        .subquery()
+    )
+    rows = s.execute(
+        select(Run, Task, Project)
+        .join(ranked, ranked.c.id == Run.id)
+        .join(Task, Run.task_id == Task.id)
+        .join(Change, Change.id == Run.change_id)
+        .join(Project, Project.name == Change.project)
+        .where(ranked.c.change_rank <= slots)
+        .order_by(ranked.c.change_rank, Run.created_at, Run.id)  # past the limit: every Change's first runs first
+        .limit(min(2000, max(50, 4 * slots)))
+        # Several replicas: each takes the queued runs no other replica is assigning right now.
+        .with_for_update(of=Run, skip_locked=True)
+    ).all()
+    return sorted(rows, key=lambda row: (row[0].created_at, row[0].id))
+
+
+def fair_share(
+    s: Session, queued: dict[str, tuple[Run, Task, Project]], admitted: list[str], active: dict[str, int]
+) -> list[str]:
+    """The admitted runs in the order the pools' slots go to them (`scheduling.fair_order`): by weight
+    between projects, round-robin between a project's Changes, counting the runs already active."""
+    names = {queued[run_id][2].name for run_id in admitted}
+    by_project = dict(
+        s.execute(
+            select(Change.project, func.count())
+            .select_from(Run)
+            .join(Change, Change.id == Run.change_id)
+            .where(Run.state.in_(run_states.ACTIVE), Change.project.in_(names))
+            .group_by(Change.project)
+        ).all()
+    )
+    runs = [queued[run_id] for run_id in admitted]
+    return fair_order(
+        [FairRun(run.id, run.change_id, project.name, project.weight) for run, _, project in runs], active, by_project
+    )
 
 
 def _admit(s: Session, queued: dict[str, tuple[Run, Task, Project]], active: dict[str, int]) -> list[str]:

@@ -65,6 +65,8 @@ class ProjectSettings:
     """The command an issue's check Task runs after its implement Task ("": no check Task)."""
     max_active_runs_per_change: int = scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE
     """At most this many runs of one Change are active (starting/running); the rest stay queued."""
+    weight: int = scheduling.DEFAULT_WEIGHT
+    """The project's share of its pool's slots against the pool's other projects (fair sharing)."""
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ProjectSettings))
@@ -97,6 +99,7 @@ def settings_of(p: Project) -> ProjectSettings:
         forge_branch_template=p.forge_branch_template or forge_rules.DEFAULT_BRANCH_TEMPLATE,
         forge_check_command=p.forge_check_command or "",
         max_active_runs_per_change=p.max_active_runs_per_change or scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE,
+        weight=p.weight or scheduling.DEFAULT_WEIGHT,
     )
 
 
@@ -215,6 +218,7 @@ def checked_settings(w: ProjectSettings, project: Project) -> ProjectSettings:
         forge_branch_template=forge_rules.check_branch_template(w.forge_branch_template),
         forge_check_command=forge_rules.check_check_command(w.forge_check_command),
         max_active_runs_per_change=scheduling.check_change_cap(w.max_active_runs_per_change),
+        weight=scheduling.check_weight(w.weight),
     )
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from controlplane.store.admission_columns import ProjectAdmission
 from controlplane.store.forge_columns import ChangeBase, DeliveryColumns, ForgeLink, IssueChangeColumns
 from controlplane.store.notification_columns import NotificationCursorColumns, NotificationDeliveryColumns
 from controlplane.store.run_columns import RunOutcomeColumns
@@ -56,7 +57,7 @@ class Token(Base):
     created_by: Mapped[str] = mapped_column(String(200), default="")  # the token that minted it; "": the host
 
 
-class Project(ForgeLink, Base):
+class Project(ProjectAdmission, ForgeLink, Base):
     __tablename__ = "projects"
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     repo: Mapped[str] = mapped_column(Text, default="")
@@ -75,7 +76,6 @@ class Project(ForgeLink, Base):
     git_email: Mapped[str] = mapped_column(String(200), default="")
     branch_template: Mapped[str] = mapped_column(String(300), default="")  # "": drover/{change}/{task}
     cache_key_files: Mapped[list[Any]] = mapped_column(default=list)  # their contents key the prepared workspace
-    max_active_runs_per_change: Mapped[int] = mapped_column(Integer, default=8, server_default="8")  # admission cap
     git_credential_kind: Mapped[str] = mapped_column(String(16), default="")  # token | ssh_key; "": none
     git_credential_sealed: Mapped[str] = mapped_column(Text, default="")  # sealed (operator's key), never returned
     git_credential_fingerprint: Mapped[str] = mapped_column(String(16), default="")

@@ -66,11 +66,16 @@ async def update_forge(v: Visit) -> Response:
     return RedirectResponse(f"/projects/{made.name}", status_code=303)
 
 
+ADMISSION = {"max_active_runs_per_change": 8, "weight": 1}
+"""The admission form's settings and their defaults (an empty input)."""
+
+
 async def update_admission(v: Visit) -> Response:
-    """The project's per-Change cap as the admission form sets it (the mask names exactly that setting)."""
-    cap = number(v.form, "max_active_runs_per_change", int, 8, "project.")
-    wanted = project_pb2.Project(name=v.request.path_params["name"], max_active_runs_per_change=cap)
-    mask = field_mask_pb2.FieldMask(paths=["max_active_runs_per_change"])
+    """The project's per-Change cap and weight as the admission form sets them (the mask names exactly the
+    ones the form sent)."""
+    given = {key: number(v.form, key, int, default, "project.") for key, default in ADMISSION.items() if key in v.form}
+    wanted = project_pb2.Project(name=v.request.path_params["name"], **given)
+    mask = field_mask_pb2.FieldMask(paths=sorted(given))
     made = await v.call(
         "ProjectService/UpdateProject", project_pb2.UpdateProjectRequest(project=wanted, update_mask=mask)
     )
