@@ -33,7 +33,6 @@ from drover.core.usage import Usage
 from drover.errors import DroverError
 
 log = logging.getLogger("drover.router")
-QUOTA_ERRORS = frozenset({"rate_limit_error", "RateLimited", "billing_error", "SpendLimited", "429"})
 ROUTING_TRIES = 3
 """Routing passes a run may fail before it is failed alone (routing_failed)."""
 
@@ -200,15 +199,21 @@ def _conflicts(s: Session, run: Run) -> list[dict[str, Any]]:
 
 
 def _record_probes(s: Session, run_id: str, cls: members.TierClass, snapshots: dict[str, Any]) -> None:
+    """Per Subscription member: the probe's overall quota, and the bucket it was gated on ("": the overall)
+    with that bucket's quota."""
     for m in cls.members:
         if m.billing == members.SUBSCRIPTION:
+            gated = snapshots[m.route_key].for_model(m.model)
             events.add_event(
                 s,
                 "quota_router.probed",
                 run_id=run_id,
                 tier_class=cls.id,
                 member=m.route_key,
+                model=m.model,
                 available_pct=snapshots[m.route_key].available_pct,
+                bucket=gated.bucket,
+                bucket_pct=gated.available_pct,
             )
 
 
@@ -243,7 +248,7 @@ class Router:
         self.objects, self.mirrors = objects, mirrors
         self.recall = recall
         self.probe = QuotaProbe(policy=harness.quota)
-        self.observed = ObservedFailures(dt.timedelta(minutes=harness.quota.observed_failure_retention_minutes))
+        self.observed = ObservedFailures(store, dt.timedelta(minutes=harness.quota.observed_failure_retention_minutes))
         self.rr: dict[str, int] = {}
         self.failures: dict[str, int] = {}  # run id -> routing passes that failed in a row
         self.classifier = self._haiku(harness)
@@ -313,11 +318,6 @@ class Router:
             workspace_id=harness.workspace_id,
         )
 
-    def observe(self, member: str, error: str) -> None:
-        """agentd reported an attempt's error for a member: a 429 or quota error blocks an unknown probe."""
-        if member and error in QUOTA_ERRORS:
-            self.observed.record(member, utcnow())
-
     async def route_pending(self) -> int:
         pending = await self.store.read(unrouted)  # a read: never waits behind the writer
         for item in pending:
@@ -377,7 +377,7 @@ class Router:
         snapshots = await self.probe.snapshots(cls.members)
         now = utcnow()
         window = dt.timedelta(minutes=h.quota.observed_failure_window_minutes)
-        observed = {m.route_key: self.observed.recent(m.route_key, window, now) for m in cls.members}
+        observed = await self.observed.recent((m.route_key for m in cls.members), window, now)
         active = await self.store.run(active_by_member)
         sticky = await self.store.run(previous_member, item.run_id) if h.quota.intra_kind_policy == "Sticky" else ""
         selection = members.select(
