@@ -2,7 +2,7 @@
 and a restart keeps them (seed 004's observed failures; pruned after observed_failure_retention_minutes)
 
 Revision ID: 0027
-Revises: 0024
+Revises: 0025
 """
 
 import sqlalchemy as sa
