@@ -6,6 +6,7 @@ usage after it, a failed call at what it used. Each is one transaction with its 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -76,13 +77,13 @@ def settle(s: Session, call: OwnCall, price: pricing.Price, usage: Usage, error:
     return settled.applied
 
 
-def _event(s: Session, call: OwnCall, **data: object) -> None:
+def _event(s: Session, call: OwnCall, **data: Any) -> None:
     run = s.get(Run, call.run_id) if call.run_id else None
-    ids = dict(change_id=run.change_id, task_id=run.task_id) if run is not None else {}
     add_event(
         s,
         EVENT,
-        **ids,
+        change_id=run.change_id if run is not None else "",
+        task_id=run.task_id if run is not None else "",
         run_id=call.run_id,
         purpose=call.purpose,
         model=call.model,

@@ -3,7 +3,10 @@ meters: the real control plane and agentd against the scripted fake Messages API
 
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
+import sys
 
 from drover.testing import fake_anthropic as fake
 from tests.conftest import API_KEY, Fleet
@@ -73,6 +76,15 @@ def test_the_classifier_and_compaction_calls_are_priced_on_the_provider_meter(
     assert provider.used == spend.spent_micros + CLASSIFIER_MICROS + COMPACTION_MICROS and provider.reserved == 0
     assert usage["classifier_calls_day"].used == 1
     assert usage["agent_calls_day"].used == 4 + 1  # the runs' four calls and the compaction
+    shown = subprocess.run(  # docs/configuration.md's `drover usage --prefix provider-usd:`
+        [sys.executable, "-m", "drover.cli", "usage", "--prefix", "provider-usd:"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DROVER_TARGET": fleet.plane.target, "DROVER_TOKEN": fleet.plane.admin_token},
+        timeout=60,
+        check=True,
+    ).stdout
+    assert f"{provider.key} " in shown and f"${provider.used / 1e6:.6f}" in shown
 
 
 def test_a_full_provider_meter_sends_no_classifier_request_and_routing_goes_on_by_the_rules(
