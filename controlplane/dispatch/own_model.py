@@ -55,7 +55,7 @@ def _total(usages: list[Usage]) -> Usage:
 
 
 class OwnModel:
-    """`complete` as `AnthropicModel.complete`, for one purpose (own_calls.PURPOSES) and run, metered."""
+    """`complete` as `AnthropicModel.complete`, metered, for one purpose (own_calls.CLASSIFIER, COMPACTION) and run."""
 
     def __init__(self, store: Store, harness: HarnessConfig) -> None:
         self.store, self.harness = store, harness  # the router replaces harness on a reload

@@ -20,7 +20,6 @@ from drover.core.usage import Usage
 
 CLASSIFIER = "classifier"
 COMPACTION = "compaction"
-PURPOSES = (CLASSIFIER, COMPACTION)
 EVENT = "model.own_call"
 OVER_RESERVATION_SOURCE = {CLASSIFIER: "classifier", COMPACTION: "compact"}
 """The `source` label of drover_model_over_reservation_total for each purpose."""
