@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO))
 
 from controlplane.config import HarnessConfig
 from controlplane.dispatch import classifier
+from controlplane.dispatch.own_model import MeterRefused
 from controlplane.domain import escalation, members, pricing, tiers
 from controlplane.store import meters
 from drover.core.model import ModelReply
@@ -171,13 +172,17 @@ def make_suite(n: int, seed: int) -> list[SimTask]:
 
 
 class SimClassifierModel:
-    """The classifier's haiku model, simulated: answers `reply`; usage is chars/4 of what it was sent."""
+    """The classifier's haiku model, simulated: answers `reply`; usage is chars/4 of what it was sent.
+    With `refused` set it is the metered model a full meter refuses (own_model.MeterRefused, no call)."""
 
     def __init__(self) -> None:
         self.reply = ""
         self.usage = Usage()
+        self.refused = ""
 
     async def complete(self, *, system: Blocks, tools: Blocks, messages: Blocks, max_tokens: int) -> ModelReply:
+        if self.refused:
+            raise MeterRefused(self.refused)
         chars = sum(len(b["text"]) for b in system) + sum(len(m["content"]) for m in messages)
         self.usage = Usage(input_tokens=chars // 4, output_tokens=len(self.reply) // 4 + 1)
         return ModelReply([{"type": "text", "text": self.reply}], "end_turn", self.usage, 1)
@@ -219,18 +224,12 @@ class Simulation:
         day = START + dt.timedelta(days=index // max(self.params.tasks_per_day, 1))
         cap = self.harness.budgets.classifier_calls_per_day
         key = meters.daily_calls_meter(meters.CLASSIFIER_CALLS_DAY, day, cap).key
-        made = False
-
-        async def reserve() -> bool:
-            nonlocal made
-            if cap and self.calls_by_day.get(key, 0) >= cap:
-                return False
+        made = not cap or self.calls_by_day.get(key, 0) < cap
+        if made:
             self.calls_by_day[key] = self.calls_by_day.get(key, 0) + 1
-            made = True
-            return True
-
+        self.model.refused = "" if made else meters.CLASSIFIER_CALLS_DAY
         self.model.reply = self.verdict(task, random.Random(f"{self.seed}:{index}:classifier"))
-        answer = self.loop.run_until_complete(classifier.classify(self.model, task.traits, task.objective, reserve))
+        answer = self.loop.run_until_complete(classifier.classify(self.model, task.traits, task.objective))
         return answer, pricing.cost_micros(self.model.usage, self.haiku_price) if made else 0
 
     def first_tier(self, task: SimTask, policy: Policy, index: int) -> tuple[str, str, int]:

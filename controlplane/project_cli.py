@@ -60,6 +60,7 @@ def cmd_project_add(store: Store, config: DataDir, args: argparse.Namespace) -> 
             forge_branch_template=args.forge_branch_template,
             forge_check_command=args.forge_check_command,
             max_active_runs_per_change=args.max_active_runs_per_change,
+            weight=args.weight,
             max_open_sandboxes_per_change=args.max_open_sandboxes_per_change,
         )
     )
@@ -107,6 +108,7 @@ def as_dict(p: Project) -> dict[str, Any]:
         "forge_branch_template": p.forge_branch_template,
         "forge_check_command": p.forge_check_command,
         "max_active_runs_per_change": p.max_active_runs_per_change,
+        "weight": p.weight,
         "max_open_sandboxes_per_change": p.max_open_sandboxes_per_change,
         "forge_credential": p.forge_credential_kind,
         "webhook_secret": bool(p.webhook_secret_sealed),
@@ -185,18 +187,7 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
         default="",
         help="file holding the git token for an https repository; read when a run starts, never stored",
     )
-    pa.add_argument(
-        "--max-active-runs-per-change",
-        type=int,
-        default=8,
-        help="at most this many runs of one Change are active at once; the rest stay queued (1-1000, default 8)",
-    )
-    pa.add_argument(
-        "--max-open-sandboxes-per-change",
-        type=int,
-        default=4,
-        help="at most this many runs of one Change hold an open sandbox at once; the rest wait (1-1000, default 4)",
-    )
+    admission_flags(pa)
     preparation_flags(pa)
     forge_flags(pa)
     apply = command(pr, "apply", cmd_project_apply, "add or update the projects of a TOML file, in one transaction")
@@ -207,6 +198,28 @@ def project_parsers(sub: Any, command: Callable[[Any, str, Command, str], argpar
     command(pr, "show", cmd_project_show, "one project's settings, as JSON").add_argument("name")
     command(pr, "remove", cmd_project_remove, "remove a project that has no Changes").add_argument("name")
     return pr
+
+
+def admission_flags(pa: argparse.ArgumentParser) -> None:
+    """How much of its pool the project's Changes may hold: the per-Change caps and the project's weight."""
+    pa.add_argument(
+        "--max-active-runs-per-change",
+        type=int,
+        default=8,
+        help="at most this many runs of one Change are active at once; the rest stay queued (1-1000, default 8)",
+    )
+    pa.add_argument(
+        "--weight",
+        type=int,
+        default=1,
+        help="the project's share of its pool's slots against the pool's other projects (1-1000, default 1)",
+    )
+    pa.add_argument(
+        "--max-open-sandboxes-per-change",
+        type=int,
+        default=4,
+        help="at most this many runs of one Change hold an open sandbox at once; the rest wait (1-1000, default 4)",
+    )
 
 
 def preparation_flags(pa: argparse.ArgumentParser) -> None:

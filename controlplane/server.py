@@ -131,7 +131,7 @@ class ControlPlane:
         self.operations = OperationsService(
             store, self.notifier, self.objects, self.agents, self.dispatcher.wake, lambda: self.config.harness.budgets
         )
-        agent_service = AgentService(store, self.notifier, self.objects, self.agents, self.router, lambda: self.config)
+        agent_service = AgentService(store, self.notifier, self.objects, self.agents, lambda: self.config)
         self.admin = (ProjectService(store, self.sealer), TokenService(store))
         self.endpoint = Endpoint(config, self.auth, agent_service, self.changes, self.operations, self.admin)
         self.console = self._console(config) if config.http_listen else None

@@ -81,6 +81,10 @@ EXECUTED: dict[str, tuple[str, str]] = {
         "tests/fleet/test_workspace_preparation.py::test_the_documented_setup_installs_the_package_its_tests_import",
         '"configuration.md"',
     ),
+    "drover usage --prefix provider-usd:": (
+        "tests/fleet/test_own_calls_fleet.py::test_the_classifier_and_compaction_calls_are_priced_on_the_provider_meter",
+        '"usage", "--prefix", "provider-usd:"',
+    ),
     "ruff check . && ruff format --check . && mypy": ("tests/test_code_quality.py", '"ruff", "format", "--check"'),
     "npx @bufbuild/buf@1.75.0 lint proto": ("tests/test_code_quality.py::test_buf_lint", '"@bufbuild/buf@1.75.0"'),
     "docker-compose config": ("tests/deploy/test_artifacts.py", '"docker-compose", "-f", path, "config"'),

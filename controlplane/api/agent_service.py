@@ -12,7 +12,6 @@ from controlplane.api import auth, convert
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
 from controlplane.config import HarnessConfig, ServerConfig
-from controlplane.dispatch.router import Router
 from controlplane.services import changesets, claims, model_calls, questions, tenancy
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
@@ -30,11 +29,10 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         notifier: Notifier,
         objects: ObjectStore,
         sessions: AgentSessions,
-        router: Router,
         settings: Callable[[], ServerConfig],
     ) -> None:
         self.store, self.notifier, self.objects = store, notifier, objects
-        self.sessions, self.router, self.settings = sessions, router, settings
+        self.sessions, self.settings = sessions, settings
         self.calls = GroupCommit(store, _call)
         """Reservations and settlements, many to a transaction: the hot meter rows (provider month, daily
         calls) are locked once per batch, not once per call, and each call is answered after its commit."""
@@ -94,8 +92,6 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
 
         run_id, cost, run_cost = await self.calls.apply(settle)
         self.sessions.activity.seen(run_id)
-        if request.error:  # a 429 or quota error blocks the member while its quota is unknown
-            self.router.observe(await self.store.read(model_calls.member_of, request.reservation_id), request.error)
         return agent_pb2.SettleModelCallResponse(cost_micros=cost, run_cost_micros=run_cost)
 
     @reporting

@@ -35,6 +35,16 @@ def rfc3339(value: dt.datetime | None) -> str:
     return value.isoformat().replace("+00:00", "Z") if value else ""
 
 
+def admission_message(p: Project) -> project_pb2.Project:
+    """The project's admission settings (its per-Change caps and weight) as the API shows them; a row not
+    flushed yet shows the defaults."""
+    return project_pb2.Project(
+        max_active_runs_per_change=p.max_active_runs_per_change or scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE,
+        weight=p.weight or scheduling.DEFAULT_WEIGHT,
+        max_open_sandboxes_per_change=p.max_open_sandboxes_per_change or scheduling.DEFAULT_OPEN_SANDBOXES_PER_CHANGE,
+    )
+
+
 def project_message(p: Project) -> project_pb2.Project:
     """A project as the API shows it: its settings and what credential is set, never the secret."""
     out = project_pb2.Project(
@@ -65,9 +75,8 @@ def project_message(p: Project) -> project_pb2.Project:
         forge_budget_usd=p.forge_budget_usd or 0.0,
         forge_branch_template=p.forge_branch_template or "",
         forge_check_command=p.forge_check_command or "",
-        max_active_runs_per_change=p.max_active_runs_per_change or scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE,
-        max_open_sandboxes_per_change=p.max_open_sandboxes_per_change or scheduling.DEFAULT_OPEN_SANDBOXES_PER_CHANGE,
     )
+    out.MergeFrom(admission_message(p))
     if p.git_credential_kind:
         out.git_credential.CopyFrom(
             project_pb2.GitCredential(
@@ -114,6 +123,8 @@ def settings_from(message: project_pb2.Project, paths: Iterable[str]) -> dict[st
                 if message.HasField(path)
                 else scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE
             )
+        elif path == "weight":  # unset: the default; 0 is refused, naming it
+            value = message.weight if message.HasField(path) else scheduling.DEFAULT_WEIGHT
         elif path == "max_open_sandboxes_per_change":  # likewise
             value = (
                 message.max_open_sandboxes_per_change

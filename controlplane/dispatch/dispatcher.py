@@ -1,6 +1,7 @@
-"""The dispatch loop: route the queued harness runs, then give queued runs to connected agents (oldest
-first, to the agent of the run's pool with the most free capacity). Every run is assigned in a savepoint
-of its own; one that cannot be assigned fails alone, in its own transaction, and the batch goes on."""
+"""The dispatch loop: route the queued harness runs, then give queued runs to connected agents (in the
+fair order: by weight between a pool's projects, round-robin between a project's Changes, oldest first
+within one; each to the agent of the run's pool with the most free capacity). Every run is assigned in
+a savepoint of its own; one that cannot be assigned fails alone, in its own transaction, and the batch goes on."""
 
 from __future__ import annotations
 
@@ -12,25 +13,23 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from sqlalchemy import case, func, or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.dispatch import assignments
-from controlplane.dispatch.assignments import Assignment, opens_sandbox, opens_sandbox_clause
+from controlplane.dispatch.admission import admit, change_load, hold_full
+from controlplane.dispatch.assignments import Assignment, opens_sandbox_clause
 from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
 from controlplane.domain.claims import task_resources
 from controlplane.domain.error_ids import error_id
 from controlplane.domain.scheduling import (
     AgentSlot,
-    CappedRun,
-    Hold,
+    FairRun,
     QueuedRun,
-    admit_by_change,
     changes_at_caps,
-    holding_cap,
-    holds_after,
+    fair_order,
     plan_assignments,
 )
 from controlplane.services import claims, run_lifecycle
@@ -163,24 +162,9 @@ def assign_queued(
     full, boxed = changes_at_caps(active, sandboxes, caps)
     if full or boxed:
         hold_full(s, full, boxed, active, sandboxes)
-    rows = s.execute(
-        select(Run, Task, Project)
-        .join(Task, Run.task_id == Task.id)
-        .join(Change, Change.id == Run.change_id)
-        .join(Project, Project.name == Change.project)
-        .where(Run.state == "queued")
-        .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
-        .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
-        .where(Project.pool.in_({slot.pool for slot in free}), Run.driver.in_(drivers))
-        .where(Run.change_id.not_in(full))  # a Change at its cap never fills the window others' runs need
-        .where(~(Run.change_id.in_(boxed) & opens_sandbox_clause()))  # nor one at its sandbox cap
-        .order_by(Run.created_at, Run.id)
-        .limit(min(500, max(20, 2 * sum(slot.free for slot in free))))
-        # Several replicas: each takes the queued runs no other replica is assigning right now.
-        .with_for_update(of=Run, skip_locked=True)
-    ).all()
+    rows = ready_window(s, free, drivers, full, boxed)
     queued = {run.id: (run, task, project) for run, task, project in rows}
-    admitted = _admit(s, queued, active, sandboxes)
+    admitted = fair_share(s, queued, admit(s, queued, active, sandboxes), active)
     plan = plan_assignments(
         [
             QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
@@ -203,87 +187,59 @@ def assign_queued(
     return Dispatched(out, failed)
 
 
-def _admit(
-    s: Session, queued: dict[str, tuple[Run, Task, Project]], active: dict[str, int], sandboxes: dict[str, int]
-) -> list[str]:
-    """The queued runs their Changes' caps let start (oldest first); the others are held, said once."""
-    capped = [
-        CappedRun(
-            run.id,
-            run.change_id,
-            project.max_active_runs_per_change,
-            project.max_open_sandboxes_per_change,
-            opens_sandbox(run.driver, task.kind, project),
-        )
-        for run, task, project in queued.values()
-    ]
-    admitted, held = admit_by_change(capped, active, sandboxes)
-    if held:  # the counts the event says: active before this pass and admitted in it
-        for run_id, hold in holds_after(capped, admitted, active, sandboxes).items():
-            _hold(s, queued[run_id][0], hold)
-    return list(admitted)
-
-
-def change_load(s: Session) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[int, int]]]:
-    """Of each Change with queued runs, in one query: its active (starting/running) runs, the open sandboxes
-    among them, and its project's (max_active_runs_per_change, max_open_sandboxes_per_change)."""
-    waiting = select(Run.change_id).where(Run.state == "queued").distinct()
-    is_active = Run.state.in_(run_states.ACTIVE)
-    active_runs = func.sum(case((is_active, 1), else_=0))
-    open_sandboxes = func.sum(case((is_active & opens_sandbox_clause(), 1), else_=0))
-    caps = (Project.max_active_runs_per_change, Project.max_open_sandboxes_per_change)
-    rows = s.execute(
-        select(Run.change_id, active_runs, open_sandboxes, *caps)
+def ready_window(s: Session, free: list[AgentSlot], drivers: set[str], full: list[str], boxed: list[str]) -> list[Any]:
+    """The ready runs (with their Task and project) this pass chooses from, oldest first: each Change's
+    oldest runs, as many as the free slots, so a young Change is in the window however many runs older
+    Changes queue. The window function ranks in a subquery: PostgreSQL refuses FOR UPDATE at the query
+    level that has one, so the outer query locks."""
+    slots = max(1, sum(slot.free for slot in free))
+    rank = func.row_number().over(partition_by=Run.change_id, order_by=(Run.created_at, Run.id)).label("change_rank")
+    ranked = (
+        select(Run.id, rank)
         .join(Task, Run.task_id == Task.id)
         .join(Change, Change.id == Run.change_id)
         .join(Project, Project.name == Change.project)
-        .where(Run.change_id.in_(waiting), Run.state.in_({"queued", *run_states.ACTIVE}))
-        .group_by(Run.change_id, *caps)
-    ).all()
-    return (
-        {c: int(n or 0) for c, n, _, _, _ in rows},
-        {c: int(o or 0) for c, _, o, _, _ in rows},
-        {c: (cap, sandbox_cap) for c, _, _, cap, sandbox_cap in rows},
+        .where(Run.state == "queued")
+        .where(or_(Run.not_before.is_(None), Run.not_before <= utcnow()))
+        .where(or_(Run.driver == "command", (Run.member != "") & (Run.context_hash != "")))  # routed, packet ready
+        .where(Project.pool.in_({slot.pool for slot in free}), Run.driver.in_(drivers))
+        .where(Run.change_id.not_in(full))  # a Change at its cap never fills the window others' runs need
+        .where(~(Run.change_id.in_(boxed) & opens_sandbox_clause()))  # nor one at its sandbox cap
+        .subquery()
     )
-
-
-def hold_full(s: Session, full: list[str], boxed: list[str], active: dict[str, int], sandboxes: dict[str, int]) -> None:
-    """The queued runs a cap of their Change holds whatever this pass admits, not said to be held yet: every
-    run of a Change at its active-run cap (`full`), the sandbox runs of one at its sandbox cap (`boxed`).
-    Noted once each (one query)."""
-    sandbox = opens_sandbox_clause()
     rows = s.execute(
-        select(Run, sandbox, Project.max_active_runs_per_change, Project.max_open_sandboxes_per_change)
+        select(Run, Task, Project)
+        .join(ranked, ranked.c.id == Run.id)
         .join(Task, Run.task_id == Task.id)
         .join(Change, Change.id == Run.change_id)
         .join(Project, Project.name == Change.project)
-        .where(Run.state == "queued", Run.blocked_limit.is_(False))
-        .where(or_(Run.change_id.in_(full), Run.change_id.in_(boxed) & sandbox))
-        .order_by(Run.created_at, Run.id)
-        .limit(500)
+        .where(ranked.c.change_rank <= slots)
+        .order_by(ranked.c.change_rank, Run.created_at, Run.id)  # past the limit: every Change's first runs first
+        .limit(min(2000, max(50, 4 * slots)))
+        # Several replicas: each takes the queued runs no other replica is assigning right now.
         .with_for_update(of=Run, skip_locked=True)
     ).all()
-    for run, opens, cap, sandbox_cap in rows:
-        hold = holding_cap(CappedRun(run.id, run.change_id, cap, sandbox_cap, bool(opens)), active, sandboxes)
-        if hold is not None:
-            _hold(s, run, hold)
+    return sorted(rows, key=lambda row: (row[0].created_at, row[0].id))
 
 
-def _hold(s: Session, run: Run, hold: Hold) -> None:
-    """A ready run a cap of its Change holds queued: the event once per blocking (a run assigned later and
-    refused back to the queue may be held, and said, again)."""
-    if run.blocked_limit:
-        return
-    run.blocked_limit = True
-    events.add_event(
-        s,
-        "run.blocked_limit",
-        change_id=run.change_id,
-        task_id=run.task_id,
-        run_id=run.id,
-        cap=hold.cap,
-        limit=hold.limit,
-        active=hold.active,
+def fair_share(
+    s: Session, queued: dict[str, tuple[Run, Task, Project]], admitted: list[str], active: dict[str, int]
+) -> list[str]:
+    """The admitted runs in the order the pools' slots go to them (`scheduling.fair_order`): by weight
+    between projects, round-robin between a project's Changes, counting the runs already active."""
+    names = {queued[run_id][2].name for run_id in admitted}
+    by_project = dict(
+        s.execute(
+            select(Change.project, func.count())
+            .select_from(Run)
+            .join(Change, Change.id == Run.change_id)
+            .where(Run.state.in_(run_states.ACTIVE), Change.project.in_(names))
+            .group_by(Change.project)
+        ).all()
+    )
+    runs = [queued[run_id] for run_id in admitted]
+    return fair_order(
+        [FairRun(run.id, run.change_id, project.name, project.weight) for run, _, project in runs], active, by_project
     )
 
 

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import json
+import logging
 import pathlib
 import time
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from controlplane import metrics
 from controlplane.context import import_graph, retrieval
 from controlplane.context.canonical_tree import open_canonical
 from controlplane.dispatch.assignments import workspace_mode
+from controlplane.dispatch.own_model import CompletionModel, MeterRefused
 from controlplane.domain import packet
 from controlplane.services.credentials import Sealer, git_secret
 from controlplane.store import events
@@ -28,7 +30,10 @@ from controlplane.store.changes import latest_changesets, tasks_by_key
 from controlplane.store.engine import Store, aware
 from controlplane.store.models import Change, ChangeSet, Project, Run, RunLog, Task
 from controlplane.store.objects import ObjectStore, packet_key
+from drover.core.model import ModelError
 from drover.core.tool_specs import DEFINITIONS, TERMINAL
+
+log = logging.getLogger("drover.router")
 
 FAILURE_LOG_CHARS = 400_000  # read at most this much of a failed run's log
 COMPACT_ABOVE_TOKENS = 6_000  # longer failure logs are compacted by a metered haiku call
@@ -276,9 +281,27 @@ def record(s: Session, run_id: str, context_hash: str, dropped: list[str], neigh
     )
 
 
+async def compact_log(model: CompletionModel, text: str) -> str:
+    """One haiku call that compacts a failure log; "" when a meter refuses it (no request made) or it fails."""
+    try:
+        reply = await model.complete(
+            system=[{"type": "text", "text": COMPACT_SYSTEM}],
+            tools=[],
+            max_tokens=1000,
+            messages=[{"role": "user", "content": [{"type": "text", "text": text}]}],
+        )
+    except MeterRefused as refused:
+        log.info("compacting a failure log: %s; keeping its tail", refused)
+        return ""
+    except ModelError as err:
+        log.warning("compacting a failure log failed: %s", err)
+        return ""
+    return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
+
+
 async def compact_failures(g: Gathered, compact: Compactor | None) -> Gathered:
     """Failure logs over 6,000 tokens are compacted before compiling (a metered haiku call); without a
-    compactor, or when it fails, the log's last 6,000 tokens are kept."""
+    compactor, or when a meter refuses it or it fails, the log's last 6,000 tokens are kept."""
     failures = []
     for failure in g.failures:
         log = failure["log"]

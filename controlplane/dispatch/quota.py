@@ -12,15 +12,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import json
 import logging
 import os
 import pathlib
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import NamedTuple
 
 import tenacity
 
@@ -32,27 +31,20 @@ from controlplane.domain.members import (
     QuotaPolicy,
     QuotaSnapshot,
 )
+from controlplane.domain.quota_shapes import ProbeFailed as ProbeFailed
+from controlplane.domain.quota_shapes import Reading as Reading
+from controlplane.domain.quota_shapes import parse_reading as parse_reading
+from controlplane.store import quota_failures
+from controlplane.store.engine import Store
 
 log = logging.getLogger("drover.quota")
-
-
-class Reading(NamedTuple):
-    """A quota endpoint's answer: the available percentage (0-100) and, if it said, when the window resets."""
-
-    available_pct: float
-    resets_at: dt.datetime | None = None
+OAUTH_BETA = "oauth-2025-04-20"
+"""The `anthropic-beta` value https://api.anthropic.com/api/oauth/usage requires."""
+ANTHROPIC_AGENTS = frozenset({"claude", "anthropic"})
 
 
 Fetch = Callable[[Member], Awaitable["float | Reading"]]
 """Asks a member's quota endpoint for its available percentage (a bare float) or a Reading; raises on failure."""
-
-
-class ProbeFailed(Exception):
-    """The quota endpoint answered, but not with a usable percentage."""
-
-    def __init__(self, message: str, *, transient: bool) -> None:
-        super().__init__(message)
-        self.transient = transient
 
 
 def is_transient(err: BaseException) -> bool:
@@ -97,26 +89,15 @@ def parse_available_pct(body: bytes) -> float:
     return parse_reading(body).available_pct
 
 
-def parse_reading(body: bytes) -> Reading:
-    """{"available_pct": N, "resets_at": "2030-01-01T00:20:00Z"}: N in 0-100; resets_at, optional, an ISO
-    8601 instant with a zone (the seed's "live probe reset")."""
-    try:
-        answer = json.loads(body)
-        value = answer["available_pct"]
-    except (ValueError, KeyError, TypeError) as err:
-        raise ProbeFailed("unrecognised quota response", transient=False) from err
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
-        raise ProbeFailed(f"available_pct {value!r} is not a number in 0-100", transient=False)
-    resets = answer.get("resets_at")
-    if resets is None:
-        return Reading(float(value))
-    try:
-        at = dt.datetime.fromisoformat(resets) if isinstance(resets, str) else None
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
-        raise ProbeFailed(f"resets_at {resets!r} is not an ISO 8601 instant with a zone", transient=False)
-    return Reading(float(value), at)
+def probe_headers(member: Member, token: str) -> dict[str, str]:
+    """The Bearer token; and `anthropic-beta: oauth-2025-04-20`, which Anthropic's OAuth usage endpoint
+    requires, on a probe of an anthropic.com host or of a claude or anthropic member (a proxy in front of
+    that endpoint gets it too); other endpoints get no vendor header."""
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    host = (urllib.parse.urlsplit(member.probe_url).hostname or "").lower()
+    if host == "anthropic.com" or host.endswith(".anthropic.com") or member.agent in ANTHROPIC_AGENTS:
+        headers["anthropic-beta"] = OAUTH_BETA
+    return headers
 
 
 class HttpQuotaFetch:
@@ -133,9 +114,7 @@ class HttpQuotaFetch:
         token = credential(member, self.env)
         if not token:
             raise ProbeFailed(f"{member.route_key}: no credential configured", transient=False)
-        request = urllib.request.Request(
-            member.probe_url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"}
-        )
+        request = urllib.request.Request(member.probe_url, headers=probe_headers(member, token))
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 body = response.read(64 * 1024)
@@ -210,8 +189,8 @@ class QuotaProbe:
                 return good
             return QuotaSnapshot(UNKNOWN, now)
         state.failures = 0
-        pct, resets_at = (reading, None) if isinstance(reading, (int, float)) else reading
-        state.last_good = QuotaSnapshot(pct, self._clock(), resets_at)
+        pct, resets_at, per_model = (reading, None, {}) if isinstance(reading, (int, float)) else reading
+        state.last_good = QuotaSnapshot(pct, self._clock(), resets_at, per_model)
         return state.last_good
 
     async def _fetch(self, member: Member) -> float | Reading:
@@ -229,16 +208,20 @@ class QuotaProbe:
 
 
 class ObservedFailures:
-    """429 and quota failures seen on runs, by route key; kept for `retention`."""
+    """The 429 and quota failures members' calls met, by route key, in the database (`store.quota_failures`):
+    every replica's router reads the same rows, and a restart keeps them. A settle records its call's own
+    failure in its transaction (`model_calls.settle`); `record` is for any other caller."""
 
-    def __init__(self, retention: dt.timedelta = dt.timedelta(minutes=30)) -> None:
+    def __init__(self, store: Store, retention: dt.timedelta = dt.timedelta(minutes=30)) -> None:
+        self.store = store
         self.retention = retention
-        self._by_key: dict[str, list[dt.datetime]] = {}
 
-    def record(self, route_key: str, at: dt.datetime) -> None:
-        kept = [t for t in self._by_key.get(route_key, []) if t >= at - self.retention]
-        self._by_key[route_key] = [*kept, at]
+    async def record(self, route_key: str, at: dt.datetime, reason: str = "429") -> bool:
+        """Keep one (False: `reason` is not a quota error); drops the failures older than the retention."""
+        return await self.store.run(quota_failures.record, route_key, reason, at, self.retention)
 
-    def recent(self, route_key: str, window: dt.timedelta, now: dt.datetime) -> list[dt.datetime]:
-        """The failures of `route_key` in [now - window, now]."""
-        return [t for t in self._by_key.get(route_key, []) if now - window <= t <= now]
+    async def recent(
+        self, route_keys: Iterable[str], window: dt.timedelta, now: dt.datetime
+    ) -> dict[str, list[dt.datetime]]:
+        """The failures of each route key in [now - window, now], one read."""
+        return await self.store.read(quota_failures.recent, list(route_keys), window, now)

@@ -13,27 +13,22 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from controlplane import metrics
 from controlplane.config import HarnessConfig
 from controlplane.context.recall import Recall
-from controlplane.dispatch import classifier, packet_pipeline
+from controlplane.dispatch import classifier, own_model, packet_pipeline
 from controlplane.dispatch.quota import ObservedFailures, QuotaProbe
-from controlplane.domain import graph, members, pricing, run_states, tiers
+from controlplane.domain import graph, members, run_states, tiers
 from controlplane.domain.error_ids import error_id
-from controlplane.services import run_lifecycle
+from controlplane.services import own_calls, run_lifecycle
 from controlplane.services.credentials import CredentialLocked, Sealer
 from controlplane.services.notify import Notifier
-from controlplane.store import events, meters
+from controlplane.store import events
 from controlplane.store.engine import Store
 from controlplane.store.models import Conflict, DecisionReceipt, Run, Task, utcnow
 from controlplane.store.objects import ObjectStore
-from drover.core.model import AnthropicModel, ModelError
-from drover.core.retry import RetryPolicy
-from drover.core.usage import Usage
 from drover.errors import DroverError
 
 log = logging.getLogger("drover.router")
-QUOTA_ERRORS = frozenset({"rate_limit_error", "RateLimited", "billing_error", "SpendLimited", "429"})
 ROUTING_TRIES = 3
 """Routing passes a run may fail before it is failed alone (routing_failed)."""
 
@@ -101,12 +96,6 @@ def active_by_member(s: Session) -> dict[str, int]:
             .group_by(Run.member)
         ).all()
     )
-
-
-def reserve_classifier_call(s: Session, cap: int) -> bool:
-    """The shared classifier meter: at most `cap` calls per UTC day."""
-    spec = meters.daily_calls_meter(meters.CLASSIFIER_CALLS_DAY, utcnow(), cap)
-    return meters.take_call(s, spec, events.new_id("cls"))
 
 
 def record(
@@ -200,15 +189,21 @@ def _conflicts(s: Session, run: Run) -> list[dict[str, Any]]:
 
 
 def _record_probes(s: Session, run_id: str, cls: members.TierClass, snapshots: dict[str, Any]) -> None:
+    """Per Subscription member: the probe's overall quota, and the bucket it was gated on ("": the overall)
+    with that bucket's quota."""
     for m in cls.members:
         if m.billing == members.SUBSCRIPTION:
+            gated = snapshots[m.route_key].for_model(m.model)
             events.add_event(
                 s,
                 "quota_router.probed",
                 run_id=run_id,
                 tier_class=cls.id,
                 member=m.route_key,
+                model=m.model,
                 available_pct=snapshots[m.route_key].available_pct,
+                bucket=gated.bucket,
+                bucket_pct=gated.available_pct,
             )
 
 
@@ -243,80 +238,18 @@ class Router:
         self.objects, self.mirrors = objects, mirrors
         self.recall = recall
         self.probe = QuotaProbe(policy=harness.quota)
-        self.observed = ObservedFailures(dt.timedelta(minutes=harness.quota.observed_failure_retention_minutes))
+        self.observed = ObservedFailures(store, dt.timedelta(minutes=harness.quota.observed_failure_retention_minutes))
         self.rr: dict[str, int] = {}
         self.failures: dict[str, int] = {}  # run id -> routing passes that failed in a row
-        self.classifier = self._haiku(harness)
-
-    async def compact(self, text: str) -> str:
-        """A metered haiku call that compacts a failure log; "" when a meter refuses or the call fails."""
-        h = self.harness
-        model = self.classifier.model
-        price = pricing.price_for(model, h.prices)
-        estimate = pricing.worst_case_micros(packet_pipeline.packet.estimate_tokens(text), 1000, price)
-        reservation = events.new_id("cmp")
-        budgets = h.budgets
-
-        def reserve(s: Session) -> bool:
-            specs = meters.fleet_meters(
-                utcnow(), meters.usd_micros(budgets.provider_month_usd), budgets.agent_calls_per_day
-            )
-            return meters.reserve_on_meters(s, reservation, specs, meters.amounts_for(specs, estimate)) is None
-
-        if not await self.store.run(reserve):
-            return ""
-        cost = 0
-        try:
-            reply = await self.classifier.complete(
-                system=[{"type": "text", "text": packet_pipeline.COMPACT_SYSTEM}],
-                tools=[],
-                max_tokens=1000,
-                messages=[{"role": "user", "content": [{"type": "text", "text": text}]}],
-            )
-            u = reply.usage
-            cost = pricing.cost_micros(
-                Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens),
-                price,
-            )
-            return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
-        except ModelError as err:
-            log.warning("compacting a failure log failed: %s", err)
-            return ""
-        finally:
-            settled = pricing.settled_micros(cost, estimate)
-            if settled.excess:
-                log.warning("a compaction call reported %d micro-dollars above its reservation", settled.excess)
-
-            def settle(s: Session) -> None:
-                meters.settle_on_meters(s, reservation, meters.exact_for(settled.applied))
-                if settled.excess:
-                    metrics.on_over_reservation(s, "compact", settled.excess)
-
-            await self.store.run(settle)
+        self.own = own_model.OwnModel(store, harness)
+        """The haiku model the control plane calls itself: the routing classifier and log compaction."""
 
     def reconfigure(self, harness: HarnessConfig) -> None:
         self.harness = harness
         self.probe.policy = harness.quota
         self.observed.retention = dt.timedelta(minutes=harness.quota.observed_failure_retention_minutes)
         self.rr.clear()
-        self.classifier = self._haiku(harness)
-
-    @staticmethod
-    def _haiku(harness: HarnessConfig) -> AnthropicModel:
-        """The haiku model the control plane calls itself: the routing classifier and log compaction."""
-        haiku = harness.tiers.get("haiku")
-        return AnthropicModel(
-            harness.base_url,
-            harness.api_key,
-            haiku.model if haiku else "",
-            RetryPolicy(max_attempts=2, stall_timeout=30),
-            workspace_id=harness.workspace_id,
-        )
-
-    def observe(self, member: str, error: str) -> None:
-        """agentd reported an attempt's error for a member: a 429 or quota error blocks an unknown probe."""
-        if member and error in QUOTA_ERRORS:
-            self.observed.record(member, utcnow())
+        self.own.harness = harness
 
     async def route_pending(self) -> int:
         pending = await self.store.read(unrouted)  # a read: never waits behind the writer
@@ -349,8 +282,15 @@ class Router:
             await self.store.run(_record_probes, item.run_id, cls, snapshots)
             if selection.outcome != "chosen":
                 return
+        own = self.own.bound(own_calls.COMPACTION, item.run_id)
         await packet_pipeline.prepare(
-            self.store, self.objects, self.mirrors, item.run_id, self.recall, self.compact, self.sealer
+            self.store,
+            self.objects,
+            self.mirrors,
+            item.run_id,
+            self.recall,
+            lambda text: packet_pipeline.compact_log(own, text),
+            self.sealer,
         )
 
     async def _decide(self, item: Pending) -> tiers.TierDecision:
@@ -360,12 +300,8 @@ class Router:
             return tiers.escalated(item.traits, item.preset_tier, h.allow_opus)
         answer = None
         if tiers.needs_classifier(item.traits):
-            answer = await classifier.classify(
-                self.classifier,
-                item.traits,
-                item.objective,
-                lambda: self.store.run(reserve_classifier_call, h.budgets.classifier_calls_per_day),
-            )
+            own = self.own.bound(own_calls.CLASSIFIER, item.run_id)
+            answer = await classifier.classify(own, item.traits, item.objective)
         return tiers.decide_tier(item.traits, answer, h.allow_opus)
 
     async def _select(
@@ -377,7 +313,7 @@ class Router:
         snapshots = await self.probe.snapshots(cls.members)
         now = utcnow()
         window = dt.timedelta(minutes=h.quota.observed_failure_window_minutes)
-        observed = {m.route_key: self.observed.recent(m.route_key, window, now) for m in cls.members}
+        observed = await self.observed.recent((m.route_key for m in cls.members), window, now)
         active = await self.store.run(active_by_member)
         sticky = await self.store.run(previous_member, item.run_id) if h.quota.intra_kind_policy == "Sticky" else ""
         selection = members.select(

@@ -198,15 +198,17 @@ def quota_allows(
         return False, "at max_concurrent"
     if member.billing == PAY_PER_API:
         return True, "PayPerApi"
+    snapshot = snapshot.for_model(member.model)  # its model's bucket when the probe reported one
     if snapshot.known:
         floors, reset = member_floors(policy, member.agent), member_deadline(policy, member.agent, snapshot, now)
         floor = quota_deadline.floor_pct(floors, reset, now)
+        quota = " ".join(filter(None, ("quota", snapshot.bucket, f"{snapshot.available_pct:g}%")))
         if snapshot.available_pct >= floor:
-            return True, f"quota {snapshot.available_pct:g}%"
+            return True, quota
         if reset is None:
-            return False, f"quota {snapshot.available_pct:g}% below min_quota_pct {floor:g}%"
+            return False, f"{quota} below min_quota_pct {floor:g}%"
         return False, (
-            f"quota {snapshot.available_pct:g}% below the floor {floor:.3g}% "
+            f"{quota} below the floor {floor:.3g}% "
             f"(ramping to {floors.end_floor_pct:g}% at the reset {reset.isoformat()})"
         )
     if policy.unknown_policy == "FailOpen":
@@ -226,13 +228,17 @@ def drain_scores(
     """DeadlineAwareDrain's headroom at risk by route key (None: quota or deadline unknown)."""
     scores: dict[str, float | None] = {}
     for r in ranked:
-        snapshot = snapshots.get(r.member.route_key, QuotaSnapshot())
+        snapshot = _gated(snapshots, r.member)
         reset = member_deadline(policy, r.member.agent, snapshot, now)
         window = member_floors(policy, r.member.agent).ramp_window_seconds
         scores[r.member.route_key] = quota_deadline.at_risk(
             snapshot.available_pct, reset, now, window, policy.drain_aggressiveness
         )
     return scores
+
+
+def _gated(snapshots: Mapping[str, QuotaSnapshot], member: Member) -> QuotaSnapshot:
+    return snapshots.get(member.route_key, QuotaSnapshot()).for_model(member.model)
 
 
 def intra_kind_order(
@@ -259,7 +265,7 @@ def intra_kind_order(
             continue
         siblings = [out[i] for i in slots]
         if policy == "MostQuotaFirst":
-            siblings.sort(key=lambda r: -snapshots.get(r.member.route_key, QuotaSnapshot()).available_pct)
+            siblings.sort(key=lambda r: -_gated(snapshots, r.member).available_pct)
         elif policy == "RoundRobin":
             shift = rr_counters.get(kind, 0) % len(siblings)
             siblings = siblings[shift:] + siblings[:shift]

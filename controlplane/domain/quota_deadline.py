@@ -30,6 +30,8 @@ import datetime as dt
 import math
 from collections.abc import Iterable, Mapping
 
+from controlplane.domain import quota_shapes
+
 UNKNOWN_POLICIES = ("UseObservedFailures", "FailCautious", "FailOpen")
 INTRA_KIND_POLICIES = ("MostQuotaFirst", "RoundRobin", "Sticky", "DeadlineAwareDrain")
 UNKNOWN = -1.0
@@ -176,10 +178,21 @@ class QuotaSnapshot:
     """When the answer was fetched, on the probe's clock (monotonic seconds)."""
     resets_at: dt.datetime | None = None
     """When the probe said the quota window resets (zone-aware), if it said."""
+    per_model: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Available percentage of each model bucket the probe reported (`quota_shapes`)."""
+    bucket: str = ""
+    """The model bucket `available_pct` is of; "": the overall quota."""
 
     @property
     def known(self) -> bool:
         return self.available_pct >= 0
+
+    def for_model(self, model: str) -> QuotaSnapshot:
+        """What a member naming `model` is gated on: its model bucket when the probe reported one
+        (`quota_shapes.model_bucket`), else the overall quota, this snapshot (also when the probe reported
+        buckets, but none of this model: the account's overall limit still binds it)."""
+        bucket = quota_shapes.model_bucket(self.per_model, model) if self.known else ""
+        return dataclasses.replace(self, available_pct=self.per_model[bucket], bucket=bucket) if bucket else self
 
 
 def member_floors(policy: QuotaPolicy, agent: str) -> Floors:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import heapq
+from collections import deque
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 
 from drover.errors import InvalidArgument
 
@@ -194,3 +197,64 @@ def sandbox_notice(queued: int, opened: int, cap: int) -> str:
         f"active command and write runs), its project's max_open_sandboxes_per_change is {cap}; they start as "
         "those runs finish"
     )
+
+
+DEFAULT_WEIGHT = 1
+MAX_WEIGHT = 1000
+
+
+def check_weight(value: int, field: str = "weight") -> int:
+    """A project's weight is 1 to 1000 (InvalidArgument naming the setting otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WEIGHT:
+        raise InvalidArgument(f"must be 1 to {MAX_WEIGHT}", field=field)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class FairRun:
+    run_id: str
+    change_id: str
+    project: str
+    weight: int = DEFAULT_WEIGHT
+    """The project's weight: its share of its pool's slots against the pool's other projects."""
+
+
+def fair_order(
+    runs: Sequence[FairRun], active_by_change: Mapping[str, int], active_by_project: Mapping[str, int]
+) -> list[str]:
+    """The order slots go to ready runs (given oldest first), counting the runs already active
+    (starting/running): the next slot to the project with the least (active + given) / weight (ties: the
+    one whose oldest ready run is older), within it to the Change with the fewest active + given (ties:
+    the older oldest ready run), within the Change its oldest run. A project is in one pool and a pick
+    among one pool's projects depends on them alone, so each pool's runs come in the order they would
+    alone: pools never take from each other."""
+    by_change: dict[str, deque[int]] = {}
+    left: dict[str, list[int]] = {}  # a project's runs not ordered yet, a heap of their indices (ages)
+    for i, run in enumerate(runs):
+        by_change.setdefault(run.change_id, deque()).append(i)
+        left.setdefault(run.project, []).append(i)  # ascending: already a heap
+    weight = {run.project: max(1, run.weight) for run in runs}
+    load = {p: active_by_project.get(p, 0) for p in left}  # active + given this pass
+    given = {c: active_by_change.get(c, 0) for c in by_change}
+    changes: dict[str, list[tuple[int, int, str]]] = {p: [] for p in left}  # (active + given, oldest, Change)
+    for change_id, queue in by_change.items():
+        heapq.heappush(changes[runs[queue[0]].project], (given[change_id], queue[0], change_id))
+    projects = [(Fraction(load[p], weight[p]), left[p][0], p) for p in left]
+    heapq.heapify(projects)
+    taken: set[int] = set()
+    order: list[str] = []
+    while projects:
+        project = heapq.heappop(projects)[2]
+        change_id = heapq.heappop(changes[project])[2]
+        i = by_change[change_id].popleft()
+        order.append(runs[i].run_id)
+        taken.add(i)
+        load[project] += 1
+        given[change_id] += 1
+        if by_change[change_id]:
+            heapq.heappush(changes[project], (given[change_id], by_change[change_id][0], change_id))
+        while left[project] and left[project][0] in taken:
+            heapq.heappop(left[project])
+        if left[project]:
+            heapq.heappush(projects, (Fraction(load[project], weight[project]), left[project][0], project))
+    return order

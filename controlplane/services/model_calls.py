@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from controlplane import metrics
 from controlplane.config import BudgetConfig, HarnessConfig
 from controlplane.domain import pricing
-from controlplane.store import meters
+from controlplane.store import meters, quota_failures
 from controlplane.store.events import new_id, run_event
 from controlplane.store.models import Change, ModelCall, Project, Run, Task, Token, utcnow
 from drover.core.usage import Usage
@@ -329,6 +329,8 @@ def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage,
         )
         meters.settle_on_meters(s, reservation_id, meters.exact_for(cost))
         metrics.on_settled(s, tier, member, cost)
+        retention = dt.timedelta(minutes=config.quota.observed_failure_retention_minutes)
+        quota_failures.record(s, member, error, utcnow(), retention)  # a 429 or quota error: every router sees it
     return cost, run_cost(s, run_id)
 
 
@@ -348,11 +350,3 @@ def settle_expired(s: Session, older_than: dt.timedelta) -> int:
         call.cost_micros, call.state, call.error, call.settled_at = call.estimate_micros, "settled", "expired", utcnow()
         meters.settle_on_meters(s, call.id, {})
     return len(expired)
-
-
-def member_of(s: Session, reservation_id: str) -> str:
-    """The route key of the member a reserved call ran on."""
-    return (
-        s.scalar(select(Run.member).join(ModelCall, ModelCall.run_id == Run.id).where(ModelCall.id == reservation_id))
-        or ""
-    )

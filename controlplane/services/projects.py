@@ -65,6 +65,8 @@ class ProjectSettings:
     """The command an issue's check Task runs after its implement Task ("": no check Task)."""
     max_active_runs_per_change: int = scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE
     """At most this many runs of one Change are active (starting/running); the rest stay queued."""
+    weight: int = scheduling.DEFAULT_WEIGHT
+    """The project's share of its pool's slots against the pool's other projects (fair sharing)."""
     max_open_sandboxes_per_change: int = scheduling.DEFAULT_OPEN_SANDBOXES_PER_CHANGE
     """At most this many active runs of one Change hold an open sandbox (command runs, and write Tasks of a
     project with a repository); its other runs that would open one stay queued."""
@@ -100,6 +102,7 @@ def settings_of(p: Project) -> ProjectSettings:
         forge_branch_template=p.forge_branch_template or forge_rules.DEFAULT_BRANCH_TEMPLATE,
         forge_check_command=p.forge_check_command or "",
         max_active_runs_per_change=p.max_active_runs_per_change or scheduling.DEFAULT_MAX_ACTIVE_RUNS_PER_CHANGE,
+        weight=p.weight or scheduling.DEFAULT_WEIGHT,
         max_open_sandboxes_per_change=p.max_open_sandboxes_per_change or scheduling.DEFAULT_OPEN_SANDBOXES_PER_CHANGE,
     )
 
@@ -219,6 +222,7 @@ def checked_settings(w: ProjectSettings, project: Project) -> ProjectSettings:
         forge_branch_template=forge_rules.check_branch_template(w.forge_branch_template),
         forge_check_command=forge_rules.check_check_command(w.forge_check_command),
         max_active_runs_per_change=scheduling.check_change_cap(w.max_active_runs_per_change),
+        weight=scheduling.check_weight(w.weight),
         max_open_sandboxes_per_change=scheduling.check_change_cap(
             w.max_open_sandboxes_per_change, field="max_open_sandboxes_per_change"
         ),

@@ -1,7 +1,7 @@
 """Budgets and meters (DESIGN.md "Budgets and meters"): which meters a model call draws on, whether
 they admit it, and holding and settling its shares in the store.
 
-`meters_for`, `daily_calls_meter` and `amounts_for` are pure. The rest take a Session and do their
+`meters_for`, `own_call_meters`, `daily_calls_meter` and `amounts_for` are pure. The rest take a Session and do their
 work inside the caller's one transaction (`Store.transaction`). A reservation holds its amount on
 every meter or on none, admitted against the writer's escrow slice of each meter; a slice takes
 more of a meter's headroom under that meter's row lock (`controlplane.store.escrow`, which states
@@ -117,6 +117,18 @@ def fleet_meters(now: dt.datetime, provider_month_budget_micros: int, daily_call
         MeterSpec(f"provider-usd:{month}", PROVIDER_MONTH, month, "usd", provider_month_budget_micros),
         MeterSpec(f"agent-calls:{day}", AGENT_CALLS_DAY, day, "calls", daily_call_cap),
     ]
+
+
+def own_call_meters(
+    purpose: str, now: dt.datetime, provider_month_budget_micros: int, daily_call_cap: int, classifier_cap: int
+) -> list[MeterSpec]:
+    """The meters a call the control plane makes itself draws on: the provider month, and its daily
+    count: the classifier's own cap for a routing classifier call, the agent calls' for any other
+    (failure-log compaction), which has no cap of its own."""
+    provider, agent_calls = fleet_meters(now, provider_month_budget_micros, daily_call_cap)
+    if purpose == "classifier":
+        return [provider, daily_calls_meter(CLASSIFIER_CALLS_DAY, now, classifier_cap)]
+    return [provider, agent_calls]
 
 
 def daily_calls_meter(kind: str, now: dt.datetime, cap: int) -> MeterSpec:

@@ -25,7 +25,11 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from controlplane.store.admission_columns import ProjectAdmission
 from controlplane.store.forge_columns import ChangeBase, DeliveryColumns, ForgeLink, IssueChangeColumns
 from controlplane.store.notification_columns import NotificationCursorColumns, NotificationDeliveryColumns
+from controlplane.store.quota_columns import QuotaFailureColumns
 from controlplane.store.run_columns import RunOutcomeColumns
+
+UNRECONCILED: dict[str, Any] = {f"{db}_where": text("settled AND NOT reconciled") for db in ("postgresql", "sqlite")}
+"""The partial index of settled reservations their escrow slice has not counted yet."""
 
 
 def utcnow() -> dt.datetime:
@@ -57,7 +61,7 @@ class Token(Base):
     created_by: Mapped[str] = mapped_column(String(200), default="")  # the token that minted it; "": the host
 
 
-class Project(ForgeLink, ProjectAdmission, Base):
+class Project(ProjectAdmission, ForgeLink, Base):
     __tablename__ = "projects"
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     repo: Mapped[str] = mapped_column(Text, default="")
@@ -319,15 +323,7 @@ class MeterReservation(Base):
     """The escrow slice the share was admitted into ("": held on the meter row itself)."""
     used_amount: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # what it settled at
     reconciled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())  # its slice counted it
-    __table_args__ = (
-        Index(
-            "ix_meter_reservations_unreconciled",
-            "holder",
-            "meter_key",
-            postgresql_where=text("settled AND NOT reconciled"),
-            sqlite_where=text("settled AND NOT reconciled"),
-        ),
-    )
+    __table_args__ = (Index("ix_meter_reservations_unreconciled", "holder", "meter_key", **UNRECONCILED),)
 
 
 class MeterSlice(Base):
@@ -398,3 +394,6 @@ class NotificationDelivery(NotificationDeliveryColumns, Base): ...
 
 
 class NotificationCursor(NotificationCursorColumns, Base): ...
+
+
+class QuotaFailure(QuotaFailureColumns, Base): ...

@@ -66,16 +66,16 @@ async def update_forge(v: Visit) -> Response:
     return RedirectResponse(f"/projects/{made.name}", status_code=303)
 
 
-ADMISSION = {"max_active_runs_per_change": 8, "max_open_sandboxes_per_change": 4}
-"""The per-Change caps of the admission form, each with the value an empty input means."""
+ADMISSION = {"max_active_runs_per_change": 8, "max_open_sandboxes_per_change": 4, "weight": 1}
+"""The admission form's settings and their defaults (an empty input)."""
 
 
 async def update_admission(v: Visit) -> Response:
-    """The project's per-Change caps as the admission form sets them (the mask names exactly the settings
-    the form posts; one it leaves out stays)."""
-    caps = {key: number(v.form, key, int, empty, "project.") for key, empty in ADMISSION.items() if key in v.form}
-    wanted = project_pb2.Project(name=v.request.path_params["name"], **caps)
-    mask = field_mask_pb2.FieldMask(paths=sorted(caps))
+    """The project's per-Change cap and weight as the admission form sets them (the mask names exactly the
+    ones the form sent)."""
+    given = {key: number(v.form, key, int, default, "project.") for key, default in ADMISSION.items() if key in v.form}
+    wanted = project_pb2.Project(name=v.request.path_params["name"], **given)
+    mask = field_mask_pb2.FieldMask(paths=sorted(given))
     made = await v.call(
         "ProjectService/UpdateProject", project_pb2.UpdateProjectRequest(project=wanted, update_mask=mask)
     )

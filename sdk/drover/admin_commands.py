@@ -47,6 +47,7 @@ SETTINGS: list[tuple[str, str, str]] = [
     ("--forge-branch-template", TEXT, "the pull request's branch: {number}, {change}, {slug}"),
     ("--forge-check-command", TEXT, "a check Task runs it with sh -c after the implement Task ('' : none)"),
     ("--max-active-runs-per-change", INT, "at most this many runs of one Change at once; the rest wait (default 8)"),
+    ("--weight", INT, "the project's share of its pool's slots against the pool's other projects (default 1)"),
     ("--max-open-sandboxes-per-change", INT, "at most this many open sandboxes per Change; the rest wait (default 4)"),
 ]
 FIELD = {"--allow": "commands", "--build-output": "build_outputs", "--cache-key-file": "cache_key_files"}

@@ -81,4 +81,5 @@ class Project:
     forge_branch_template: str  # the pull request's branch: {number}, {change}, {slug}
     forge_check_command: str  # the check Task's command ("": no check Task)
     max_active_runs_per_change: int  # at most this many runs of one Change active at once (default 8)
+    weight: int  # the project's share of its pool's slots against the pool's other projects (default 1)
     max_open_sandboxes_per_change: int  # at most this many of them holding an open sandbox (default 4)

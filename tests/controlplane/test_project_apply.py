@@ -202,6 +202,7 @@ forge_app_key_file = "docs-app.pem"
         ('forge_token = "github_pat_inline0123"', "projects.web.forge_token", "never written in the file"),
         ('network = "yes"', "projects.web.network", "must be true or false"),
         ("max_fix_rounds = 99", "projects.web.max_fix_rounds", "0"),
+        ("weight = 0", "projects.web.weight", "must be 1 to 1000"),
         ('env = { DROVER_X = "1" }', "projects.web.env[DROVER_X]", "DROVER_"),
         ('forge_token_file = "missing.token"', "projects.web.forge_token_file", "missing.token: No such file"),
     ],
@@ -282,6 +283,7 @@ def test_the_documented_file_and_commands_run_as_written(sqlite_host: Host) -> N
         assert listed == ([] if "--dry-run" in line else sorted(names)), (line, listed)
     web = host.show("web")
     assert (web["forge"], web["forge_credential"], web["webhook_secret"]) == ("github", "app", True)
+    assert (web["weight"], host.show("docs")["weight"]) == (2, 1)  # the file's, and the default
     assert host.ok(lines[-1].replace("/etc/drover/", f"{etc}/").removeprefix("controlplane ")).splitlines() == [
         f"{name}: unchanged" for name in names
     ]

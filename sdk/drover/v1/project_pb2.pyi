@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Project(_message.Message):
-    __slots__ = ("name", "repo", "branch", "pool", "commands", "network", "monthly_budget_usd", "answer_window_minutes", "build_outputs", "git_token_file", "git_credential", "setup", "setup_network", "env", "git_name", "git_email", "branch_template", "cache_key_files", "created_at", "updated_at", "forge", "forge_repo", "forge_api_url", "forge_label", "max_fix_rounds", "forge_credential", "webhook_secret", "forge_budget_usd", "forge_branch_template", "forge_check_command", "max_active_runs_per_change", "max_open_sandboxes_per_change")
+    __slots__ = ("name", "repo", "branch", "pool", "commands", "network", "monthly_budget_usd", "answer_window_minutes", "build_outputs", "git_token_file", "git_credential", "setup", "setup_network", "env", "git_name", "git_email", "branch_template", "cache_key_files", "created_at", "updated_at", "forge", "forge_repo", "forge_api_url", "forge_label", "max_fix_rounds", "forge_credential", "webhook_secret", "forge_budget_usd", "forge_branch_template", "forge_check_command", "max_active_runs_per_change", "weight", "max_open_sandboxes_per_change")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class Project(_message.Message):
     FORGE_BRANCH_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     FORGE_CHECK_COMMAND_FIELD_NUMBER: _ClassVar[int]
     MAX_ACTIVE_RUNS_PER_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
     MAX_OPEN_SANDBOXES_PER_CHANGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     repo: str
@@ -79,8 +80,9 @@ class Project(_message.Message):
     forge_branch_template: str
     forge_check_command: str
     max_active_runs_per_change: int
+    weight: int
     max_open_sandboxes_per_change: int
-    def __init__(self, name: _Optional[str] = ..., repo: _Optional[str] = ..., branch: _Optional[str] = ..., pool: _Optional[str] = ..., commands: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., monthly_budget_usd: _Optional[float] = ..., answer_window_minutes: _Optional[float] = ..., build_outputs: _Optional[_Iterable[str]] = ..., git_token_file: _Optional[str] = ..., git_credential: _Optional[_Union[GitCredential, _Mapping]] = ..., setup: _Optional[_Iterable[str]] = ..., setup_network: _Optional[bool] = ..., env: _Optional[_Mapping[str, str]] = ..., git_name: _Optional[str] = ..., git_email: _Optional[str] = ..., branch_template: _Optional[str] = ..., cache_key_files: _Optional[_Iterable[str]] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., forge: _Optional[str] = ..., forge_repo: _Optional[str] = ..., forge_api_url: _Optional[str] = ..., forge_label: _Optional[str] = ..., max_fix_rounds: _Optional[int] = ..., forge_credential: _Optional[_Union[ForgeCredential, _Mapping]] = ..., webhook_secret: _Optional[_Union[WebhookSecret, _Mapping]] = ..., forge_budget_usd: _Optional[float] = ..., forge_branch_template: _Optional[str] = ..., forge_check_command: _Optional[str] = ..., max_active_runs_per_change: _Optional[int] = ..., max_open_sandboxes_per_change: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., repo: _Optional[str] = ..., branch: _Optional[str] = ..., pool: _Optional[str] = ..., commands: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., monthly_budget_usd: _Optional[float] = ..., answer_window_minutes: _Optional[float] = ..., build_outputs: _Optional[_Iterable[str]] = ..., git_token_file: _Optional[str] = ..., git_credential: _Optional[_Union[GitCredential, _Mapping]] = ..., setup: _Optional[_Iterable[str]] = ..., setup_network: _Optional[bool] = ..., env: _Optional[_Mapping[str, str]] = ..., git_name: _Optional[str] = ..., git_email: _Optional[str] = ..., branch_template: _Optional[str] = ..., cache_key_files: _Optional[_Iterable[str]] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., forge: _Optional[str] = ..., forge_repo: _Optional[str] = ..., forge_api_url: _Optional[str] = ..., forge_label: _Optional[str] = ..., max_fix_rounds: _Optional[int] = ..., forge_credential: _Optional[_Union[ForgeCredential, _Mapping]] = ..., webhook_secret: _Optional[_Union[WebhookSecret, _Mapping]] = ..., forge_budget_usd: _Optional[float] = ..., forge_branch_template: _Optional[str] = ..., forge_check_command: _Optional[str] = ..., max_active_runs_per_change: _Optional[int] = ..., weight: _Optional[int] = ..., max_open_sandboxes_per_change: _Optional[int] = ...) -> None: ...
 
 class GitCredential(_message.Message):
     __slots__ = ("kind", "set_at", "set_by", "fingerprint")

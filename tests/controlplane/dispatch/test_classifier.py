@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
 from controlplane.dispatch.classifier import MAX_TOKENS, classify
+from controlplane.dispatch.own_model import MeterRefused
 from controlplane.domain.tiers import (
     CLASSIFIER_SYSTEM,
     ClassifierAnswer,
     TaskTraits,
     classifier_messages,
 )
-from drover.core.model import AnthropicModel
+from controlplane.store.meters import CLASSIFIER_CALLS_DAY, PROVIDER_MONTH
+from drover.core.model import AnthropicModel, ModelReply
 from drover.core.retry import RetryPolicy
 from drover.testing.fake_anthropic import FakeAnthropic, error, text
 
@@ -23,18 +26,19 @@ OBJECTIVE = "Add pagination to the orders endpoint."
 
 
 class Cap:
-    """A stand-in for the caller's daily meter: grants `left` reservations, counts every ask."""
+    """A stand-in for the metered model (own_model.OwnModel): grants `left` calls, then refuses with
+    the daily cap's (or another meter's) MeterRefused; counts every ask."""
 
-    def __init__(self, left: int) -> None:
-        self.left = left
+    def __init__(self, model: AnthropicModel, left: int, refusing: str = CLASSIFIER_CALLS_DAY) -> None:
+        self.model, self.left, self.refusing = model, left, refusing
         self.asked = 0
 
-    async def reserve(self) -> bool:
+    async def complete(self, **call: Any) -> ModelReply:
         self.asked += 1
         if self.left <= 0:
-            return False
+            raise MeterRefused(self.refusing)
         self.left -= 1
-        return True
+        return await self.model.complete(**call)
 
 
 @pytest.fixture
@@ -57,8 +61,8 @@ async def model(fake: FakeAnthropic) -> AsyncIterator[AnthropicModel]:
 
 async def test_an_answer(fake: FakeAnthropic, model: AnthropicModel) -> None:
     fake.add(text('{"tier":"haiku","confidence":0.9}'))
-    cap = Cap(1)
-    assert await classify(model, TRAITS, OBJECTIVE, cap.reserve) == ClassifierAnswer("haiku", 0.9, False, "answered")
+    cap = Cap(model, 1)
+    assert await classify(cap, TRAITS, OBJECTIVE) == ClassifierAnswer("haiku", 0.9, False, "answered")
     assert cap.asked == 1 and cap.left == 0
     [request] = fake.requests
     body = request.body
@@ -70,21 +74,28 @@ async def test_an_answer(fake: FakeAnthropic, model: AnthropicModel) -> None:
 
 async def test_a_fenced_answer_in_prose(fake: FakeAnthropic, model: AnthropicModel) -> None:
     fake.add(text('Sure.\n```json\n{"tier": "opus", "confidence": 0.75}\n```'))
-    assert await classify(model, TRAITS, OBJECTIVE, Cap(1).reserve) == ClassifierAnswer("opus", 0.75, False, "answered")
+    assert await classify(Cap(model, 1), TRAITS, OBJECTIVE) == ClassifierAnswer("opus", 0.75, False, "answered")
 
 
 async def test_low_confidence_abstains(fake: FakeAnthropic, model: AnthropicModel) -> None:
     fake.add(text('{"tier": "haiku", "confidence": 0.3}'))
-    answer = await classify(model, TRAITS, OBJECTIVE, Cap(1).reserve)
+    answer = await classify(Cap(model, 1), TRAITS, OBJECTIVE)
     assert answer == ClassifierAnswer(None, 0.3, True, "low_confidence")
     assert len(fake.requests) == 1
 
 
 async def test_the_cap_reached_makes_no_call(fake: FakeAnthropic, model: AnthropicModel) -> None:
     fake.add(text('{"tier": "haiku", "confidence": 0.9}'))
-    cap = Cap(0)
-    assert await classify(model, TRAITS, OBJECTIVE, cap.reserve) == ClassifierAnswer(None, 0.0, True, "capped")
+    cap = Cap(model, 0)
+    assert await classify(cap, TRAITS, OBJECTIVE) == ClassifierAnswer(None, 0.0, True, "capped")
     assert cap.asked == 1
+    assert fake.requests == [] and fake.pending == 1
+
+
+async def test_a_full_provider_budget_makes_no_call(fake: FakeAnthropic, model: AnthropicModel) -> None:
+    fake.add(text('{"tier": "haiku", "confidence": 0.9}'))
+    cap = Cap(model, 0, refusing=PROVIDER_MONTH)
+    assert await classify(cap, TRAITS, OBJECTIVE) == ClassifierAnswer(None, 0.0, True, "budget")
     assert fake.requests == [] and fake.pending == 1
 
 
@@ -100,21 +111,21 @@ async def test_the_cap_reached_makes_no_call(fake: FakeAnthropic, model: Anthrop
 )
 async def test_a_failed_call_abstains(fake: FakeAnthropic, model: AnthropicModel, failure: object) -> None:
     fake.add(failure)  # type: ignore[arg-type]
-    cap = Cap(1)
-    assert await classify(model, TRAITS, OBJECTIVE, cap.reserve) == ClassifierAnswer(None, 0.0, True, "failed")
+    cap = Cap(model, 1)
+    assert await classify(cap, TRAITS, OBJECTIVE) == ClassifierAnswer(None, 0.0, True, "failed")
     assert len(fake.requests) == 1 and cap.left == 0  # a failed call still used its reservation
 
 
 async def test_unparseable_text_abstains(fake: FakeAnthropic, model: AnthropicModel) -> None:
     fake.add(text("I think this one needs sonnet."))
-    assert await classify(model, TRAITS, OBJECTIVE, Cap(1).reserve) == ClassifierAnswer(None, 0.0, True, "unparseable")
+    assert await classify(Cap(model, 1), TRAITS, OBJECTIVE) == ClassifierAnswer(None, 0.0, True, "unparseable")
 
 
 async def test_the_cap_is_shared_across_calls(fake: FakeAnthropic, model: AnthropicModel) -> None:
     fake.extend([text('{"tier": "sonnet", "confidence": 0.8}'), text('{"tier": "haiku", "confidence": 0.8}')])
-    cap = Cap(1)
-    first = await classify(model, TRAITS, OBJECTIVE, cap.reserve)
-    second = await classify(model, TRAITS, OBJECTIVE, cap.reserve)
+    cap = Cap(model, 1)
+    first = await classify(cap, TRAITS, OBJECTIVE)
+    second = await classify(cap, TRAITS, OBJECTIVE)
     assert (first.tier, second.reason) == ("sonnet", "capped")
     assert len(fake.requests) == 1 and fake.pending == 1
 
@@ -123,6 +134,6 @@ async def test_the_fake_knows_the_real_classifier_request() -> None:
     """The scripted fake answers this very request by itself, so a script needs no classifier step."""
     with FakeAnthropic([text("for the harness")], api_key="sk-route") as fake:
         async with AnthropicModel(fake.base_url, "sk-route", "claude-haiku-test", RetryPolicy(max_attempts=1)) as own:
-            answer = await classify(own, TRAITS, OBJECTIVE, Cap(1).reserve)
+            answer = await classify(Cap(own, 1), TRAITS, OBJECTIVE)
         assert answer == ClassifierAnswer("sonnet", 0.9, False, "answered")
         assert fake.pending == 1 and len(fake.requests) == 1

@@ -1,25 +1,22 @@
-"""Quota probes against a real HTTP server on loopback; observed failures."""
+"""Quota probes against a real HTTP server on loopback. Observed failures:
+tests/controlplane/store/test_quota_failures.py; an answer's shapes: tests/controlplane/domain/test_quota_shapes.py."""
 
 from __future__ import annotations
 
 import datetime as dt
 import http.server
 import json
-import pathlib
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 
-from controlplane.config import HarnessConfig
 from controlplane.dispatch.quota import (
-    ObservedFailures,
     ProbeFailed,
     QuotaProbe,
     parse_available_pct,
 )
-from controlplane.dispatch.router import Router
 from controlplane.domain.members import (
     Member,
     QuotaPolicy,
@@ -27,9 +24,6 @@ from controlplane.domain.members import (
     TierClass,
     select,
 )
-from controlplane.services.notify import Notifier
-from controlplane.store.engine import Store
-from controlplane.store.objects import DirectoryStore
 
 ENV = {"TOKEN_A": "tok-a", "TOKEN_B": "tok-b"}
 
@@ -41,6 +35,7 @@ class QuotaServer(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), QuotaHandler)
         self.script: dict[str, list[tuple[int, bytes]]] = {}
         self.requests: list[tuple[str, str]] = []  # (path, Authorization)
+        self.betas: list[str] = []  # each request's anthropic-beta header ("": none)
 
     def answer(self, path: str, *responses: tuple[int, object]) -> str:
         self.script[path] = [
@@ -57,6 +52,7 @@ class QuotaHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.requests.append((self.path, self.headers.get("Authorization", "")))
+        self.server.betas.append(self.headers.get("anthropic-beta", ""))
         script = self.server.script.get(self.path, [(404, b"{}")])
         status, body = script.pop(0) if len(script) > 1 else script[0]
         self.send_response(status)
@@ -266,49 +262,6 @@ def test_parse_available_pct(body: bytes, pct: float | None) -> None:
         assert parse_available_pct(body) == pct
 
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
-
-
-@pytest.mark.parametrize(
-    "ago_minutes, key, recent",
-    [
-        ([3], "anthropic/acct-a", 1),
-        ([11], "anthropic/acct-a", 0),  # outside the 10-minute window
-        ([3, 9, 12], "anthropic/acct-a", 2),
-        ([3], "anthropic/acct-b", 0),  # failures are per route key
-    ],
-)
-def test_observed_failures_within_the_window(ago_minutes, key, recent) -> None:
-    observed = ObservedFailures()
-    for ago in sorted(ago_minutes, reverse=True):
-        observed.record("anthropic/acct-a", T0 - dt.timedelta(minutes=ago))
-    assert len(observed.recent(key, dt.timedelta(minutes=10), T0)) == recent
-
-
-def test_observed_failures_are_kept_only_for_the_retention() -> None:
-    observed = ObservedFailures(retention=dt.timedelta(minutes=30))
-    observed.record("k", T0 - dt.timedelta(minutes=40))
-    observed.record("k", T0)
-    assert observed.recent("k", dt.timedelta(hours=2), T0) == [T0]
-
-
-@pytest.mark.parametrize("retention, kept", [(30, 2), (15, 1)])
-def test_observed_failure_retention_minutes_is_the_routers_and_reloads(
-    tmp_path: pathlib.Path, retention: int, kept: int
-) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'drover.db'}")
-    store.migrate()
-    try:
-        router = Router(store, HarnessConfig(), Notifier(), DirectoryStore(tmp_path / "objects"), tmp_path / "mirrors")
-        router.reconfigure(HarnessConfig(quota=QuotaPolicy(observed_failure_retention_minutes=retention)))
-        now = dt.datetime(2030, 1, 1, 12, tzinfo=dt.UTC)
-        for minutes_ago in (20, 0):
-            router.observed.record("anthropic/acct-a", now - dt.timedelta(minutes=minutes_ago))
-        assert len(router.observed.recent("anthropic/acct-a", dt.timedelta(hours=1), now)) == kept
-    finally:
-        store.close()
-
-
 async def test_the_probes_reset_reaches_the_snapshot(server: QuotaServer) -> None:
     url = server.answer("/r", (200, {"available_pct": 42, "resets_at": "2030-01-08T00:20:00+00:00"}))
     snapshot = await probe(Clock(), Sleeps()).snapshot(sub(url))
@@ -316,3 +269,46 @@ async def test_the_probes_reset_reaches_the_snapshot(server: QuotaServer) -> Non
     assert snapshot.resets_at == dt.datetime(2030, 1, 8, 0, 20, tzinfo=dt.UTC)
     bad = server.answer("/bad", (200, {"available_pct": 42, "resets_at": "next week"}))
     assert not (await probe(Clock(), Sleeps()).snapshot(sub(bad, "acct-b"))).known  # refused whole, unknown
+
+
+OAUTH_USAGE = {  # Anthropic's GET /api/oauth/usage: opus nearly spent for the week, the account not
+    "five_hour": {"utilization": 10.0, "resets_at": "2030-01-01T15:00:00+00:00"},
+    "seven_day": {"utilization": 4.0, "resets_at": "2030-01-07T00:00:00+00:00"},
+    "seven_day_oauth_apps": None,
+    "seven_day_opus": {"utilization": 95.0, "resets_at": "2030-01-07T00:00:00+00:00"},
+    "seven_day_sonnet": None,
+}
+
+
+async def test_an_opus_member_is_gated_on_its_bucket_and_a_sonnet_one_on_the_overall(server: QuotaServer) -> None:
+    url = server.answer("/api/oauth/usage", (200, OAUTH_USAGE))
+    account = dict(
+        agent="anthropic", instance_id="acct-a", billing="Subscription", probe_url=url, credential_env="TOKEN_A"
+    )
+    opus = Member(**account, model="claude-opus-4-7", quality_score=110, order=0)
+    sonnet = Member(**account, model="claude-sonnet-5-5", quality_score=100, order=1)
+    snapshots = await probe(Clock(), Sleeps()).snapshots([opus, sonnet])
+    assert server.requests == [("/api/oauth/usage", "Bearer tok-a")]
+    assert server.betas == ["oauth-2025-04-20"]  # Anthropic's endpoint refuses an OAuth token without it
+    snapshot = snapshots["anthropic/acct-a"]
+    assert (snapshot.available_pct, dict(snapshot.per_model)) == (90.0, {"opus": 5.0})
+    now = dt.datetime(2030, 1, 1, 12, tzinfo=dt.UTC)
+    policy = QuotaPolicy(min_quota_pct=10, start_floor_pct=10, end_floor_pct=10)
+    selection = select(TierClass("opus", (opus, sonnet)), [], [], snapshots, {}, {}, policy, now)
+    assert selection.chosen == sonnet
+    verdicts = {c["model"]: c["verdict"] for c in selection.candidates}
+    assert verdicts == {
+        "claude-opus-4-7": "quota opus 5% below the floor 10% (ramping to 10% at the reset 2030-01-01T15:00:00+00:00)",
+        "claude-sonnet-5-5": "chosen",  # no sonnet bucket: the overall 90 %
+    }
+
+
+@pytest.mark.parametrize(
+    "agent, path, beta",
+    [("anthropic", "/quota", "oauth-2025-04-20"), ("claude", "/quota", "oauth-2025-04-20"), ("codex", "/quota", "")],
+)
+async def test_the_oauth_beta_header_goes_to_anthropic_members_only(server: QuotaServer, agent, path, beta) -> None:
+    url = server.answer(path, (200, {"available_pct": 50}))
+    member = Member(agent=agent, billing="Subscription", quality_score=100, probe_url=url, credential_env="TOKEN_A")
+    assert (await probe(Clock(), Sleeps()).snapshot(member)).available_pct == 50.0
+    assert server.betas == [beta]

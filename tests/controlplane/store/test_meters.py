@@ -248,3 +248,24 @@ def test_a_lowered_limit_takes_back_every_slice_s_unused_grant(store: Store) -> 
     store.transaction(meters.settle_on_meters, "r1", meters.exact_for(70_000))
     assert used_reserved(store)[key] == (70_000, 50_000)
     assert store.transaction(escrow.violations) == []
+
+
+@pytest.mark.parametrize(
+    ("purpose", "daily"),
+    [
+        ("classifier", ("classifier-calls:2026-11-03", meters.CLASSIFIER_CALLS_DAY, 200)),
+        ("compaction", ("agent-calls:2026-11-03", meters.AGENT_CALLS_DAY, 1000)),
+    ],
+)
+def test_the_control_plane_s_own_calls_draw_on_the_provider_month_and_their_daily_count(
+    purpose: str, daily: tuple[str, str, int]
+) -> None:
+    now = dt.datetime(2026, 11, 3, 23, 59, tzinfo=dt.UTC)
+    provider, count = meters.own_call_meters(purpose, now, 10_000_000, 1000, 200)
+    assert (provider.key, provider.kind, provider.unit, provider.limit) == (
+        "provider-usd:2026-11",
+        meters.PROVIDER_MONTH,
+        "usd",
+        10_000_000,
+    )
+    assert (count.key, count.kind, count.limit) == daily and count.unit == "calls"

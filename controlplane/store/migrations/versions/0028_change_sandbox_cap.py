@@ -1,15 +1,15 @@
 """per-Change sandbox cap: a project's max_open_sandboxes_per_change (default 4), next to its
 max_active_runs_per_change; a run it holds is noted with the same runs.blocked_limit
 
-Revision ID: 0026
-Revises: 0024
+Revision ID: 0028
+Revises: 0027
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0026"
-down_revision = "0024"
+revision = "0028"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 
