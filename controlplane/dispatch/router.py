@@ -309,7 +309,7 @@ class Router:
             harness.base_url,
             harness.api_key,
             haiku.model if haiku else "",
-            RetryPolicy(max_attempts=2, stall_timeout=30),
+            RetryPolicy(max_attempts=2, stall_timeout=30, attempt_ceiling=harness.attempt_ceiling_seconds),
             workspace_id=harness.workspace_id,
         )
 
