@@ -215,17 +215,6 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
     key = env.get("ANTHROPIC_API_KEY", "")
     if anthropic.get("api_key_file"):
         key = pathlib.Path(anthropic["api_key_file"]).read_text().strip()
-    tiers = dict(DEFAULT_TIERS)
-    for name, spec in data.get("tiers", {}).items():
-        _known_keys(spec, f"tiers.{name}", TIER_KEYS)
-        base = tiers.get(name, DEFAULT_TIERS["sonnet"])
-        tiers[name] = Tier(
-            spec.get("model", base.model),
-            int(spec.get("max_calls", base.max_calls)),
-            int(spec.get("max_output_tokens", base.max_output_tokens)),
-            reasoning.tier_thinking(spec, base.thinking, f"tiers.{name}"),
-            reasoning.tier_effort(spec, base.effort, f"tiers.{name}"),
-        )
     for model, p in data.get("prices", {}).items():
         _known_keys(p, f"prices.{model}", ("input", "output", "cache_write", "cache_read"))
     prices = {
@@ -243,7 +232,7 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
         base_url=anthropic.get("base_url") or env.get("ANTHROPIC_BASE_URL", "") or "https://api.anthropic.com",
         api_key=key,
         workspace_id=workspace_id,
-        tiers=tiers,
+        tiers=_tiers(data),
         prices=prices,
         **settings(HarnessConfig, harness, "harness", HARNESS_SETTINGS),
     )
@@ -252,6 +241,22 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
     if config.attempt_ceiling_seconds <= 0:
         raise ValueError(f"harness.attempt_ceiling_seconds: must be > 0, not {config.attempt_ceiling_seconds:g}")
     return config
+
+
+def _tiers(data: Mapping[str, Any]) -> dict[str, Tier]:
+    """The built-in tiers, each changed (or a new one made from sonnet's) by its [tiers.NAME] table."""
+    tiers = dict(DEFAULT_TIERS)
+    for name, spec in data.get("tiers", {}).items():
+        _known_keys(spec, f"tiers.{name}", TIER_KEYS)
+        base = tiers.get(name, DEFAULT_TIERS["sonnet"])
+        tiers[name] = Tier(
+            spec.get("model", base.model),
+            int(spec.get("max_calls", base.max_calls)),
+            int(spec.get("max_output_tokens", base.max_output_tokens)),
+            reasoning.tier_thinking(spec, base.thinking, f"tiers.{name}"),
+            reasoning.tier_effort(spec, base.effort, f"tiers.{name}"),
+        )
+    return tiers
 
 
 def load_memory(file: pathlib.Path | None, env: Mapping[str, str]) -> MemoryConfig:
