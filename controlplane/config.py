@@ -10,7 +10,7 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from controlplane.domain import escalation, notifications
+from controlplane.domain import escalation, notifications, reasoning
 from controlplane.domain.member_config import parse_classes, parse_modifiers, parse_quota_router
 from controlplane.domain.members import PAY_PER_API, Member, QuotaPolicy, TierClass, TodModifier
 from controlplane.domain.pricing import Price
@@ -130,16 +130,19 @@ class Tier:
     """Model calls per run; reaching it ends the run as run_call_cap."""
     max_output_tokens: int
     thinking: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """The Messages API thinking setting for this tier; empty: off."""
+    """The Messages API thinking setting for this tier's agent runs; empty: off (controlplane/domain/reasoning.py)."""
+    effort: str = ""
+    """output_config.effort of this tier's agent runs (low ... max); "": none. A member's reasoning overrides it."""
 
 
 WORKSPACE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 """An [anthropic] workspace_id: a short token, sent as a header."""
 
-DEFAULT_TIERS = {
-    "haiku": Tier("claude-haiku-5-5", 16, 8_000),
-    "sonnet": Tier("claude-sonnet-5-5", 32, 16_000),
-    "opus": Tier("claude-opus-5-5", 32, 16_000),
+_OMITTED = {"type": "adaptive", "display": "omitted"}
+DEFAULT_TIERS = {  # seed 000's table; the control plane's one-shot calls (classifier, compaction) never think
+    "haiku": Tier("claude-haiku-5-5", 16, 8_000, {"type": "adaptive"}, "low"),
+    "sonnet": Tier("claude-sonnet-5-5", 32, 16_000, dict(_OMITTED), "medium"),
+    "opus": Tier("claude-opus-5-5", 32, 16_000, dict(_OMITTED), "high"),
 }
 
 
@@ -160,6 +163,8 @@ class HarnessConfig:
     fold_fraction: float = 0.7
     """Fold older turns into a summary past this fraction of the context window."""
     stall_timeout_seconds: int = 120
+    attempt_ceiling_seconds: float = 600.0
+    """One model call attempt's ceiling, however steadily it streams; over it, it is retried like a stall."""
     max_attempts: int = 4
     """Attempts per model call (the first included) for retryable errors."""
     allow_opus: bool = False
@@ -179,6 +184,9 @@ class HarnessConfig:
             return found
         model = self.tiers[tier].model if tier in self.tiers else ""
         return TierClass(tier, (Member(agent="anthropic", billing=PAY_PER_API, model=model, quality_score=100),))
+
+
+TIER_KEYS = ("model", "max_calls", "max_output_tokens", "thinking", "thinking_display", "effort")
 
 
 def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessConfig:
@@ -207,16 +215,6 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
     key = env.get("ANTHROPIC_API_KEY", "")
     if anthropic.get("api_key_file"):
         key = pathlib.Path(anthropic["api_key_file"]).read_text().strip()
-    tiers = dict(DEFAULT_TIERS)
-    for name, spec in data.get("tiers", {}).items():
-        _known_keys(spec, f"tiers.{name}", ("model", "max_calls", "max_output_tokens", "thinking"))
-        base = tiers.get(name, DEFAULT_TIERS["sonnet"])
-        tiers[name] = Tier(
-            spec.get("model", base.model),
-            int(spec.get("max_calls", base.max_calls)),
-            int(spec.get("max_output_tokens", base.max_output_tokens)),
-            dict(spec.get("thinking", base.thinking)),
-        )
     for model, p in data.get("prices", {}).items():
         _known_keys(p, f"prices.{model}", ("input", "output", "cache_write", "cache_read"))
     prices = {
@@ -234,13 +232,31 @@ def load_harness(file: pathlib.Path | None, env: Mapping[str, str]) -> HarnessCo
         base_url=anthropic.get("base_url") or env.get("ANTHROPIC_BASE_URL", "") or "https://api.anthropic.com",
         api_key=key,
         workspace_id=workspace_id,
-        tiers=tiers,
+        tiers=_tiers(data),
         prices=prices,
         **settings(HarnessConfig, harness, "harness", HARNESS_SETTINGS),
     )
     if config.default_tier not in config.tiers:
         raise ValueError(f"harness.default_tier: no tier {config.default_tier!r}")
+    if config.attempt_ceiling_seconds <= 0:
+        raise ValueError(f"harness.attempt_ceiling_seconds: must be > 0, not {config.attempt_ceiling_seconds:g}")
     return config
+
+
+def _tiers(data: Mapping[str, Any]) -> dict[str, Tier]:
+    """The built-in tiers, each changed (or a new one made from sonnet's) by its [tiers.NAME] table."""
+    tiers = dict(DEFAULT_TIERS)
+    for name, spec in data.get("tiers", {}).items():
+        _known_keys(spec, f"tiers.{name}", TIER_KEYS)
+        base = tiers.get(name, DEFAULT_TIERS["sonnet"])
+        tiers[name] = Tier(
+            spec.get("model", base.model),
+            int(spec.get("max_calls", base.max_calls)),
+            int(spec.get("max_output_tokens", base.max_output_tokens)),
+            reasoning.tier_thinking(spec, base.thinking, f"tiers.{name}"),
+            reasoning.tier_effort(spec, base.effort, f"tiers.{name}"),
+        )
+    return tiers
 
 
 def load_memory(file: pathlib.Path | None, env: Mapping[str, str]) -> MemoryConfig:
@@ -330,7 +346,14 @@ def _known_keys(table: Mapping[str, Any], where: str, known: Iterable[str]) -> N
         raise ValueError(f"{where}: unknown keys {sorted(unknown)} (known: {', '.join(known)})")
 
 
-HARNESS_SETTINGS = ("default_tier", "context_window_tokens", "fold_fraction", "stall_timeout_seconds", "max_attempts")
+HARNESS_SETTINGS = (
+    "default_tier",
+    "context_window_tokens",
+    "fold_fraction",
+    "stall_timeout_seconds",
+    "attempt_ceiling_seconds",
+    "max_attempts",
+)
 """The [harness] table; the other HarnessConfig fields come from their own tables."""
 
 

@@ -54,6 +54,8 @@ def decode(message: Any) -> Assignment:
         resume_answers=h.resume_answers,
         build_outputs=tuple(h.build_outputs),
         anthropic_workspace_id=h.anthropic_workspace_id,
+        effort=h.effort,
+        attempt_ceiling_seconds=h.attempt_ceiling_seconds or DEFAULT_HARNESS.attempt_ceiling_seconds,
     )
     output_limit = int(message.limits.get("output_bytes", 0))
     spec = RunSpec(

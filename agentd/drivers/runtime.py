@@ -117,6 +117,8 @@ class RuntimeDriver:
                     base_url=base_url,
                     token=gateway.token,
                     instructions=h.instructions,
+                    effort=h.effort,
+                    thinking=h.thinking or {},
                     mcp_command=(
                         sys.executable,
                         "-I",

@@ -68,6 +68,10 @@ class HarnessSpec:
     """Patterns of build outputs a ChangeSet leaves out; empty: the default list."""
     anthropic_workspace_id: str = ""
     """Sent as the anthropic-workspace-id header on every Messages API call; empty: not sent."""
+    effort: str = ""
+    """output_config.effort of the run's model calls (the member's reasoning, else the tier's); "": none."""
+    attempt_ceiling_seconds: float = 600.0
+    """One model call attempt's ceiling, however steadily it streams."""
 
     @property
     def thinking(self) -> dict[str, Any] | None:

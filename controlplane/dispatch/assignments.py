@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig
 from controlplane.dispatch.quota import credential
-from controlplane.domain import graph, packet, preparation, tiers
+from controlplane.domain import graph, packet, preparation, reasoning, tiers
 from controlplane.domain.members import PAY_PER_API, Member
 from controlplane.services import credentials, questions
 from controlplane.services.credentials import Sealer
@@ -101,6 +101,9 @@ class HarnessSpec:
     resume_answers: str = ""
     build_outputs: tuple[str, ...] = ()
     anthropic_workspace_id: str = ""
+    effort: str = ""
+    """output_config.effort: the member's reasoning, else the tier's; "": none."""
+    attempt_ceiling_seconds: float = 600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +266,8 @@ def _for_harness(
         billing=member.billing if member else "PayPerApi",
         # the workspace is the harness key's: a Subscription member's OAuth token has none
         anthropic_workspace_id=harness.workspace_id if not member or member.billing == PAY_PER_API else "",
+        effort=reasoning.effort(tier.effort, member.reasoning if member else ""),
+        attempt_ceiling_seconds=harness.attempt_ceiling_seconds,
     )
     return dataclasses.replace(
         base,

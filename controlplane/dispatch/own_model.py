@@ -5,6 +5,7 @@ at the exact cost of every attempt's usage, a failed one's too."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any, Protocol
@@ -96,7 +97,12 @@ class OwnModel:
         error = ""
         try:
             async with AnthropicModel(
-                h.base_url, h.api_key, name, POLICY, on_attempt=on_attempt, workspace_id=h.workspace_id
+                h.base_url,
+                h.api_key,
+                name,
+                dataclasses.replace(POLICY, attempt_ceiling=h.attempt_ceiling_seconds),
+                on_attempt=on_attempt,
+                workspace_id=h.workspace_id,
             ) as model:
                 return await model.complete(system=system, tools=tools, messages=messages, max_tokens=max_tokens)
         except BaseException as err:  # a ModelError, or cancelled mid-call: what it used still settles

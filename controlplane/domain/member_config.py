@@ -26,6 +26,7 @@ from controlplane.domain.members import (
     tag_set,
 )
 from controlplane.domain.quota_deadline import ExpectedResets, FloorOverride
+from controlplane.domain.reasoning import reasoning_problem
 from drover.errors import DroverError
 
 _MEMBER_KEYS = frozenset(
@@ -272,6 +273,8 @@ def _parse_member(class_id: str, spec: Any, order: int) -> Member:
     if not MIN_SCORE <= score <= MAX_SCORE:
         raise ConfigError(f"{where}: quality_score {score} is outside {MIN_SCORE}-{MAX_SCORE}")
     reasoning = _str(spec, "reasoning", where)
+    if problem := reasoning_problem(agent, reasoning):
+        raise ConfigError(f"{where}: {problem}")
     if agent == "gemini" and score >= 90 and reasoning != "high":
         raise ConfigError(f'{where}: gemini members with quality_score >= 90 must have reasoning = "high"')
     tags = spec.get("capabilities", [])

@@ -104,7 +104,8 @@ class HarnessDriver:
             root, writable, lambda: max(limits.max_calls - max(meter.calls_used, self.transcript.model_calls), 0)
         )
         tools.ask = self.conversation.ask
-        model, folder = self._model(spec.model, meter), self._model(fold_model, fold_meter)
+        # the loop's calls think at the run's effort; a fold summary is a one-shot call that does not
+        model, folder = self._model(spec.model, meter, h.effort), self._model(fold_model, fold_meter)
 
         async def summarise(request: list[dict[str, Any]]) -> str:
             reply = await folder.complete(
@@ -157,10 +158,14 @@ class HarnessDriver:
         """The meter of one kind of model call (the loop's, or folding's)."""
         return Meter(self.run.control_plane, model, max_output_tokens, self.incarnation, call_number, purpose)
 
-    def _model(self, model: str, meter: Meter) -> AnthropicModel:
+    def _model(self, model: str, meter: Meter, effort: str = "") -> AnthropicModel:
         """A model client whose every attempt is reserved and settled through `meter`."""
         h = self.run.spec.harness
-        policy = RetryPolicy(max_attempts=h.max_attempts, stall_timeout=h.stall_timeout_seconds)
+        policy = RetryPolicy(
+            max_attempts=h.max_attempts,
+            stall_timeout=h.stall_timeout_seconds,
+            attempt_ceiling=h.attempt_ceiling_seconds,
+        )
         return AnthropicModel(
             self.run.spec.base_url,
             self.run.secret_env.get("ANTHROPIC_API_KEY", ""),
@@ -169,6 +174,7 @@ class HarnessDriver:
             before_attempt=meter.reserve,
             on_attempt=meter.settle,
             workspace_id=h.anthropic_workspace_id,
+            effort=effort,
         )
 
     def _tools(self, root: pathlib.Path | None, writable: bool, calls_left: Callable[[], int]) -> TaskTools:

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import os
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from agentd.run.session_input import Input
@@ -46,6 +46,11 @@ class SessionContext:
     held: Callable[[], bool] = lambda: False
     """An open blocking question: a turn that ends with nothing to deliver waits for input instead of
     ending the session."""
+
+    effort: str = ""
+    """The run's effort (its member's reasoning, else its tier's); "": the runtime's own (runtimes/reasoning.py)."""
+    thinking: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The tier's Messages API thinking object; {}: off."""
 
     resume_session_id: str = ""
     """Resume this parked session (its state restored from `resume_state`) instead of starting one."""

@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from agentd.drivers.runtimes import Emit, SessionContext, SessionResult, clip
+from agentd.drivers.runtimes import Emit, SessionContext, SessionResult, clip, reasoning
 from agentd.run import hostile
 from agentd.run.session_input import Input
 
@@ -144,6 +144,7 @@ class ClaudeCode:
             "--model",
             ctx.model,
         ]
+        argv += reasoning.claude_code_args(ctx.effort, ctx.thinking)
         if ctx.max_turns > 0:
             argv += ["--max-turns", str(ctx.max_turns)]
         if ctx.mcp_command:
@@ -153,7 +154,8 @@ class ClaudeCode:
         return argv
 
     def env(self, ctx: SessionContext) -> dict[str, str]:
-        return {**OFFLINE, "ANTHROPIC_BASE_URL": ctx.base_url, "ANTHROPIC_API_KEY": ctx.token}
+        gateway = {"ANTHROPIC_BASE_URL": ctx.base_url, "ANTHROPIC_API_KEY": ctx.token}
+        return {**OFFLINE, **reasoning.claude_code_env(ctx.effort), **gateway}
 
     async def drive(
         self, process: asyncio.subprocess.Process, ctx: SessionContext, emit: Emit, inputs: asyncio.Queue[Input]

@@ -23,6 +23,7 @@ from typing import Any
 
 from agentd.drivers.runtimes import Emit, SessionContext, SessionResult, clip
 from agentd.drivers.runtimes.acp import EXIT_SECONDS, _Broken, _Connection, _RpcError
+from agentd.drivers.runtimes.reasoning import opencode_options
 from agentd.run.session_input import Input
 
 PROTOCOL_VERSION = 1
@@ -69,7 +70,8 @@ class Opencode:
                         "baseURL": ctx.base_url.rstrip("/") + "/v1",
                         "apiKey": "{env:DROVER_RUN_TOKEN}",  # substituted by opencode: the token never hits the disk
                     },
-                    "models": {ctx.model: {"name": ctx.model}},  # any model id is accepted
+                    # any model id is accepted; its options carry the run's effort and thinking
+                    "models": {ctx.model: {"name": ctx.model, "options": opencode_options(ctx.effort, ctx.thinking)}},
                 }
             },
             "enabled_providers": ["anthropic"],

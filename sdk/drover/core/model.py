@@ -109,8 +109,10 @@ class AnthropicModel:
         on_attempt: OnAttempt | None = None,
         before_attempt: Callable[[int], Awaitable[object]] | None = None,
         workspace_id: str = "",
+        effort: str = "",
     ) -> None:
         self.model = model
+        self.effort = effort  # output_config.effort of every call; "": none
         self._headers = {WORKSPACE_HEADER: workspace_id} if workspace_id else {}
         self._before_attempt = before_attempt  # the run's meter: it may raise to stop the call
         self.policy = policy
@@ -160,6 +162,8 @@ class AnthropicModel:
         }
         if thinking is not None:
             params["thinking"] = thinking
+        if self.effort:
+            params["output_config"] = {"effort": self.effort}
         partials: list[str] = []  # what each interrupted attempt had streamed, in order
         try:
             async for attempt in tenacity.AsyncRetrying(

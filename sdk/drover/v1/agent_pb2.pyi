@@ -242,7 +242,7 @@ class RunAssignment(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., change_id: _Optional[str] = ..., task_id: _Optional[str] = ..., task_key: _Optional[str] = ..., kind: _Optional[str] = ..., driver: _Optional[str] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., workspace: _Optional[_Union[WorkspaceSpec, _Mapping]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., context_hash: _Optional[str] = ..., limits: _Optional[_Mapping[str, int]] = ..., harness: _Optional[_Union[HarnessSpec, _Mapping]] = ..., resume: _Optional[bool] = ...) -> None: ...
 
 class HarnessSpec(_message.Message):
-    __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts", "instructions", "billing", "resume_branch", "resume_workspace_json", "resume_session_id", "resume_state", "resume_answers", "build_outputs", "anthropic_workspace_id")
+    __slots__ = ("workspace_mode", "max_calls", "max_output_tokens", "thinking_json", "prompt", "command_rules", "network", "context_window_tokens", "fold_fraction", "fold_model", "stall_timeout_seconds", "max_attempts", "instructions", "billing", "resume_branch", "resume_workspace_json", "resume_session_id", "resume_state", "resume_answers", "build_outputs", "anthropic_workspace_id", "effort", "attempt_ceiling_seconds")
     WORKSPACE_MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_CALLS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -264,6 +264,8 @@ class HarnessSpec(_message.Message):
     RESUME_ANSWERS_FIELD_NUMBER: _ClassVar[int]
     BUILD_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     ANTHROPIC_WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    EFFORT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_CEILING_SECONDS_FIELD_NUMBER: _ClassVar[int]
     workspace_mode: str
     max_calls: int
     max_output_tokens: int
@@ -285,7 +287,9 @@ class HarnessSpec(_message.Message):
     resume_answers: str
     build_outputs: _containers.RepeatedScalarFieldContainer[str]
     anthropic_workspace_id: str
-    def __init__(self, workspace_mode: _Optional[str] = ..., max_calls: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., thinking_json: _Optional[str] = ..., prompt: _Optional[str] = ..., command_rules: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., context_window_tokens: _Optional[float] = ..., fold_fraction: _Optional[float] = ..., fold_model: _Optional[str] = ..., stall_timeout_seconds: _Optional[int] = ..., max_attempts: _Optional[int] = ..., instructions: _Optional[str] = ..., billing: _Optional[str] = ..., resume_branch: _Optional[str] = ..., resume_workspace_json: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., resume_state: _Optional[bytes] = ..., resume_answers: _Optional[str] = ..., build_outputs: _Optional[_Iterable[str]] = ..., anthropic_workspace_id: _Optional[str] = ...) -> None: ...
+    effort: str
+    attempt_ceiling_seconds: float
+    def __init__(self, workspace_mode: _Optional[str] = ..., max_calls: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., thinking_json: _Optional[str] = ..., prompt: _Optional[str] = ..., command_rules: _Optional[_Iterable[str]] = ..., network: _Optional[bool] = ..., context_window_tokens: _Optional[float] = ..., fold_fraction: _Optional[float] = ..., fold_model: _Optional[str] = ..., stall_timeout_seconds: _Optional[int] = ..., max_attempts: _Optional[int] = ..., instructions: _Optional[str] = ..., billing: _Optional[str] = ..., resume_branch: _Optional[str] = ..., resume_workspace_json: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., resume_state: _Optional[bytes] = ..., resume_answers: _Optional[str] = ..., build_outputs: _Optional[_Iterable[str]] = ..., anthropic_workspace_id: _Optional[str] = ..., effort: _Optional[str] = ..., attempt_ceiling_seconds: _Optional[float] = ...) -> None: ...
 
 class StackedChangeSet(_message.Message):
     __slots__ = ("changeset_id", "task_id", "branch", "commit", "created_at")

@@ -51,10 +51,20 @@ def test_zero_and_empty_take_the_specs_defaults() -> None:
     spec, h = assignment.spec, assignment.spec.harness
     assert (h.context_window_tokens, h.fold_fraction) == (HarnessSpec.context_window_tokens, HarnessSpec.fold_fraction)
     assert (h.stall_timeout_seconds, h.max_attempts, h.billing) == (120.0, 4, "PayPerApi")
+    assert (h.attempt_ceiling_seconds, h.effort) == (600.0, "")  # ten minutes; no effort sent
     assert spec.output_limit_bytes == DEFAULT_OUTPUT_LIMIT
     assert spec.stack == (StackedChangeSet("cs_1", "tsk_0", "b", "", "t"),)  # an empty commit is kept, as ""
     assert spec.prompt == "do it" and h.build_outputs == ("dist/",)
     assert assignment.resume and assignment.secret_env == {"ANTHROPIC_API_KEY": "sk-ant-secret-0123"}
+
+
+def test_the_effort_and_the_attempt_ceiling_reach_the_spec_and_its_file(tmp_path: pathlib.Path) -> None:
+    message = _harness_assignment()
+    message.harness.effort, message.harness.attempt_ceiling_seconds = "high", 90.0
+    placed = place(decode(message).spec, AgentConfig(work_dir=tmp_path / "work"))
+    placed.save(tmp_path)
+    h = RunSpec.load(tmp_path).harness
+    assert (h.effort, h.attempt_ceiling_seconds) == ("high", 90.0)
 
 
 def test_the_secrets_never_reach_the_spec_or_its_file(tmp_path: pathlib.Path) -> None:

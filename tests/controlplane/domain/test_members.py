@@ -590,6 +590,10 @@ DUPLICATE = (
             'reasoning = "high"',
         ),
         (
+            one_class(sub(reasoning="hihg")),
+            "AgentClass 'sonnet': member 'anthropic': reasoning 'hihg' must be one of low, medium, high, xhigh, max",
+        ),
+        (
             one_class(sub(credential_env="K", credential_file="/k")),
             "AgentClass 'sonnet': member 'anthropic': set credential_env or credential_file, not both",
         ),
