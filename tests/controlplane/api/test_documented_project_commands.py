@@ -41,7 +41,8 @@ def test_the_projects_and_tokens_block_runs_as_written(fleet: Fleet, tmp_path: p
         command = line.replace(REPO, str(repo)).replace("127.0.0.1:50051", plane.target)
         done = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, f"{line}\nexited {done.returncode}: {done.stderr}"
-        out[" ".join(line.split()[:3])] = done.stdout
+        words = line.split()
+        out[words[-1].rsplit("/", 1)[-1] if words[0] == "grpcurl" else " ".join(words[:3])] = done.stdout
     shown = json.loads(out["drover project show"])
     assert (shown["branch"], shown["setup"], shown["env"], shown["pool"]) == (
         "main",
@@ -56,4 +57,7 @@ def test_the_projects_and_tokens_block_runs_as_written(fleet: Fleet, tmp_path: p
     assert out["drover token create"].strip().startswith("drv_u_")
     assert "ci" in out["drover token list"] and "revoked 1 token(s) named 'ci'" in out["drover token revoke"]
     assert out["drover project remove"].strip() == "project web removed"
-    assert json.loads(out["grpcurl -plaintext -H"])["name"] == "api"
+    assert json.loads(out["CreateProject"])["name"] == "api"
+    updated = json.loads(out["UpdateProject"])  # the mask's two settings changed, the cap it does not name kept
+    settings = ("weight", "max_open_sandboxes_per_change", "max_active_runs_per_change")
+    assert [updated[name] for name in settings] == [2, 2, 8]
