@@ -10,7 +10,9 @@ quota is unknown (-1) and follows `unknown_policy`:
   window, the reset that window's (unix seconds or ISO 8601); each additional limit is a model bucket;
 - Anthropic's OAuth usage (`GET https://api.anthropic.com/api/oauth/usage`): `{"five_hour":
   {"utilization": 12.0, "resets_at": "..."}, "seven_day": {...}, "seven_day_opus": {...} or null,
-  "seven_day_sonnet": {...} or null}`: overall from five_hour and seven_day; buckets "opus", "sonnet".
+  "seven_day_sonnet": {...} or null}`: overall from five_hour and seven_day; buckets "opus", "sonnet", each
+  at most the overall (unlike a rate-limit shape's additional limit, a separate pool, Anthropic's model
+  windows come on top of the overall ones, which count every model's use).
 
 A model bucket is kept under its name and its lower-cased name; `model_bucket` finds a member's.
 """
@@ -166,8 +168,8 @@ def _oauth_window(answer: dict[str, Any], key: str) -> tuple[float, dt.datetime 
 def _oauth_usage(answer: dict[str, Any]) -> Reading:
     overall = [w for key in OAUTH_WINDOWS if (w := _oauth_window(answer, key)) is not None]
     pct, resets_at = _binding(overall, "usage")
-    pairs = [
-        (bucket, 100.0 - window[0])
+    pairs = [  # every model's use counts in five_hour and seven_day: a bucket never has more left than they do
+        (bucket, min(100.0 - window[0], pct))
         for key, bucket in OAUTH_BUCKETS.items()
         if (window := _oauth_window(answer, key)) is not None
     ]

@@ -61,9 +61,14 @@ def oauth(utilization: float, resets: str | None = "2030-01-01T00:20:00Z") -> di
             },
             Reading(69.5, dt.datetime(2030, 1, 5, tzinfo=dt.UTC), {"opus": 5.0}),
         ),
+        # a model window never leaves more than the overall ones, which count every model's use
         (
             {"five_hour": oauth(50.0, None), "seven_day": None, "seven_day_sonnet": oauth(20.0)},
-            Reading(50.0, None, {"sonnet": 80.0}),
+            Reading(50.0, None, {"sonnet": 50.0}),
+        ),
+        (
+            {"five_hour": oauth(10.0, None), "seven_day": None, "seven_day_sonnet": oauth(20.0)},
+            Reading(90.0, None, {"sonnet": 80.0}),
         ),
     ],
 )
