@@ -276,6 +276,12 @@ class ControlPlane:
 
 async def serve(config: ServerConfig, store: Store, config_file: pathlib.Path | None = None) -> None:
     plane = ControlPlane(config, store)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # before start, which logs the members: a SIGHUP sent on that line reloads rather than kills
+    loop.add_signal_handler(signal.SIGHUP, plane.reload, config_file)
     await plane.start()
     host = config.listen.rsplit(":", 1)[0]
     log.info("control plane listening on %s:%d (database %s)", host, plane.port, _safe_url(store.url))
@@ -287,11 +293,6 @@ async def serve(config: ServerConfig, store: Store, config_file: pathlib.Path | 
         log.info("metrics on http://%s:%d/metrics", config.metrics_listen.rpartition(":")[0], port)
     if not quota.has_model_key(config.harness, os.environ):
         log.warning("%s; until then such Tasks are refused at submit (FAILED_PRECONDITION)", quota.NO_MODEL_KEY)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, plane.reload, config_file)
     await stop.wait()
     log.info("shutting down: draining calls for up to %.0f s", config.grace_seconds)
     await plane.stop()
