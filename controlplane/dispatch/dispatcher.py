@@ -35,7 +35,7 @@ from controlplane.domain.scheduling import (
 from controlplane.services import claims, run_lifecycle
 from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
-from controlplane.store import events
+from controlplane.store import events, locks
 from controlplane.store.engine import Store
 from controlplane.store.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
 from controlplane.store.objects import ObjectStore
@@ -180,6 +180,8 @@ def assign_queued(
             with s.begin_nested():  # one run that cannot be assigned never takes the batch down with it
                 assignment = _assign_one(s, run, task, project, agent, harness, objects, output_limit, sealer)
         except Exception as err:
+            if locks.retry_reason(err) is not None:
+                raise  # a deadlock is not the run's failure: the store runs the whole pass again
             failed.append((run_id, _unassignable(run_id, err)))
             continue
         if assignment is not None:
