@@ -6,8 +6,10 @@ spawn: bubblewrap with a fixed environment in "/", the command's own `env` in a 
 launcher reads inside. In bubblewrap the command sees its workspace read-write, the system and an
 allowlist of /etc read-only, a private /tmp, its own PID namespace (nothing outlives it), no network
 unless the policy allows it, and a seccomp filter refusing user namespaces (agentd/run/seccomp.py);
-nothing of agentd (config, spool, tokens, keys, other runs), /root or /home. The `agentd/run/rlimits.py`
-launcher runs first inside it: it sets the resource limits and drops to the session user before the command starts.
+nothing of agentd (config, spool, tokens, keys, other runs), /root or /home. The launcher runs first
+inside it: it sets the resource limits and drops to the session user before the command starts. In
+bubblewrap that is the native agentd/run/launcher.c (built by agentd/run/launcher.py; rlimits.py when
+no C compiler is there); without a sandbox it is `python -I -S agentd/run/rlimits.py`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from agentd.run import seccomp
+from agentd.run import launcher, seccomp
 from agentd.run.confined import Confined, ready_pipe
 from agentd.run.etc_view import ETC_ALLOWED
 from agentd.run.launch import Launch, env_file
@@ -33,6 +35,8 @@ BWRAP = "/usr/bin/bwrap"
 LAUNCHER = pathlib.Path(__file__).with_name("rlimits.py")
 LAUNCHER_INSIDE = "/run/drover/rlimits.py"
 """Where the launcher shows inside the sandbox: a fixed path, so agentd's checkout stays hidden."""
+NATIVE_INSIDE = "/run/drover/launcher"
+"""Where the native launcher (agentd/run/launcher.py) shows inside, when it could be built."""
 # The read-only system. Each is bound when it is a directory here, recreated when it is a symlink
 # (usrmerge: /bin -> usr/bin), skipped when absent. /etc is not in it: see ETC_ALLOWED.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
@@ -130,10 +134,9 @@ def _launcher(
     ready_fd: int | None = None,
     env_fd: int | None = None,
 ) -> list[str]:
+    """The launcher's argv: `path` is rlimits.py (run by this Python) or the native launcher."""
     argv = [
-        sys.executable,
-        "-I",
-        "-S",
+        *([] if path == NATIVE_INSIDE else [sys.executable, "-I", "-S"]),
         path,
         "--as",
         str(policy.memory_bytes),
@@ -192,6 +195,9 @@ class BubblewrapSandbox:
     bwrap: str = BWRAP
     privileged: bool = dataclasses.field(default_factory=lambda: os.geteuid() == 0)
     """agentd runs as root: no user namespace, the launcher switches to the policy's user."""
+    native: bool = True
+    """Start the command through the native launcher (agentd/run/launcher.c) when it can be built here,
+    not through `python -I -S rlimits.py`: the same steps without an interpreter's start."""
 
     @property
     def isolated(self) -> bool:
@@ -237,8 +243,9 @@ class BubblewrapSandbox:
         for path in _python_dirs():
             command += _mkdirs(os.path.dirname(path), made, bound) + ["--ro-bind", path, path]
             bound.append(path)
+        native = launcher.binary() if self.native else None
         command += _mkdirs(os.path.dirname(LAUNCHER_INSIDE), made, bound)
-        command += ["--ro-bind", str(LAUNCHER), LAUNCHER_INSIDE]
+        command += ["--ro-bind", native or str(LAUNCHER), NATIVE_INSIDE if native else LAUNCHER_INSIDE]
         for path in shown:
             command += _mkdirs(os.path.dirname(path), made, bound)
             command += ["--bind", str(pathlib.Path(path).resolve()), path]
@@ -253,7 +260,8 @@ class BubblewrapSandbox:
         # The launcher changes directory after it became the user: bwrap, root without
         # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
         # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
-        command += _launcher(self.policy, LAUNCHER_INSIDE, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
+        path = NATIVE_INSIDE if native else LAUNCHER_INSIDE
+        command += _launcher(self.policy, path, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
         fds = tuple(f for f in (ready_fd, *owned) if f is not None) + self.policy.cgroup_fds
         return Launch(command + list(argv), pass_fds=fds, owned=owned)
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import agentd.run.launcher
 import agentd.run.rlimits
 from agentd.daemon import isolation, run_slots
 from agentd.daemon.config import AgentConfig
@@ -26,6 +27,7 @@ from agentd.run.confined import Confined, ready_pipe
 from agentd.run.sandbox import (
     ETC_ALLOWED,
     LAUNCHER_INSIDE,
+    NATIVE_INSIDE,
     BubblewrapSandbox,
     PlainSandbox,
     Sandbox,
@@ -181,7 +183,7 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
     bound = _bound(command)
     assert bound[str(tmp_path)] == str(tmp_path) and command[command.index("--bind") + 2] == str(tmp_path)
     assert inside[inside.index("--chdir") + 1] == str(tmp_path / "repo")  # once it is the user
-    assert bound[LAUNCHER_INSIDE] == agentd.run.rlimits.__file__
+    assert bound[NATIVE_INSIDE] == agentd.run.launcher.binary()  # the native launcher, built here
     assert not set(bound) & {"/", "/etc", "/root", "/home", "/run", str(pathlib.Path.home())}
     etc = {path.removeprefix("/etc/") for path in bound if path.startswith("/etc/")}
     assert "/usr" in bound and etc and etc <= set(ETC_ALLOWED)
@@ -189,11 +191,21 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
         assert not any(name == secret or name.startswith(secret + "/") for name in ETC_ALLOWED)
     # the launcher runs inside: limits, then the user, then the command
     nobody = pwd.getpwnam("nobody")
-    assert inside[:4] == [sys.executable, "-I", "-S", LAUNCHER_INSIDE]
+    assert inside[:1] == [NATIVE_INSIDE]
     assert inside[inside.index("--uid") + 1] == str(nobody.pw_uid)
     assert inside[-2:] == ["git", "status"]
     networked = BubblewrapSandbox(SandboxPolicy(network=True), privileged=True).wrap(["true"], tmp_path, {}).argv
     assert "--unshare-net" not in networked and "--cap-add" not in networked  # no user to drop to
+
+
+def test_without_a_c_compiler_the_python_launcher_runs_inside(tmp_path: pathlib.Path) -> None:
+    """The native launcher (agentd/run/launcher.c) is the same steps as rlimits.py; without it, rlimits.py."""
+    sandbox = BubblewrapSandbox(SandboxPolicy(user="nobody"), privileged=True, native=False)
+    with sandbox.wrap(["true"], tmp_path, {}) as launch:
+        argv = launch.argv
+    assert _bound(argv)[LAUNCHER_INSIDE] == agentd.run.rlimits.__file__
+    assert argv[argv.index("--") + 1 :][:4] == [sys.executable, "-I", "-S", LAUNCHER_INSIDE]
+    assert NATIVE_INSIDE not in _bound(argv)
 
 
 def test_the_bubblewrap_command_line_as_another_user(tmp_path: pathlib.Path) -> None:
