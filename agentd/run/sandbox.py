@@ -244,8 +244,8 @@ class BubblewrapSandbox:
             command += _mkdirs(os.path.dirname(path), made, bound) + ["--ro-bind", path, path]
             bound.append(path)
         native = launcher.binary() if self.native else None
-        command += _mkdirs(os.path.dirname(LAUNCHER_INSIDE), made, bound)
-        command += ["--ro-bind", native or str(LAUNCHER), NATIVE_INSIDE if native else LAUNCHER_INSIDE]
+        start = NATIVE_INSIDE if native else LAUNCHER_INSIDE
+        command += _mkdirs(os.path.dirname(start), made, bound) + ["--ro-bind", native or str(LAUNCHER), start]
         for path in shown:
             command += _mkdirs(os.path.dirname(path), made, bound)
             command += ["--bind", str(pathlib.Path(path).resolve()), path]
@@ -260,8 +260,7 @@ class BubblewrapSandbox:
         # The launcher changes directory after it became the user: bwrap, root without
         # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
         # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
-        path = NATIVE_INSIDE if native else LAUNCHER_INSIDE
-        command += _launcher(self.policy, path, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
+        command += _launcher(self.policy, start, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
         fds = tuple(f for f in (ready_fd, *owned) if f is not None) + self.policy.cgroup_fds
         return Launch(command + list(argv), pass_fds=fds, owned=owned)
 
