@@ -2,7 +2,8 @@
 workspace directory, so a run writing until ENOSPC fills its own filesystem, not agentd's (the
 spool, the other runs' workspaces). The image lies beside the workspace (`<work_dir>/<run>.disk`);
 the supervisor attaches it before the workspace is cloned and releases it at the run's end, agentd
-releases those a dead supervisor left behind when it starts.
+releases those a dead supervisor left behind when it starts. A supervisor that released its image
+formats a spare one for a next run (`make_spare`): mkfs is paid at a run's end, not at the next one's start.
 
 A sparse image takes on the host only what the run wrote: `capacity` x run_disk_bytes should fit in
 the work dir's filesystem for the guarantee to hold (agentd warns at start when it does not).
@@ -24,6 +25,9 @@ MKFS = ["mkfs.ext4", "-q", "-F", "-O", "^has_journal,^resize_inode"]
 MKFS += ["-E", "root_owner=0:0,nodiscard,lazy_itable_init=1"]
 MOUNT_OPTIONS = "loop,nosuid,nodev"
 PROBE_BYTES = 16 * 1024**2
+SPARES = ".spare-disks"
+"""Formatted, never mounted images waiting for the next runs (`<work_dir>/.spare-disks/<size>-*.disk`)."""
+MAX_SPARES = 4
 
 
 def image_of(workspace_dir: pathlib.Path) -> pathlib.Path:
@@ -44,10 +48,8 @@ def attach(workspace_dir: pathlib.Path, size: int) -> bool:
     image = image_of(workspace_dir)
     try:
         workspace_dir.mkdir(parents=True, exist_ok=True)
-        with open(image, "wb") as f:
-            f.truncate(size)
-        os.chmod(image, 0o600)
-        _run([*MKFS, str(image)])
+        if not _take_spare(workspace_dir.parent, size, image):
+            _format(image, size)
         _run(["mount", "-o", MOUNT_OPTIONS, str(image), str(workspace_dir)])
         with contextlib.suppress(OSError):
             (workspace_dir / "lost+found").rmdir()  # e2fsck makes it again when it needs one
@@ -56,6 +58,54 @@ def attach(workspace_dir: pathlib.Path, size: int) -> bool:
             image.unlink()
         raise DiskFailed(f"cannot make the run's filesystem at {workspace_dir}: {err}") from None
     return True
+
+
+def _format(image: pathlib.Path, size: int) -> None:
+    """A fresh, empty filesystem of `size` bytes in `image` (only root may read it)."""
+    with open(image, "wb") as f:
+        f.truncate(size)
+    os.chmod(image, 0o600)
+    _run([*MKFS, str(image)])
+
+
+def _spares(work_dir: pathlib.Path, size: int) -> list[pathlib.Path]:
+    try:
+        return sorted((work_dir / SPARES).glob(f"{size}-*{SUFFIX}"))
+    except OSError:
+        return []
+
+
+def _take_spare(work_dir: pathlib.Path, size: int, image: pathlib.Path) -> bool:
+    """Move a spare image of `size` (made by `make_spare`, never mounted) to `image`; False when there is
+    none (another run took the last one meanwhile: rename is atomic, each spare goes to one run)."""
+    for spare in _spares(work_dir, size):
+        try:
+            os.rename(spare, image)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def make_spare(workspace_dir: pathlib.Path, size: int) -> None:
+    """Format an image of `size` for a next run beside `workspace_dir`, when fewer than MAX_SPARES wait:
+    the run that ends pays mkfs (5 to 100 ms and more under load), not the next run's start. Best
+    effort: a failure only means the next run formats its own."""
+    spares = workspace_dir.parent / SPARES
+    if size <= 0 or len(_spares(workspace_dir.parent, size)) >= MAX_SPARES:
+        return
+    try:
+        spares.mkdir(mode=0o700, exist_ok=True)
+        fd, scratch = tempfile.mkstemp(dir=spares, prefix=".making-")
+        os.close(fd)
+        try:
+            _format(pathlib.Path(scratch), size)
+            os.rename(scratch, spares / f"{size}-{os.path.basename(scratch)[8:]}{SUFFIX}")
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(scratch)
+    except (OSError, subprocess.SubprocessError, DiskFailed):
+        return
 
 
 def unmount(path: pathlib.Path) -> None:

@@ -321,6 +321,7 @@ class Run:
             if not self.spec.keep_workspace:
                 run_disk.release(self.ws_dir)
                 workspace.remove(self.ws_dir)
+            run_disk.make_spare(self.ws_dir, self.spec.run_disk_bytes)  # after the exit record: for the next run
 
     async def _drive(self, driver: Driver) -> RunEnded:
         try:

@@ -244,6 +244,27 @@ def test_a_run_filesystem_is_mounted_on_the_workspace_and_goes_with_it(tmp_path:
 
 
 @root_only
+def test_a_run_that_ended_formats_a_spare_filesystem_the_next_run_takes(tmp_path: pathlib.Path) -> None:
+    """mkfs is paid at a run's end: the next run's start only mounts. A spare is fresh (never mounted)
+    and goes to one run alone; agentd's leftover sweep does not mistake it for a dead run's image."""
+    first, second = tmp_path / "run-1", tmp_path / "run-2"
+    assert run_disk.attach(first, 16 * 1024**2)
+    (first / "left.txt").write_text("the first run's file\n")
+    run_disk.release(first)
+    run_disk.make_spare(first, 16 * 1024**2)
+    spares = list((tmp_path / run_disk.SPARES).glob("*.disk"))
+    assert len(spares) == 1 and run_disk.leftovers(tmp_path, set()) == []
+    assert run_disk.attach(second, 16 * 1024**2)
+    try:
+        assert not spares[0].exists() and os.listdir(second) == []  # taken, and empty
+    finally:
+        run_disk.release(second)
+    for _ in range(run_disk.MAX_SPARES + 1):
+        run_disk.make_spare(second, 16 * 1024**2)
+    assert len(list((tmp_path / run_disk.SPARES).glob("*.disk"))) == run_disk.MAX_SPARES
+
+
+@root_only
 def test_an_overlay_a_dead_supervisor_left_is_released_with_its_workspace(tmp_path: pathlib.Path) -> None:
     """A prepared workspace's overlay on a run without a filesystem of its own (no image to find it
     by): agentd's leftover sweep finds it by the mount, unmounts it and removes the workspace."""
