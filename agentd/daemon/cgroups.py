@@ -2,8 +2,8 @@
 
 Per-process rlimits cannot stop one run from starving the others: RLIMIT_AS is per process (six
 children of 4 GiB hold 24 GiB) and RLIMIT_NPROC per user. A run's command joins its slot's group
-before it execs (agentd/run/rlimits.py writes itself into the `cgroup.procs` descriptors the supervisor
-passes it), so everything it starts is counted together and cannot leave.
+before it execs (the launcher, agentd/run/launcher.c or rlimits.py, writes itself into the
+`cgroup.procs` descriptors the supervisor passes it), so everything it starts is counted together and cannot leave.
 
 Groups live at `<hierarchy>/drover/<agent>-<instance>/slot-<i>`, where <instance> is 8 hex digits of a
 hash of agentd's spool directory (AgentConfig.instance): two agentds of one name on one host (two

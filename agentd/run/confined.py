@@ -2,7 +2,7 @@
 
 bubblewrap forwards no signals, and the command runs in its own session inside its own PID
 namespace, so a signal to bwrap's process group reaches none of it. Just before it execs the
-command, the launcher (agentd/run/rlimits.py) sends its namespace's name ("pid:[N]") and a file
+command, the launcher (agentd/run/launcher.c, or rlimits.py) sends its namespace's name ("pid:[N]") and a file
 descriptor of the namespace itself over the ready channel: every process whose /proc/PID/ns/pid
 is that one belongs to the run, whatever it did (setsid, double forks), and the descriptor keeps
 the namespace's number from being given to another run's namespace while this one is signalled.

@@ -6,7 +6,7 @@ token, the gateway outside checks it) and reaches nothing but that socket.
 
 It forks: the child forwards connections, the parent execs COMMAND, so the runtime stays the process
 the sandbox waits for; the forwarder dies with the sandbox's PID namespace. Standard library only,
-like the launcher in front of it (agentd/run/rlimits.py)."""
+like the no-sandbox launcher (agentd/run/rlimits.py)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 The process agentd spawns (bubblewrap, or the launcher itself without a sandbox) runs as root
 before any namespace exists, so nothing a Task controls may reach it: it starts with FIXED_ENV
 in "/" (never the workspace, whose files the Task wrote), and the Task's environment travels in a
-sealed memory file (`--env-fd N` of agentd/run/rlimits.py) that only the launcher reads, inside the
-sandbox, after the limits are set and just before it execs the command with exactly that
+sealed memory file (`--env-fd N` of agentd/run/launcher.c or rlimits.py) that only the launcher
+reads, inside the sandbox, after the limits are set and just before it execs the command with exactly that
 environment. `LD_PRELOAD=./evil.so` in a Task's env therefore reaches the command alone, as the
 run's own user. A memory file, not `--setenv` or the launcher's argv: another user of the host can
 read a process's argv (/proc/PID/cmdline), never its descriptors.
