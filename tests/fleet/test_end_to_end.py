@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pathlib
+
+from agentd.daemon import run_disk
 from tests.conftest import Fleet, python_command, task, wait_for
 
 COUNT = python_command("import sys\nfor i in range(200):\n    print(f'line {i}')\nprint('done', file=sys.stderr)")
@@ -108,7 +111,12 @@ def test_a_run_gets_the_minimal_environment_and_its_workspace_is_removed(fleet: 
         "GIT_COMMITTER_EMAIL",
     }
     assert env["DROVER_RUN_ID"] == run_id
-    assert wait_for(lambda: not any(agent.work_dir.iterdir()), 10, what="the workspace to be removed")
+    # the run's workspace and its disk image go; agentd's spare formatted images for the next runs stay
+    assert wait_for(lambda: not runs_left(agent.work_dir), 10, what="the workspace to be removed")
+
+
+def runs_left(work_dir: pathlib.Path) -> list[str]:
+    return [p.name for p in work_dir.iterdir() if p.name != run_disk.SPARES]
 
 
 def test_a_project_without_a_repository_runs_in_an_empty_directory(fleet: Fleet) -> None:

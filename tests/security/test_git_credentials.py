@@ -8,7 +8,6 @@ agentd's logs, nor the runs' output and transcripts."""
 from __future__ import annotations
 
 import base64
-import os
 import pathlib
 import signal
 import sqlite3
@@ -28,6 +27,7 @@ from drover.testing import fake_anthropic as fake
 from drover.testing.git_http import GitHttpServer
 from tests.conftest import API_KEY, Fleet, task, wait_for
 from tests.git_ssh import GitSshServer
+from tests.secrets_at_rest import files_holding
 from tests.security.rawagent import RawAgent
 
 pytestmark = pytest.mark.timeout(300)  # several runs each, on a loaded CI machine
@@ -83,20 +83,6 @@ def command_run(client: Client, goal: str) -> tuple[str, str]:
     done = client.get_change(change.id).tasks[0]
     run = client.get_run(done.latest_run_id)
     return done.status, "\n".join([done.reason, run.reason, *(line.text for line in client.run_logs(run.id))])
-
-
-def files_holding(root: pathlib.Path, needles: list[bytes]) -> list[str]:
-    """Every file under `root` that holds one of `needles`."""
-    found = []
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = pathlib.Path(folder, name)
-            try:
-                data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
-            except OSError:  # a run's files going away meanwhile
-                continue
-            found += [str(path)] if any(n in data for n in needles) else []
-    return found
 
 
 def secret_forms(secret: str) -> list[bytes]:

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from tests.conftest import ROOT, Fleet
-from tests.security.test_git_credentials import files_holding
+from tests.secrets_at_rest import files_holding
 
 PAGE = (ROOT / "docs" / "operations.md").read_text()
 SECTION = PAGE.split("## Linking a project to GitHub", 1)[1].split("\n## ", 1)[0]

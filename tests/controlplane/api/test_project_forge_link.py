@@ -25,7 +25,8 @@ from cryptography.hazmat.primitives.serialization import (
 import drover
 from tests.conftest import ControlPlane, Fleet
 from tests.controlplane.api.test_projects_and_tokens import events, refusal
-from tests.security.test_git_credentials import files_holding, table_dump
+from tests.secrets_at_rest import files_holding
+from tests.security.test_git_credentials import table_dump
 
 TOKEN = "github_pat_11FORGE0fine9grained7token5x3q1z8w6v4"
 
