@@ -16,13 +16,7 @@ from controlplane import metrics
 from controlplane.domain import escalation, graph, run_states
 from controlplane.services import conflicts, run_input, tool_logs
 from controlplane.services.late_results import take_late_result
-from controlplane.services.progress import (
-    advance,
-    block_dependents,
-    queue_run,
-    settle_change,
-    task_states,
-)
+from controlplane.services.progress import advance, block_dependents, queue_run, settle_change, tally
 from controlplane.services.tenancy import Scope, visible_run
 from controlplane.store import locks
 from controlplane.store.engine import aware
@@ -312,7 +306,7 @@ def apply_run_message(
             run_event(s, "run.started", run)
             change = s.get(Change, run.change_id, with_for_update=True)
             assert change is not None
-            settle_change(s, change, task_states(s, change.id))
+            settle_change(s, change, tally(s, change.id))
     elif msg.kind == "input_received":
         run_input.received(s, run, msg.input_seq)
     elif msg.kind == "log" and msg.stream == "tool":
