@@ -1,6 +1,7 @@
 """State changes of runs (seed 003's transitions): assignment, refusal, the agent's messages applied
-once each, the end of a run and what comes after it (retry, escalation, budget stop). Each function
-runs inside one transaction and appends the Events of what it changed."""
+once each, and the end of a run: a success moves its Change on here, any other end goes to
+services/task_ends.py (retry, escalation, budget stop, failure). Each function runs inside one
+transaction and appends the Events of what it changed."""
 
 from __future__ import annotations
 
