@@ -158,6 +158,49 @@ def ready_tasks(statuses: Mapping[str, str], deps: Mapping[str, Sequence[str]]) 
     ]
 
 
+def newly_ready(dependents: Mapping[str, Sequence[str]], statuses: Mapping[str, str]) -> list[str]:
+    """Of a finished Task's dependents (key -> its dependencies, in submission order), the pending ones
+    whose dependencies all succeeded. `statuses` holds the dependents and their dependencies; when only
+    the finished Task changed, this is what `ready_tasks` finds over the whole Change."""
+    return [
+        key
+        for key, needs in dependents.items()
+        if statuses.get(key) == "pending" and all(statuses.get(d) == "succeeded" for d in needs)
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    """A Change's Tasks counted by status, and whether a budget stop blocked one of them: all that
+    settling the Change's status reads of its Tasks."""
+
+    counts: Mapping[str, int]
+    budget_stopped: bool = False
+
+
+def tally(tasks: Iterable[tuple[str, str]]) -> Tally:
+    """The Tally of (status, reason) pairs."""
+    counts: dict[str, int] = {}
+    budget_stopped = False
+    for status, reason in tasks:
+        counts[status] = counts.get(status, 0) + 1
+        budget_stopped = budget_stopped or (status == "blocked" and reason.startswith("budget_stop"))
+    return Tally(counts, budget_stopped)
+
+
+def started(counts: Mapping[str, int], change_status_now: str) -> bool:
+    """Whether the Change has started: it runs already, or one of its Tasks ran."""
+    return change_status_now == "running" or any(counts.get(s, 0) > 0 for s in ("running", "succeeded", "failed"))
+
+
+def settled_status(tasks: Tally, change_status_now: str, *, cancel_requested: bool) -> str:
+    """The status the Change's Tasks give it (`change_status`); a Change failed only because a budget
+    stopped one of its Tasks is budget_blocked: a person raises the budget (or cancels), and it goes on."""
+    present = [s for s, n in tasks.counts.items() if n > 0]
+    status = change_status(present, cancel_requested=cancel_requested, started=started(tasks.counts, change_status_now))
+    return "budget_blocked" if status == "failed" and tasks.budget_stopped else status
+
+
 def ancestors(key: str, deps: Mapping[str, Sequence[str]]) -> set[str]:
     """Every Task `key` depends on, however far."""
     found: set[str] = set()

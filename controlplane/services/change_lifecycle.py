@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.domain import graph, run_states
 from controlplane.services import conflicts, recovery
-from controlplane.services.progress import advance, settle_change
+from controlplane.services.progress import advance, settle_change, tally
 from controlplane.services.run_lifecycle import finish_run
 from controlplane.services.tenancy import Scope, check_owner, visible_change
 from controlplane.store.changes import tasks_of
@@ -95,7 +95,7 @@ def finish_composition(
         return
     change.candidate_state, change.candidate_branch, change.candidate_commit = "composed", branch, commit
     add_event(s, "change.candidate_composed", change_id=change.id, branch=branch, commit=commit)
-    settle_change(s, change, tasks_of(s, change.id))
+    settle_change(s, change, tally(s, change.id))
 
 
 def cancel_change(
@@ -127,7 +127,7 @@ def cancel_change(
                 run.cancel_requested = True
                 run_event(s, "run.cancel_requested", run, reason=reason)
                 to_tell.append(run)
-    settle_change(s, change, tasks_of(s, change.id))
+    settle_change(s, change, tally(s, change.id))
     return to_tell
 
 

@@ -1,33 +1,26 @@
 """State changes of runs (seed 003's transitions): assignment, refusal, the agent's messages applied
-once each, the end of a run and what comes after it (retry, escalation, budget stop). Each function
-runs inside one transaction and appends the Events of what it changed."""
+once each, and the end of a run: a success moves its Change on here, any other end goes to
+services/task_ends.py (retry, escalation, budget stop, failure). Each function runs inside one
+transaction and appends the Events of what it changed."""
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import Table, insert, update
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
-from controlplane.domain import escalation, graph, run_states
-from controlplane.services import conflicts, run_input, tool_logs
+from controlplane.domain import escalation, run_states
+from controlplane.services import run_input, task_ends, tool_logs
 from controlplane.services.late_results import take_late_result
-from controlplane.services.progress import (
-    advance,
-    block_dependents,
-    queue_run,
-    settle_change,
-    task_states,
-)
+from controlplane.services.progress import advance_after, block_dependents, change_state, settle_change, tally
 from controlplane.services.tenancy import Scope, visible_run
 from controlplane.store import locks
-from controlplane.store.engine import aware
 from controlplane.store.events import add_event, run_event
-from controlplane.store.models import Change, DecisionReceipt, Run, RunLog, Task, utcnow
+from controlplane.store.models import Change, Run, RunLog, Task, utcnow
 from controlplane.store.objects import ObjectStore, session_key
 from drover.errors import FailedPrecondition
 
@@ -89,110 +82,20 @@ def finish_run(
     )
 
     claims.release(s, run.id, utcnow())
-    task = s.get(Task, run.task_id)
-    change = s.get(Change, run.change_id, with_for_update=True)  # one finisher at a time per Change
-    assert task is not None and change is not None
-    if task.status in ("ready", "running"):
-        if status == "succeeded" and reason == "parked":
-            task.status, task.reason = "parked", "waiting for answers"  # answering resumes it in a new run
-            add_event(s, "task.parked", change_id=change.id, task_id=task.id, key=task.key, run_id=run.id)
-        elif status == "succeeded":
-            task.status, task.reason = "succeeded", ""
-            add_event(s, "task.succeeded", change_id=change.id, task_id=task.id, key=task.key)
-        elif (
-            status == "failed"
-            and reason == "dependency_merge_conflict"
-            and conflicts.after_dependency_conflict(s, change, task, error)
-        ):
-            pass  # the Task whose ChangeSet did not merge runs again, stacked; this one waits for it
-        elif run.driver in graph.RUNTIMES and status == "failed" and _next_attempt(s, change, task, run, policy):
-            pass  # queued again (retry or escalation) or stopped by a budget
-        else:
-            task.status = "cancelled" if status == "cancelled" else "failed"
-            task.reason = reason or status
-            add_event(s, f"task.{task.status}", change_id=change.id, task_id=task.id, key=task.key, reason=task.reason)
-        if task.status in ("failed", "cancelled", "blocked"):
-            block_dependents(s, change, task)
-    s.flush()
-    advance(s, change)
+    if status == "succeeded" and reason != "parked" and (key := _task_succeeded(s, run)) is not None:
+        advance_after(s, change_state(s, run.change_id), key)  # the Change is locked above
+        return
+    task_ends.end_task(s, run, status, reason=reason, error=error, policy=policy)
 
 
-def _attempt_window(s: Session, task: Task) -> list[escalation.Attempt]:
-    """The Task's failed harness runs since its attempt window opened (a raised budget opens one)."""
-    since = aware(task.attempts_reset_at)
-    out = []
-    for r in s.scalars(
-        select(Run)
-        .where(Run.task_id == task.id, Run.state == "failed", Run.driver.in_(graph.RUNTIMES))
-        .order_by(Run.finished_at, Run.id)
-    ):
-        finished = aware(r.finished_at)
-        if since is not None and finished is not None and finished <= since:
-            continue
-        outcome = r.reason if r.reason in escalation.OUTCOMES else "failed"
-        out.append(
-            escalation.Attempt(r.tier if r.tier in escalation.TIERS else "sonnet", outcome, finished or utcnow())
-        )
-    return out
-
-
-def _next_attempt(s: Session, change: Change, task: Task, run: Run, policy: escalation.Policy | None) -> bool:
-    """After a failed harness run: retry, escalate, or stop on a budget (seed 000). Answers False when
-    the Task simply fails."""
-    s.flush()
-    step = escalation.decide(_attempt_window(s, task), (policy or escalation.Policy()).allow_opus)
-    if step.action in ("retry", "escalate"):
-        task.status, task.reason = "ready", ""
-        new = queue_run(s, task, attempt=run.attempt + 1)
-        new.tier = step.tier
-        new.not_before = utcnow() + dt.timedelta(seconds=step.delay_seconds)
-        s.add(
-            DecisionReceipt(
-                run_id=new.id,
-                change_id=change.id,
-                task_id=task.id,
-                tier=step.tier,
-                data={"escalation": escalation.receipt_reason(step) or step.reason},
-                created_at=utcnow(),
-            )
-        )
-        if step.action == "escalate":
-            add_event(
-                s,
-                "agent.escalated",
-                change_id=change.id,
-                task_id=task.id,
-                run_id=new.id,
-                key=task.key,
-                **{"from": step.escalated_from, "to": step.escalated_to, "reason": step.reason},
-            )
-        else:
-            add_event(
-                s,
-                "task.retrying",
-                change_id=change.id,
-                task_id=task.id,
-                run_id=new.id,
-                key=task.key,
-                tier=step.tier,
-                reason=step.reason,
-            )
-        return True
-    if step.action in ("stop", "replan"):
-        task.status, task.reason = "blocked", f"budget_stop: {step.limit}"
-        add_event(
-            s,
-            "budget.stopped",
-            change_id=change.id,
-            task_id=task.id,
-            run_id=run.id,
-            key=task.key,
-            limit=step.limit,
-            reason=step.reason,
-        )
-        change.reason = step.limit
-        return True
-    return False
+def _task_succeeded(s: Session, run: Run) -> str | None:
+    """The run's Task succeeded, in one UPDATE (no Task or Change object loaded: the common end of a
+    run stays cheap): its key, or None when the Task was not ready or running any more."""
+    q = update(Task).where(Task.id == run.task_id, Task.status.in_(("ready", "running")))
+    key = s.scalar(q.values(status="succeeded", reason="").returning(Task.key))
+    if key is not None:
+        add_event(s, "task.succeeded", change_id=run.change_id, task_id=run.task_id, key=key)
+    return key
 
 
 def fail_unroutable(s: Session, run: Run, message: str, outcome: str = "routing_no_eligible") -> None:
@@ -312,7 +215,7 @@ def apply_run_message(
             run_event(s, "run.started", run)
             change = s.get(Change, run.change_id, with_for_update=True)
             assert change is not None
-            settle_change(s, change, task_states(s, change.id))
+            settle_change(s, change, tally(s, change.id))
     elif msg.kind == "input_received":
         run_input.received(s, run, msg.input_seq)
     elif msg.kind == "log" and msg.stream == "tool":

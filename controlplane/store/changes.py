@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, exists, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.store.models import ChangeSet, Task
@@ -11,6 +11,16 @@ from controlplane.store.models import ChangeSet, Task
 def tasks_of(s: Session, change_id: str) -> list[Task]:
     """A Change's Tasks in the order they were submitted."""
     return list(s.scalars(select(Task).where(Task.change_id == change_id).order_by(Task.position)))
+
+
+def needs(s: Session, key: str) -> ColumnElement[bool]:
+    """A Task's `depends_on` names `key`: tested in the database, on its JSON list (PostgreSQL and
+    SQLite spell the list's elements differently)."""
+    if s.get_bind().dialect.name == "postgresql":
+        elements = func.json_array_elements_text(Task.depends_on).table_valued("value")
+    else:
+        elements = func.json_each(Task.depends_on).table_valued("value")
+    return exists(select(1).select_from(elements).where(elements.c.value == key))
 
 
 def tasks_by_key(s: Session, change_id: str) -> dict[str, Task]:

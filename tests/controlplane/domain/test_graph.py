@@ -175,3 +175,92 @@ def test_change_status(statuses: list[str], cancel_requested: bool, started: boo
 )
 def test_the_driver_of_a_task_is_its_command_or_its_runtime(command, traits, driver) -> None:
     assert graph.driver(command, traits) == driver
+
+
+DIAMOND = {"a": ["r"], "b": ["r"], "d": ["a", "b"], "e": ["a"]}
+"""The dependents of Tasks in a diamond r -> a, b -> d (and e after a alone)."""
+
+
+@pytest.mark.parametrize(
+    "finished, statuses, ready",
+    [
+        pytest.param("r", {"r": "succeeded", "a": "pending", "b": "pending"}, ["a", "b"], id="the root fans out"),
+        pytest.param(
+            "a", {"a": "succeeded", "b": "running", "d": "pending", "e": "pending"}, ["e"], id="d waits for b"
+        ),
+        pytest.param(
+            "b", {"a": "succeeded", "b": "succeeded", "d": "pending"}, ["d"], id="the last dependency of the join"
+        ),
+        pytest.param("b", {"a": "failed", "b": "succeeded", "d": "pending"}, [], id="a dependency failed"),
+        pytest.param("b", {"a": "succeeded", "b": "succeeded", "d": "blocked"}, [], id="a dependent not pending"),
+        pytest.param("a", {"a": "succeeded", "e": "ready"}, [], id="already ready"),
+        pytest.param("b", {"b": "succeeded", "d": "pending"}, [], id="a dependency's status unknown"),
+    ],
+)
+def test_newly_ready(finished: str, statuses: dict[str, str], ready: list[str]) -> None:
+    dependents = {key: needs for key, needs in DIAMOND.items() if finished in needs and key in statuses}
+    assert graph.newly_ready(dependents, statuses) == ready
+
+
+@pytest.mark.parametrize(
+    "finished, statuses",
+    [
+        pytest.param("r", {"r": "succeeded", "a": "pending", "b": "pending", "d": "pending", "e": "pending"}),
+        pytest.param("a", {"r": "succeeded", "a": "succeeded", "b": "ready", "d": "pending", "e": "pending"}),
+        pytest.param("b", {"r": "succeeded", "a": "succeeded", "b": "succeeded", "d": "pending", "e": "ready"}),
+    ],
+)
+def test_newly_ready_finds_what_ready_tasks_finds_over_the_whole_change(
+    finished: str, statuses: dict[str, str]
+) -> None:
+    deps = {"r": [], **DIAMOND}
+    dependents = {key: needs for key, needs in deps.items() if finished in needs}
+    assert graph.newly_ready(dependents, statuses) == graph.ready_tasks(statuses, deps)
+
+
+@pytest.mark.parametrize(
+    "tasks, counts, budget_stopped",
+    [
+        pytest.param([], {}, False, id="none"),
+        pytest.param([("succeeded", ""), ("pending", ""), ("succeeded", "")], {"succeeded": 2, "pending": 1}, False),
+        pytest.param([("blocked", "budget_stop: change")], {"blocked": 1}, True, id="budget stop"),
+        pytest.param([("blocked", "dependency a failed")], {"blocked": 1}, False, id="blocked by a dependency"),
+        pytest.param([("failed", "budget_stop: change")], {"failed": 1}, False, id="only a blocked Task counts"),
+    ],
+)
+def test_tally(tasks: list[tuple[str, str]], counts: dict[str, int], budget_stopped: bool) -> None:
+    assert graph.tally(tasks) == graph.Tally(counts, budget_stopped)
+
+
+@pytest.mark.parametrize(
+    "counts, now, started",
+    [
+        pytest.param({"pending": 3}, "open", False, id="nothing ran"),
+        pytest.param({"pending": 2, "ready": 1}, "open", False, id="ready is not started"),
+        pytest.param({"pending": 2, "running": 1}, "open", True, id="one runs"),
+        pytest.param({"pending": 2, "succeeded": 1}, "open", True, id="one succeeded"),
+        pytest.param({"pending": 2, "failed": 1}, "open", True, id="one failed"),
+        pytest.param({"pending": 2, "running": 0}, "open", False, id="a zero count"),
+        pytest.param({"ready": 3}, "running", True, id="the Change runs already"),
+    ],
+)
+def test_started(counts: dict[str, int], now: str, started: bool) -> None:
+    assert graph.started(counts, now) is started
+
+
+@pytest.mark.parametrize(
+    "counts, budget_stopped, now, cancel_requested, status",
+    [
+        pytest.param({"succeeded": 3}, False, "running", False, "succeeded", id="all succeeded"),
+        pytest.param({"succeeded": 1, "ready": 2}, False, "running", False, "running", id="runs"),
+        pytest.param({"ready": 2}, False, "open", False, "open", id="open"),
+        pytest.param({"succeeded": 1, "failed": 1, "blocked": 1}, False, "running", False, "failed", id="failed"),
+        pytest.param({"succeeded": 1, "blocked": 1}, True, "running", False, "budget_blocked", id="budget"),
+        pytest.param({"cancelled": 2}, True, "running", True, "cancelled", id="cancelled"),
+        pytest.param({"succeeded": 1, "failed": 0}, False, "running", False, "succeeded", id="a zero count"),
+    ],
+)
+def test_settled_status(
+    counts: dict[str, int], budget_stopped: bool, now: str, cancel_requested: bool, status: str
+) -> None:
+    assert graph.settled_status(graph.Tally(counts, budget_stopped), now, cancel_requested=cancel_requested) == status
