@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.dispatch import assignments
-from controlplane.dispatch.admission import admit, change_load, hold_full
+from controlplane.dispatch.admission import admit, change_load, held_at_caps, mark_held
 from controlplane.dispatch.assignments import Assignment, opens_sandbox_clause
 from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
@@ -160,18 +160,24 @@ def assign_queued(
     drivers = set().union(*(slot.drivers for slot in free))
     active, sandboxes, caps = change_load(s)
     full, boxed = changes_at_caps(active, sandboxes, caps)
-    if full or boxed:
-        hold_full(s, full, boxed, active, sandboxes)
+    held = held_at_caps(s, full, boxed, active, sandboxes) if full or boxed else []
     rows = ready_window(s, free, drivers, full, boxed)
     queued = {run.id: (run, task, project) for run, task, project in rows}
-    admitted = fair_share(s, queued, admit(s, queued, active, sandboxes), active)
+    admitted, held_now = admit(queued, active, sandboxes)
     plan = plan_assignments(
         [
             QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
-            for run, task, project in (queued[run_id] for run_id in admitted)
+            for run, task, project in (queued[run_id] for run_id in fair_share(s, queued, admitted, active))
         ],
         slots,
     )
+    # Every Change this pass writes a run of, locked sorted before the first run is written (lock order):
+    # writing a run takes a key-share lock on its Change, and taking those one run at a time, in the
+    # plan's order, met a run-message batch's sorted Change locks in a circle on PostgreSQL.
+    held = [(run, hold) for run, hold in held + held_now if not run.blocked_limit]  # said once: no write
+    locks.lock_changes(s, [run.change_id for run, _ in held] + [queued[run_id][0].change_id for run_id, _ in plan])
+    for run, hold in held:
+        mark_held(s, run, hold)
     out: list[tuple[str, Assignment]] = []
     failed: list[tuple[str, str]] = []
     for run_id, agent in plan:
