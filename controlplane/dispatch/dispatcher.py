@@ -20,11 +20,13 @@ from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.dispatch import assignments
 from controlplane.dispatch.admission import admit, change_load, held_at_caps, mark_held
 from controlplane.dispatch.assignments import Assignment, opens_sandbox_clause
+from controlplane.dispatch.roster import read_hellos
 from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
 from controlplane.domain.claims import task_resources
 from controlplane.domain.error_ids import error_id
 from controlplane.domain.scheduling import (
+    AgentHello,
     AgentSlot,
     FairRun,
     QueuedRun,
@@ -37,7 +39,7 @@ from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
 from controlplane.store import events, locks
 from controlplane.store.engine import Store
-from controlplane.store.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
+from controlplane.store.models import Change, DecisionReceipt, Project, Run, Task, utcnow
 from controlplane.store.objects import ObjectStore
 from drover.errors import DroverError
 
@@ -50,6 +52,10 @@ class Agents(Protocol):
     """The connected agents, as the dispatcher sees them (the api layer's agent streams)."""
 
     def connected(self) -> list[str]: ...
+
+    def hellos(self) -> list[AgentHello]:
+        """The connected agents' recorded hellos (the replica's roster), by name."""
+        ...
 
     def send(self, agent: str, assignment: Assignment) -> None: ...
 
@@ -111,8 +117,8 @@ class Dispatcher:
                 await asyncio.sleep(1)
 
     async def dispatch_once(self) -> int:
-        connected = self.agents.connected()
-        if not connected:
+        hellos = self.agents.hellos()
+        if not hellos:
             return 0
         now = time.monotonic()
         self._refusals = {
@@ -123,12 +129,13 @@ class Dispatcher:
         avoid = {run: frozenset(by) for run, by in self._refusals.items()}
         done = await self.store.run(
             assign_queued,
-            connected,
+            [hello.name for hello in hellos],
             avoid,
             self.config.harness,
             self.objects,
             self.config.output_limit_bytes,
             self.sealer,
+            hellos,
         )
         for agent, assignment in done.assigned:
             self.agents.send(agent, assignment)
@@ -148,12 +155,14 @@ def assign_queued(
     objects: ObjectStore,
     output_limit: int = 0,
     sealer: Sealer | None = None,
+    hellos: list[AgentHello] | None = None,
 ) -> Dispatched:
     """In one transaction: plan and record the assignment of queued runs to connected agents, each
-    run in a savepoint of its own."""
+    run in a savepoint of its own. `hellos`: the connected agents' recorded hellos when the caller
+    keeps them (the roster); else they are read."""
     if s.scalar(select(Run.id).where(Run.state == "queued").limit(1)) is None:
         return Dispatched([], [])  # the common case on a busy fleet: cheap, whatever its size
-    slots = agent_slots(s, connected)
+    slots = agent_slots(s, connected, hellos)
     free = [slot for slot in slots if slot.free > 0 and not slot.draining]
     if not free:
         return Dispatched([], [])
@@ -251,24 +260,20 @@ def fair_share(
     )
 
 
-def agent_slots(s: Session, connected: list[str]) -> list[AgentSlot]:
-    """The connected agents with their free capacity, read as rows (a fleet has thousands)."""
-    agents = s.execute(
-        select(Agent.name, Agent.labels, Agent.capacity, Agent.drivers, Agent.draining, Agent.pool)
-        .where(Agent.name.in_(connected))
-        .order_by(Agent.name)
-    ).all()
+def agent_slots(s: Session, connected: list[str], hellos: list[AgentHello] | None = None) -> list[AgentSlot]:
+    """The connected agents with their free capacity: their recorded hellos (given, from the roster, or
+    read as rows: a fleet has thousands) less the active runs each holds, counted here (the truth)."""
+    if hellos is None:
+        hellos = read_hellos(s, connected)
+    names = [hello.name for hello in hellos]
     active = dict(
         s.execute(
             select(Run.agent, func.count())
-            .where(Run.agent.in_(connected), Run.state.in_(run_states.ACTIVE))
+            .where(Run.agent.in_(names), Run.state.in_(run_states.ACTIVE))
             .group_by(Run.agent)
         ).all()
     )
-    return [
-        AgentSlot(name, labels, capacity - active.get(name, 0), frozenset(drivers or ()), draining, pool or "")
-        for name, labels, capacity, drivers, draining, pool in agents
-    ]
+    return [hello.slot(active.get(hello.name, 0)) for hello in hellos]
 
 
 def _assign_one(
