@@ -128,6 +128,7 @@ class ControlPlane:
             self.dispatcher.wake,
             validation.Limits(config.max_budget_usd),
             lambda: self.config.harness,
+            self.dispatcher.run_and_assign,
         )
         self.operations = OperationsService(
             store, self.notifier, self.objects, self.agents, self.dispatcher.wake, lambda: self.config.harness.budgets

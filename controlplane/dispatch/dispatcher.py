@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
@@ -44,6 +44,7 @@ from controlplane.store.objects import ObjectStore
 from drover.errors import DroverError
 
 log = logging.getLogger("drover.dispatch")
+T = TypeVar("T")
 REFUSAL_BACKOFF_SECONDS = 30.0
 """An agent that refused a run is not offered it again this soon."""
 
@@ -86,6 +87,9 @@ class Dispatcher:
         self.leading, self.tell_others = leading or _always, tell_others
         """Only the leading replica routes; every replica dispatches to the agents connected to it."""
         self._wake = asyncio.Event()
+        self._assigning = asyncio.Lock()
+        """One assignment transaction at a time on this replica: two at once would both count an agent's
+        free slots before either wrote its runs, and overfill it. (Replicas hold different agents.)"""
         # run id -> {agent: monotonic time until which it is not offered the run again}
         self._refusals: dict[str, dict[str, float]] = {}
 
@@ -116,10 +120,33 @@ class Dispatcher:
                 log.exception("dispatch failed; retrying")
                 await asyncio.sleep(1)
 
+    async def run_and_assign(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(session, *args) and then, in the same transaction, an assignment pass: a submit's command
+        runs (no routing decision to wait for) go to this replica's free agents without waiting for the
+        dispatcher's wake-up and a transaction of their own. Assignments are sent once it has committed."""
+        if not self.agents.hellos():
+            return await self.store.run(fn, *args)
+        async with self._assigning:
+            answer, done = await self.store.run(_then_assign, fn, args, self._pass_args())
+        for agent, assignment in done.assigned:
+            self.agents.send(agent, assignment)
+        await self._after(done)
+        return answer
+
     async def dispatch_once(self) -> int:
+        async with self._assigning:
+            args = self._pass_args()
+            if not args[0]:
+                return 0
+            done = await self.store.run(assign_queued, *args)
+        for agent, assignment in done.assigned:
+            self.agents.send(agent, assignment)
+        await self._after(done)
+        return len(done.assigned)
+
+    def _pass_args(self) -> tuple[Any, ...]:
+        """`assign_queued`'s arguments after the session, for a pass now (no agent: an empty first)."""
         hellos = self.agents.hellos()
-        if not hellos:
-            return 0
         now = time.monotonic()
         self._refusals = {
             run: fresh
@@ -127,24 +154,26 @@ class Dispatcher:
             if (fresh := {a: until for a, until in by.items() if until > now})
         }
         avoid = {run: frozenset(by) for run, by in self._refusals.items()}
-        done = await self.store.run(
-            assign_queued,
-            [hello.name for hello in hellos],
-            avoid,
-            self.config.harness,
-            self.objects,
-            self.config.output_limit_bytes,
-            self.sealer,
-            hellos,
-        )
-        for agent, assignment in done.assigned:
-            self.agents.send(agent, assignment)
+        harness, limit = self.config.harness, self.config.output_limit_bytes
+        return [hello.name for hello in hellos], avoid, harness, self.objects, limit, self.sealer, hellos
+
+    async def _after(self, done: Dispatched) -> None:
+        """After the pass committed and its assignments were sent: the runs that cannot be assigned
+        fail, each in its own transaction."""
         for run_id, reason in done.failed:
             log.warning("run %s cannot be assigned: %s", run_id, reason)
             await self.store.run(run_lifecycle.fail_unassignable, run_id, reason)
         if done.assigned or done.failed:
             self.notifier.notify()
-        return len(done.assigned)
+
+
+def _then_assign(
+    s: Session, fn: Callable[..., T], args: tuple[Any, ...], pass_args: tuple[Any, ...]
+) -> tuple[T, Dispatched]:
+    """fn's transaction, then an assignment pass in it (`Dispatcher.run_and_assign`)."""
+    answer = fn(s, *args)
+    s.flush()
+    return answer, assign_queued(s, *pass_args) if pass_args[0] else Dispatched([], [])
 
 
 def assign_queued(
