@@ -216,13 +216,15 @@ def collect(bench: Bench, figures: Figures) -> None:
         by_change.setdefault(change_id, []).append(run_id)
     for phase in bench.phases:
         runs = [r for c in phase.submitted for r in by_change.get(c, [])]
+        figures.rows[f"{phase.name} runs"] = len(runs)
+        if not runs:  # a phase asked for 0 runs (--output-runs 0): nothing to time
+            continue
         waits = [1000 * (assigned[r][0] - phase.submitted[assigned[r][1]]) for r in runs]
         first_submit = min(phase.submitted.values())
         first_assigned = min(assigned[r][0] for r in runs)
         last_assigned = max(assigned[r][0] for r in runs)
         last_done = max(done.get(r, float("nan")) for r in runs)
         f = figures.rows
-        f[f"{phase.name} runs"] = len(runs)
         f[f"{phase.name} submit->assign p50 ms"] = pct(waits, 50)
         f[f"{phase.name} submit->assign p99 ms"] = pct(waits, 99)
         f[f"{phase.name} assignments/s"] = len(runs) / max(last_assigned - first_submit, 1e-9)

@@ -36,6 +36,7 @@ from controlplane.dispatch.dispatcher import Dispatcher
 from controlplane.dispatch.forge_loop import ForgeLoop
 from controlplane.dispatch.liveness import Liveness
 from controlplane.dispatch.notification_loop import NotificationLoop
+from controlplane.dispatch.roster import read_hellos
 from controlplane.dispatch.router import Router
 from controlplane.dispatch.run_check import RunCheck
 from controlplane.services import agent_presence, token_files, tokens
@@ -127,6 +128,7 @@ class ControlPlane:
             self.dispatcher.wake,
             validation.Limits(config.max_budget_usd),
             lambda: self.config.harness,
+            self.dispatcher.run_and_assign,
         )
         self.operations = OperationsService(
             store, self.notifier, self.objects, self.agents, self.dispatcher.wake, lambda: self.config.harness.budgets
@@ -194,6 +196,8 @@ class ControlPlane:
         self.log_classes()
         if not self.replica.shared:  # a single node: none is connected to this process yet
             await self.store.run(agent_presence.disconnect_all)
+        # The roster dispatch plans with, from the database (the truth): the agents connected here.
+        self.agents.roster.rebuild(await self.store.read(read_hellos, self.agents.connected()))
         self.replica.start()
         self.forge = ForgeLoop(
             self.store,

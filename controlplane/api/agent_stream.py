@@ -22,7 +22,9 @@ from controlplane.api import auth, convert, status, validation
 from controlplane.config import ServerConfig
 from controlplane.dispatch.assignments import Assignment
 from controlplane.dispatch.dispatcher import resume_assignments
+from controlplane.dispatch.roster import Roster
 from controlplane.dispatch.run_check import RunActivity
+from controlplane.domain.scheduling import AgentHello
 from controlplane.services import agent_presence, run_input, run_lifecycle, tokens
 from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
@@ -78,6 +80,7 @@ class AgentSessions:
         self.sealer = sealer
         """Opens the projects' git credentials for resumed runs' secret_env."""
         self.sessions: dict[str, AgentSession] = {}
+        self.roster = Roster()  # the recorded hellos of the agents connected here: dispatch offers them runs
         self.activity = RunActivity()
         """When this replica last saw each run's output, tool or model calls; flushed by the run check."""
         self.messages = GroupCommit(store, run_lifecycle.apply_run_message, lock=run_lifecycle.lock_message_changes)
@@ -96,6 +99,10 @@ class AgentSessions:
 
     def connected(self) -> list[str]:
         return list(self.sessions)
+
+    def hellos(self) -> list[AgentHello]:
+        """The connected agents whose hellos are recorded (a stream still in its hello is not yet), by name."""
+        return self.roster.of(self.sessions)
 
     def send(self, agent: str, assignment: Assignment) -> None:
         session = self.sessions.get(agent)
@@ -130,6 +137,7 @@ class AgentSessions:
     def tell_drain(self, agent: str, undrain: bool = False) -> None:
         session = self.sessions.get(agent)
         if session is not None:
+            self.roster.draining(agent, not undrain)
             session.send(agent_pb2.ControlMessage(drain=agent_pb2.Drain(undrain=undrain)))
         else:
             self.tell_others({"kind": "drain", "agent": agent, "undrain": undrain})
@@ -186,6 +194,7 @@ class AgentSessions:
         finally:
             if self.sessions.get(hello.name) is session:
                 del self.sessions[hello.name]
+                self.roster.disconnected(hello.name)
             session.outbound.put_nowait(None)
             writer.cancel()
             if registered:
@@ -245,6 +254,7 @@ class AgentSessions:
             )
         except DroverError as err:  # the name belongs to another agent token
             await status.abort(context, err)
+        self.roster.connected(result.hello)
         session.send(agent_pb2.ControlMessage(welcome=agent_pb2.Welcome(agent=hello.name, applied=result.applied)))
         for run_id in result.to_cancel:
             session.send(agent_pb2.ControlMessage(cancel=agent_pb2.CancelRun(run_id=run_id, reason="cancelled")))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 
@@ -40,9 +41,12 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         wake: Callable[[], None],
         limits: validation.Limits = validation.Limits(),
         harness: Callable[[], HarnessConfig] = HarnessConfig,
+        run_and_assign: Callable[..., Awaitable[Any]] | None = None,
     ) -> None:
         self.store, self.notifier, self.objects, self.agents = store, notifier, objects, agents
         self.wake, self.limits, self.harness = wake, limits, harness
+        self.run_and_assign = run_and_assign or store.run
+        """A submit's transaction that also assigns its command runs (`Dispatcher.run_and_assign`)."""
 
     async def _changed(self, change_id: str) -> types_pb2.Change:
         """After a Change moved: wake the watchers and the dispatcher, answer the Change as it is now."""
@@ -59,7 +63,9 @@ class ChangeService(change_pb2_grpc.ChangeServiceServicer):
         worked_by_model = [i for i, t in enumerate(spec.tasks) if not t.command]
         if worked_by_model and not quota.has_model_key(self.harness(), os.environ):
             raise FailedPrecondition(quota.NO_MODEL_KEY, field=f"tasks[{worked_by_model[0]}]")
-        change_id = await self.store.run(change_lifecycle.submit_change, spec, who.name, who.projects)
+        # A command Task needs no routing decision: its run can go to an agent in the submit's transaction.
+        run = self.run_and_assign if any(task.command for task in spec.tasks) else self.store.run
+        change_id = await run(change_lifecycle.submit_change, spec, who.name, who.projects)
         return await self._changed(change_id)
 
     @reporting

@@ -16,9 +16,10 @@ from controlplane.store.models import Change, Project, Run, Task
 
 
 def admit(
-    s: Session, queued: dict[str, tuple[Run, Task, Project]], active: dict[str, int], sandboxes: dict[str, int]
-) -> list[str]:
-    """The queued runs their Changes' caps let start (oldest first); the others are held, said once."""
+    queued: dict[str, tuple[Run, Task, Project]], active: dict[str, int], sandboxes: dict[str, int]
+) -> tuple[list[str], list[tuple[Run, Hold]]]:
+    """The queued runs their Changes' caps let start (oldest first), and the others with the cap that
+    holds each (to be said with `mark_held`, once the caller holds their Changes' locks)."""
     capped = [
         CappedRun(
             run.id,
@@ -30,10 +31,11 @@ def admit(
         for run, task, project in queued.values()
     ]
     admitted, held = admit_by_change(capped, active, sandboxes)
-    if held:  # the counts the event says: active before this pass and admitted in it
-        for run_id, hold in holds_after(capped, admitted, active, sandboxes).items():
-            _hold(s, queued[run_id][0], hold)
-    return list(admitted)
+    if not held:
+        return list(admitted), []
+    # the counts the event says: active before this pass and admitted in it
+    holds = holds_after(capped, admitted, active, sandboxes)
+    return list(admitted), [(queued[run_id][0], hold) for run_id, hold in holds.items()]
 
 
 def change_load(s: Session) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[int, int]]]:
@@ -59,10 +61,12 @@ def change_load(s: Session) -> tuple[dict[str, int], dict[str, int], dict[str, t
     )
 
 
-def hold_full(s: Session, full: list[str], boxed: list[str], active: dict[str, int], sandboxes: dict[str, int]) -> None:
+def held_at_caps(
+    s: Session, full: list[str], boxed: list[str], active: dict[str, int], sandboxes: dict[str, int]
+) -> list[tuple[Run, Hold]]:
     """The queued runs a cap of their Change holds whatever this pass admits, not said to be held yet: every
-    run of a Change at its active-run cap (`full`), the sandbox runs of one at its sandbox cap (`boxed`).
-    Noted once each (one query)."""
+    run of a Change at its active-run cap (`full`), the sandbox runs of one at its sandbox cap (`boxed`),
+    with the cap that holds each (one query; the runs locked, none written)."""
     sandbox = opens_sandbox_clause()
     rows = s.execute(
         select(Run, sandbox, Project.max_active_runs_per_change, Project.max_open_sandboxes_per_change)
@@ -75,13 +79,15 @@ def hold_full(s: Session, full: list[str], boxed: list[str], active: dict[str, i
         .limit(500)
         .with_for_update(of=Run, skip_locked=True)
     ).all()
+    out = []
     for run, opens, cap, sandbox_cap in rows:
         hold = holding_cap(CappedRun(run.id, run.change_id, cap, sandbox_cap, bool(opens)), active, sandboxes)
         if hold is not None:
-            _hold(s, run, hold)
+            out.append((run, hold))
+    return out
 
 
-def _hold(s: Session, run: Run, hold: Hold) -> None:
+def mark_held(s: Session, run: Run, hold: Hold) -> None:
     """A ready run a cap of its Change holds queued: the event once per blocking (a run assigned later and
     refused back to the queue may be held, and said, again)."""
     if run.blocked_limit:

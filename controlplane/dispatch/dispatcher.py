@@ -11,20 +11,22 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import HarnessConfig, ServerConfig
 from controlplane.dispatch import assignments
-from controlplane.dispatch.admission import admit, change_load, hold_full
+from controlplane.dispatch.admission import admit, change_load, held_at_caps, mark_held
 from controlplane.dispatch.assignments import Assignment, opens_sandbox_clause
+from controlplane.dispatch.roster import read_hellos
 from controlplane.dispatch.router import Router
 from controlplane.domain import run_states
 from controlplane.domain.claims import task_resources
 from controlplane.domain.error_ids import error_id
 from controlplane.domain.scheduling import (
+    AgentHello,
     AgentSlot,
     FairRun,
     QueuedRun,
@@ -37,11 +39,12 @@ from controlplane.services.credentials import Sealer
 from controlplane.services.notify import Notifier
 from controlplane.store import events, locks
 from controlplane.store.engine import Store
-from controlplane.store.models import Agent, Change, DecisionReceipt, Project, Run, Task, utcnow
+from controlplane.store.models import Change, DecisionReceipt, Project, Run, Task, utcnow
 from controlplane.store.objects import ObjectStore
 from drover.errors import DroverError
 
 log = logging.getLogger("drover.dispatch")
+T = TypeVar("T")
 REFUSAL_BACKOFF_SECONDS = 30.0
 """An agent that refused a run is not offered it again this soon."""
 
@@ -50,6 +53,10 @@ class Agents(Protocol):
     """The connected agents, as the dispatcher sees them (the api layer's agent streams)."""
 
     def connected(self) -> list[str]: ...
+
+    def hellos(self) -> list[AgentHello]:
+        """The connected agents' recorded hellos (the replica's roster), by name."""
+        ...
 
     def send(self, agent: str, assignment: Assignment) -> None: ...
 
@@ -80,6 +87,9 @@ class Dispatcher:
         self.leading, self.tell_others = leading or _always, tell_others
         """Only the leading replica routes; every replica dispatches to the agents connected to it."""
         self._wake = asyncio.Event()
+        self._assigning = asyncio.Lock()
+        """One assignment transaction at a time on this replica: two at once would both count an agent's
+        free slots before either wrote its runs, and overfill it. (Replicas hold different agents.)"""
         # run id -> {agent: monotonic time until which it is not offered the run again}
         self._refusals: dict[str, dict[str, float]] = {}
 
@@ -110,10 +120,33 @@ class Dispatcher:
                 log.exception("dispatch failed; retrying")
                 await asyncio.sleep(1)
 
+    async def run_and_assign(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(session, *args) and then, in the same transaction, an assignment pass: a submit's command
+        runs (no routing decision to wait for) go to this replica's free agents without waiting for the
+        dispatcher's wake-up and a transaction of their own. Assignments are sent once it has committed."""
+        if not self.agents.hellos():
+            return await self.store.run(fn, *args)
+        async with self._assigning:
+            answer, done = await self.store.run(_then_assign, fn, args, self._pass_args())
+        for agent, assignment in done.assigned:
+            self.agents.send(agent, assignment)
+        await self._after(done)
+        return answer
+
     async def dispatch_once(self) -> int:
-        connected = self.agents.connected()
-        if not connected:
-            return 0
+        async with self._assigning:
+            args = self._pass_args()
+            if not args[0]:
+                return 0
+            done = await self.store.run(assign_queued, *args)
+        for agent, assignment in done.assigned:
+            self.agents.send(agent, assignment)
+        await self._after(done)
+        return len(done.assigned)
+
+    def _pass_args(self) -> tuple[Any, ...]:
+        """`assign_queued`'s arguments after the session, for a pass now (no agent: an empty first)."""
+        hellos = self.agents.hellos()
         now = time.monotonic()
         self._refusals = {
             run: fresh
@@ -121,23 +154,26 @@ class Dispatcher:
             if (fresh := {a: until for a, until in by.items() if until > now})
         }
         avoid = {run: frozenset(by) for run, by in self._refusals.items()}
-        done = await self.store.run(
-            assign_queued,
-            connected,
-            avoid,
-            self.config.harness,
-            self.objects,
-            self.config.output_limit_bytes,
-            self.sealer,
-        )
-        for agent, assignment in done.assigned:
-            self.agents.send(agent, assignment)
+        harness, limit = self.config.harness, self.config.output_limit_bytes
+        return [hello.name for hello in hellos], avoid, harness, self.objects, limit, self.sealer, hellos
+
+    async def _after(self, done: Dispatched) -> None:
+        """After the pass committed and its assignments were sent: the runs that cannot be assigned
+        fail, each in its own transaction."""
         for run_id, reason in done.failed:
             log.warning("run %s cannot be assigned: %s", run_id, reason)
             await self.store.run(run_lifecycle.fail_unassignable, run_id, reason)
         if done.assigned or done.failed:
             self.notifier.notify()
-        return len(done.assigned)
+
+
+def _then_assign(
+    s: Session, fn: Callable[..., T], args: tuple[Any, ...], pass_args: tuple[Any, ...]
+) -> tuple[T, Dispatched]:
+    """fn's transaction, then an assignment pass in it (`Dispatcher.run_and_assign`)."""
+    answer = fn(s, *args)
+    s.flush()
+    return answer, assign_queued(s, *pass_args) if pass_args[0] else Dispatched([], [])
 
 
 def assign_queued(
@@ -148,30 +184,38 @@ def assign_queued(
     objects: ObjectStore,
     output_limit: int = 0,
     sealer: Sealer | None = None,
+    hellos: list[AgentHello] | None = None,
 ) -> Dispatched:
     """In one transaction: plan and record the assignment of queued runs to connected agents, each
-    run in a savepoint of its own."""
+    run in a savepoint of its own. `hellos`: the connected agents' recorded hellos when the caller
+    keeps them (the roster); else they are read."""
     if s.scalar(select(Run.id).where(Run.state == "queued").limit(1)) is None:
         return Dispatched([], [])  # the common case on a busy fleet: cheap, whatever its size
-    slots = agent_slots(s, connected)
+    slots = agent_slots(s, connected, hellos)
     free = [slot for slot in slots if slot.free > 0 and not slot.draining]
     if not free:
         return Dispatched([], [])
     drivers = set().union(*(slot.drivers for slot in free))
     active, sandboxes, caps = change_load(s)
     full, boxed = changes_at_caps(active, sandboxes, caps)
-    if full or boxed:
-        hold_full(s, full, boxed, active, sandboxes)
+    held = held_at_caps(s, full, boxed, active, sandboxes) if full or boxed else []
     rows = ready_window(s, free, drivers, full, boxed)
     queued = {run.id: (run, task, project) for run, task, project in rows}
-    admitted = fair_share(s, queued, admit(s, queued, active, sandboxes), active)
+    admitted, held_now = admit(queued, active, sandboxes)
     plan = plan_assignments(
         [
             QueuedRun(run.id, project.pool, run.driver, avoid.get(run.id, frozenset()))
-            for run, task, project in (queued[run_id] for run_id in admitted)
+            for run, task, project in (queued[run_id] for run_id in fair_share(s, queued, admitted, active))
         ],
         slots,
     )
+    # Every Change this pass writes a run of, locked sorted before the first run is written (lock order):
+    # writing a run takes a key-share lock on its Change, and taking those one run at a time, in the
+    # plan's order, met a run-message batch's sorted Change locks in a circle on PostgreSQL.
+    held = [(run, hold) for run, hold in held + held_now if not run.blocked_limit]  # said once: no write
+    locks.lock_changes(s, [run.change_id for run, _ in held] + [queued[run_id][0].change_id for run_id, _ in plan])
+    for run, hold in held:
+        mark_held(s, run, hold)
     out: list[tuple[str, Assignment]] = []
     failed: list[tuple[str, str]] = []
     for run_id, agent in plan:
@@ -245,24 +289,20 @@ def fair_share(
     )
 
 
-def agent_slots(s: Session, connected: list[str]) -> list[AgentSlot]:
-    """The connected agents with their free capacity, read as rows (a fleet has thousands)."""
-    agents = s.execute(
-        select(Agent.name, Agent.labels, Agent.capacity, Agent.drivers, Agent.draining, Agent.pool)
-        .where(Agent.name.in_(connected))
-        .order_by(Agent.name)
-    ).all()
+def agent_slots(s: Session, connected: list[str], hellos: list[AgentHello] | None = None) -> list[AgentSlot]:
+    """The connected agents with their free capacity: their recorded hellos (given, from the roster, or
+    read as rows: a fleet has thousands) less the active runs each holds, counted here (the truth)."""
+    if hellos is None:
+        hellos = read_hellos(s, connected)
+    names = [hello.name for hello in hellos]
     active = dict(
         s.execute(
             select(Run.agent, func.count())
-            .where(Run.agent.in_(connected), Run.state.in_(run_states.ACTIVE))
+            .where(Run.agent.in_(names), Run.state.in_(run_states.ACTIVE))
             .group_by(Run.agent)
         ).all()
     )
-    return [
-        AgentSlot(name, labels, capacity - active.get(name, 0), frozenset(drivers or ()), draining, pool or "")
-        for name, labels, capacity, drivers, draining, pool in agents
-    ]
+    return [hello.slot(active.get(hello.name, 0)) for hello in hellos]
 
 
 def _assign_one(

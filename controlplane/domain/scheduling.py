@@ -23,6 +23,22 @@ class AgentSlot:
 
 
 @dataclasses.dataclass(frozen=True)
+class AgentHello:
+    """What a connected agent said of itself, as its hello was recorded: its slot without the runs it holds."""
+
+    name: str
+    labels: Mapping[str, str]
+    capacity: int
+    drivers: frozenset[str]
+    draining: bool = False
+    pool: str = ""
+
+    def slot(self, active: int) -> AgentSlot:
+        """Its slot while it holds `active` runs."""
+        return AgentSlot(self.name, self.labels, self.capacity - active, self.drivers, self.draining, self.pool)
+
+
+@dataclasses.dataclass(frozen=True)
 class QueuedRun:
     run_id: str
     pool: str  # the project's pool; "" for the default pool

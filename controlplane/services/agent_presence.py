@@ -9,6 +9,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from controlplane.domain import escalation, presence, run_states
+from controlplane.domain.scheduling import AgentHello
 from controlplane.services.run_lifecycle import finish_run, requeue
 from controlplane.services.tenancy import Scope, visible_agent
 from controlplane.store.engine import aware
@@ -24,6 +25,7 @@ FORGET = 1 << 62  # an applied seq that makes an agent drop every message of a r
 class HelloResult:
     applied: dict[str, int]  # highest applied seq of each run the agent listed
     to_cancel: list[str]  # listed runs whose cancel the agent may not have heard
+    hello: AgentHello  # the agent's hello as recorded (the replica's roster takes it)
 
 
 def agent_connected(
@@ -64,13 +66,15 @@ def agent_connected(
     agent.replica, agent.lease_until = replica, utcnow() + lease
     agent.draining = draining  # a drain lasts as long as the agentd process that was told
     add_event(s, "agent.connected", agent=name, capacity=capacity, labels=labels)
-    return _reconcile(s, name, listed, policy, objects)
+    recorded = AgentHello(name, labels, capacity, frozenset(drivers), draining, agent.pool or "")
+    return _reconcile(s, recorded, listed, policy, objects)
 
 
 def _reconcile(
-    s: Session, name: str, listed: set[str], policy: escalation.Policy | None, objects: ObjectStore | None
+    s: Session, hello: AgentHello, listed: set[str], policy: escalation.Policy | None, objects: ObjectStore | None
 ) -> HelloResult:
     """The agent's active runs against those its hello listed: what it must resume, cancel or forget."""
+    name = hello.name
     applied: dict[str, int] = {}
     to_cancel: list[str] = []
     active = select(Run).where(Run.agent == name, Run.state.in_(run_states.ACTIVE))
@@ -98,7 +102,7 @@ def _reconcile(
         ended = s.get(Run, run_id)
         applied[run_id] = ended.last_seq if ended is not None and ended.agent == name else FORGET
         to_cancel.append(run_id)
-    return HelloResult(applied=applied, to_cancel=to_cancel)
+    return HelloResult(applied=applied, to_cancel=to_cancel, hello=hello)
 
 
 def _expired(token: Token) -> bool:

@@ -15,7 +15,10 @@ A run's end locks its Change before it writes the run (`finish_run`), and a swee
 of an agent takes them sorted by Change. A group commit of run messages (several units of work in one
 transaction) takes every Change its units will lock first, all of them sorted by id (`lock_changes`),
 before any unit writes a run: a unit later in the batch never locks a Change after an earlier unit
-wrote a run, and two batches never take two Changes in opposite orders. A group commit of model calls
+wrote a run, and two batches never take two Changes in opposite orders. A dispatch pass does the same:
+it locks the queued runs it may assign (SKIP LOCKED: it never waits for a run), plans, then locks the
+Changes of every run it will write, sorted, before writing the first (writing a run takes a key-share
+lock on its Change, which waits for a batch's FOR UPDATE). A group commit of model calls
 cannot know its meters before its units run (each unit takes its own sorted): two such batches may
 still meet in opposite orders, rarely, and are then run again (below).
 
