@@ -51,7 +51,6 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         h, token_id = self.harness, auth.current().token_id
 
         def reserve(s: Session) -> model_calls.Reservation:
-            tenancy.agent_run(s, request.run_id, token_id)
             r = model_calls.reserve(
                 s,
                 h,
@@ -61,6 +60,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
                 request.purpose or "agent",
                 request.max_output_tokens,
                 request.estimated_input_tokens,
+                token_id=token_id,  # tenancy: checked in the reservation's first read
             )
             if r.granted:  # each model call renews the run's claims at half-life
                 claims.renew_due(s, request.run_id, utcnow())
@@ -87,8 +87,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
 
         def settle(s: Session) -> tuple[str, int, int]:
-            run_id = tenancy.agent_reservation(s, request.reservation_id, token_id)
-            return (run_id, *model_calls.settle(s, h, request.reservation_id, usage, request.error))
+            return model_calls.settle_for_agent(s, h, request.reservation_id, usage, request.error, token_id)
 
         run_id, cost, run_cost = await self.calls.apply(settle)
         self.sessions.activity.seen(run_id)

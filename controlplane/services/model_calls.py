@@ -17,9 +17,10 @@ from sqlalchemy.orm import Session
 from controlplane import metrics
 from controlplane.config import BudgetConfig, HarnessConfig
 from controlplane.domain import pricing
+from controlplane.services import tenancy
 from controlplane.store import meters, quota_failures
 from controlplane.store.events import new_id, run_event
-from controlplane.store.models import Change, ModelCall, Project, Run, Task, Token, utcnow
+from controlplane.store.models import Agent, Change, ModelCall, Project, Run, Task, Token, utcnow
 from drover.core.usage import Usage
 from drover.errors import InvalidArgument, NotFound
 
@@ -89,16 +90,20 @@ def reserve(
     purpose: str,
     max_output_tokens: int,
     estimated_input_tokens: int,
+    *,
+    token_id: int | None = None,
 ) -> Reservation:
     """One transaction: refuse at a cap or a meter, else hold the estimate on every meter of the
-    Change and record the reservation. Idempotent by (run, key)."""
+    Change and record the reservation. Idempotent by (run, key). With `token_id` (an agent's call),
+    a run its agent does not hold is NOT_FOUND (`tenancy.agent_run`), checked in the same first read
+    and before the arguments, as the servicer did when it checked tenancy on its own."""
+    facts = _facts(s, run_id, key)
+    if facts is None or (token_id is not None and not tenancy.agent_holds(facts.agent, facts.agent_token, token_id)):
+        raise NotFound(f"no run {run_id!r}", field="run_id")
     if not key:
         raise InvalidArgument("must not be empty", field="key")
     if purpose not in ("agent", "fold"):
         raise InvalidArgument("must be agent or fold", field="purpose")
-    facts = _facts(s, run_id, key)
-    if facts is None:
-        raise NotFound(f"no run {run_id!r}", field="run_id")
     cap = (config.tiers.get(facts.tier) or config.tiers[config.default_tier]).max_calls
     used = facts.calls
     if facts.existing:
@@ -192,6 +197,9 @@ class _Facts:
     calls: int
     existing: str
     existing_estimate: int
+    agent: str
+    agent_token: int | None
+    """The token the run's agent is bound to (None: no such agent, or one bound to none)."""
 
     def meters(self, now: dt.datetime, budgets: BudgetConfig) -> list[meters.MeterSpec]:
         return meters.meters_for(
@@ -226,14 +234,18 @@ def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
             select(func.count()).where(ModelCall.run_id == Run.id, ModelCall.purpose == "agent").scalar_subquery(),
             select(ModelCall.id).where(*same).scalar_subquery(),
             select(ModelCall.estimate_micros).where(*same).scalar_subquery(),
+            Run.agent,
+            Agent.token_id,
         )
         .join(Change, Change.id == Run.change_id)
         .outerjoin(Project, Project.name == Change.project)
+        .outerjoin(Agent, Agent.name == Run.agent)
         .where(Run.id == run_id)
     ).first()
     if row is None:
         return None
-    state, tier, change_id, budget, project, user, project_budget, user_budget, calls, existing, estimate = row
+    state, tier, change_id, budget, project, user, project_budget, user_budget, calls, existing, estimate = row[:11]
+    agent, agent_token = row[11:]
     return _Facts(
         state,
         tier,
@@ -246,6 +258,8 @@ def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
         calls or 0,
         existing or "",
         estimate or 0,
+        agent or "",
+        agent_token,
     )
 
 
@@ -279,6 +293,15 @@ def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage,
     """Settle to the exact cost of the usage, never above the reservation (a report above it is
     capped, recorded as `run.over_reservation` and counted); answers (cost of this call, cost of the
     run so far). Settling twice changes nothing (the first settle stands)."""
+    _, cost, spent = settle_for_agent(s, config, reservation_id, usage, error, None)
+    return cost, spent
+
+
+def settle_for_agent(
+    s: Session, config: HarnessConfig, reservation_id: str, usage: Usage, error: str, token_id: int | None
+) -> tuple[str, int, int]:
+    """`settle` for an agent's call: a reservation of a run its agent does not hold (`token_id`; None:
+    any) is NOT_FOUND, read in the settle's own first query; answers (run id, cost, run cost)."""
     call = s.execute(
         select(
             ModelCall.model,
@@ -288,14 +311,17 @@ def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage,
             ModelCall.estimate_micros,
             Run.tier,
             Run.member,
+            Run.agent,
+            Agent.token_id,
         )
         .join(Run, Run.id == ModelCall.run_id)
+        .outerjoin(Agent, Agent.name == Run.agent)
         .where(ModelCall.id == reservation_id)
         .with_for_update(of=ModelCall)  # one settle at a time
     ).first()
-    if call is None:
+    if call is None or (token_id is not None and not tenancy.agent_holds(call.agent, call.token_id, token_id)):
         raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
-    model, run_id, state, cost, reserved, tier, member = call
+    model, run_id, state, cost, reserved, tier, member = call[:7]
     if state != "settled":
         reported = pricing.cost_micros(usage, pricing.price_for(model, config.prices))
         settled = pricing.settled_micros(reported, reserved)
@@ -331,7 +357,7 @@ def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage,
         metrics.on_settled(s, tier, member, cost)
         retention = dt.timedelta(minutes=config.quota.observed_failure_retention_minutes)
         quota_failures.record(s, member, error, utcnow(), retention)  # a 429 or quota error: every router sees it
-    return cost, run_cost(s, run_id)
+    return run_id, cost, run_cost(s, run_id)
 
 
 def settle_expired(s: Session, older_than: dt.timedelta) -> int:
