@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from controlplane import metrics
 from controlplane.config import BudgetConfig, HarnessConfig
@@ -302,26 +302,9 @@ def settle_for_agent(
 ) -> tuple[str, int, int]:
     """`settle` for an agent's call: a reservation of a run its agent does not hold (`token_id`; None:
     any) is NOT_FOUND, read in the settle's own first query; answers (run id, cost, run cost)."""
-    call = s.execute(
-        select(
-            ModelCall.model,
-            ModelCall.run_id,
-            ModelCall.state,
-            ModelCall.cost_micros,
-            ModelCall.estimate_micros,
-            Run.tier,
-            Run.member,
-            Run.agent,
-            Agent.token_id,
-        )
-        .join(Run, Run.id == ModelCall.run_id)
-        .outerjoin(Agent, Agent.name == Run.agent)
-        .where(ModelCall.id == reservation_id)
-        .with_for_update(of=ModelCall)  # one settle at a time
-    ).first()
-    if call is None or (token_id is not None and not tenancy.agent_holds(call.agent, call.token_id, token_id)):
-        raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
+    call = _settling(s, reservation_id, token_id)
     model, run_id, state, cost, reserved, tier, member = call[:7]
+    spent_before = int(call[-1] or 0)  # int(): PostgreSQL sums a bigint as numeric (a Decimal)
     if state != "settled":
         reported = pricing.cost_micros(usage, pricing.price_for(model, config.prices))
         settled = pricing.settled_micros(reported, reserved)
@@ -357,7 +340,41 @@ def settle_for_agent(
         metrics.on_settled(s, tier, member, cost)
         retention = dt.timedelta(minutes=config.quota.observed_failure_retention_minutes)
         quota_failures.record(s, member, error, utcnow(), retention)  # a 429 or quota error: every router sees it
-    return run_id, cost, run_cost(s, run_id)
+    return run_id, cost, spent_before + cost
+
+
+def _settling(s: Session, reservation_id: str, token_id: int | None) -> Any:
+    """The call to settle, locked, with its run's facts and the cost of the run's other settled calls;
+    NOT_FOUND for a reservation that is not there or whose run the agent (`token_id`) does not hold."""
+    # The run's other settled calls, read with the call: this call's own cost is the locked row's,
+    # so a settle that waited for another settle of this call still counts it once.
+    other = aliased(ModelCall)
+    others_cost = (
+        select(func.coalesce(func.sum(other.cost_micros), 0))
+        .where(other.run_id == ModelCall.run_id, other.state == "settled", other.id != ModelCall.id)
+        .scalar_subquery()
+    )
+    call = s.execute(
+        select(
+            ModelCall.model,
+            ModelCall.run_id,
+            ModelCall.state,
+            ModelCall.cost_micros,
+            ModelCall.estimate_micros,
+            Run.tier,
+            Run.member,
+            Run.agent,
+            Agent.token_id,
+            others_cost,
+        )
+        .join(Run, Run.id == ModelCall.run_id)
+        .outerjoin(Agent, Agent.name == Run.agent)
+        .where(ModelCall.id == reservation_id)
+        .with_for_update(of=ModelCall)  # one settle at a time
+    ).first()
+    if call is None or (token_id is not None and not tenancy.agent_holds(call.agent, call.token_id, token_id)):
+        raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
+    return call
 
 
 def settle_expired(s: Session, older_than: dt.timedelta) -> int:
