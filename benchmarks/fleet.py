@@ -60,11 +60,14 @@ from dispatch import (
 from drover import Client
 
 PER_CHANGE = 100
+MAX_CHANGE_CAP = 1000
+"""A project's per-Change caps go up to this (controlplane.domain.scheduling.MAX_CHANGE_CAP)."""
 
 
 @dataclasses.dataclass
 class Phase:
     name: str
+    project: str = "sim"
     submitted: dict[str, float] = dataclasses.field(default_factory=dict)  # change id -> submit wall time
     runs: int = 0
 
@@ -99,6 +102,10 @@ class Bench:
         extra = ("--config", str(config), "--metrics-listen", self.metrics)
         plane, target = start_plane(data, self.tmp / "controlplane.log", env, self.deadline, *extra)
         add_project(data, env, "sim", timeout=60)
+        # The budget phase's runs are all concurrent, so pairs/s measures the pair, not a per-Change cap.
+        caps = str(min(max(self.args.budget_runs, 1), MAX_CHANGE_CAP))
+        cap_flags = ("--max-active-runs-per-change", caps, "--max-open-sandboxes-per-change", caps)
+        add_project(data, env, "simbudget", *cap_flags, timeout=60)
         return plane, target
 
     def start_sims(self, target: str) -> None:
@@ -132,7 +139,7 @@ class Bench:
                 for k in range(first, min(n, first + PER_CHANGE))
             ]
             sent = time.time()
-            change = client.submit_change("sim", phase.name, tasks)
+            change = client.submit_change(phase.project, phase.name, tasks)
             phase.submitted[change.id] = sent
         phase.runs += n
         if phase not in self.phases:
@@ -164,12 +171,12 @@ def run_phases(bench: Bench, client: Client, plane: Proc, figures: Figures) -> N
         bench.submit(client, low, 1, ["sim"])
         done += 1
         bench.wait_done(done, "a low-load run")
-    for name, n, command in (
-        ("saturation", args.runs, ["sim"]),
-        ("output", args.output_runs, ["sim", f"lines={args.lines}", f"bytes={args.line_bytes}"]),
-        ("budget", args.budget_runs, ["sim", f"pairs={args.pairs}"]),
+    for name, project, n, command in (
+        ("saturation", "sim", args.runs, ["sim"]),
+        ("output", "sim", args.output_runs, ["sim", f"lines={args.lines}", f"bytes={args.line_bytes}"]),
+        ("budget", "simbudget", args.budget_runs, ["sim", f"pairs={args.pairs}"]),
     ):
-        phase = Phase(name)
+        phase = Phase(name, project)
         cpu0 = cpu_seconds(pid)[0]
         began = time.monotonic()
         bench.submit(client, phase, n, command)

@@ -295,7 +295,8 @@ def _token_parsers(sub: Any) -> None:
     tc.add_argument("--force", action="store_true", help="with --out: replace the file if it exists")
     tc.add_argument("--monthly-budget-usd", type=float, default=0.0, help="this user's monthly model budget (0: none)")
     _command(t, "list", cmd_token_list, "every token: name, kind, role, pool, projects, created, last used, expiry")
-    tr = _command(t, "revoke", cmd_token_revoke, "revoke every live token of a name, from the next call on")
+    revoke_help = "revoke every live token of a name, from the next call on (an agent token within 0.5 s)"
+    tr = _command(t, "revoke", cmd_token_revoke, revoke_help)
     tr.add_argument("--name", required=True)
     tr.add_argument("--kind", choices=TOKEN_KINDS, default="")
 

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from controlplane.api import fleet_metrics, validation
 from controlplane.api.agent_service import AgentService
 from controlplane.api.agent_stream import AgentSessions
-from controlplane.api.auth import AuthInterceptor
+from controlplane.api.auth import AgentTokenCache, AuthInterceptor
 from controlplane.api.change_service import ChangeService
 from controlplane.api.console_link import ConsoleLink
 from controlplane.api.endpoint import Endpoint, grpc_server
@@ -114,12 +114,9 @@ class ControlPlane:
         self.liveness, self.run_check = self._sweeps(config)
         self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading, self.sealer)
         self.warmer = Warmer(store, mirrors, packet_pipeline.GRAPHS, self.recall, leading, sealer=self.sealer)
-        self.replica.handlers += [self._on_note, self.agents.on_note]
-        self.auth = AuthInterceptor(
-            PERMISSIONS,
-            lambda digest: store.read(tokens.lookup, digest),
-            lambda token_id: store.run(tokens.touch, token_id),
-        )
+        self.replica.handlers += [self._on_note, self.agents.on_note, self._on_revoked_note]
+        self.token_cache = AgentTokenCache(lambda digest: store.read(tokens.lookup, digest))
+        self.auth = AuthInterceptor(PERMISSIONS, self.token_cache, lambda token_id: store.run(tokens.touch, token_id))
         self.changes = ChangeService(
             store,
             self.notifier,
@@ -134,7 +131,7 @@ class ControlPlane:
             store, self.notifier, self.objects, self.agents, self.dispatcher.wake, lambda: self.config.harness.budgets
         )
         agent_service = AgentService(store, self.notifier, self.objects, self.agents, lambda: self.config)
-        self.admin = (ProjectService(store, self.sealer), TokenService(store))
+        self.admin = (ProjectService(store, self.sealer), TokenService(store, self._revoked))
         self.endpoint = Endpoint(config, self.auth, agent_service, self.changes, self.operations, self.admin)
         self.console = self._console(config) if config.http_listen else None
 
@@ -181,6 +178,15 @@ class ControlPlane:
         """Another replica changed something: dispatch may have work, and watchers here may see it."""
         self.dispatcher.wake_here()
         self.notifier.notify()
+
+    def _revoked(self, name: str) -> None:
+        """A token revoked through this replica: every replica's cache forgets it now (a note, by NOTIFY)."""
+        self.token_cache.drop(name)
+        self.replica.tell({"kind": "token.revoked", "name": name})
+
+    async def _on_revoked_note(self, note: dict[str, object]) -> None:
+        if note.get("kind") == "token.revoked":
+            self.token_cache.drop(str(note.get("name", "")))
 
     def _harness(self) -> HarnessConfig:
         """The harness config in use now (SIGHUP replaces it)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     ) -> None:
         self.store, self.notifier, self.objects = store, notifier, objects
         self.sessions, self.settings = sessions, settings
+        self.renewals = claims.Renewals()
         self.calls = GroupCommit(store, _call)
         """Reservations and settlements, many to a transaction: the hot meter rows (provider month, daily
         calls) are locked once per batch, not once per call, and each call is answered after its commit."""
@@ -49,9 +51,10 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.ReserveModelCallRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.ReserveModelCallResponse:
         h, token_id = self.harness, auth.current().token_id
+        renewed: list[tuple[dt.datetime, dt.datetime]] = []  # (now, next due), kept once committed
 
         def reserve(s: Session) -> model_calls.Reservation:
-            tenancy.agent_run(s, request.run_id, token_id)
+            renewed.clear()  # a batch run again runs its units again
             r = model_calls.reserve(
                 s,
                 h,
@@ -61,12 +64,16 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
                 request.purpose or "agent",
                 request.max_output_tokens,
                 request.estimated_input_tokens,
+                token_id=token_id,  # tenancy: checked in the reservation's first read
             )
-            if r.granted:  # each model call renews the run's claims at half-life
-                claims.renew_due(s, request.run_id, utcnow())
+            now = utcnow()
+            if r.granted and self.renewals.due(request.run_id, now):  # a model call renews claims at half-life
+                renewed.append((now, claims.renew_due_until(s, request.run_id, now)))
             return r
 
         r = await self.calls.apply(reserve)
+        for now, next_due in renewed:
+            self.renewals.renewed(request.run_id, next_due, now)
         self.sessions.activity.seen(request.run_id)
         self.notifier.notify()
         return agent_pb2.ReserveModelCallResponse(
@@ -87,8 +94,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
 
         def settle(s: Session) -> tuple[str, int, int]:
-            run_id = tenancy.agent_reservation(s, request.reservation_id, token_id)
-            return (run_id, *model_calls.settle(s, h, request.reservation_id, usage, request.error))
+            return model_calls.settle_for_agent(s, h, request.reservation_id, usage, request.error, token_id)
 
         run_id, cost, run_cost = await self.calls.apply(settle)
         self.sessions.activity.seen(run_id)

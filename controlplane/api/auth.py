@@ -2,8 +2,10 @@
 
 Agent tokens reach AgentService only and are scoped to one pool; user tokens reach the other services
 by role (`submit` < `run.manage` < `admin`) and are scoped to the projects they carry (none: all).
-Tokens are stored as hashes, may expire, and a revocation holds from the next call: every call looks
-its token up (on the store's read threads, so it never waits for a writer); nothing is cached.
+Tokens are stored as hashes and may expire. A call looks its token up on the store's read threads, so
+it never waits for a writer. A user token is looked up on every call, so its revocation holds from the
+next one; an agent token's lookup is reused for AGENT_CACHE_SECONDS (`AgentTokenCache`: an agent's
+model calls do not each read its token), so its revocation holds within that on every replica.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from drover.errors import DroverError, PermissionDenied, Unauthenticated
 
 TOUCH_SECONDS = 60.0
 """last_used_at is written at most this often per token."""
+AGENT_CACHE_SECONDS = 0.5
+"""An agent token's principal is reused this long after its lookup."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +54,39 @@ def current() -> Principal:
     if who is None:
         raise RuntimeError("no authenticated principal for this call")
     return who
+
+
+class AgentTokenCache:
+    """A Lookup that keeps agent tokens' principals by token hash for AGENT_CACHE_SECONDS (user tokens,
+    and tokens not found, are looked up every time). `drop` forgets a name's tokens at once: a revoke
+    through this replica's API calls it here and, by a note, on every other replica; a revoke made
+    elsewhere (the host's `controlplane token revoke`) holds once the entry is AGENT_CACHE_SECONDS old."""
+
+    def __init__(
+        self, lookup: Lookup, seconds: float = AGENT_CACHE_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._lookup, self._seconds, self._clock = lookup, seconds, clock
+        self._entries: dict[str, tuple[Principal, float]] = {}
+        self._drops = 0
+        """Counts `drop`s: a lookup that began before one is not kept (it may have read the token live)."""
+
+    async def __call__(self, digest: str) -> Principal | None:
+        now = self._clock()
+        hit = self._entries.get(digest)
+        if hit is not None and now < hit[1]:
+            return hit[0]
+        drops = self._drops
+        found = await self._lookup(digest)
+        if found is not None and found.kind == "agent" and drops == self._drops:
+            if len(self._entries) >= 4096:  # many agents: keep the live entries only
+                self._entries = {d: e for d, e in self._entries.items() if now < e[1]}
+            self._entries[digest] = (found, now + self._seconds)
+        return found
+
+    def drop(self, name: str) -> None:
+        """Forget the tokens named `name` (they were revoked)."""
+        self._drops += 1
+        self._entries = {d: e for d, e in self._entries.items() if e[0].name != name}
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):

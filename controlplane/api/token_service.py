@@ -3,6 +3,8 @@ more than the caller holds (services/minting.py). The token is answered once, by
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 from sqlalchemy.orm import Session
 
@@ -46,8 +48,10 @@ def token_request(r: token_pb2.CreateTokenRequest) -> minting.TokenRequest:
 
 
 class TokenService(token_pb2_grpc.TokenServiceServicer):
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, on_revoked: Callable[[str], None] = lambda name: None) -> None:
         self.store = store
+        self.on_revoked = on_revoked
+        """Called with a revoked token's name once the revocation committed (caches forget it)."""
 
     @reporting
     async def CreateToken(
@@ -82,4 +86,5 @@ class TokenService(token_pb2_grpc.TokenServiceServicer):
     ) -> token_pb2.RevokeTokenResponse:
         who = auth.current()
         count = await self.store.run(tokens.revoke, request.name, request.kind, who.projects, who.name)
+        self.on_revoked(request.name)
         return token_pb2.RevokeTokenResponse(revoked=count)

@@ -186,15 +186,59 @@ def renew(s: Session, run_id: str, generations: Mapping[str, int], now: dt.datet
     return answers
 
 
-def renew_due(s: Session, run_id: str, now: dt.datetime) -> dict[str, bool]:
-    """Renew the run's claims that reached half-life (the liveness check and each model call)."""
+def _live(s: Session, run_id: str, now: dt.datetime) -> tuple[list[Claim], dict[str, int]]:
+    """The run's live claims, and the generations of those that reached half-life, by resource."""
+    live = list(s.scalars(select(Claim).where(Claim.run_id == run_id, Claim.released_at.is_(None))))
     due = {}
-    for c in s.scalars(select(Claim).where(Claim.run_id == run_id, Claim.released_at.is_(None))):
+    for c in live:
         renewed, expires = aware(c.renewed_at), aware(c.expires_at)
         assert renewed is not None and expires is not None
         if needs_renewal(renewed, expires, now):
             due[c.resource] = c.generation
+    return live, due
+
+
+def renew_due(s: Session, run_id: str, now: dt.datetime) -> dict[str, bool]:
+    """Renew the run's claims that reached half-life (the liveness check)."""
+    _, due = _live(s, run_id, now)
     return renew(s, run_id, due, now) if due else {}
+
+
+def renew_due_until(s: Session, run_id: str, now: dt.datetime) -> dt.datetime:
+    """Renew the run's claims that reached half-life (each model call, see `Renewals`); answers when
+    one is next due: the earliest half-life of its live claims, at most half a lease from now (a
+    claim taken after now is due no sooner than that)."""
+    live, due = _live(s, run_id, now)
+    if due:
+        renew(s, run_id, due, now)  # the claims in `live` are these rows: renewed or released in place
+    at = now + LEASE / 2
+    for c in live:
+        renewed, expires = aware(c.renewed_at), aware(c.expires_at)
+        if c.released_at is None and renewed is not None and expires is not None:
+            at = min(at, renewed + (expires - renewed) / 2)
+    return at
+
+
+class Renewals:
+    """When each run's claims are next due, as this process last renewed them: a model call renews
+    its run's claims (a query) only from then on, not on every call. A renewal elsewhere (the liveness
+    check, another replica) only makes them due later, and a claim taken later is due at least half a
+    lease after, so none is missed. Entries past due are dropped every half lease (ended runs)."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, dt.datetime] = {}
+        self._pruned: dt.datetime | None = None
+
+    def due(self, run_id: str, now: dt.datetime) -> bool:
+        at = self._next.get(run_id)
+        return at is None or now >= at
+
+    def renewed(self, run_id: str, next_due: dt.datetime, now: dt.datetime) -> None:
+        """Record, once the renewal's transaction committed, when the run's claims are next due."""
+        if self._pruned is None or now >= self._pruned + LEASE / 2:
+            self._next = {r: at for r, at in self._next.items() if at > now}
+            self._pruned = now
+        self._next[run_id] = next_due
 
 
 def release(s: Session, run_id: str, now: dt.datetime) -> list[str]:

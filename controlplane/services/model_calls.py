@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from controlplane import metrics
 from controlplane.config import BudgetConfig, HarnessConfig
 from controlplane.domain import pricing
+from controlplane.services import tenancy
 from controlplane.store import meters, quota_failures
 from controlplane.store.events import new_id, run_event
-from controlplane.store.models import Change, ModelCall, Project, Run, Task, Token, utcnow
+from controlplane.store.models import Agent, Change, ModelCall, Project, Run, Task, Token, utcnow
 from drover.core.usage import Usage
 from drover.errors import InvalidArgument, NotFound
 
@@ -89,16 +90,20 @@ def reserve(
     purpose: str,
     max_output_tokens: int,
     estimated_input_tokens: int,
+    *,
+    token_id: int | None = None,
 ) -> Reservation:
     """One transaction: refuse at a cap or a meter, else hold the estimate on every meter of the
-    Change and record the reservation. Idempotent by (run, key)."""
+    Change and record the reservation. Idempotent by (run, key). With `token_id` (an agent's call),
+    a run its agent does not hold is NOT_FOUND (`tenancy.agent_run`), checked in the same first read
+    and before the arguments, as the servicer did when it checked tenancy on its own."""
+    facts = _facts(s, run_id, key)
+    if facts is None or (token_id is not None and not tenancy.agent_holds(facts.agent, facts.agent_token, token_id)):
+        raise NotFound(f"no run {run_id!r}", field="run_id")
     if not key:
         raise InvalidArgument("must not be empty", field="key")
     if purpose not in ("agent", "fold"):
         raise InvalidArgument("must be agent or fold", field="purpose")
-    facts = _facts(s, run_id, key)
-    if facts is None:
-        raise NotFound(f"no run {run_id!r}", field="run_id")
     cap = (config.tiers.get(facts.tier) or config.tiers[config.default_tier]).max_calls
     used = facts.calls
     if facts.existing:
@@ -192,6 +197,9 @@ class _Facts:
     calls: int
     existing: str
     existing_estimate: int
+    agent: str
+    agent_token: int | None
+    """The token the run's agent is bound to (None: no such agent, or one bound to none)."""
 
     def meters(self, now: dt.datetime, budgets: BudgetConfig) -> list[meters.MeterSpec]:
         return meters.meters_for(
@@ -226,14 +234,18 @@ def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
             select(func.count()).where(ModelCall.run_id == Run.id, ModelCall.purpose == "agent").scalar_subquery(),
             select(ModelCall.id).where(*same).scalar_subquery(),
             select(ModelCall.estimate_micros).where(*same).scalar_subquery(),
+            Run.agent,
+            Agent.token_id,
         )
         .join(Change, Change.id == Run.change_id)
         .outerjoin(Project, Project.name == Change.project)
+        .outerjoin(Agent, Agent.name == Run.agent)
         .where(Run.id == run_id)
     ).first()
     if row is None:
         return None
-    state, tier, change_id, budget, project, user, project_budget, user_budget, calls, existing, estimate = row
+    state, tier, change_id, budget, project, user, project_budget, user_budget, calls, existing, estimate = row[:11]
+    agent, agent_token = row[11:]
     return _Facts(
         state,
         tier,
@@ -246,6 +258,8 @@ def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
         calls or 0,
         existing or "",
         estimate or 0,
+        agent or "",
+        agent_token,
     )
 
 
@@ -279,23 +293,18 @@ def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage,
     """Settle to the exact cost of the usage, never above the reservation (a report above it is
     capped, recorded as `run.over_reservation` and counted); answers (cost of this call, cost of the
     run so far). Settling twice changes nothing (the first settle stands)."""
-    call = s.execute(
-        select(
-            ModelCall.model,
-            ModelCall.run_id,
-            ModelCall.state,
-            ModelCall.cost_micros,
-            ModelCall.estimate_micros,
-            Run.tier,
-            Run.member,
-        )
-        .join(Run, Run.id == ModelCall.run_id)
-        .where(ModelCall.id == reservation_id)
-        .with_for_update(of=ModelCall)  # one settle at a time
-    ).first()
-    if call is None:
-        raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
-    model, run_id, state, cost, reserved, tier, member = call
+    _, cost, spent = settle_for_agent(s, config, reservation_id, usage, error, None)
+    return cost, spent
+
+
+def settle_for_agent(
+    s: Session, config: HarnessConfig, reservation_id: str, usage: Usage, error: str, token_id: int | None
+) -> tuple[str, int, int]:
+    """`settle` for an agent's call: a reservation of a run its agent does not hold (`token_id`; None:
+    any) is NOT_FOUND, read in the settle's own first query; answers (run id, cost, run cost)."""
+    call = _settling(s, reservation_id, token_id)
+    model, run_id, state, cost, reserved, tier, member = call[:7]
+    spent_before = int(call[-1] or 0)  # int(): PostgreSQL sums a bigint as numeric (a Decimal)
     if state != "settled":
         reported = pricing.cost_micros(usage, pricing.price_for(model, config.prices))
         settled = pricing.settled_micros(reported, reserved)
@@ -331,7 +340,41 @@ def settle(s: Session, config: HarnessConfig, reservation_id: str, usage: Usage,
         metrics.on_settled(s, tier, member, cost)
         retention = dt.timedelta(minutes=config.quota.observed_failure_retention_minutes)
         quota_failures.record(s, member, error, utcnow(), retention)  # a 429 or quota error: every router sees it
-    return cost, run_cost(s, run_id)
+    return run_id, cost, spent_before + cost
+
+
+def _settling(s: Session, reservation_id: str, token_id: int | None) -> Any:
+    """The call to settle, locked, with its run's facts and the cost of the run's other settled calls;
+    NOT_FOUND for a reservation that is not there or whose run the agent (`token_id`) does not hold."""
+    # The run's other settled calls, read with the call: this call's own cost is the locked row's,
+    # so a settle that waited for another settle of this call still counts it once.
+    other = aliased(ModelCall)
+    others_cost = (
+        select(func.coalesce(func.sum(other.cost_micros), 0))
+        .where(other.run_id == ModelCall.run_id, other.state == "settled", other.id != ModelCall.id)
+        .scalar_subquery()
+    )
+    call = s.execute(
+        select(
+            ModelCall.model,
+            ModelCall.run_id,
+            ModelCall.state,
+            ModelCall.cost_micros,
+            ModelCall.estimate_micros,
+            Run.tier,
+            Run.member,
+            Run.agent,
+            Agent.token_id,
+            others_cost,
+        )
+        .join(Run, Run.id == ModelCall.run_id)
+        .outerjoin(Agent, Agent.name == Run.agent)
+        .where(ModelCall.id == reservation_id)
+        .with_for_update(of=ModelCall)  # one settle at a time
+    ).first()
+    if call is None or (token_id is not None and not tenancy.agent_holds(call.agent, call.token_id, token_id)):
+        raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
+    return call
 
 
 def settle_expired(s: Session, older_than: dt.timedelta) -> int:

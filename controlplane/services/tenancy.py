@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import func, literal, or_, select
 from sqlalchemy.orm import Session
 
-from controlplane.store.models import Agent, Change, ChangeSet, Meter, ModelCall, Project, Run
+from controlplane.store.models import Agent, Change, ChangeSet, Meter, Project, Run
 from drover.errors import NotFound, PermissionDenied
 
 Scope = frozenset[str] | None
@@ -94,26 +94,20 @@ def check_owner(change: Change, who: str, may_manage: bool, action: str) -> None
         )
 
 
+def agent_holds(run_agent: str | None, agent_token_id: int | None, token_id: int) -> bool:
+    """The rule of `agent_run`, over what a query read: the run's agent exists (`agent_token_id` is its
+    bound token, None when it has none or there is no such agent) and is bound to this agent token."""
+    return bool(run_agent) and agent_token_id is not None and agent_token_id == token_id
+
+
 def agent_run(s: Session, run_id: str, token_id: int) -> Run:
     """A run of an agent bound to this agent token; anyone else's run is NOT_FOUND, so a stolen token
     of one pool can neither spend on nor publish for the runs of another."""
     run = s.get(Run, run_id) if run_id else None
     agent = s.get(Agent, run.agent) if run is not None and run.agent else None
-    if run is None or agent is None or agent.token_id != token_id:
+    if run is None or agent is None or not agent_holds(run.agent, agent.token_id, token_id):
         raise NotFound(f"no run {run_id!r}", field="run_id")
     return run
-
-
-def agent_reservation(s: Session, reservation_id: str, token_id: int) -> str:
-    """The id of the run the reservation is for, if the calling agent holds that run."""
-    call = s.get(ModelCall, reservation_id) if reservation_id else None
-    try:
-        if call is None:
-            raise NotFound("")
-        agent_run(s, call.run_id, token_id)
-        return call.run_id
-    except NotFound:
-        raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id") from None
 
 
 def visible_project(s: Session, name: str, scope: Scope, *, field: str = "name") -> Project:

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, delete, func, select, update
+from sqlalchemy import Table, bindparam, case, delete, func, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -119,23 +119,24 @@ def take(
     return None
 
 
-def settle(s: Session, reservation_id: str, exact: Callable[[str, int], int]) -> int:
-    """Settle the reservation's unsettled shares at exact(meter key, amount reserved), never above the
+def settle(s: Session, reservation_id: str, used: Mapping[str, int]) -> int:
+    """Settle the reservation's unsettled shares in one statement: a share of a meter whose key starts
+    with a prefix in `used` at that amount, any other at the amount it reserved; never above the
     amount reserved (callers cap and report a usage above it first); answers how many.
     A share is only marked: its slice, or its meter for a share held on the meter row, counts it
     later under that row's lock, so a settle waits for no meter and no slice."""
-    shares = s.execute(
-        select(R.c.id, R.c.meter_key, R.c.amount)
-        .where(R.c.reservation_id == reservation_id, R.c.settled.is_(False))
-        .order_by(R.c.id)
-    ).all()
-    if not shares:
-        return 0
-    values = {sh.id: min(exact(sh.meter_key, sh.amount), sh.amount) for sh in shares}
+    amount = R.c.amount
+    at = [
+        (
+            func.substr(R.c.meter_key, 1, len(prefix)) == prefix,
+            case((amount < value, amount), else_=literal(value, amount.type)),
+        )
+        for prefix, value in sorted(used.items())
+    ]
     marked = s.execute(
         update(R)
-        .where(R.c.id.in_(list(values)), R.c.settled.is_(False))
-        .values(settled=True, used_amount=case(values, value=R.c.id))
+        .where(R.c.reservation_id == reservation_id, R.c.settled.is_(False))
+        .values(settled=True, used_amount=case(*at, else_=amount) if at else amount)
         .returning(R.c.id)
     )
     return len(marked.all())

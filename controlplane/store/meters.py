@@ -207,14 +207,12 @@ def reserve_on_meters(
     return None if refused is None else refused[0].key
 
 
-def kind_of(key: str) -> str:
-    return _PREFIXES.get(key.partition(":")[0], ("", ""))[0]
-
-
 def settle_on_meters(s: Session, reservation_id: str, exact: Mapping[str, int]) -> int:
     """Move each unsettled share of the reservation from reserved to used at `exact[kind]`, or at
-    the reserved amount for a kind not given. Settling again changes nothing; answers the shares settled."""
-    return escrow.settle(s, reservation_id, lambda key, amount: exact.get(kind_of(key), amount))
+    the reserved amount for a kind not given, in one statement. Settling again changes nothing; answers
+    the shares settled."""
+    used = {f"{prefix}:": exact[kind] for prefix, (kind, _) in _PREFIXES.items() if kind in exact}
+    return escrow.settle(s, reservation_id, used)
 
 
 def usage(s: Session, prefix: str = "", exact: bool = False) -> list[dict[str, Any]]:

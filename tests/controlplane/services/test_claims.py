@@ -564,3 +564,28 @@ def test_claim_rows_keep_their_times_in_utc(store: Store) -> None:
     acquire(store, run_id, ["src/app.py"], T0)
     row = store.transaction(lambda s: s.scalars(select(Claim)).one())
     assert (aware(row.acquired_at), aware(row.renewed_at), aware(row.expires_at)) == (T0, T0, at(120))
+
+
+def test_a_model_call_renews_claims_only_when_one_is_due(store: Store) -> None:
+    """renew_due_until answers when the run's claims are next due, and Renewals holds a model call's
+    check until then: no claim passes half-life unrenewed, and a call in between reads no claim."""
+    _, [run_id] = started_runs(store, "a")
+    assert store.transaction(claims.renew_due_until, run_id, T0) == at(60), "no claim: half a lease from now"
+    acquire(store, run_id, ["src/app.py"], T0)
+    acquire(store, run_id, ["table:users"], at(20))
+    assert store.transaction(claims.renew_due_until, run_id, at(10)) == at(60)
+    assert store.transaction(claims.renew_due_until, run_id, at(60)) == at(80), "app renewed; users due at 80"
+    assert {c.resource: c.expires_at for c in store.transaction(claims.list_claims)} == {
+        "src/app.py": at(180),
+        "table:users": at(140),
+    }
+    assert store.transaction(claims.renew_due_until, run_id, at(80)) == at(120)
+
+    renewals = claims.Renewals()
+    assert renewals.due(run_id, T0), "never renewed here"
+    renewals.renewed(run_id, at(80), at(60))
+    assert not renewals.due(run_id, at(79))
+    assert renewals.due(run_id, at(80))
+    assert renewals.due("run_other", at(61))
+    renewals.renewed("run_other", at(200), at(200))  # half a lease on: entries past due are dropped
+    assert renewals.due(run_id, at(0)), "dropped: due again"

@@ -16,7 +16,8 @@ from controlplane.services import change_lifecycle, model_calls, run_lifecycle
 from controlplane.services.projects import add_project
 from controlplane.store import meters
 from controlplane.store.engine import Store
-from controlplane.store.models import Event, ModelCall, Project, Run, Token
+from controlplane.store.models import Agent, Event, ModelCall, Project, Run, Token
+from drover.errors import NotFound
 
 SONNET = pricing.Price.of(3, 15)
 
@@ -259,3 +260,33 @@ def test_a_settle_above_its_reservation_is_capped_and_recorded(store: Store) -> 
     assert (event.data["reported"], event.data["reserved"], event.data["excess"]) == (28_500, ESTIMATE, 6_000)
     assert event.run_id == run_id
     assert store.transaction(lambda s: s.get(ModelCall, r.reservation_id)).cost_micros == ESTIMATE
+
+
+def test_an_agent_reserves_and_settles_only_for_the_runs_it_holds(store: Store) -> None:
+    """With an agent's token, the reservation's and the settle's own first read check tenancy: another
+    token's agent, or a run whose agent is unknown, is NOT_FOUND naming the field, and nothing is held."""
+    run_id = running_run(store)
+    model = "claude-sonnet-5-5"
+
+    def reserve(token_id: int, key: str = "agent:1:1:1") -> model_calls.Reservation:
+        return store.transaction(
+            lambda s: model_calls.reserve(s, CONFIG, run_id, key, model, "agent", 1000, 0, token_id=token_id)
+        )
+
+    with pytest.raises(NotFound, match="no run") as caught:
+        reserve(7)  # a1 is not registered yet
+    assert caught.value.field == "run_id"
+    store.transaction(lambda s: s.add_all([Agent(name="a1", token_id=7), Agent(name="thief", token_id=8)]))
+    with pytest.raises(NotFound) as caught:
+        reserve(8, key="")  # tenancy before the arguments, as before
+    assert caught.value.field == "run_id"
+    assert store.read_now(lambda s: s.query(ModelCall).count()) == 0
+    r = reserve(7)
+    assert r.granted
+    settle = model_calls.settle_for_agent
+    with pytest.raises(NotFound, match="no reservation") as caught:
+        store.transaction(settle, CONFIG, r.reservation_id, pricing.Usage(100, 10), "", 8)
+    assert caught.value.field == "reservation_id"
+    assert store.read_now(lambda s: s.get(ModelCall, r.reservation_id).state) == "reserved"
+    ran, cost, spent = store.transaction(settle, CONFIG, r.reservation_id, pricing.Usage(100, 10), "", 7)
+    assert (ran, cost, spent) == (run_id, 450, 450)
