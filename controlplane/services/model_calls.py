@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import Table, bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
@@ -26,6 +27,9 @@ from drover.errors import InvalidArgument, NotFound
 
 CALLS = cast(Table, ModelCall.__table__)
 CLOSED_TASK = ("succeeded", "failed", "cancelled", "blocked")
+
+# The statements of every reserve and settle are built once, with bound parameters, and reused: building
+# a statement and its cache key in SQLAlchemy cost more CPU than running it (benchmarks/budgets.py).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,22 +137,28 @@ def reserve(
 
 def _insert_call(s: Session, call_id: str, run_id: str, key: str, model: str, purpose: str, estimate: int) -> bool:
     """Record the reservation; False when the run already has one with this key."""
-    upsert = postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
-    inserted = s.execute(
+    params: dict[str, Any] = {"p_id": call_id, "p_run": run_id, "p_key": key, "p_model": model}
+    params |= {"p_purpose": purpose, "p_estimate": estimate, "p_at": utcnow()}
+    return s.execute(_insert_call_statement(s.get_bind().dialect.name), params).first() is not None
+
+
+@functools.cache
+def _insert_call_statement(dialect: str) -> Any:
+    upsert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
         upsert(CALLS)
         .values(
-            id=call_id,
-            run_id=run_id,
-            key=key,
-            model=model,
-            purpose=purpose,
-            estimate_micros=estimate,
-            created_at=utcnow(),
+            id=bindparam("p_id"),
+            run_id=bindparam("p_run"),
+            key=bindparam("p_key"),
+            model=bindparam("p_model"),
+            purpose=bindparam("p_purpose"),
+            estimate_micros=bindparam("p_estimate"),
+            created_at=bindparam("p_at"),
         )
         .on_conflict_do_nothing(index_elements=["run_id", "key"])
         .returning(CALLS.c.id)
     )
-    return inserted.first() is not None
 
 
 def _hold(
@@ -216,8 +226,32 @@ class _Facts:
 
 
 def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
-    same = (ModelCall.run_id == Run.id, ModelCall.key == key)
-    row = s.execute(
+    row = s.execute(_facts_query(), {"p_run": run_id, "p_key": key}).first()
+    if row is None:
+        return None
+    state, tier, change_id, budget, project, user, project_budget, user_budget, calls, existing, estimate = row[:11]
+    agent, agent_token = row[11:]
+    return _Facts(
+        state,
+        tier,
+        change_id,
+        budget,
+        project,
+        user,
+        project_budget,
+        (user_budget or 0.0) if user else 0.0,
+        calls or 0,
+        existing or "",
+        estimate or 0,
+        agent or "",
+        agent_token,
+    )
+
+
+@functools.cache
+def _facts_query() -> Any:
+    same = (ModelCall.run_id == Run.id, ModelCall.key == bindparam("p_key"))
+    return (
         select(
             Run.state,
             Run.tier,
@@ -240,26 +274,7 @@ def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
         .join(Change, Change.id == Run.change_id)
         .outerjoin(Project, Project.name == Change.project)
         .outerjoin(Agent, Agent.name == Run.agent)
-        .where(Run.id == run_id)
-    ).first()
-    if row is None:
-        return None
-    state, tier, change_id, budget, project, user, project_budget, user_budget, calls, existing, estimate = row[:11]
-    agent, agent_token = row[11:]
-    return _Facts(
-        state,
-        tier,
-        change_id,
-        budget,
-        project,
-        user,
-        project_budget,
-        (user_budget or 0.0) if user else 0.0,
-        calls or 0,
-        existing or "",
-        estimate or 0,
-        agent or "",
-        agent_token,
+        .where(Run.id == bindparam("p_run"))
     )
 
 
@@ -323,18 +338,17 @@ def settle_for_agent(
             )
             metrics.on_over_reservation(s, "agent", settled.excess)
         s.execute(
-            update(CALLS)
-            .where(CALLS.c.id == reservation_id)
-            .values(
-                cost_micros=cost,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cache_write_tokens=usage.cache_creation_input_tokens,
-                cache_read_tokens=usage.cache_read_input_tokens,
-                error=error[:64],
-                state="settled",
-                settled_at=utcnow(),
-            )
+            _settled_statement(),
+            {
+                "p_id": reservation_id,
+                "p_cost": cost,
+                "p_input": usage.input_tokens,
+                "p_output": usage.output_tokens,
+                "p_cache_write": usage.cache_creation_input_tokens,
+                "p_cache_read": usage.cache_read_input_tokens,
+                "p_error": error[:64],
+                "p_at": utcnow(),
+            },
         )
         meters.settle_on_meters(s, reservation_id, meters.exact_for(cost))
         metrics.on_settled(s, tier, member, cost)
@@ -346,6 +360,14 @@ def settle_for_agent(
 def _settling(s: Session, reservation_id: str, token_id: int | None) -> Any:
     """The call to settle, locked, with its run's facts and the cost of the run's other settled calls;
     NOT_FOUND for a reservation that is not there or whose run the agent (`token_id`) does not hold."""
+    call = s.execute(_settling_query(), {"p_id": reservation_id}).first()
+    if call is None or (token_id is not None and not tenancy.agent_holds(call.agent, call.token_id, token_id)):
+        raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
+    return call
+
+
+@functools.cache
+def _settling_query() -> Any:
     # The run's other settled calls, read with the call: this call's own cost is the locked row's,
     # so a settle that waited for another settle of this call still counts it once.
     other = aliased(ModelCall)
@@ -354,7 +376,7 @@ def _settling(s: Session, reservation_id: str, token_id: int | None) -> Any:
         .where(other.run_id == ModelCall.run_id, other.state == "settled", other.id != ModelCall.id)
         .scalar_subquery()
     )
-    call = s.execute(
+    return (
         select(
             ModelCall.model,
             ModelCall.run_id,
@@ -369,12 +391,27 @@ def _settling(s: Session, reservation_id: str, token_id: int | None) -> Any:
         )
         .join(Run, Run.id == ModelCall.run_id)
         .outerjoin(Agent, Agent.name == Run.agent)
-        .where(ModelCall.id == reservation_id)
+        .where(ModelCall.id == bindparam("p_id"))
         .with_for_update(of=ModelCall)  # one settle at a time
-    ).first()
-    if call is None or (token_id is not None and not tenancy.agent_holds(call.agent, call.token_id, token_id)):
-        raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
-    return call
+    )
+
+
+@functools.cache
+def _settled_statement() -> Any:
+    return (
+        update(CALLS)
+        .where(CALLS.c.id == bindparam("p_id"))
+        .values(
+            cost_micros=bindparam("p_cost"),
+            input_tokens=bindparam("p_input"),
+            output_tokens=bindparam("p_output"),
+            cache_write_tokens=bindparam("p_cache_write"),
+            cache_read_tokens=bindparam("p_cache_read"),
+            error=bindparam("p_error"),
+            state="settled",
+            settled_at=bindparam("p_at"),
+        )
+    )
 
 
 def settle_expired(s: Session, older_than: dt.timedelta) -> int:

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, delete, func, literal, select, update
+from sqlalchemy import Table, bindparam, case, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -95,14 +96,9 @@ def take(
     if need and (refused := _out_of_reach(s, need) or _refill(s, h, need, own)) is not None:
         return refused
     now = utcnow()
+    s.execute(_held_statement(), [{"k": w.key, "h": h, "a": w.amount, "now": now} for w in wants])
     s.execute(
-        update(S)
-        .where(S.c.meter_key == bindparam("k"), S.c.holder == h)
-        .values(reserved=S.c.reserved + bindparam("a"), updated_at=now),
-        [{"k": w.key, "a": w.amount} for w in wants],
-    )
-    s.execute(
-        R.insert(),
+        _share_insert(),
         [
             {
                 "reservation_id": reservation_id,
@@ -125,21 +121,58 @@ def settle(s: Session, reservation_id: str, used: Mapping[str, int]) -> int:
     amount reserved (callers cap and report a usage above it first); answers how many.
     A share is only marked: its slice, or its meter for a share held on the meter row, counts it
     later under that row's lock, so a settle waits for no meter and no slice."""
+    prefixes = tuple(sorted(used))
+    values = {f"v{i}": used[prefix] for i, prefix in enumerate(prefixes)}
+    marked = s.execute(_settle_statement(prefixes), {"rid": reservation_id, **values})
+    return len(marked.all())
+
+
+# The statements of every admission and settle, built once with bound parameters (building a statement and
+# its cache key costs SQLAlchemy more CPU than running it).
+
+
+@functools.cache
+def _held_statement() -> Any:
+    return (
+        update(S)
+        .where(S.c.meter_key == bindparam("k"), S.c.holder == bindparam("h"))
+        .values(reserved=S.c.reserved + bindparam("a"), updated_at=bindparam("now"))
+    )
+
+
+@functools.cache
+def _share_insert() -> Any:
+    return R.insert()
+
+
+@functools.cache
+def _settle_statement(prefixes: tuple[str, ...]) -> Any:
+    """Mark a reservation's unsettled shares settled: a share of a meter whose key starts with
+    `prefixes[i]` at the used amount `v{i}`, capped at what it reserved; any other at what it reserved."""
     amount = R.c.amount
     at = [
         (
             func.substr(R.c.meter_key, 1, len(prefix)) == prefix,
-            case((amount < value, amount), else_=literal(value, amount.type)),
+            case((amount < bindparam(f"v{i}"), amount), else_=bindparam(f"v{i}", type_=amount.type)),
         )
-        for prefix, value in sorted(used.items())
+        for i, prefix in enumerate(prefixes)
     ]
-    marked = s.execute(
+    return (
         update(R)
-        .where(R.c.reservation_id == reservation_id, R.c.settled.is_(False))
+        .where(R.c.reservation_id == bindparam("rid"), R.c.settled.is_(False))
         .values(settled=True, used_amount=case(*at, else_=amount) if at else amount)
         .returning(R.c.id)
     )
-    return len(marked.all())
+
+
+@functools.cache
+def _own_query() -> Any:
+    return (
+        select(S.c.meter_key, S.c.granted, S.c.reserved, S.c.used, S.c.unbounded, S.c.limit_seen)
+        .where(S.c.holder == bindparam("h"), S.c.meter_key.in_(bindparam("keys", expanding=True)))
+        .order_by(S.c.meter_key)
+        .with_for_update()
+    )
 
 
 def _count_settled(s: Session, holder: str, key: str) -> tuple[int, int]:
@@ -184,12 +217,7 @@ def _insert_ignore(s: Session, rows: list[dict[str, Any]]) -> None:
 
 
 def _own(s: Session, h: str, keys: Sequence[str]) -> dict[str, Slice]:
-    rows = s.execute(
-        select(S.c.meter_key, S.c.granted, S.c.reserved, S.c.used, S.c.unbounded, S.c.limit_seen)
-        .where(S.c.holder == h, S.c.meter_key.in_(keys))
-        .order_by(S.c.meter_key)
-        .with_for_update()
-    )
+    rows = s.execute(_own_query(), {"h": h, "keys": list(keys)})
     return {r[0]: Slice(*r) for r in rows}
 
 
