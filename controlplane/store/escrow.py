@@ -30,7 +30,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, delete, func, select, update
+from sqlalchemy import BigInteger, String, Table, bindparam, case, delete, false, func, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -95,23 +95,12 @@ def take(
     need = [w for w in wants if not fits(own[w.key], w)]
     if need and (refused := _out_of_reach(s, need) or _refill(s, h, need, own)) is not None:
         return refused
-    now = utcnow()
-    s.execute(_held_statement(), [{"k": w.key, "h": h, "a": w.amount, "now": now} for w in wants])
-    s.execute(
-        _share_insert(),
-        [
-            {
-                "reservation_id": reservation_id,
-                "meter_key": w.key,
-                "amount": w.amount,
-                "settled": False,
-                "holder": h,
-                "used_amount": 0,
-                "reconciled": False,
-            }
-            for w in wants
-        ],
-    )
+    # One statement for all the wants' slices (they are locked already, by key), one for their shares.
+    params: dict[str, Any] = {"rid": reservation_id, "h": h, "now": utcnow()}
+    for i, w in enumerate(wants):
+        params |= {f"k{i}": w.key, f"a{i}": w.amount}
+    s.execute(_held_statement(len(wants)), params)
+    _insert_shares(s, reservation_id, h, wants)
     return None
 
 
@@ -132,17 +121,60 @@ def settle(s: Session, reservation_id: str, used: Mapping[str, int]) -> int:
 
 
 @functools.cache
-def _held_statement() -> Any:
+def _held_statement(n: int) -> Any:
+    """Add `a{i}` to the reserved amount of the holder `h`'s slice of meter `k{i}`, for i < n."""
+    keys = [bindparam(f"k{i}") for i in range(n)]
+    added = case(*((S.c.meter_key == keys[i], bindparam(f"a{i}")) for i in range(n)), else_=0)
     return (
         update(S)
-        .where(S.c.meter_key == bindparam("k"), S.c.holder == bindparam("h"))
-        .values(reserved=S.c.reserved + bindparam("a"), updated_at=bindparam("now"))
+        .where(S.c.holder == bindparam("h"), S.c.meter_key.in_(keys))
+        .values(reserved=S.c.reserved + added, updated_at=bindparam("now"))
     )
+
+
+def _insert_shares(s: Session, reservation_id: str, holder: str, wants: Sequence[Want]) -> None:
+    """The reservation's unsettled shares, one a want: on PostgreSQL one statement over arrays, elsewhere
+    one statement run for each want (a statement with a row of values per want is compiled every time)."""
+    if s.get_bind().dialect.name == "postgresql":
+        keys, amounts = [w.key for w in wants], [w.amount for w in wants]
+        s.execute(_shares_from_arrays(), {"rid": reservation_id, "h": holder, "keys": keys, "amounts": amounts})
+        return
+    s.execute(_share_insert(), [{"rid": reservation_id, "h": holder, "k": w.key, "a": w.amount} for w in wants])
 
 
 @functools.cache
 def _share_insert() -> Any:
-    return R.insert()
+    return R.insert().values(
+        reservation_id=bindparam("rid"),
+        meter_key=bindparam("k"),
+        amount=bindparam("a"),
+        settled=False,
+        holder=bindparam("h"),
+        used_amount=0,
+        reconciled=False,
+    )
+
+
+@functools.cache
+def _shares_from_arrays() -> Any:
+    wants = (
+        func.unnest(
+            bindparam("keys", type_=postgresql.ARRAY(String)), bindparam("amounts", type_=postgresql.ARRAY(BigInteger))
+        )
+        .table_valued("key", "amount")
+        .render_derived(name="wants")
+    )
+    rows = select(
+        bindparam("rid", type_=String),
+        wants.c.key,
+        wants.c.amount,
+        false(),
+        bindparam("h", type_=String),
+        literal(0, BigInteger),
+        false(),
+    ).select_from(wants)
+    columns = ["reservation_id", "meter_key", "amount", "settled", "holder", "used_amount", "reconciled"]
+    return R.insert().from_select(columns, rows)
 
 
 @functools.cache

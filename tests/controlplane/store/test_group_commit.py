@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controlplane.metrics import after_commit
 from controlplane.store.engine import Store, sqlite_url
 from controlplane.store.events import add_event
 from controlplane.store.group_commit import GroupCommit
@@ -52,6 +53,29 @@ def test_concurrent_units_share_transactions_and_a_failure_stays_its_own(store: 
             assert answer == n * 10
     assert kept(store) == {f"u{n}" for n in range(60) if n not in failing}  # committed, the failures not
     assert commits.units == 60 and commits.batches < 60  # units shared transactions
+
+
+def test_a_batch_run_again_after_a_failure_runs_each_unit_s_after_commit_work_once(store: Store) -> None:
+    # A batch goes first as one savepoint; when a unit fails it is rolled back and every unit runs again in
+    # its own. What the first pass asked to do after the commit (metrics) must not be done twice.
+    done: list[int] = []
+
+    def counted(s: Session, n: int) -> int:
+        add_event(s, "test.unit", agent=f"u{n}")
+        if n % 7 == 3:
+            raise ValueError(f"unit {n} fails after writing")
+        after_commit(s, lambda: done.append(n))
+        return n
+
+    commits = GroupCommit(store, counted, lanes=1)
+
+    async def main() -> list[object]:
+        return await asyncio.gather(*(commits.apply(n) for n in range(40)), return_exceptions=True)
+
+    asyncio.run(main())
+    assert commits.batches < 40  # batches held failing units, so some ran twice
+    assert sorted(done) == [n for n in range(40) if n % 7 != 3]
+    assert kept(store) == {f"u{n}" for n in range(40) if n % 7 != 3}
 
 
 def test_a_unit_alone_is_answered_after_its_commit(store: Store) -> None:
