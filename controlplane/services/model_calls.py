@@ -8,28 +8,24 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import Table, delete, func, select
+from sqlalchemy.orm import Session
 
 from controlplane import metrics
 from controlplane.config import BudgetConfig, HarnessConfig
 from controlplane.domain import pricing
+from controlplane.services import model_call_statements as statements
 from controlplane.services import tenancy
 from controlplane.store import meters, quota_failures
 from controlplane.store.events import new_id, run_event
-from controlplane.store.models import Agent, Change, ModelCall, Project, Run, Task, Token, utcnow
+from controlplane.store.models import ModelCall, Run, Task, utcnow
 from drover.core.usage import Usage
 from drover.errors import InvalidArgument, NotFound
 
 CALLS = cast(Table, ModelCall.__table__)
 CLOSED_TASK = ("succeeded", "failed", "cancelled", "blocked")
-
-# The statements of every reserve and settle are built once, with bound parameters, and reused: building
-# a statement and its cache key in SQLAlchemy cost more CPU than running it (benchmarks/budgets.py).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,26 +135,7 @@ def _insert_call(s: Session, call_id: str, run_id: str, key: str, model: str, pu
     """Record the reservation; False when the run already has one with this key."""
     params: dict[str, Any] = {"p_id": call_id, "p_run": run_id, "p_key": key, "p_model": model}
     params |= {"p_purpose": purpose, "p_estimate": estimate, "p_at": utcnow()}
-    return s.execute(_insert_call_statement(s.get_bind().dialect.name), params).first() is not None
-
-
-@functools.cache
-def _insert_call_statement(dialect: str) -> Any:
-    upsert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return (
-        upsert(CALLS)
-        .values(
-            id=bindparam("p_id"),
-            run_id=bindparam("p_run"),
-            key=bindparam("p_key"),
-            model=bindparam("p_model"),
-            purpose=bindparam("p_purpose"),
-            estimate_micros=bindparam("p_estimate"),
-            created_at=bindparam("p_at"),
-        )
-        .on_conflict_do_nothing(index_elements=["run_id", "key"])
-        .returning(CALLS.c.id)
-    )
+    return s.execute(statements.insert_call(s.get_bind().dialect.name), params).first() is not None
 
 
 def _hold(
@@ -226,7 +203,7 @@ class _Facts:
 
 
 def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
-    row = s.execute(_facts_query(), {"p_run": run_id, "p_key": key}).first()
+    row = s.execute(statements.facts(), {"p_run": run_id, "p_key": key}).first()
     if row is None:
         return None
     state, tier, change_id, budget, project, user, project_budget, user_budget, calls, existing, estimate = row[:11]
@@ -245,36 +222,6 @@ def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
         estimate or 0,
         agent or "",
         agent_token,
-    )
-
-
-@functools.cache
-def _facts_query() -> Any:
-    same = (ModelCall.run_id == Run.id, ModelCall.key == bindparam("p_key"))
-    return (
-        select(
-            Run.state,
-            Run.tier,
-            Run.change_id,
-            Change.budget_usd,
-            Change.project,
-            Change.submitted_by,
-            func.coalesce(Project.monthly_budget_usd, 0.0),
-            select(Token.monthly_budget_usd)
-            .where(Token.name == Change.submitted_by)
-            .order_by(Token.id)
-            .limit(1)
-            .scalar_subquery(),
-            select(func.count()).where(ModelCall.run_id == Run.id, ModelCall.purpose == "agent").scalar_subquery(),
-            select(ModelCall.id).where(*same).scalar_subquery(),
-            select(ModelCall.estimate_micros).where(*same).scalar_subquery(),
-            Run.agent,
-            Agent.token_id,
-        )
-        .join(Change, Change.id == Run.change_id)
-        .outerjoin(Project, Project.name == Change.project)
-        .outerjoin(Agent, Agent.name == Run.agent)
-        .where(Run.id == bindparam("p_run"))
     )
 
 
@@ -338,7 +285,7 @@ def settle_for_agent(
             )
             metrics.on_over_reservation(s, "agent", settled.excess)
         s.execute(
-            _settled_statement(),
+            statements.settled(),
             {
                 "p_id": reservation_id,
                 "p_cost": cost,
@@ -360,58 +307,10 @@ def settle_for_agent(
 def _settling(s: Session, reservation_id: str, token_id: int | None) -> Any:
     """The call to settle, locked, with its run's facts and the cost of the run's other settled calls;
     NOT_FOUND for a reservation that is not there or whose run the agent (`token_id`) does not hold."""
-    call = s.execute(_settling_query(), {"p_id": reservation_id}).first()
+    call = s.execute(statements.settling(), {"p_id": reservation_id}).first()
     if call is None or (token_id is not None and not tenancy.agent_holds(call.agent, call.token_id, token_id)):
         raise NotFound(f"no reservation {reservation_id!r}", field="reservation_id")
     return call
-
-
-@functools.cache
-def _settling_query() -> Any:
-    # The run's other settled calls, read with the call: this call's own cost is the locked row's,
-    # so a settle that waited for another settle of this call still counts it once.
-    other = aliased(ModelCall)
-    others_cost = (
-        select(func.coalesce(func.sum(other.cost_micros), 0))
-        .where(other.run_id == ModelCall.run_id, other.state == "settled", other.id != ModelCall.id)
-        .scalar_subquery()
-    )
-    return (
-        select(
-            ModelCall.model,
-            ModelCall.run_id,
-            ModelCall.state,
-            ModelCall.cost_micros,
-            ModelCall.estimate_micros,
-            Run.tier,
-            Run.member,
-            Run.agent,
-            Agent.token_id,
-            others_cost,
-        )
-        .join(Run, Run.id == ModelCall.run_id)
-        .outerjoin(Agent, Agent.name == Run.agent)
-        .where(ModelCall.id == bindparam("p_id"))
-        .with_for_update(of=ModelCall)  # one settle at a time
-    )
-
-
-@functools.cache
-def _settled_statement() -> Any:
-    return (
-        update(CALLS)
-        .where(CALLS.c.id == bindparam("p_id"))
-        .values(
-            cost_micros=bindparam("p_cost"),
-            input_tokens=bindparam("p_input"),
-            output_tokens=bindparam("p_output"),
-            cache_write_tokens=bindparam("p_cache_write"),
-            cache_read_tokens=bindparam("p_cache_read"),
-            error=bindparam("p_error"),
-            state="settled",
-            settled_at=bindparam("p_at"),
-        )
-    )
 
 
 def settle_expired(s: Session, older_than: dt.timedelta) -> int:

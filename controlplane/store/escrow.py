@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, String, Table, bindparam, case, delete, false, func, literal, select, update
+from sqlalchemy import Table, case, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from controlplane.store import escrow_statements as statements
 from controlplane.store.models import Meter, MeterReservation, MeterSlice, utcnow
 
 M, R, S = cast(Table, Meter.__table__), cast(Table, MeterReservation.__table__), cast(Table, MeterSlice.__table__)
@@ -99,7 +99,7 @@ def take(
     params: dict[str, Any] = {"rid": reservation_id, "h": h, "now": utcnow()}
     for i, w in enumerate(wants):
         params |= {f"k{i}": w.key, f"a{i}": w.amount}
-    s.execute(_held_statement(len(wants)), params)
+    s.execute(statements.held(len(wants)), params)
     _insert_shares(s, reservation_id, h, wants)
     return None
 
@@ -112,24 +112,8 @@ def settle(s: Session, reservation_id: str, used: Mapping[str, int]) -> int:
     later under that row's lock, so a settle waits for no meter and no slice."""
     prefixes = tuple(sorted(used))
     values = {f"v{i}": used[prefix] for i, prefix in enumerate(prefixes)}
-    marked = s.execute(_settle_statement(prefixes), {"rid": reservation_id, **values})
+    marked = s.execute(statements.settle_shares(prefixes), {"rid": reservation_id, **values})
     return len(marked.all())
-
-
-# The statements of every admission and settle, built once with bound parameters (building a statement and
-# its cache key costs SQLAlchemy more CPU than running it).
-
-
-@functools.cache
-def _held_statement(n: int) -> Any:
-    """Add `a{i}` to the reserved amount of the holder `h`'s slice of meter `k{i}`, for i < n."""
-    keys = [bindparam(f"k{i}") for i in range(n)]
-    added = case(*((S.c.meter_key == keys[i], bindparam(f"a{i}")) for i in range(n)), else_=0)
-    return (
-        update(S)
-        .where(S.c.holder == bindparam("h"), S.c.meter_key.in_(keys))
-        .values(reserved=S.c.reserved + added, updated_at=bindparam("now"))
-    )
 
 
 def _insert_shares(s: Session, reservation_id: str, holder: str, wants: Sequence[Want]) -> None:
@@ -137,73 +121,12 @@ def _insert_shares(s: Session, reservation_id: str, holder: str, wants: Sequence
     one statement run for each want (a statement with a row of values per want is compiled every time)."""
     if s.get_bind().dialect.name == "postgresql":
         keys, amounts = [w.key for w in wants], [w.amount for w in wants]
-        s.execute(_shares_from_arrays(), {"rid": reservation_id, "h": holder, "keys": keys, "amounts": amounts})
+        s.execute(
+            statements.shares_from_arrays(), {"rid": reservation_id, "h": holder, "keys": keys, "amounts": amounts}
+        )
         return
-    s.execute(_share_insert(), [{"rid": reservation_id, "h": holder, "k": w.key, "a": w.amount} for w in wants])
-
-
-@functools.cache
-def _share_insert() -> Any:
-    return R.insert().values(
-        reservation_id=bindparam("rid"),
-        meter_key=bindparam("k"),
-        amount=bindparam("a"),
-        settled=False,
-        holder=bindparam("h"),
-        used_amount=0,
-        reconciled=False,
-    )
-
-
-@functools.cache
-def _shares_from_arrays() -> Any:
-    wants = (
-        func.unnest(
-            bindparam("keys", type_=postgresql.ARRAY(String)), bindparam("amounts", type_=postgresql.ARRAY(BigInteger))
-        )
-        .table_valued("key", "amount")
-        .render_derived(name="wants")
-    )
-    rows = select(
-        bindparam("rid", type_=String),
-        wants.c.key,
-        wants.c.amount,
-        false(),
-        bindparam("h", type_=String),
-        literal(0, BigInteger),
-        false(),
-    ).select_from(wants)
-    columns = ["reservation_id", "meter_key", "amount", "settled", "holder", "used_amount", "reconciled"]
-    return R.insert().from_select(columns, rows)
-
-
-@functools.cache
-def _settle_statement(prefixes: tuple[str, ...]) -> Any:
-    """Mark a reservation's unsettled shares settled: a share of a meter whose key starts with
-    `prefixes[i]` at the used amount `v{i}`, capped at what it reserved; any other at what it reserved."""
-    amount = R.c.amount
-    at = [
-        (
-            func.substr(R.c.meter_key, 1, len(prefix)) == prefix,
-            case((amount < bindparam(f"v{i}"), amount), else_=bindparam(f"v{i}", type_=amount.type)),
-        )
-        for i, prefix in enumerate(prefixes)
-    ]
-    return (
-        update(R)
-        .where(R.c.reservation_id == bindparam("rid"), R.c.settled.is_(False))
-        .values(settled=True, used_amount=case(*at, else_=amount) if at else amount)
-        .returning(R.c.id)
-    )
-
-
-@functools.cache
-def _own_query() -> Any:
-    return (
-        select(S.c.meter_key, S.c.granted, S.c.reserved, S.c.used, S.c.unbounded, S.c.limit_seen)
-        .where(S.c.holder == bindparam("h"), S.c.meter_key.in_(bindparam("keys", expanding=True)))
-        .order_by(S.c.meter_key)
-        .with_for_update()
+    s.execute(
+        statements.share_insert(), [{"rid": reservation_id, "h": holder, "k": w.key, "a": w.amount} for w in wants]
     )
 
 
@@ -249,7 +172,7 @@ def _insert_ignore(s: Session, rows: list[dict[str, Any]]) -> None:
 
 
 def _own(s: Session, h: str, keys: Sequence[str]) -> dict[str, Slice]:
-    rows = s.execute(_own_query(), {"h": h, "keys": list(keys)})
+    rows = s.execute(statements.own_slices(), {"h": h, "keys": list(keys)})
     return {r[0]: Slice(*r) for r in rows}
 
 

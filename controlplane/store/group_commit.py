@@ -128,4 +128,3 @@ class GroupCommit:
             if locks.retry_reason(err) is not None:
                 raise
             return err
-
