@@ -84,11 +84,12 @@ IMPORT_GRAPH_BUILD = Histogram(
 STORE_RETRIES = Counter(
     "drover_store_retries_total",
     "Transactions run again by the store, by reason: deadlock, serialization (PostgreSQL), sqlite_locked, "
-    "and batch_split (a group commit that kept failing, applied unit by unit).",
+    "batch_split (a group commit that kept failing, applied unit by unit), and reconnect (a pooled "
+    "connection the database had dropped, found at the transaction's first statement).",
     ["reason"],
     registry=REGISTRY,
 )
-for _reason in ("deadlock", "serialization", "sqlite_locked", "batch_split"):
+for _reason in ("deadlock", "serialization", "sqlite_locked", "batch_split", "reconnect"):
     STORE_RETRIES.labels(_reason)  # shown at 0 from the start
 WATCH_WAKEUPS = Counter(
     "drover_watch_wakeups_total",

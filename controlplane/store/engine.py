@@ -66,7 +66,41 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
             conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    # No ping before each use (a round trip per transaction): a connection the server dropped (a
+    # PostgreSQL restart) fails its transaction's first statement, and the store runs that transaction
+    # again on a fresh one (`fresh_retry`); SQLAlchemy then drops every older pooled connection.
+    engine = create_engine(url, pool_size=10, max_overflow=10)
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _ran(*_args: Any) -> None:
+        _statements.ran = True
+
+    return engine
+
+
+_statements = threading.local()
+"""Whether this thread's current transaction has run a statement (`fresh_retry`)."""
+
+
+def fresh_retry(err: BaseException) -> bool:
+    """Whether a transaction that failed with `err` may run again as if new: its connection was found
+    dropped before any of its statements ran, so nothing of it reached the database. (A connection lost
+    later, at a commit say, is not retried: the transaction may have committed.)"""
+    return isinstance(err, DBAPIError) and err.connection_invalidated and not getattr(_statements, "ran", False)
+
+
+def reconnecting(work: Callable[[], T]) -> T:
+    """work() (one transaction, or a read), run once more on a fresh connection when its connection was
+    found dropped before any of its statements ran (`fresh_retry`)."""
+    for attempt in range(2):
+        _statements.ran = False
+        try:
+            return work()
+        except DBAPIError as err:
+            if attempt or not fresh_retry(err):
+                raise
+            metrics.on_store_retry("reconnect")
+    raise AssertionError("unreachable")
 
 
 def head_revision() -> str:
@@ -132,6 +166,7 @@ class Store:
     def _transaction(self, fn: Callable[..., T], *args: Any, retries: int = RETRIES) -> tuple[T, set[str]]:
         """The transaction's answer and the Changes it appended events to (`wakeups.note_change`)."""
         for attempt in range(retries + 1):
+            _statements.ran = False
             try:
                 with self.sessions.begin() as session:
                     # Two transactions of one thread never overlap: a thread's escrow slices are its own.
@@ -139,7 +174,7 @@ class Store:
                     result = fn(session, *args)
                 return result, session.info.get(CHANGED, set())
             except DBAPIError as err:
-                reason = locks.retry_reason(err)
+                reason = "reconnect" if fresh_retry(err) else locks.retry_reason(err)
                 if reason is None or attempt == retries:
                     raise
                 metrics.on_store_retry(reason)
@@ -162,11 +197,14 @@ class Store:
         return self._read_transaction(fn, *args)
 
     def _read_transaction(self, fn: Callable[..., T], *args: Any) -> T:
-        with self._reads() as session:
-            try:
-                return fn(session, *args)
-            finally:
-                session.rollback()
+        def read() -> T:
+            with self._reads() as session:
+                try:
+                    return fn(session, *args)
+                finally:
+                    session.rollback()
+
+        return reconnecting(read)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(session, *args) in a read-only transaction on its own threads: it never waits for a writer."""

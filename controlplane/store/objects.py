@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import pathlib
 import tempfile
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
 
+from controlplane.store.engine import reconnecting
 from controlplane.store.models import StoredObject
 from drover.errors import NotFound
 
@@ -86,19 +87,25 @@ class DatabaseStore:
     def put(self, key: str, data: bytes) -> None:
         _check(key)
         upsert = postgresql.insert(StoredObject).values(key=key, data=data)
-        with self.engine.begin() as conn:
-            conn.execute(upsert.on_conflict_do_update(index_elements=["key"], set_={"data": data}))
+
+        def write() -> None:
+            with self.engine.begin() as conn:
+                conn.execute(upsert.on_conflict_do_update(index_elements=["key"], set_={"data": data}))
+
+        reconnecting(write)  # each on a fresh connection when the server had dropped the pooled one
 
     def get(self, key: str) -> bytes:
-        with self.engine.connect() as conn:
-            data = conn.scalar(select(StoredObject.data).where(StoredObject.key == key))
+        data = reconnecting(lambda: self._scalar(select(StoredObject.data).where(StoredObject.key == key)))
         if data is None:
             raise NotFound(f"no object {key!r}", field="key")
         return bytes(data)
 
     def exists(self, key: str) -> bool:
+        return reconnecting(lambda: self._scalar(select(StoredObject.key).where(StoredObject.key == key))) is not None
+
+    def _scalar(self, query: Any) -> Any:
         with self.engine.connect() as conn:
-            return conn.scalar(select(StoredObject.key).where(StoredObject.key == key)) is not None
+            return conn.scalar(query)
 
 
 def _check(key: str) -> None:

@@ -14,7 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import create_engine, func, inspect, select, text
 from sqlalchemy.orm import Session
 
 from controlplane.domain.graph import ChangeSpec, TaskSpec
@@ -34,6 +34,7 @@ from controlplane.store.models import (
     Token,
 )
 from drover.errors import InvalidArgument, NotFound
+from tests.conftest import PG_ADMIN_URL
 
 LIMIT = 1024 * 1024  # output limit for tests that do not exercise it
 AGENT = "agent-1"
@@ -451,3 +452,33 @@ def test_tokens_are_stored_only_as_hashes(store: Store) -> None:
     for row in rows:
         stored = [str(getattr(row, column.key)) for column in Token.__table__.columns]
         assert not any(user_token in value or agent_token in value for value in stored)
+
+
+def _drop_connections(pg_url: str) -> int:
+    """Have the server terminate every connection to the database (as a restart would)."""
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        dropped = conn.execute(
+            text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = :d"),
+            {"d": pg_url.rsplit("/", 1)[1]},
+        ).scalar()
+    admin.dispose()
+    return int(dropped or 0)
+
+
+def test_a_dropped_postgresql_connection_is_replaced_and_the_transaction_applied_once(pg_url: str) -> None:
+    # The pool does not ping before each use: a connection the server dropped (a restart, an idle
+    # timeout) fails at its transaction's first statement, and the store runs the transaction again on a
+    # fresh connection. Here every connection of the store's pool is terminated by the server.
+    store = Store(pg_url)
+    store.migrate()
+    try:
+        store.transaction(lambda s: projects.add_project(s, "before", ""))
+        assert store.read_now(lambda s: s.scalar(select(func.count()).select_from(Project))) == 1
+        assert _drop_connections(pg_url) >= 1
+        store.transaction(lambda s: projects.add_project(s, "after", ""))
+        assert _drop_connections(pg_url) >= 1
+        names = store.read_now(lambda s: sorted(s.scalars(select(Project.name))))  # a read, too
+        assert names == ["after", "before"]  # written once, on a fresh connection
+    finally:
+        store.close()
