@@ -75,7 +75,8 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         for now, next_due in renewed:
             self.renewals.renewed(request.run_id, next_due, now)
         self.sessions.activity.seen(request.run_id)
-        self.notifier.notify()
+        if not r.granted or renewed:  # a refusal wrote its event, a renewal its claims; a grant only its call
+            self.notifier.notify()
         return agent_pb2.ReserveModelCallResponse(
             reservation_id=r.reservation_id,
             granted=r.granted,
