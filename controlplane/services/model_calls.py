@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, delete, func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from controlplane import metrics
@@ -24,7 +24,7 @@ from controlplane.store.models import ModelCall, Run, Task, utcnow
 from drover.core.usage import Usage
 from drover.errors import InvalidArgument, NotFound
 
-CALLS = cast(Table, ModelCall.__table__)
+CALLS = statements.CALLS
 CLOSED_TASK = ("succeeded", "failed", "cancelled", "blocked")
 
 
