@@ -113,19 +113,32 @@ _CODE = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
 def after_commit(s: Session, record: Callable[[], None]) -> None:
-    """Run `record` once the session's transaction commits (never if it rolls back)."""
-    s.info.setdefault(_PENDING, []).append(record)
+    """Run `record` once the session's transaction commits (never if it rolls back). Inside a savepoint
+    it belongs to that savepoint: released, it passes to the enclosing transaction; rolled back, it is
+    dropped, and what the enclosing transaction noted before stays."""
+    s.info.setdefault(_PENDING, []).append((s.get_nested_transaction(), record))
 
 
+# SQLAlchemy sends after_commit when a savepoint is released as well as when the transaction commits, and
+# after_rollback when a savepoint rolls back; the savepoint, if any, is the session's innermost nested one.
 @sa_event.listens_for(Session, "after_commit")
 def _committed(s: Session) -> None:
-    for record in s.info.pop(_PENDING, []):
-        record()
+    savepoint = s.get_nested_transaction()
+    if savepoint is None:
+        for _, record in s.info.pop(_PENDING, []):
+            record()
+        return
+    enclosing = savepoint.parent if savepoint.parent is not None and savepoint.parent.nested else None
+    s.info[_PENDING] = [(enclosing if owner is savepoint else owner, r) for owner, r in s.info.get(_PENDING, [])]
 
 
 @sa_event.listens_for(Session, "after_rollback")
 def _rolled_back(s: Session) -> None:
-    s.info.pop(_PENDING, None)
+    savepoint = s.get_nested_transaction()
+    if savepoint is None:
+        s.info.pop(_PENDING, None)
+        return
+    s.info[_PENDING] = [(owner, r) for owner, r in s.info.get(_PENDING, []) if owner is not savepoint]
 
 
 def code(text: str) -> str:

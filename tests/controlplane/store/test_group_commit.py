@@ -78,6 +78,42 @@ def test_a_batch_run_again_after_a_failure_runs_each_unit_s_after_commit_work_on
     assert kept(store) == {f"u{n}" for n in range(40) if n % 7 != 3}
 
 
+def test_after_commit_work_waits_for_the_real_commit_and_a_savepoint_rolled_back_drops_only_its_own(
+    store: Store,
+) -> None:
+    # SQLAlchemy reports a released savepoint as a commit and a savepoint rolled back as a rollback: work
+    # noted for after the commit must still wait for the transaction, and keep what was noted outside.
+    done: list[str] = []
+
+    def released_then_rolled_back(s: Session) -> None:
+        with s.begin_nested():
+            add_event(s, "test.unit", agent="released")
+            after_commit(s, lambda: done.append("released"))
+        assert done == []  # the savepoint is released, nothing has committed
+        raise ValueError("the transaction fails after its savepoint")
+
+    with pytest.raises(ValueError):
+        store.transaction(released_then_rolled_back)
+    assert done == [] and kept(store) == set()
+
+    def noted_then_savepoint_rolled_back(s: Session) -> None:
+        add_event(s, "test.unit", agent="outer")
+        after_commit(s, lambda: done.append("outer"))
+        try:
+            with s.begin_nested():
+                after_commit(s, lambda: done.append("dropped"))
+                with s.begin_nested():
+                    after_commit(s, lambda: done.append("inner, released into the dropped one"))
+                raise ValueError("the savepoint fails")
+        except ValueError:
+            pass
+        with s.begin_nested():
+            after_commit(s, lambda: done.append("kept"))
+
+    store.transaction(noted_then_savepoint_rolled_back)
+    assert done == ["outer", "kept"] and kept(store) == {"outer"}
+
+
 def test_a_unit_alone_is_answered_after_its_commit(store: Store) -> None:
     commits = GroupCommit(store, record)
 
