@@ -59,10 +59,11 @@ SHARED_FIXTURE_MODULES = frozenset(
 )
 """Modules whose tests share a module-scoped fleet or venv: kept on one worker (an xdist_group), so the
 fixture is made once, not once per worker."""
-WORKERS = 0
-"""Parallel workers of `pytest` (pytest-xdist) unless -n is given (docs/development.md): 0, serial. On 2 cores
-the fast set took 5:15 serially and 2:53 with `-n 2`, but the whole suite took 36:42 with 2 workers against
-25:22 serially (clean-clone CI): its daemons already use both cores."""
+WORKERS = 2 if (os.cpu_count() or 1) >= 2 else 0
+"""Parallel workers of `pytest` (pytest-xdist) unless -n is given (docs/development.md). On 2 cores the whole
+suite took 21:21 with 2 workers against 41 minutes serially (3,269 tests, 2026-12-04): its whole-system
+tests spend much of their time waiting on daemons, not computing. A third worker only adds CPU load under
+the timing-sensitive tests (startup times, 50 reserver processes, daemons that must start within 60 s)."""
 
 
 @pytest.hookimpl(tryfirst=True)
