@@ -26,7 +26,9 @@ def test_ruff(command: tuple[str, ...]) -> None:
 
 @pytest.mark.timeout(600)
 def test_mypy() -> None:
-    done = _run("mypy", "--no-incremental", "--cache-dir", "/dev/null")
+    # Incremental, with the cache a developer's own `mypy` keeps (.mypy_cache): 35-45 s from a clean
+    # checkout, a few seconds once the cache holds the unchanged modules.
+    done = _run("mypy")
     assert done.returncode == 0, f"mypy found:\n{done.stdout}{done.stderr}"
     assert "Success" in done.stdout
 
