@@ -80,6 +80,8 @@ class ServerConfig:
     """How often the leading replica checks each running run for progress (output, a model or tool call)."""
     run_stall_checks: int = 15
     """Checks in a row without progress after which a running run ends as timeout (15 x 60 s: 15 min)."""
+    retry_delay_seconds: float = escalation.RETRY_DELAY_SECONDS
+    """How long after a failed harness run its Task's retry or escalation starts."""
     output_limit_bytes: int = 8 * 1024 * 1024
     """Output kept per run; later output is dropped with one system line."""
     max_message_bytes: int = 4 * 1024 * 1024
@@ -120,7 +122,7 @@ class ServerConfig:
     @property
     def lifecycle(self) -> escalation.Policy:
         """What ends a run passes on to the decision of its Task's next attempt."""
-        return escalation.Policy(allow_opus=self.harness.allow_opus)
+        return escalation.Policy(allow_opus=self.harness.allow_opus, retry_delay_seconds=self.retry_delay_seconds)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,6 +42,12 @@ def add_options(s: argparse.ArgumentParser, env: Callable[[str, str], str]) -> N
         default=int(env("DROVER_RUN_STALL_CHECKS", "15")),
         help="end a running run as timeout after this many checks without output, model or tool call (default 15)",
     )
+    s.add_argument(
+        "--retry-delay-seconds",
+        type=float,
+        default=float(env("DROVER_RETRY_DELAY_SECONDS", "5")),
+        help="start a failed harness run's retry or escalation this long after it (default 5)",
+    )
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -52,6 +58,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "delivery_retention_days": args.delivery_retention_days,
         "run_check_seconds": positive(args.run_check_seconds, "run_check_seconds"),
         "run_stall_checks": int(positive(args.run_stall_checks, "run_stall_checks")),
+        "retry_delay_seconds": not_negative(args.retry_delay_seconds, "retry_delay_seconds"),
     }
 
 
@@ -71,3 +78,15 @@ def retention_days(text: str) -> float:
     if not (days == 0 or 1 <= days <= 36500):
         raise argparse.ArgumentTypeError(f"{text}: must be 0 (keep forever) or from 1 to 36500 days")
     return days
+
+
+DAY_SECONDS = 86400.0
+
+
+def not_negative(value: float, field: str) -> float:
+    """A delay from 0 to a day (a longer one is a Task left waiting, and infinity no time at all)."""
+    if not 0 <= value <= DAY_SECONDS:
+        raise InvalidArgument(
+            f"--{field.replace('_', '-')} must be from 0 to {DAY_SECONDS:g}, not {value:g}", field=field
+        )
+    return value

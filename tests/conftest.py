@@ -59,6 +59,8 @@ SHARED_FIXTURE_MODULES = frozenset(
 )
 """Modules whose tests share a module-scoped fleet or venv: kept on one worker (an xdist_group), so the
 fixture is made once, not once per worker."""
+RETRY_DELAY_SECONDS = "0.5"
+"""`--retry-delay-seconds` of the control planes tests start (the default, 5 s, is the production one)."""
 WORKERS = 2 if (os.cpu_count() or 1) >= 2 else 0
 """Parallel workers of `pytest` (pytest-xdist) unless -n is given (docs/development.md). On 2 cores the whole
 suite took 21:21 with 2 workers against 41 minutes serially (3,269 tests, 2026-12-04): its whole-system
@@ -166,7 +168,8 @@ class ControlPlane:
         return self.data_dir / "tokens" / "agent.token"
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ, DROVER_LOG_LEVEL="INFO")
+        # A retry starts half a second after the failed run, not 5 s: tests wait on the retry, not the delay.
+        env = dict(os.environ, DROVER_LOG_LEVEL="INFO", DROVER_RETRY_DELAY_SECONDS=RETRY_DELAY_SECONDS)
         if self.database_url:
             env["DROVER_DATABASE_URL"] = self.database_url
         env.update(self.extra_env)

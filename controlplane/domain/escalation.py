@@ -52,6 +52,8 @@ class Policy:
 
     allow_opus: bool = False
     """Whether a failed sonnet attempt may escalate to opus."""
+    retry_delay_seconds: float = RETRY_DELAY_SECONDS
+    """How long after the failed run a retry or an escalation starts (`--retry-delay-seconds`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,9 +184,13 @@ def _climb(origin: str, full: str, reason: str, used: Counter[str], max_per_tier
     return _escalate(origin, target, reason)
 
 
-def decide(history: Sequence[Attempt], allow_opus: bool) -> Step:
-    """The next step after the latest failed run: `next_step`, then `limit_attempts`."""
-    return limit_attempts(next_step(history, allow_opus), history, allow_opus=allow_opus)
+def decide(history: Sequence[Attempt], allow_opus: bool, retry_delay_seconds: float = RETRY_DELAY_SECONDS) -> Step:
+    """The next step after the latest failed run: `next_step`, then `limit_attempts`; a retry or an
+    escalation starts `retry_delay_seconds` after the failed run."""
+    step = limit_attempts(next_step(history, allow_opus), history, allow_opus=allow_opus)
+    if step.action in ("retry", "escalate"):
+        return dataclasses.replace(step, delay_seconds=retry_delay_seconds)
+    return step
 
 
 def receipt_reason(step: Step) -> str:

@@ -71,7 +71,8 @@ def next_attempt(s: Session, change: Change, task: Task, run: Run, policy: escal
     """After a failed harness run: retry, escalate, or stop on a budget (seed 000). Answers False when
     the Task simply fails."""
     s.flush()
-    step = escalation.decide(_attempt_window(s, task), (policy or escalation.Policy()).allow_opus)
+    policy = policy or escalation.Policy()
+    step = escalation.decide(_attempt_window(s, task), policy.allow_opus, policy.retry_delay_seconds)
     if step.action in ("retry", "escalate"):
         task.status, task.reason = "ready", ""
         new = queue_run(s, task, attempt=run.attempt + 1)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 import pathlib
 import signal
 
 from drover.testing import fake_anthropic as fake
-from tests.conftest import API_KEY, Fleet, wait_for
+from tests.conftest import API_KEY, RETRY_DELAY_SECONDS, Fleet, wait_for
 
 
 def start(fleet: Fleet, model: fake.FakeAnthropic, repo: pathlib.Path, *plane_args: str) -> None:
@@ -54,6 +56,10 @@ def test_two_failures_at_haiku_escalate_the_third_attempt_to_sonnet(
     assert all(d["agent"] == "router-agent" for d in (first, second, third))
     assert "reasoning" not in str(spend.receipts)
     assert {line.tier for line in spend.lines} == {"haiku", "sonnet"} and spend.spent_micros > 0
+    # Each next attempt started no sooner than the tests' `--retry-delay-seconds` after the failed run.
+    for failed, following in itertools.pairwise(runs):
+        gap = following.started_at - failed.finished_at
+        assert gap >= dt.timedelta(seconds=float(RETRY_DELAY_SECONDS)), gap
 
 
 def test_a_script_without_a_classifier_step_reaches_the_harness_whole(

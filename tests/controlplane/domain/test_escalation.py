@@ -268,6 +268,8 @@ def test_a_task_path(allow_opus: bool, outcomes: list[str], steps: list[tuple]) 
 )
 def test_retries_and_escalations_start_5_seconds_later(runs: list[str], allow_opus: bool, delay: float) -> None:
     assert decide(_history(*runs), allow_opus).delay_seconds == delay
+    # `--retry-delay-seconds` sets the delay of a retry or escalation; a stop or a failure has none.
+    assert decide(_history(*runs), allow_opus, retry_delay_seconds=0.25).delay_seconds == (0.25 if delay else 0)
 
 
 @pytest.mark.parametrize(
