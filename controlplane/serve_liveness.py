@@ -10,6 +10,9 @@ from typing import Any
 
 from drover.errors import InvalidArgument
 
+DAY_SECONDS = 86400.0
+"""The longest delay a setting may ask for."""
+
 
 def add_options(s: argparse.ArgumentParser, env: Callable[[str, str], str]) -> None:
     s.add_argument(
@@ -58,7 +61,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "delivery_retention_days": args.delivery_retention_days,
         "run_check_seconds": positive(args.run_check_seconds, "run_check_seconds"),
         "run_stall_checks": int(positive(args.run_stall_checks, "run_stall_checks")),
-        "retry_delay_seconds": not_negative(args.retry_delay_seconds, "retry_delay_seconds"),
+        "retry_delay_seconds": within_a_day(args.retry_delay_seconds, "retry_delay_seconds"),
     }
 
 
@@ -80,10 +83,7 @@ def retention_days(text: str) -> float:
     return days
 
 
-DAY_SECONDS = 86400.0
-
-
-def not_negative(value: float, field: str) -> float:
+def within_a_day(value: float, field: str) -> float:
     """A delay from 0 to a day (a longer one is a Task left waiting, and infinity no time at all)."""
     if not 0 <= value <= DAY_SECONDS:
         raise InvalidArgument(
