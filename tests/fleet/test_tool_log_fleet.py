@@ -32,7 +32,7 @@ def test_a_tool_log_survives_a_control_plane_restart_mid_run_and_keeps_no_secret
         tmp_path / "notes",
         {
             "NOTES.md": f"deploy with {TOKEN}\n",
-            "test_slow.py": SLOW_TEST,
+            "test_wait.py": SLOW_TEST,  # not test_slow.py: the harness tests pgrep for that name host-wide
             "calc.py": "def add(a, b):\n    return a + b\n",
         },
     )
@@ -40,7 +40,7 @@ def test_a_tool_log_survives_a_control_plane_restart_mid_run_and_keeps_no_secret
     model.extend(
         [
             fake.tool_use("read_file", {"path": "NOTES.md"}),
-            fake.tool_use("run_command", {"command": "python -m pytest -q test_slow.py"}),
+            fake.tool_use("run_command", {"command": "python -m pytest -q test_wait.py"}),
             fake.tool_use("read_file", {"path": "calc.py"}),
             fake.tool_use("complete_task", {"summary": "read the notes"}),
         ]
