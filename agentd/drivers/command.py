@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from agentd.daemon import cgroups
 from agentd.errors import RunEnded
 from agentd.run import preparation
 from agentd.run.command import Command, Invocation
@@ -22,6 +23,7 @@ class CommandDriver:
     output_slack = 64 * 1024
 
     async def drive(self, run: Run) -> RunEnded:
+        cgroups.warm(run.spec.cgroups)  # the kernel's wait for the command's cgroup join, beside the clone
         run.clone()
         await asyncio.to_thread(preparation.setup_workspace, run, run.repo_dir)
         cwd = preparation.place_files(run, run.repo_dir)

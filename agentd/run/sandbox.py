@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from agentd.daemon import cgroups
 from agentd.run import launcher, seccomp
 from agentd.run.confined import Confined, ready_pipe
 from agentd.run.etc_view import ETC_ALLOWED
@@ -78,6 +79,8 @@ class SandboxPolicy:
     """Run as this uid and gid (a run slot's, agentd/daemon/run_slots.py) instead of `user`; -1: `user`."""
     cgroup_fds: tuple[int, ...] = ()
     """Open cgroup.procs files of the run (agentd/daemon/cgroups.py) the launcher joins before it drops to the user."""
+    cgroup_dirs: tuple[str, ...] = ()
+    """The run's cgroup directories: each launch first starts the kernel's wait for the join (cgroups.warm)."""
     tmp_bytes: int = 1 * GiB
     """Size of the sandbox's private /tmp (a tmpfs, counted in the run's memory)."""
 
@@ -214,6 +217,7 @@ class BubblewrapSandbox:
         binds: Sequence[Bind] = (),
     ) -> Launch:
         _check(argv, env)
+        cgroups.warm(self.policy.cgroup_dirs)  # waits beside bwrap's setup, not in the launcher's join
         switches = self.policy.switches_user(self.privileged)
         inside = os.path.abspath(cwd)
         shown = [os.path.abspath(path) for path in _paths(writable, cwd)]
@@ -315,6 +319,7 @@ class PlainSandbox:
         binds: Sequence[Bind] = (),
     ) -> Launch:
         _check(argv, env)
+        cgroups.warm(self.policy.cgroup_dirs)
         env_fd = env_file(env)
         launcher = _launcher(self.policy, str(LAUNCHER), chdir=pathlib.Path(os.path.abspath(cwd)), env_fd=env_fd)
         return Launch(launcher + list(argv), pass_fds=(env_fd, *self.policy.cgroup_fds), owned=(env_fd,))

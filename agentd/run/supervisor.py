@@ -370,7 +370,7 @@ def sandbox_for(spec: RunSpec, network: bool, **limits: int) -> Sandbox:
             fds = cgroups.open_procs(list(spec.cgroups))  # held open for the supervisor's life: every command joins
         except OSError as err:
             raise ValueError(f"cannot open the run's cgroups: {err}") from None
-        policy = dataclasses.replace(policy, cgroup_fds=fds)
+        policy = dataclasses.replace(policy, cgroup_fds=fds, cgroup_dirs=tuple(spec.cgroups))
     return for_mode(spec.sandbox, policy, spec.bwrap or BWRAP)
 
 

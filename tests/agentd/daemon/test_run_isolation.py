@@ -203,6 +203,49 @@ def test_a_memory_bomb_in_a_slot_group_is_killed(
     ]
 
 
+V1_SELF = "12:pids:/user.slice/u\n4:memory:/process_api/abc\n3:cpu,cpuacct:/\n1:name=systemd:/x\n0::/init.scope\n"
+
+
+@pytest.mark.parametrize(
+    ("slot_dir", "self_cgroup", "unified", "expected"),
+    [
+        ("/sys/fs/cgroup/memory/drover/a-1/slot-0", V1_SELF, False, "/sys/fs/cgroup/memory/process_api/abc"),
+        ("/sys/fs/cgroup/pids/drover/a-1/slot-3", V1_SELF, False, "/sys/fs/cgroup/pids/user.slice/u"),
+        ("/sys/fs/cgroup/cpu,cpuacct/drover/a-1/slot-0", V1_SELF, False, "/sys/fs/cgroup/cpu,cpuacct"),
+        (
+            "/sys/fs/cgroup/drover/a-1/slot-0",
+            "0::/system.slice/agentd.service\n",
+            True,
+            "/sys/fs/cgroup/system.slice/agentd.service",
+        ),
+        ("/sys/fs/cgroup/drover/a-1/slot-0", V1_SELF, False, None),  # "cgroup" names no v1 controller
+        ("/cg/mem/drover/a-1/slot-0", V1_SELF, False, None),  # a mount not named for its controllers
+        ("/sys/fs/cgroup/memory/drover/a-1/slot-0", "4:memory:../../x\n", False, None),
+        ("/sys/fs/cgroup/memory/drover/a-1/slot-0", "4:memory:/a/../../x\n", False, None),
+        ("/sys/fs/cgroup/drover/a-1/slot-0", "", True, None),
+    ],
+)
+def test_a_process_finds_its_own_group_in_a_slots_hierarchy(
+    slot_dir: str, self_cgroup: str, unified: bool, expected: str | None
+) -> None:
+    found = cgroups.own_group(slot_dir, self_cgroup, unified)
+    assert (str(found) if found is not None else None) == expected
+
+
+def test_warming_the_join_moves_the_supervisor_nowhere(hierarchy: tuple[cgroups.Hierarchy, str]) -> None:
+    """The supervisor starts the kernel's wait for a migration by moving itself into the group it is
+    in: after it, this process is in exactly the groups it was in, none of the slot's."""
+    found, agent = hierarchy
+    dirs = [str(d) for d in cgroups.prepare_slot(found, agent, 2, cgroups.Limits(64 * 1024**2, 16))]
+    before = pathlib.Path("/proc/self/cgroup").read_text()
+    thread = cgroups.warm(dirs)
+    assert thread is not None
+    thread.join(10)
+    assert pathlib.Path("/proc/self/cgroup").read_text() == before
+    assert all(os.getpid() not in cgroups.procs(pathlib.Path(d)) for d in dirs)
+    assert cgroups.warm([]) is None
+
+
 # --- the launcher and the sandbox -------------------------------------------------------------------
 
 
