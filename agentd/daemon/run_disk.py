@@ -17,13 +17,14 @@ import pathlib
 import subprocess
 import tempfile
 
+from agentd.daemon import loop_mount
 from agentd.errors import DiskFailed
 
 SUFFIX = ".disk"
 # no journal (a run's workspace dies with it) and no reserve to grow (its size is fixed): ~5 ms, not ~12
 MKFS = ["mkfs.ext4", "-q", "-F", "-O", "^has_journal,^resize_inode"]
 MKFS += ["-E", "root_owner=0:0,nodiscard,lazy_itable_init=1"]
-MOUNT_OPTIONS = "loop,nosuid,nodev"
+MOUNT_OPTIONS = "loop,nosuid,nodev"  # mount(8)'s, where the kernel cannot do loop_mount's
 PROBE_BYTES = 16 * 1024**2
 SPARES = ".spare-disks"
 """Formatted, never mounted images waiting for the next runs (`<work_dir>/.spare-disks/<size>-*.disk`)."""
@@ -50,7 +51,10 @@ def attach(workspace_dir: pathlib.Path, size: int) -> bool:
         workspace_dir.mkdir(parents=True, exist_ok=True)
         if not _take_spare(workspace_dir.parent, size, image):
             _format(image, size)
-        _run(["mount", "-o", MOUNT_OPTIONS, str(image), str(workspace_dir)])
+        try:
+            loop_mount.mount_image(str(image), str(workspace_dir))
+        except loop_mount.Unsupported:
+            _run(["mount", "-o", MOUNT_OPTIONS, str(image), str(workspace_dir)])
         with contextlib.suppress(OSError):
             (workspace_dir / "lost+found").rmdir()  # e2fsck makes it again when it needs one
     except (OSError, subprocess.SubprocessError, DiskFailed) as err:
