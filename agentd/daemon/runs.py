@@ -334,6 +334,7 @@ class Runs:
                 if "exit" in record:
                     batcher.flush()
                     self.outbox.append(run_id, "finished", end, **self._exit(slot, record["exit"]))
+                    self.places.release(slot.slot)
                     return
                 batcher.add(record["s"], record["t"], end, now)
             if batcher.due(now):
