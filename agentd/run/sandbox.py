@@ -25,9 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from agentd.daemon import cgroups
-from agentd.run import launcher, seccomp
+from agentd.run import etc_view, launcher, seccomp
 from agentd.run.confined import Confined, ready_pipe
-from agentd.run.etc_view import ETC_ALLOWED
 from agentd.run.launch import Launch, env_file
 from drover.core import commands
 
@@ -234,39 +233,43 @@ class BubblewrapSandbox:
                 command += ["--ro-bind", path, path]
         made, bound = {"/", "/tmp", "/dev", "/proc"}, list(SYSTEM_DIRS)
         command += _mkdirs("/etc", made, bound)
-        for name in ETC_ALLOWED:
-            path = f"/etc/{name}"
-            if os.path.exists(path):  # a symlink's target is bound (it may live under /run)
+        etc_args, etc_fds = etc_view.arguments(lambda directory: _mkdirs(directory, made, bound))
+        command += etc_args
+        try:
+            tmp = ["--perms", "1777", "--size", str(self.policy.tmp_bytes), "--tmpfs", "/tmp"]
+            # /dev/shm too (bwrap's /dev has it root's 0755: multiprocessing's locks failed as the run's user)
+            shm = ["--perms", "1777", "--size", str(self.policy.tmp_bytes), "--tmpfs", "/dev/shm"]
+            command += ["--dev", "/dev", *shm, "--proc", "/proc", *tmp]
+            # After --tmpfs /tmp, so a Python or a workspace under /tmp is not hidden by it. Each parent
+            # is made 0755: bwrap would make it 0700, which the session user cannot pass through.
+            for path in _python_dirs():
                 command += _mkdirs(os.path.dirname(path), made, bound) + ["--ro-bind", path, path]
-        tmp = ["--perms", "1777", "--size", str(self.policy.tmp_bytes), "--tmpfs", "/tmp"]
-        # /dev/shm too (bwrap's /dev has it root's 0755: multiprocessing's locks failed as the run's user)
-        shm = ["--perms", "1777", "--size", str(self.policy.tmp_bytes), "--tmpfs", "/dev/shm"]
-        command += ["--dev", "/dev", *shm, "--proc", "/proc", *tmp]
-        # After --tmpfs /tmp, so a Python or a workspace under /tmp is not hidden by it. Each parent
-        # is made 0755: bwrap would make it 0700, which the session user cannot pass through.
-        for path in _python_dirs():
-            command += _mkdirs(os.path.dirname(path), made, bound) + ["--ro-bind", path, path]
-            bound.append(path)
-        native = launcher.binary() if self.native else None
-        start = NATIVE_INSIDE if native else LAUNCHER_INSIDE
-        command += _mkdirs(os.path.dirname(start), made, bound) + ["--ro-bind", native or str(LAUNCHER), start]
-        for path in shown:
-            command += _mkdirs(os.path.dirname(path), made, bound)
-            command += ["--bind", str(pathlib.Path(path).resolve()), path]
-        bound += shown
-        for bind in binds:
-            if not _under(bind.inside, tuple(bound)):
-                command += _mkdirs(os.path.dirname(bind.inside), made, bound)
-            command += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.inside]
-        owned, filter_args = _descriptors(env, self.policy.seccomp)
-        env_fd = owned[0]
-        command += ["--remount-ro", "/", *filter_args, "--"]
-        # The launcher changes directory after it became the user: bwrap, root without
-        # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
-        # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
-        command += _launcher(self.policy, start, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
-        fds = tuple(f for f in (ready_fd, *owned) if f is not None) + self.policy.cgroup_fds
-        return Launch(command + list(argv), pass_fds=fds, owned=owned)
+                bound.append(path)
+            native = launcher.binary() if self.native else None
+            start = NATIVE_INSIDE if native else LAUNCHER_INSIDE
+            command += _mkdirs(os.path.dirname(start), made, bound) + ["--ro-bind", native or str(LAUNCHER), start]
+            for path in shown:
+                command += _mkdirs(os.path.dirname(path), made, bound)
+                command += ["--bind", str(pathlib.Path(path).resolve()), path]
+            bound += shown
+            for bind in binds:
+                if not _under(bind.inside, tuple(bound)):
+                    command += _mkdirs(os.path.dirname(bind.inside), made, bound)
+                command += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.inside]
+            owned, filter_args = _descriptors(env, self.policy.seccomp)
+            env_fd = owned[0]
+            command += ["--remount-ro", "/", *filter_args, "--"]
+            # The launcher changes directory after it became the user: bwrap, root without
+            # CAP_DAC_OVERRIDE by then, could not enter a workspace only the user may. It reads the
+            # command's environment from env_fd: bwrap itself runs with agentd's fixed one.
+            command += _launcher(self.policy, start, chdir=pathlib.Path(inside), ready_fd=ready_fd, env_fd=env_fd)
+            owned += etc_fds
+            fds = tuple(f for f in (ready_fd, *owned) if f is not None) + self.policy.cgroup_fds
+            return Launch(command + list(argv), pass_fds=fds, owned=owned)
+        except BaseException:
+            for fd in etc_fds:
+                os.close(fd)
+            raise
 
     def probe(self) -> str:
         """Whether bubblewrap can set up this sandbox here (as the policy's user): "" when it can,

@@ -24,8 +24,8 @@ from agentd.daemon import isolation, run_slots
 from agentd.daemon.config import AgentConfig
 from agentd.errors import StartRefused
 from agentd.run.confined import Confined, ready_pipe
+from agentd.run.etc_view import ETC_ALLOWED
 from agentd.run.sandbox import (
-    ETC_ALLOWED,
     LAUNCHER_INSIDE,
     NATIVE_INSIDE,
     BubblewrapSandbox,
@@ -157,8 +157,14 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
         env_fd = int(argv[argv.index("--env-fd") + 1])
         # and the seccomp filter (agentd/run/seccomp.py) in another, which bwrap reads
         filter_fd = int(argv[argv.index("--seccomp") + 1])
-        assert launch.owned == (env_fd, filter_fd) and {env_fd, filter_fd} <= set(launch.pass_fds)
+        # and each small file of the /etc allowlist in one more, its content copied into the sandbox
+        copied = {argv[i + 2]: int(argv[i + 1]) for i, a in enumerate(argv) if a == "--file"}
+        assert launch.owned == (env_fd, filter_fd, *copied.values()) and set(launch.owned) <= set(launch.pass_fds)
         assert os.pread(env_fd, 100, 0) == b"A=1\0"
+        assert "/etc/passwd" in copied and set(copied) <= {f"/etc/{name}" for name in ETC_ALLOWED}
+        for path, fd in copied.items():
+            assert os.pread(fd, 1 << 20, 0) == pathlib.Path(path).read_bytes()
+        assert all(argv[i - 2 : i] == ["--perms", "0444"] for i, a in enumerate(argv) if a == "--file")
     end = argv.index("--")
     command, inside = argv[:end], argv[end + 1 :]
     assert command[0] == "/usr/bin/bwrap"
@@ -185,8 +191,9 @@ def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
     assert inside[inside.index("--chdir") + 1] == str(tmp_path / "repo")  # once it is the user
     assert bound[NATIVE_INSIDE] == agentd.run.launcher.binary()  # the native launcher, built here
     assert not set(bound) & {"/", "/etc", "/root", "/home", "/run", str(pathlib.Path.home())}
-    etc = {path.removeprefix("/etc/") for path in bound if path.startswith("/etc/")}
+    etc = {path.removeprefix("/etc/") for path in [*bound, *copied] if path.startswith("/etc/")}
     assert "/usr" in bound and etc and etc <= set(ETC_ALLOWED)
+    assert "/etc/ssl/certs" in bound  # a directory is bound, read-only
     for secret in ("shadow", "gshadow", "sudoers", "ssh", "drover", "ssl/private"):
         assert not any(name == secret or name.startswith(secret + "/") for name in ETC_ALLOWED)
     # the launcher runs inside: limits, then the user, then the command
