@@ -25,7 +25,10 @@ class CommandDriver:
     async def drive(self, run: Run) -> RunEnded:
         cgroups.warm(run.spec.cgroups)  # the kernel's wait for the command's cgroup join, beside the clone
         run.clone()
-        await asyncio.to_thread(preparation.setup_workspace, run, run.repo_dir)
+        if run.spec.preparation.setup:  # without a setup there is nothing to wait for
+            await asyncio.to_thread(preparation.setup_workspace, run, run.repo_dir)
+        else:
+            preparation.setup_workspace(run, run.repo_dir)
         cwd = preparation.place_files(run, run.repo_dir)
         sandbox = run.sandbox(run.spec.network, hand_over=(run.repo_dir, run.home))
         run.check_cancel()
