@@ -9,6 +9,7 @@ import pathlib
 import pwd
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -23,6 +24,7 @@ import agentd.run.rlimits
 from agentd.daemon import isolation, run_slots
 from agentd.daemon.config import AgentConfig
 from agentd.errors import StartRefused
+from agentd.run import etc_view
 from agentd.run.confined import Confined, ready_pipe
 from agentd.run.etc_view import ETC_ALLOWED
 from agentd.run.sandbox import (
@@ -144,6 +146,21 @@ def test_agentd_decides_at_start_and_refuses_without_a_working_sandbox() -> None
 def _bound(command: list[str]) -> dict[str, str]:
     """destination -> source of every bind."""
     return {command[i + 2]: command[i + 1] for i, a in enumerate(command) if a in ("--bind", "--ro-bind")}
+
+
+@pytest.mark.parametrize(
+    ("mode", "size", "expected"),
+    [
+        (stat.S_IFREG | 0o644, 3_000, True),
+        (stat.S_IFREG | 0o444, 3_000, True),
+        (stat.S_IFREG | 0o640, 3_000, False),  # the host keeps it from others: bound, its mode kept
+        (stat.S_IFREG | 0o600, 3_000, False),
+        (stat.S_IFREG | 0o644, etc_view.COPY_BYTES + 1, False),
+        (stat.S_IFDIR | 0o755, 4_096, False),
+    ],
+)
+def test_an_etc_file_is_copied_only_when_anyone_may_read_it_already(mode: int, size: int, expected: bool) -> None:
+    assert etc_view.copied(os.stat_result((mode, 1, 1, 1, 0, 0, size, 0, 0, 0))) is expected
 
 
 def test_the_bubblewrap_command_line_as_root(tmp_path: pathlib.Path) -> None:
