@@ -8,6 +8,7 @@ AgentdError, so a name says one thing (there is one RunRefused, one RunEnded).
   - RunRefused: this agent will not take an assignment; `reason` goes back to the control plane.
   - CgroupsUnavailable: agentd cannot make cgroups here.
   - DiskFailed: a run's own filesystem could not be made or mounted.
+  - LoopUnsupported: a loop device cannot be set up in process here (mount(8) may).
   - SandboxFailed: bubblewrap could not set a run's sandbox up (the run fails as `sandbox_failed`).
   - SetupFailed: a project's setup command failed (the run fails as `setup_failed`).
   - ModelCallRefused: the control plane refused a model call (`code`: spend_limited, run_call_cap, ...).
@@ -60,6 +61,11 @@ class CgroupsUnavailable(AgentdError):
 
 class DiskFailed(AgentdError):
     """The run's filesystem could not be made or mounted; the message says why."""
+
+
+class LoopUnsupported(AgentdError):
+    """This kernel (no LOOP_CONFIGURE) or /dev (no loop-control, no device node) cannot set a loop
+    device up in process; mount(8) may."""
 
 
 class SandboxFailed(AgentdError):

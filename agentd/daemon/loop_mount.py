@@ -4,7 +4,7 @@ locale and a scan of /sys) on every run's start (agentd/daemon/run_disk.py).
 
 The device detaches itself when the filesystem is unmounted (LO_FLAGS_AUTOCLEAR, as `mount -o loop`
 sets it), and carries the image's name, so `losetup --list` shows what it is. Kernels before 5.8 have
-no LOOP_CONFIGURE: `Unsupported`, and the caller runs mount(8).
+no LOOP_CONFIGURE: LoopUnsupported (agentd/errors.py), and the caller runs mount(8).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import functools
 import os
 import struct
 
+from agentd.errors import LoopUnsupported
+
 LOOP_CTL_GET_FREE = 0x4C82
 LOOP_CONFIGURE = 0x4C0A
 LO_FLAGS_AUTOCLEAR = 4
@@ -25,10 +27,6 @@ INFO_BYTES = 232
 FLAGS_AT = 52  # loop_info64.lo_flags
 NAME_AT, NAME_BYTES = 56, 64  # loop_info64.lo_file_name
 ATTEMPTS = 8  # another process may configure the free device first (EBUSY): take the next one
-
-
-class Unsupported(Exception):
-    """This kernel (or /dev) cannot do it this way; mount(8) may."""
 
 
 def loop_config(image_fd: int, name: str) -> bytes:
@@ -42,12 +40,12 @@ def loop_config(image_fd: int, name: str) -> bytes:
 
 def mount_image(image: str, target: str, fstype: str = "ext4", flags: int = MS_NOSUID | MS_NODEV) -> str:
     """Mount the filesystem in `image` on `target` through a free loop device; answers the device.
-    OSError when the kernel refuses the mount; Unsupported when a loop device cannot be set up here
+    OSError when the kernel refuses the mount; LoopUnsupported when a loop device cannot be set up here
     this way (no /dev/loop-control, no LOOP_CONFIGURE, no device node)."""
     try:
         control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
     except OSError as err:
-        raise Unsupported(f"/dev/loop-control: {err.strerror}") from None
+        raise LoopUnsupported(f"/dev/loop-control: {err.strerror}") from None
     try:
         image_fd = os.open(image, os.O_RDWR | os.O_CLOEXEC)
         try:
@@ -68,7 +66,7 @@ def _configure_and_mount(device: str, image_fd: int, image: str, target: str, fs
     try:
         loop = os.open(device, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise Unsupported(f"{device} has no device node") from None
+        raise LoopUnsupported(f"{device} has no device node") from None
     try:
         try:
             fcntl.ioctl(loop, LOOP_CONFIGURE, loop_config(image_fd, image))
@@ -76,7 +74,7 @@ def _configure_and_mount(device: str, image_fd: int, image: str, target: str, fs
             if err.errno == errno.EBUSY:
                 return False
             if err.errno in (errno.EINVAL, errno.ENOTTY):
-                raise Unsupported(f"LOOP_CONFIGURE: {err.strerror}") from None
+                raise LoopUnsupported(f"LOOP_CONFIGURE: {err.strerror}") from None
             raise
         if _libc().mount(device.encode(), os.fsencode(target), fstype.encode(), ctypes.c_ulong(flags), None) != 0:
             code = ctypes.get_errno()

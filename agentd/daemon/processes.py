@@ -25,9 +25,10 @@ log = logging.getLogger("agentd.processes")
 RESTART_SECONDS = 30.0
 SUPERVISOR = "agentd.run.supervisor"
 """Every run's supervisor: `python -m agentd.run.supervisor RUN_DIR`, whatever its driver."""
-# What the template imports at once: the supervisor and the command driver. The harness's or a runtime's
-# driver (the anthropic SDK: ~3 s of CPU) is imported when this agent first runs one.
-BASE_MODULES = (SUPERVISOR, "agentd.drivers.command", "drover.core.gitspace")
+# What the template imports at once: the supervisor and the command driver, and asyncio.to_thread's
+# executor (else every forked supervisor imported it, ~0.5 ms). The harness's or a runtime's driver
+# (the anthropic SDK: ~3 s of CPU) is imported when this agent first runs one.
+BASE_MODULES = (SUPERVISOR, "agentd.drivers.command", "drover.core.gitspace", "concurrent.futures.thread")
 
 
 def spawn(run_dir: pathlib.Path, secrets: dict[str, Any]) -> subprocess.Popen[bytes]:

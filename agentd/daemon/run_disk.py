@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 
 from agentd.daemon import loop_mount
-from agentd.errors import DiskFailed
+from agentd.errors import DiskFailed, LoopUnsupported
 
 SUFFIX = ".disk"
 # no journal (a run's workspace dies with it) and no reserve to grow (its size is fixed): ~5 ms, not ~12
@@ -53,7 +53,7 @@ def attach(workspace_dir: pathlib.Path, size: int) -> bool:
             _format(image, size)
         try:
             loop_mount.mount_image(str(image), str(workspace_dir))
-        except loop_mount.Unsupported:
+        except LoopUnsupported:
             _run(["mount", "-o", MOUNT_OPTIONS, str(image), str(workspace_dir)])
         with contextlib.suppress(OSError):
             (workspace_dir / "lost+found").rmdir()  # e2fsck makes it again when it needs one

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from agentd.daemon import cgroups
 from agentd.errors import RunEnded
-from agentd.run import preparation
+from agentd.run import cgroup_lock, preparation
 from agentd.run.command import Command, Invocation
 from agentd.run.spec import RunSpec
 from agentd.run.supervisor import Run
@@ -23,7 +22,7 @@ class CommandDriver:
     output_slack = 64 * 1024
 
     async def drive(self, run: Run) -> RunEnded:
-        cgroups.warm(run.spec.cgroups)  # the kernel's wait for the command's cgroup join, beside the clone
+        cgroup_lock.warm(run.spec.cgroups)  # the kernel's wait for the command's cgroup join, beside the clone
         run.clone()
         if run.spec.preparation.setup:  # without a setup there is nothing to wait for
             await asyncio.to_thread(preparation.setup_workspace, run, run.repo_dir)

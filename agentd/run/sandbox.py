@@ -24,8 +24,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from agentd.daemon import cgroups
-from agentd.run import etc_view, launcher, seccomp
+from agentd.run import cgroup_lock, etc_view, launcher, seccomp
 from agentd.run.confined import Confined, ready_pipe
 from agentd.run.launch import Launch, env_file
 from drover.core import commands
@@ -79,7 +78,7 @@ class SandboxPolicy:
     cgroup_fds: tuple[int, ...] = ()
     """Open cgroup.procs files of the run (agentd/daemon/cgroups.py) the launcher joins before it drops to the user."""
     cgroup_dirs: tuple[str, ...] = ()
-    """The run's cgroup directories: each launch first starts the kernel's wait for the join (cgroups.warm)."""
+    """The run's cgroup directories: each launch first starts the kernel's wait for the join (cgroup_lock)."""
     tmp_bytes: int = 1 * GiB
     """Size of the sandbox's private /tmp (a tmpfs, counted in the run's memory)."""
 
@@ -216,21 +215,11 @@ class BubblewrapSandbox:
         binds: Sequence[Bind] = (),
     ) -> Launch:
         _check(argv, env)
-        cgroups.warm(self.policy.cgroup_dirs)  # waits beside bwrap's setup, not in the launcher's join
+        cgroup_lock.warm(self.policy.cgroup_dirs)  # waits beside bwrap's setup, not in the launcher's join
         switches = self.policy.switches_user(self.privileged)
         inside = os.path.abspath(cwd)
         shown = [os.path.abspath(path) for path in _paths(writable, cwd)]
-        command = [
-            self.bwrap,
-            *namespace_flags(self.privileged, self.policy.network, switches),
-            "--die-with-parent",
-            "--new-session",
-        ]
-        for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                command += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                command += ["--ro-bind", path, path]
+        command = self._system(switches)
         made, bound = {"/", "/tmp", "/dev", "/proc"}, list(SYSTEM_DIRS)
         command += _mkdirs("/etc", made, bound)
         etc_args, etc_fds = etc_view.arguments(lambda directory: _mkdirs(directory, made, bound))
@@ -270,6 +259,22 @@ class BubblewrapSandbox:
             for fd in etc_fds:
                 os.close(fd)
             raise
+
+    def _system(self, switches: bool) -> list[str]:
+        """bwrap with its namespaces, and the read-only system: each of SYSTEM_DIRS bound, or its symlink
+        made (usrmerge)."""
+        command = [
+            self.bwrap,
+            *namespace_flags(self.privileged, self.policy.network, switches),
+            "--die-with-parent",
+            "--new-session",
+        ]
+        for path in SYSTEM_DIRS:
+            if os.path.islink(path):
+                command += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                command += ["--ro-bind", path, path]
+        return command
 
     def probe(self) -> str:
         """Whether bubblewrap can set up this sandbox here (as the policy's user): "" when it can,
@@ -322,7 +327,7 @@ class PlainSandbox:
         binds: Sequence[Bind] = (),
     ) -> Launch:
         _check(argv, env)
-        cgroups.warm(self.policy.cgroup_dirs)
+        cgroup_lock.warm(self.policy.cgroup_dirs)
         env_fd = env_file(env)
         launcher = _launcher(self.policy, str(LAUNCHER), chdir=pathlib.Path(os.path.abspath(cwd)), env_fd=env_fd)
         return Launch(launcher + list(argv), pass_fds=(env_fd, *self.policy.cgroup_fds), owned=(env_fd,))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import concurrent.futures.thread  # noqa: F401  asyncio.to_thread's: in the template, not imported per run
 import dataclasses
 import gzip
 import importlib

@@ -17,6 +17,7 @@ import agentd.run.rlimits
 from agentd.daemon import cgroups, isolation, run_disk, run_slots
 from agentd.daemon.config import AgentConfig, load
 from agentd.errors import CgroupsUnavailable, RunRefused, StartRefused
+from agentd.run import cgroup_lock
 from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -228,7 +229,7 @@ V1_SELF = "12:pids:/user.slice/u\n4:memory:/process_api/abc\n3:cpu,cpuacct:/\n1:
 def test_a_process_finds_its_own_group_in_a_slots_hierarchy(
     slot_dir: str, self_cgroup: str, unified: bool, expected: str | None
 ) -> None:
-    found = cgroups.own_group(slot_dir, self_cgroup, unified)
+    found = cgroup_lock.own_group(slot_dir, self_cgroup, unified)
     assert (str(found) if found is not None else None) == expected
 
 
@@ -238,12 +239,12 @@ def test_warming_the_join_moves_the_supervisor_nowhere(hierarchy: tuple[cgroups.
     found, agent = hierarchy
     dirs = [str(d) for d in cgroups.prepare_slot(found, agent, 2, cgroups.Limits(64 * 1024**2, 16))]
     before = pathlib.Path("/proc/self/cgroup").read_text()
-    thread = cgroups.warm(dirs)
+    thread = cgroup_lock.warm(dirs)
     assert thread is not None
     thread.join(10)
     assert pathlib.Path("/proc/self/cgroup").read_text() == before
     assert all(os.getpid() not in cgroups.procs(pathlib.Path(d)) for d in dirs)
-    assert cgroups.warm([]) is None
+    assert cgroup_lock.warm([]) is None
 
 
 # --- the launcher and the sandbox -------------------------------------------------------------------
