@@ -7,7 +7,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -19,6 +18,7 @@ from agentd.daemon.config import AgentConfig, load
 from agentd.errors import CgroupsUnavailable, RunRefused, StartRefused
 from agentd.run import cgroup_lock
 from agentd.run.sandbox import BubblewrapSandbox, SandboxPolicy
+from tests.agentd.daemon.slot_commands import command_in
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -161,20 +161,8 @@ def test_a_slot_group_holds_a_command_and_is_made_afresh(hierarchy: tuple[cgroup
         assert (memory / "memory.limit_in_bytes").read_text().strip() == str(64 * 1024**2)
     pids_dir = next(d for d in dirs if (d / "pids.max").exists())
     assert (pids_dir / "pids.max").read_text().strip() == "16"
-    fds = cgroups.open_procs([str(d) for d in dirs])
-    try:  # what the launcher does: join through the descriptors, then exec
-        child = subprocess.Popen(
-            [sys.executable, "-I", "-S", agentd.run.rlimits.__file__, "--cgroup-fds", ",".join(map(str, fds))]
-            + ["--", "sleep", "60"],
-            pass_fds=fds,
-        )
-    finally:
-        for fd in fds:
-            os.close(fd)
+    child = command_in(dirs)  # what the launcher does: join through the descriptors, then exec
     try:
-        deadline = time.monotonic() + 10
-        while child.pid not in cgroups.procs(dirs[0]) and time.monotonic() < deadline:
-            time.sleep(0.02)
         assert all(child.pid in cgroups.procs(d) for d in dirs)
         cgroups.prepare_slot(found, agent, 0, limits)  # the next run: the leftover is killed
         assert child.wait(10) == -9

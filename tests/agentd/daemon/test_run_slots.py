@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-import agentd.run.rlimits
 from agentd.daemon import cgroups, run_slots
 from agentd.daemon.config import AgentConfig
 from agentd.errors import CgroupsUnavailable
+from tests.agentd.daemon.slot_commands import command_in
 
 
 @pytest.fixture
@@ -34,24 +32,6 @@ def places(tmp_path: pathlib.Path) -> Iterator[run_slots.Places]:
         pytest.skip(f"no cgroups here: {err}")
     yield made
     made.close()
-
-
-def command_in(dirs: list[str]) -> subprocess.Popen[bytes]:
-    """A run's command: joins the slot's groups as the launcher does, then sleeps."""
-    fds = cgroups.open_procs(dirs)
-    try:
-        child = subprocess.Popen(
-            [sys.executable, "-I", "-S", agentd.run.rlimits.__file__, "--cgroup-fds", ",".join(map(str, fds))]
-            + ["--", "sleep", "60"],
-            pass_fds=fds,
-        )
-    finally:
-        for fd in fds:
-            os.close(fd)
-    deadline = time.monotonic() + 10
-    while not all(child.pid in cgroups.procs(pathlib.Path(d)) for d in dirs) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return child
 
 
 def test_a_slot_is_readied_when_its_run_ends_so_the_next_run_finds_it_empty(places: run_slots.Places) -> None:
