@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -373,8 +374,8 @@ def git_repo(tmp_path: pathlib.Path) -> pathlib.Path:
     return make_repo(tmp_path / "origin", {"README.md": "# sample\n", "app.py": "print('hello')\n"})
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
+@contextlib.contextmanager
+def fresh_pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database on 127.0.0.1:5432, dropped afterwards. Fails (never skips) when
     PostgreSQL is unreachable: the store must be proved on it."""
     name = f"drover_{uuid.uuid4().hex[:12]}"
@@ -388,6 +389,13 @@ def pg_url() -> Iterator[str]:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database (`fresh_pg_database`)."""
+    with fresh_pg_database() as url:
+        yield url
 
 
 def host_processes(marker: str) -> list[int]:

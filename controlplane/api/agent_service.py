@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Any
 
 import grpc
 from sqlalchemy.orm import Session
@@ -13,7 +12,7 @@ from controlplane.api import auth, convert
 from controlplane.api.agent_stream import AgentSessions
 from controlplane.api.status import reporting
 from controlplane.config import HarnessConfig, ServerConfig
-from controlplane.services import changesets, claims, model_calls, questions, tenancy
+from controlplane.services import call_batches, changesets, claims, model_calls, questions, tenancy
 from controlplane.services.notify import Notifier
 from controlplane.store.engine import Store
 from controlplane.store.group_commit import GroupCommit
@@ -35,9 +34,9 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         self.store, self.notifier, self.objects = store, notifier, objects
         self.sessions, self.settings = sessions, settings
         self.renewals = claims.Renewals()
-        self.calls = GroupCommit(store, _call)
-        """Reservations and settlements, many to a transaction: the hot meter rows (provider month, daily
-        calls) are locked once per batch, not once per call, and each call is answered after its commit."""
+        self.calls = GroupCommit(store, call_batches.alone, many=call_batches.apply_many)
+        """Reservations and settlements, many to a transaction and to a statement (`call_batches`): each
+        call is answered after its commit."""
 
     @property
     def harness(self) -> HarnessConfig:
@@ -53,24 +52,23 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         h, token_id = self.harness, auth.current().token_id
         renewed: list[tuple[dt.datetime, dt.datetime]] = []  # (now, next due), kept once committed
 
-        def reserve(s: Session) -> model_calls.Reservation:
-            renewed.clear()  # a batch run again runs its units again
-            r = model_calls.reserve(
-                s,
-                h,
-                request.run_id,
-                request.key,
-                request.model,
-                request.purpose or "agent",
-                request.max_output_tokens,
-                request.estimated_input_tokens,
-                token_id=token_id,  # tenancy: checked in the reservation's first read
-            )
+        def renew(s: Session, r: model_calls.Reservation) -> None:
+            renewed.clear()  # a batch run again answers its units again
             now = utcnow()
             if r.granted and self.renewals.due(request.run_id, now):  # a model call renews claims at half-life
                 renewed.append((now, claims.renew_due_until(s, request.run_id, now)))
-            return r
 
+        reserve = call_batches.ReserveUnit(
+            h,
+            request.run_id,
+            request.key,
+            request.model,
+            request.purpose or "agent",
+            request.max_output_tokens,
+            request.estimated_input_tokens,
+            token_id,  # tenancy: checked in the reservation's first read
+            after=renew,
+        )
         r = await self.calls.apply(reserve)
         for now, next_due in renewed:
             self.renewals.renewed(request.run_id, next_due, now)
@@ -94,9 +92,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         u = request.usage
         usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
 
-        def settle(s: Session) -> tuple[str, int, int]:
-            return model_calls.settle_for_agent(s, h, request.reservation_id, usage, request.error, token_id)
-
+        settle = call_batches.SettleUnit(h, request.reservation_id, usage, request.error, token_id)
         run_id, cost, run_cost = await self.calls.apply(settle)
         self.sessions.activity.seen(run_id)
         return agent_pb2.SettleModelCallResponse(cost_micros=cost, run_cost_micros=run_cost)
@@ -126,7 +122,3 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         self.sessions.activity.seen(request.run_id)
         self.notifier.notify()
         return asked
-
-
-def _call(s: Session, unit: Callable[[Session], Any]) -> Any:
-    return unit(s)

@@ -98,24 +98,15 @@ def reserve(
     a run its agent does not hold is NOT_FOUND (`tenancy.agent_run`), checked in the same first read
     and before the arguments, as the servicer did when it checked tenancy on its own."""
     facts = _facts(s, run_id, key)
-    if facts is None or (token_id is not None and not tenancy.agent_holds(facts.agent, facts.agent_token, token_id)):
-        raise NotFound(f"no run {run_id!r}", field="run_id")
-    if not key:
-        raise InvalidArgument("must not be empty", field="key")
-    if purpose not in ("agent", "fold"):
-        raise InvalidArgument("must be agent or fold", field="purpose")
-    cap = (config.tiers.get(facts.tier) or config.tiers[config.default_tier]).max_calls
-    used = facts.calls
-    if facts.existing:
-        return Reservation(facts.existing, True, "", used, cap, facts.existing_estimate)
-    if facts.state not in ("starting", "running"):
-        return Reservation("", False, "run_not_running", used, cap, 0)
+    early = screened(facts, config, run_id, key, purpose, token_id)
+    if early is not None:
+        return early
+    assert facts is not None
+    cap, used = call_cap(config, facts.tier), facts.calls
     if purpose == "agent" and used >= cap:
         run_event(s, "run.call_cap", _run(s, run_id), calls=used, cap=cap)
         return Reservation("", False, "run_call_cap", used, cap, 0)
-    estimate = pricing.worst_case_micros(
-        estimated_input_tokens, max_output_tokens, pricing.price_for(model, config.prices)
-    )
+    estimate = estimate_of(config, model, max_output_tokens, estimated_input_tokens)
     call_id = new_id("mc")
     # The call first: a concurrent reservation of the same key (another writer) waits for this one
     # and then finds it, so a key is held once without locking the run.
@@ -131,6 +122,35 @@ def reserve(
     return Reservation(call_id, True, "", used + (purpose == "agent"), cap, estimate)
 
 
+def call_cap(config: HarnessConfig, tier: str) -> int:
+    return (config.tiers.get(tier) or config.tiers[config.default_tier]).max_calls
+
+
+def screened(
+    facts: Facts | None, config: HarnessConfig, run_id: str, key: str, purpose: str, token_id: int | None
+) -> Reservation | None:
+    """What a reservation answers before it writes anything: NOT_FOUND (no such run, or one its agent
+    does not hold) and INVALID_ARGUMENT raised, the reservation already held under the key, or
+    run_not_running; None: it goes on to the cap and the meters."""
+    if facts is None or (token_id is not None and not tenancy.agent_holds(facts.agent, facts.agent_token, token_id)):
+        raise NotFound(f"no run {run_id!r}", field="run_id")
+    if not key:
+        raise InvalidArgument("must not be empty", field="key")
+    if purpose not in ("agent", "fold"):
+        raise InvalidArgument("must be agent or fold", field="purpose")
+    cap = call_cap(config, facts.tier)
+    if facts.existing:
+        return Reservation(facts.existing, True, "", facts.calls, cap, facts.existing_estimate)
+    if facts.state not in ("starting", "running"):
+        return Reservation("", False, "run_not_running", facts.calls, cap, 0)
+    return None
+
+
+def estimate_of(config: HarnessConfig, model: str, max_output_tokens: int, estimated_input_tokens: int) -> int:
+    price = pricing.price_for(model, config.prices)
+    return pricing.worst_case_micros(estimated_input_tokens, max_output_tokens, price)
+
+
 def _insert_call(s: Session, call_id: str, run_id: str, key: str, model: str, purpose: str, estimate: int) -> bool:
     """Record the reservation; False when the run already has one with this key."""
     params: dict[str, Any] = {"p_id": call_id, "p_run": run_id, "p_key": key, "p_model": model}
@@ -140,7 +160,7 @@ def _insert_call(s: Session, call_id: str, run_id: str, key: str, model: str, pu
 
 def _hold(
     s: Session,
-    facts: _Facts,
+    facts: Facts,
     run_id: str,
     call_id: str,
     estimate: int,
@@ -170,7 +190,7 @@ def _hold(
 
 
 @dataclasses.dataclass(frozen=True)
-class _Facts:
+class Facts:
     """What a reservation needs to know of its run, Change, Project and user, read in one query."""
 
     state: str
@@ -202,13 +222,16 @@ class _Facts:
         )
 
 
-def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
+def _facts(s: Session, run_id: str, key: str) -> Facts | None:
     row = s.execute(statements.facts(), {"p_run": run_id, "p_key": key}).first()
-    if row is None:
-        return None
-    state, tier, change_id, budget, project, user, project_budget, user_budget, calls, existing, estimate = row[:11]
-    agent, agent_token = row[11:]
-    return _Facts(
+    return None if row is None else facts_of(row[:9], row[9] or "", row[10] or 0, row[11], row[12])
+
+
+def facts_of(run: Any, existing: str, estimate: int, agent: str | None, agent_token: int | None) -> Facts:
+    """Facts from the nine run columns of `model_call_statements` (state ... calls) and the rest."""
+    state, tier, change_id, budget, project, user, project_budget, user_budget, calls = run
+    user_budget = (user_budget or 0.0) if user else 0.0
+    return Facts(
         state,
         tier,
         change_id,
@@ -216,10 +239,10 @@ def _facts(s: Session, run_id: str, key: str) -> _Facts | None:
         project,
         user,
         project_budget,
-        (user_budget or 0.0) if user else 0.0,
+        user_budget,
         calls or 0,
-        existing or "",
-        estimate or 0,
+        existing,
+        estimate,
         agent or "",
         agent_token,
     )
@@ -284,24 +307,31 @@ def settle_for_agent(
                 usage=dataclasses.asdict(usage),
             )
             metrics.on_over_reservation(s, "agent", settled.excess)
-        s.execute(
-            statements.settled(),
-            {
-                "p_id": reservation_id,
-                "p_cost": cost,
-                "p_input": usage.input_tokens,
-                "p_output": usage.output_tokens,
-                "p_cache_write": usage.cache_creation_input_tokens,
-                "p_cache_read": usage.cache_read_input_tokens,
-                "p_error": error[:64],
-                "p_at": utcnow(),
-            },
-        )
+        s.execute(statements.settled(), settled_params(reservation_id, cost, usage, error))
         meters.settle_on_meters(s, reservation_id, meters.exact_for(cost))
-        metrics.on_settled(s, tier, member, cost)
-        retention = dt.timedelta(minutes=config.quota.observed_failure_retention_minutes)
-        quota_failures.record(s, member, error, utcnow(), retention)  # a 429 or quota error: every router sees it
+        after_settle(s, config, tier, member, cost, error)
     return run_id, cost, spent_before + cost
+
+
+def settled_params(reservation_id: str, cost: int, usage: Usage, error: str) -> dict[str, Any]:
+    """The parameters of `model_call_statements.settled` for one call."""
+    return {
+        "p_id": reservation_id,
+        "p_cost": cost,
+        "p_input": usage.input_tokens,
+        "p_output": usage.output_tokens,
+        "p_cache_write": usage.cache_creation_input_tokens,
+        "p_cache_read": usage.cache_read_input_tokens,
+        "p_error": error[:64],
+        "p_at": utcnow(),
+    }
+
+
+def after_settle(s: Session, config: HarnessConfig, tier: str, member: str, cost: int, error: str) -> None:
+    """What a settle counts besides the call: the spend metrics, and a quota error every router sees."""
+    metrics.on_settled(s, tier, member, cost)
+    retention = dt.timedelta(minutes=config.quota.observed_failure_retention_minutes)
+    quota_failures.record(s, member, error, utcnow(), retention)
 
 
 def _settling(s: Session, reservation_id: str, token_id: int | None) -> Any:

@@ -69,6 +69,23 @@ def shares_from_arrays() -> Any:
 def settle_shares(prefixes: tuple[str, ...]) -> Any:
     """Mark a reservation's unsettled shares settled: a share of a meter whose key starts with
     `prefixes[i]` at the used amount `v{i}`, capped at what it reserved; any other at what it reserved."""
+    return settle_shares_many(prefixes).returning(R.c.id)
+
+
+@functools.cache
+def own_slices() -> Any:
+    """The holder `h`'s slices of the meters `keys`, locked, by key."""
+    return (
+        select(S.c.meter_key, S.c.granted, S.c.reserved, S.c.used, S.c.unbounded, S.c.limit_seen)
+        .where(S.c.holder == bindparam("h"), S.c.meter_key.in_(bindparam("keys", expanding=True)))
+        .order_by(S.c.meter_key)
+        .with_for_update()
+    )
+
+
+@functools.cache
+def settle_shares_many(prefixes: tuple[str, ...]) -> Any:
+    """`settle_shares` without the rows returned, for an executemany of many reservations."""
     amount = R.c.amount
     at = [
         (
@@ -81,16 +98,4 @@ def settle_shares(prefixes: tuple[str, ...]) -> Any:
         update(R)
         .where(R.c.reservation_id == bindparam("rid"), R.c.settled.is_(False))
         .values(settled=True, used_amount=case(*at, else_=amount) if at else amount)
-        .returning(R.c.id)
-    )
-
-
-@functools.cache
-def own_slices() -> Any:
-    """The holder `h`'s slices of the meters `keys`, locked, by key."""
-    return (
-        select(S.c.meter_key, S.c.granted, S.c.reserved, S.c.used, S.c.unbounded, S.c.limit_seen)
-        .where(S.c.holder == bindparam("h"), S.c.meter_key.in_(bindparam("keys", expanding=True)))
-        .order_by(S.c.meter_key)
-        .with_for_update()
     )

@@ -35,13 +35,23 @@ BATCH_RETRIES = 3
 log = logging.getLogger("drover.store")
 
 Lock = Callable[[Session, list[tuple[Any, ...]]], None]
+Many = Callable[[Session, list[Any]], list[Any]]
+"""fn's work for a batch of units, each of a single argument."""
 
 
 class GroupCommit:
     def __init__(
-        self, store: Store, fn: Callable[..., Any], max_batch: int = MAX_BATCH, lanes: int = 0, lock: Lock | None = None
+        self,
+        store: Store,
+        fn: Callable[..., Any],
+        max_batch: int = MAX_BATCH,
+        lanes: int = 0,
+        lock: Lock | None = None,
+        many: Many | None = None,
     ) -> None:
         self.store, self.fn, self.max_batch = store, fn, max_batch
+        self.many = many
+        """Answers a whole batch's units at once (each as `fn` would, an error as a value), in fewer statements."""
         self.lock = lock
         """Takes, first in each transaction, the row locks the batch's units will take (sorted)."""
         self.lanes = lanes or (1 if store.url.startswith("sqlite") else 4)
@@ -112,6 +122,8 @@ class GroupCommit:
         # its units left for after the commit, `controlplane.metrics.after_commit`: they run once.)
         try:
             with s.begin_nested():
+                if self.many is not None:
+                    return self.many(s, [args[0] for args in batch])
                 return [self.fn(s, *args) for args in batch]
         except Exception as err:
             if locks.retry_reason(err) is not None:

@@ -182,9 +182,7 @@ def take(s: Session, reservation_id: str, specs: Sequence[MeterSpec], amounts: M
     """Hold `amounts` on every meter of `specs` or on none, through this writer's escrow slices
     (`controlplane.store.escrow`); None, or the refusing meter as read (its limit in force, used, reserved)."""
     by_key = {spec.key: spec for spec in specs}
-    wants = [
-        escrow.Want(spec.key, amounts[spec.key], spec.limit if spec.kind in LIMIT_FROM_SPEC else None) for spec in specs
-    ]
+    wants = wants_for(specs, amounts)
     refused = escrow.take(s, reservation_id, wants, lambda keys: _create_missing(s, [by_key[k] for k in keys]))
     if refused is None:
         return None
@@ -211,8 +209,17 @@ def settle_on_meters(s: Session, reservation_id: str, exact: Mapping[str, int]) 
     """Move each unsettled share of the reservation from reserved to used at `exact[kind]`, or at
     the reserved amount for a kind not given, in one statement. Settling again changes nothing; answers
     the shares settled."""
-    used = {f"{prefix}:": exact[kind] for prefix, (kind, _) in _PREFIXES.items() if kind in exact}
-    return escrow.settle(s, reservation_id, used)
+    return escrow.settle(s, reservation_id, settled_prefixes(exact))
+
+
+def wants_for(specs: Sequence[MeterSpec], amounts: Mapping[str, int]) -> list[escrow.Want]:
+    """What escrow admits for `amounts` on the meters of `specs` (a budget column's limit goes with its want)."""
+    return [escrow.Want(p.key, amounts[p.key], p.limit if p.kind in LIMIT_FROM_SPEC else None) for p in specs]
+
+
+def settled_prefixes(exact: Mapping[str, int]) -> dict[str, int]:
+    """`exact` (by kind) as escrow settles it: by the prefix of the meters' keys."""
+    return {f"{prefix}:": exact[kind] for prefix, (kind, _) in _PREFIXES.items() if kind in exact}
 
 
 def usage(s: Session, prefix: str = "", exact: bool = False) -> list[dict[str, Any]]:
