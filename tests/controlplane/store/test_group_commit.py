@@ -78,6 +78,37 @@ def test_a_batch_run_again_after_a_failure_runs_each_unit_s_after_commit_work_on
     assert kept(store) == {f"u{n}" for n in range(40) if n % 7 != 3}
 
 
+def test_a_batch_answered_at_once_keeps_each_unit_s_answer_and_falls_back_to_units_when_it_fails(
+    store: Store,
+) -> None:
+    # `many` answers a whole batch (an error as a value, its writes kept); when it raises, its savepoint is
+    # rolled back and each unit runs by itself through `fn`, as without it.
+    def many(s: Session, units: list[int]) -> list[object]:
+        if 13 in units:
+            add_event(s, "test.unit", agent="the failed batch")
+            raise RuntimeError("this batch fails as a whole")
+        for n in units:
+            add_event(s, "test.unit", agent=f"u{n}")
+        return [ValueError(f"unit {n} refused") if n % 5 == 0 else n * 10 for n in units]
+
+    commits = GroupCommit(store, record, lanes=1, many=many)
+
+    async def main() -> list[object]:
+        return await asyncio.gather(*(commits.apply(n) for n in range(30)), return_exceptions=True)
+
+    answers = asyncio.run(main())
+    assert commits.batches < 30  # units shared batches, so `many` answered some of them
+    for n, answer in enumerate(answers):
+        if isinstance(answer, ValueError):  # refused by `many`, or failed in `fn` in the batch of unit 13
+            assert f"unit {n}" in str(answer) and (n % 5 == 0 or n % 7 == 3)
+        else:
+            assert answer == n * 10
+    written = kept(store)
+    assert "the failed batch" not in written  # rolled back with its savepoint
+    assert "u13" in written  # its batch ran again unit by unit
+    assert {f"u{n}" for n in range(30) if n % 7 != 3} <= written
+
+
 def test_after_commit_work_waits_for_the_real_commit_and_a_savepoint_rolled_back_drops_only_its_own(
     store: Store,
 ) -> None:
