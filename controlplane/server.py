@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from controlplane.api import fleet_metrics, validation
 from controlplane.api.agent_service import AgentService
 from controlplane.api.agent_stream import AgentSessions
-from controlplane.api.auth import AgentTokenCache, AuthInterceptor
+from controlplane.api.auth import AuthInterceptor, TokenCache
 from controlplane.api.change_service import ChangeService
 from controlplane.api.console_link import ConsoleLink
 from controlplane.api.endpoint import Endpoint, grpc_server
@@ -115,7 +115,7 @@ class ControlPlane:
         self.composer = Composer(store, self.notifier, config.data_dir / "compose", leading, self.sealer)
         self.warmer = Warmer(store, mirrors, packet_pipeline.GRAPHS, self.recall, leading, sealer=self.sealer)
         self.replica.handlers += [self._on_note, self.agents.on_note, self._on_revoked_note]
-        self.token_cache = AgentTokenCache(lambda digest: store.read(tokens.lookup, digest))
+        self.token_cache = TokenCache(lambda digest: store.read(tokens.lookup, digest))
         self.auth = AuthInterceptor(PERMISSIONS, self.token_cache, lambda token_id: store.run(tokens.touch, token_id))
         self.changes = ChangeService(
             store,

@@ -3,9 +3,10 @@
 Agent tokens reach AgentService only and are scoped to one pool; user tokens reach the other services
 by role (`submit` < `run.manage` < `admin`) and are scoped to the projects they carry (none: all).
 Tokens are stored as hashes and may expire. A call looks its token up on the store's read threads, so
-it never waits for a writer. A user token is looked up on every call, so its revocation holds from the
-next one; an agent token's lookup is reused for AGENT_CACHE_SECONDS (`AgentTokenCache`: an agent's
-model calls do not each read its token), so its revocation holds within that on every replica.
+it never waits for a writer. A token's lookup is reused for CACHE_SECONDS (`TokenCache`: an agent's
+model calls and a user's calls do not each read the token), never past the token's expiry: a revocation
+through a replica's API holds from the next call on that replica and, by a note, within moments on the
+others; one the host makes (`controlplane token revoke`) holds within CACHE_SECONDS everywhere.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import datetime as dt
 import inspect
 import time
 from collections.abc import Awaitable, Callable
@@ -22,12 +24,13 @@ from typing import Any
 import grpc
 
 from controlplane.services.tokens import Principal, hash_token
+from controlplane.store.models import utcnow
 from drover.errors import DroverError, PermissionDenied, Unauthenticated
 
 TOUCH_SECONDS = 60.0
 """last_used_at is written at most this often per token."""
-AGENT_CACHE_SECONDS = 0.5
-"""An agent token's principal is reused this long after its lookup."""
+CACHE_SECONDS = 0.5
+"""A token's principal is reused this long after its lookup."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,16 +59,20 @@ def current() -> Principal:
     return who
 
 
-class AgentTokenCache:
-    """A Lookup that keeps agent tokens' principals by token hash for AGENT_CACHE_SECONDS (user tokens,
-    and tokens not found, are looked up every time). `drop` forgets a name's tokens at once: a revoke
+class TokenCache:
+    """A Lookup that keeps tokens' principals by token hash for CACHE_SECONDS, and never past a token's
+    expiry (a token not found is looked up every time). `drop` forgets a name's tokens at once: a revoke
     through this replica's API calls it here and, by a note, on every other replica; a revoke made
-    elsewhere (the host's `controlplane token revoke`) holds once the entry is AGENT_CACHE_SECONDS old."""
+    elsewhere (the host's `controlplane token revoke`) holds once the entry is CACHE_SECONDS old."""
 
     def __init__(
-        self, lookup: Lookup, seconds: float = AGENT_CACHE_SECONDS, clock: Callable[[], float] = time.monotonic
+        self,
+        lookup: Lookup,
+        seconds: float = CACHE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], dt.datetime] = utcnow,
     ) -> None:
-        self._lookup, self._seconds, self._clock = lookup, seconds, clock
+        self._lookup, self._seconds, self._clock, self._wall = lookup, seconds, clock, wall
         self._entries: dict[str, tuple[Principal, float]] = {}
         self._drops = 0
         """Counts `drop`s: a lookup that began before one is not kept (it may have read the token live)."""
@@ -77,10 +84,13 @@ class AgentTokenCache:
             return hit[0]
         drops = self._drops
         found = await self._lookup(digest)
-        if found is not None and found.kind == "agent" and drops == self._drops:
-            if len(self._entries) >= 4096:  # many agents: keep the live entries only
+        if found is not None and drops == self._drops:
+            if len(self._entries) >= 4096:  # many tokens: keep the live entries only
                 self._entries = {d: e for d, e in self._entries.items() if now < e[1]}
-            self._entries[digest] = (found, now + self._seconds)
+            until = now + self._seconds
+            if found.expires_at is not None:
+                until = min(until, now + (found.expires_at - self._wall()).total_seconds())
+            self._entries[digest] = (found, until)
         return found
 
     def drop(self, name: str) -> None:

@@ -36,6 +36,8 @@ class Principal:
     """An agent token's pool ("": the default pool)."""
     projects: frozenset[str] | None = None
     """The projects a user token may use; None: all."""
+    expires_at: dt.datetime | None = dataclasses.field(default=None, compare=False)
+    """When the token expires (None: never); a cached principal is not used past it."""
 
     def has_role(self, role: str) -> bool:
         return self.kind == "user" and ROLES.index(self.role) >= ROLES.index(role)
@@ -130,6 +132,7 @@ def principal_of(row: Token) -> Principal:
         row.id,
         row.pool or "",
         frozenset(row.projects) if row.kind == "user" and row.projects else None,
+        aware(row.expires_at),
     )
 
 
