@@ -67,13 +67,15 @@ def advance(s: Session, change: Change) -> None:
     tasks = task_states(s, change.id)
     by_key = {t.key: t for t in tasks}
     if not change.cancel_requested:
-        statuses = {t.key: t.status for t in tasks}
-        for key in graph.ready_tasks(statuses, {t.key: t.depends_on for t in tasks}):
-            task = s.get(Task, by_key[key].id)
-            assert task is not None
-            task.status = by_key[key].status = "ready"
-            add_event(s, "task.ready", change_id=change.id, task_id=task.id, key=key)
-            queue_run(s, task, attempt=1)
+        ready = graph.ready_tasks({t.key: t.status for t in tasks}, {t.key: t.depends_on for t in tasks})
+        if ready:  # one UPDATE and one read for them all, their runs in one INSERT (a Change of 100 Tasks)
+            made = {t.key: t for t in dependents_by_id(s, [by_key[key].id for key in ready])}
+            s.execute(update(Task).where(Task.id.in_([t.id for t in made.values()])).values(status="ready"))
+            for key in ready:
+                by_key[key].status = "ready"
+                add_event(s, "task.ready", change_id=change.id, task_id=made[key].id, key=key)
+                queue_run(s, made[key], attempt=1, flush=False)
+            s.flush()
     settle_change(s, change, graph.tally((t.status, t.reason) for t in tasks))
 
 
@@ -112,6 +114,12 @@ def pending_dependents(s: Session, change_id: str, key: str) -> list[Dependent]:
     q = select(Task.id, Task.change_id, Task.key, Task.depends_on, Task.command, Task.spec)
     q = q.where(Task.change_id == change_id, Task.status == "pending", changes.needs(s, key))
     return [Dependent(*row) for row in s.execute(q.order_by(Task.position))]
+
+
+def dependents_by_id(s: Session, ids: list[str]) -> list[Dependent]:
+    """The Tasks `ids`, read as `pending_dependents` reads them."""
+    q = select(Task.id, Task.change_id, Task.key, Task.depends_on, Task.command, Task.spec).where(Task.id.in_(ids))
+    return [Dependent(*row) for row in s.execute(q)]
 
 
 def statuses_of(s: Session, change_id: str, keys: set[str]) -> dict[str, str]:
