@@ -215,7 +215,8 @@ def apply_run_message(
             run_event(s, "run.started", run)
             change = s.get(Change, run.change_id, with_for_update=True)
             assert change is not None
-            settle_change(s, change, tally(s, change.id))
+            if change.status != "running":  # a started Task makes its Change running and nothing else
+                settle_change(s, change, tally(s, change.id))
     elif msg.kind == "input_received":
         run_input.received(s, run, msg.input_seq)
     elif msg.kind == "log" and msg.stream == "tool":
