@@ -44,6 +44,7 @@ WALK: list[tuple[str, str, tuple[str, ...]]] = [
         "controlplane/api/agent_service.py",
         ("AgentService.ReserveModelCall", "AgentService.SettleModelCall"),
     ),
+    ("model call", "controlplane/services/call_batches.py", ("apply_many",)),
     ("model call", "controlplane/services/model_calls.py", ("reserve", "settle")),
     ("publish", "agentd/run/supervisor.py", ("Run.publish",)),
     ("publish", "agentd/run/control_plane.py", ("GrpcControlPlane.publish",)),
