@@ -4,6 +4,7 @@ daemons say which extra they need instead of a traceback."""
 from __future__ import annotations
 
 import pathlib
+import shutil
 import subprocess
 import venv
 
@@ -17,15 +18,25 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture(scope="module")
 def base_install(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """A fresh venv with exactly `pip install <checkout>`: no extras."""
-    env = tmp_path_factory.mktemp("base") / "venv"
+    base = tmp_path_factory.mktemp("base")
+    env = base / "venv"
     venv.create(env, with_pip=True)
-    subprocess.run(
-        [env / "bin" / "python", "-m", "pip", "install", "-q", "--no-cache-dir", str(ROOT)],
-        check=True,
+    # From a copy of the checkout: a build writes build/ and *.egg-info into its source tree, and the
+    # other test worker may be installing the same checkout at the same moment.
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*LOCAL_ONLY))
+    done = subprocess.run(
+        [env / "bin" / "python", "-m", "pip", "install", "-q", "--no-cache-dir", str(source)],
         capture_output=True,
+        text=True,
         timeout=500,
     )
+    assert done.returncode == 0, done.stdout + done.stderr
     return env
+
+
+LOCAL_ONLY = (".git", ".venv", "build", "*.egg-info", "test-artifacts", "__pycache__", "node_modules", ".*_cache")
+"""What a checkout holds that is not the project's source: not copied for the install."""
 
 
 def test_the_base_install_is_the_sdk_and_cli_with_three_dependencies(base_install: pathlib.Path) -> None:
